@@ -1,0 +1,48 @@
+# Ajuste: `make run` starts everything on this machine; `make test` runs every test.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+TORCH_VERSION ?= 2.13.0
+STAMP := $(VENV)/.installed
+
+.PHONY: install run test test-fast lint format bench clean services
+
+$(STAMP): pyproject.toml package.json package-lock.json
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip wheel
+	# torch first and pinned: an unpinned torch pulls a multi-GB CUDA build.
+	$(PIP) install -q "torch==$(TORCH_VERSION)"
+	$(PIP) install -q -e ".[train,dev]"
+	npm ci --no-audit --no-fund --loglevel=error
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+run: $(STAMP)
+	@$(PY) -m controlpanel.run
+
+services:
+	@scripts/ensure-services
+
+test: $(STAMP) services
+	$(VENV)/bin/pytest $(PYTEST_ARGS)
+
+test-fast: $(STAMP) services
+	$(VENV)/bin/pytest -m "not slow and not browser and not e2e" $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy controlpanel storage deploy training
+
+format: $(STAMP)
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+bench: $(STAMP) services
+	@for b in bench/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+
+clean:
+	rm -rf $(VENV) node_modules var

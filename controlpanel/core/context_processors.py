@@ -1,0 +1,5 @@
+from django.http import HttpRequest
+
+
+def shell(request: HttpRequest) -> dict:
+    return {}

@@ -1,0 +1,49 @@
+"""A datastore: a named S3 endpoint with credentials, referred to by its alias (`GRA`, `LOCAL`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+
+def env_prefix(alias: str) -> str:
+    """Environment-variable prefix that carries one datastore into a pod or a process."""
+    return "AJUSTE_DATASTORE_" + alias.upper().replace("-", "_") + "_"
+
+
+@dataclass(frozen=True)
+class DatastoreConfig:
+    """Connection settings of one datastore; `secret_key` never appears in repr."""
+
+    alias: str
+    endpoint_url: str
+    region: str
+    access_key: str
+    secret_key: str = field(repr=False)
+
+    def to_env(self) -> dict[str, str]:
+        prefix = env_prefix(self.alias)
+        return {
+            prefix + "ENDPOINT_URL": self.endpoint_url,
+            prefix + "REGION": self.region,
+            prefix + "ACCESS_KEY": self.access_key,
+            prefix + "SECRET_KEY": self.secret_key,
+        }
+
+    @classmethod
+    def from_env(cls, alias: str, environ: Mapping[str, str]) -> DatastoreConfig:
+        prefix = env_prefix(alias)
+        missing = [
+            prefix + key
+            for key in ("ENDPOINT_URL", "ACCESS_KEY", "SECRET_KEY")
+            if not environ.get(prefix + key)
+        ]
+        if missing:
+            raise KeyError(f"datastore {alias!r} is not configured: {', '.join(missing)} unset")
+        return cls(
+            alias=alias,
+            endpoint_url=environ[prefix + "ENDPOINT_URL"],
+            region=environ.get(prefix + "REGION") or "us-east-1",
+            access_key=environ[prefix + "ACCESS_KEY"],
+            secret_key=environ[prefix + "SECRET_KEY"],
+        )
