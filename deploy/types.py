@@ -1,0 +1,313 @@
+"""Plain values that cross the line between the panel and `deploy/`.
+
+The panel builds requests (`JobRequest`, `NotebookRequest`, `ProjectRequest`) from its rows and
+hands them to a `ComputeBackend`; the backend answers with `ObservedWorkload`s and `LogChunk`s.
+Everything here is frozen, hashable where it can be, and free of Django and of the Kubernetes
+client, so the panel, the tests and the code running inside pods can all import it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+
+from storage.datastore import DatastoreConfig
+from storage.volumes import Mode, VolumeSpec
+
+DEFAULT_JOB_TIMEOUT_S = 7 * 24 * 3600
+GPU_RESOURCE_KEY = "nvidia.com/gpu"
+# The name of the project Secret holding datastore credentials (a name, not a secret).
+DATASTORE_SECRET_NAME = "ajuste-datastores"  # noqa: S105
+
+
+class WorkloadKind(StrEnum):
+    """What a workload is; also the value of the `ajuste.io/kind` label."""
+
+    JOB = "job"
+    NOTEBOOK = "notebook"
+
+
+class Editor(StrEnum):
+    """The editor a notebook serves on its port."""
+
+    JUPYTERLAB = "jupyterlab"
+    VSCODE = "vscode"
+
+
+class Phase(StrEnum):
+    """What a backend observed; the panel maps each phase to its job or notebook state.
+
+    - QUEUED: admitted by nothing yet: a Kueue-suspended Job (waiting for quota in Kueue).
+    - INITIALIZING: the pod is on a node and its init container pulls the volumes.
+    - PENDING: waiting for a node or for the image; `reason` quotes the scheduler or kubelet
+      ("0/12 nodes are available: 12 Insufficient nvidia.com/gpu", "ImagePullBackOff: ...").
+      The local backend also reports PENDING when this machine lacks the flavor's GPUs.
+    - RUNNING: the user's container runs (billing counts from `started_at`).
+    - STOPPING: a notebook is shutting down at our request.
+    - FINALIZING: the user's process has ended; rw volumes are being pushed back. When
+      `needs_apply` is set, the push has not been started yet: call `apply_job` again.
+    - SUCCEEDED: exit code 0 and every rw volume pushed.
+    - FAILED: non-zero exit (`exit_code`), a timeout (`timed_out`), or a failed volume pull.
+    - STOPPED: ended at our request (job stop, notebook stop); rw volumes pushed.
+    - SYNC_FAILED: the final push failed; the data is kept, `retry_push` tries again.
+    - GONE: nothing of this workload exists any more (deleted, or never created).
+    - ERROR: a platform fault (evicted pod, lost supervisor, unreadable state).
+    """
+
+    QUEUED = "QUEUED"
+    INITIALIZING = "INITIALIZING"
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    STOPPING = "STOPPING"
+    FINALIZING = "FINALIZING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    STOPPED = "STOPPED"
+    SYNC_FAILED = "SYNC_FAILED"
+    GONE = "GONE"
+    ERROR = "ERROR"
+
+    @property
+    def is_final(self) -> bool:
+        """No further change happens without a call from the panel."""
+        return self in _FINAL_PHASES
+
+
+_FINAL_PHASES = frozenset(
+    {Phase.SUCCEEDED, Phase.FAILED, Phase.STOPPED, Phase.SYNC_FAILED, Phase.GONE, Phase.ERROR}
+)
+
+
+@dataclass(frozen=True)
+class Toleration:
+    """One Kubernetes toleration of a flavor (`operator` Exists ignores `value`)."""
+
+    key: str
+    operator: str = "Exists"
+    value: str | None = None
+    effect: str | None = "NoSchedule"
+
+
+@dataclass(frozen=True)
+class FlavorSpec:
+    """A flavor as the panel hands it over: what one unit is and where it may run.
+
+    `gpus_per_unit` 0 is a CPU flavor. `node_selector` usually pins the GPU product
+    (`nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3`).
+    """
+
+    name: str
+    gpu_model: str
+    gpus_per_unit: int
+    vcpu_per_unit: int
+    memory_gib_per_unit: int
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    tolerations: tuple[Toleration, ...] = ()
+    resource_key: str = GPU_RESOURCE_KEY
+
+    def __post_init__(self) -> None:
+        _tuplify(self, "tolerations")
+
+
+@dataclass(frozen=True)
+class WorkloadRef:
+    """Identifies one run of one workload: enough to find, observe and delete its objects."""
+
+    kind: WorkloadKind
+    project: str
+    namespace: str
+    id: str
+    run: int = 1
+
+
+@dataclass(frozen=True)
+class JobRequest:
+    """One run of a training job, as the panel wants it.
+
+    `id` is the panel's job id (any string; names are derived from it deterministically) and
+    `run` counts re-runs of the same job, so each run gets fresh objects. `command` is an argv
+    list, never run through a shell. `env` never carries S3 credentials: those live in the
+    project's Secret named `datastore_secret` and reach only the sync containers.
+    `sync_image` None means `deploy.images.SYNC_IMAGE`.
+    """
+
+    id: str
+    project: str
+    namespace: str
+    name: str
+    image: str
+    command: tuple[str, ...]
+    flavor: FlavorSpec
+    units: int = 1
+    env: Mapping[str, str] = field(default_factory=dict)
+    labels: Mapping[str, str] = field(default_factory=dict)
+    volumes: tuple[VolumeSpec, ...] = ()
+    timeout_s: int = DEFAULT_JOB_TIMEOUT_S
+    datastore_secret: str = DATASTORE_SECRET_NAME
+    run: int = 1
+    queue_name: str | None = None
+    image_pull_secrets: tuple[str, ...] = ()
+    workspace_gib: int = 50
+    storage_class: str | None = None
+    push_every_s: int = 300
+    sync_image: str | None = None
+
+    def __post_init__(self) -> None:
+        _tuplify(self, "command", "volumes", "image_pull_secrets")
+
+    @property
+    def ref(self) -> WorkloadRef:
+        return WorkloadRef(WorkloadKind.JOB, self.project, self.namespace, self.id, self.run)
+
+    @property
+    def pushed_volumes(self) -> tuple[VolumeSpec, ...]:
+        """The rw/rwd volumes: the ones pushed back at the end."""
+        return tuple(v for v in self.volumes if v.mode in (Mode.RW, Mode.RWD))
+
+
+@dataclass(frozen=True)
+class NotebookRequest:
+    """A notebook as the panel wants it: `running` False keeps the workspace but no pod.
+
+    It is served at `https://{host}{path}` behind ingress-nginx, which asks `auth_url` (a panel
+    endpoint answering 2xx only for members of the project) before every request and sends
+    unauthenticated browsers to `signin_url`. `command` None means the editor's default.
+    """
+
+    id: str
+    project: str
+    namespace: str
+    name: str
+    image: str
+    flavor: FlavorSpec
+    editor: Editor = Editor.JUPYTERLAB
+    units: int = 1
+    running: bool = True
+    env: Mapping[str, str] = field(default_factory=dict)
+    labels: Mapping[str, str] = field(default_factory=dict)
+    volumes: tuple[VolumeSpec, ...] = ()
+    workspace_gib: int = 20
+    storage_class: str | None = None
+    host: str = "notebooks.ajuste.local"
+    path: str = "/"
+    auth_url: str = "http://ajuste-web.ajuste.svc.cluster.local/auth/notebook"
+    signin_url: str = "https://ajuste.local/accounts/login/"
+    tls_secret: str | None = None
+    ingress_class: str = "nginx"
+    datastore_secret: str = DATASTORE_SECRET_NAME
+    image_pull_secrets: tuple[str, ...] = ()
+    command: tuple[str, ...] | None = None
+    push_every_s: int = 300
+    sync_image: str | None = None
+
+    def __post_init__(self) -> None:
+        _tuplify(self, "volumes", "image_pull_secrets")
+        if self.command is not None:
+            _tuplify(self, "command")
+
+    @property
+    def ref(self) -> WorkloadRef:
+        return WorkloadRef(WorkloadKind.NOTEBOOK, self.project, self.namespace, self.id, 1)
+
+    @property
+    def url(self) -> str:
+        return f"https://{self.host}{self.path}"
+
+
+@dataclass(frozen=True)
+class EgressRule:
+    """One allowed egress destination of a project's pods (the S3 endpoint, a proxy...).
+
+    Give `cidr` for an address block, or `namespace` (and optionally `pod_labels`) for a
+    service inside the cluster; `ports` empty means every port.
+    """
+
+    cidr: str | None = None
+    namespace: str | None = None
+    pod_labels: Mapping[str, str] = field(default_factory=dict)
+    ports: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class ProjectRequest:
+    """A project's namespace and its guard rails.
+
+    `datastores` become the project's Secret (env names from `DatastoreConfig.to_env`);
+    `egress` lists what pods may reach besides DNS (at least the S3 endpoints).
+    `ingress_namespace` is where the ingress controller runs (let through to notebooks).
+    """
+
+    slug: str
+    namespace: str
+    gpu_quota: int
+    datastores: tuple[DatastoreConfig, ...] = ()
+    egress: tuple[EgressRule, ...] = ()
+    datastore_secret: str = DATASTORE_SECRET_NAME
+    ingress_namespace: str = "ingress-nginx"
+    gpu_resource_key: str = GPU_RESOURCE_KEY
+    default_cpu: str = "500m"
+    default_memory: str = "1Gi"
+
+    def __post_init__(self) -> None:
+        _tuplify(self, "datastores", "egress")
+
+
+@dataclass(frozen=True)
+class ObservedWorkload:
+    """What a backend saw of one workload run, as plain values.
+
+    `started_at`/`finished_at` are the user container's own start and end (billing meters
+    from them); `run_uid` is the pod UID (one usage interval per pod run) or, locally, the
+    supervisor's run id. `reason` is a human sentence for the state history.
+    `push_attempt` counts final pushes started (retries included).
+    """
+
+    kind: WorkloadKind
+    id: str
+    phase: Phase
+    reason: str = ""
+    project: str = ""
+    namespace: str = ""
+    run: int = 1
+    run_uid: str | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    exit_code: int | None = None
+    timed_out: bool = False
+    needs_apply: bool = False
+    push_attempt: int = 0
+    node: str | None = None
+    url: str | None = None
+
+    @property
+    def ref(self) -> WorkloadRef:
+        return WorkloadRef(self.kind, self.project, self.namespace, self.id, self.run)
+
+
+@dataclass(frozen=True)
+class LogChunk:
+    """New log lines since a cursor; pass `cursor` back to get the lines after these.
+
+    `lines` have no trailing newline and no timestamp prefix. `eof` is set once the process
+    has ended and every line has been returned.
+    """
+
+    lines: tuple[str, ...]
+    cursor: str
+    eof: bool = False
+
+
+def _tuplify(obj: object, *names: str) -> None:
+    """Accept lists from callers but keep frozen requests hashable and immutable."""
+    for name in names:
+        object.__setattr__(obj, name, tuple(getattr(obj, name)))
+
+
+class DeployError(Exception):
+    """A request `deploy/` cannot carry out; the message is meant for the user."""
+
+
+class ConflictError(DeployError):
+    """An object with our deterministic name exists but is not ours to adopt."""
