@@ -1,5 +1,58 @@
+from __future__ import annotations
+
+from typing import Any
+
 from django.http import HttpRequest
+from django.urls import NoReverseMatch, reverse
+
+from controlpanel.projects.selectors import projects_for_user
+
+# (label, url name taking the project slug, staff only). Sections whose URL is not
+# registered are shown disabled rather than linked, so the shell never links to a 404.
+SECTIONS = [
+    ("Notebooks", "notebook-list", False),
+    ("Jobs", "job-list", False),
+    ("Object Storage", "bucket-list", False),
+    ("Dashboards", "dashboard", False),
+    ("Billing", "billing", True),
+]
 
 
-def shell(request: HttpRequest) -> dict:
-    return {}
+def _section_links(request: HttpRequest, slug: str | None) -> list[dict[str, Any]]:
+    links = []
+    for label, name, staff_only in SECTIONS:
+        if staff_only and not request.user.is_staff:
+            continue
+        try:
+            url = reverse(name, kwargs={"slug": slug}) if slug else None
+        except NoReverseMatch:
+            url = None
+        active = bool(url) and request.path.startswith(url or "\0")
+        links.append({"label": label, "url": url, "active": active})
+    return links
+
+
+def shell(request: HttpRequest) -> dict[str, Any]:
+    """Navigation and the project switcher for the base template."""
+    user = getattr(request, "user", None)
+    if user is None or not user.is_authenticated:
+        return {}
+    access = getattr(request, "access", None)
+    current = access.project if access else None
+    sections = _section_links(request, current.slug if current else None)
+    section = next((s for s in SECTIONS if any(link["active"] and link["label"] == s[0]
+                                                for link in sections)), None)
+    return {
+        "current_project": current,
+        "current_access": access,
+        "project_switch": _switch_links(user, section[1] if section else "project-home"),
+        "nav_sections": sections,
+    }
+
+
+def _switch_links(user: Any, url_name: str) -> list[dict[str, Any]]:
+    """Switching project keeps the section (Jobs stays Jobs), never an object of the old one."""
+    links = []
+    for project in projects_for_user(user=user).only("slug", "name").order_by("name")[:200]:
+        links.append({"project": project, "url": reverse(url_name, kwargs={"slug": project.slug})})
+    return links

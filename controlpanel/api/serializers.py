@@ -1,0 +1,56 @@
+from __future__ import annotations
+
+from django.contrib.auth import get_user_model
+from rest_framework import serializers
+
+from controlpanel.accounts.models import ApiToken
+from controlpanel.projects.models import Membership, Project, Role
+
+
+class ProjectSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Project
+        fields = ["slug", "name", "gpu_quota", "monthly_budget", "notebook_idle_minutes",
+                  "created_at"]
+        read_only_fields = ["created_at"]
+
+
+class MembershipSerializer(serializers.ModelSerializer):
+    username = serializers.SlugRelatedField(
+        source="user", slug_field="username", queryset=get_user_model().objects.filter(is_active=True)
+    )
+    role = serializers.ChoiceField(choices=Role.choices, default=Role.MEMBER)
+
+    class Meta:
+        model = Membership
+        fields = ["id", "username", "role", "created_at"]
+        read_only_fields = ["id", "created_at"]
+
+
+class MembershipRoleSerializer(serializers.Serializer):
+    role = serializers.ChoiceField(choices=Role.choices)
+
+
+class MeSerializer(serializers.Serializer):
+    username = serializers.CharField()
+    email = serializers.EmailField()
+    is_staff = serializers.BooleanField()
+    projects = serializers.SerializerMethodField()
+
+    def get_projects(self, user: object) -> list[dict[str, str]]:
+        memberships = Membership.objects.filter(user=user).select_related("project")
+        return [{"slug": m.project.slug, "name": m.project.name, "role": m.role} for m in memberships]
+
+
+class TokenSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = ApiToken
+        fields = ["id", "name", "hint", "created_at", "last_used_at", "expires_at", "revoked_at"]
+        read_only_fields = ["id", "hint", "created_at", "last_used_at", "revoked_at"]
+
+
+class TokenCreatedSerializer(TokenSerializer):
+    token = serializers.CharField(read_only=True, help_text="Shown once; store it now.")
+
+    class Meta(TokenSerializer.Meta):
+        fields = [*TokenSerializer.Meta.fields, "token"]

@@ -1,0 +1,18 @@
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
+from rest_framework.routers import DefaultRouter
+
+from controlpanel.api import views
+
+router = DefaultRouter()
+router.register("projects", views.ProjectViewSet, basename="project")
+router.register("tokens", views.TokenViewSet, basename="token")
+router.register(r"projects/(?P<project_slug>[a-z0-9-]+)/members", views.MemberViewSet,
+                basename="member")
+
+urlpatterns = [
+    path("api/v1/me/", views.me, name="api-me"),
+    path("api/v1/", include(router.urls)),
+    path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
+    path("api/docs/", SpectacularSwaggerSplitView.as_view(url_name="api-schema"), name="api-docs"),
+]

@@ -1,0 +1,66 @@
+"""The one access helper every project page and endpoint starts with.
+
+A project the user is not in answers 404 (its existence is not revealed); a member asking for
+a manager's action answers 403. Staff users (site admins) see every project.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import wraps
+from typing import Any
+
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpRequest, HttpResponse
+
+from controlpanel.projects.models import Membership, Project, Role
+
+
+@dataclass(frozen=True)
+class ProjectAccess:
+    """What one user may do in one project."""
+
+    project: Project
+    role: str | None
+    is_admin: bool
+
+    @property
+    def can_manage(self) -> bool:
+        return self.is_admin or self.role == Role.MANAGER
+
+
+def project_access(*, user: Any, slug: str, manage: bool = False) -> ProjectAccess:
+    """Resolve `slug` for `user`, or raise Http404 / PermissionDenied."""
+    if not user or not user.is_authenticated:
+        raise Http404("No such project.")
+    project = Project.objects.filter(slug=slug).first()
+    if project is None:
+        raise Http404("No such project.")
+    membership = Membership.objects.filter(project=project, user=user).only("role").first()
+    if membership is None and not user.is_staff:
+        raise Http404("No such project.")
+    access = ProjectAccess(
+        project=project, role=membership.role if membership else None, is_admin=user.is_staff
+    )
+    if manage and not access.can_manage:
+        raise PermissionDenied("Only the project's managers can do this.")
+    return access
+
+
+def project_view(*, manage: bool = False) -> Callable:
+    """Decorate a view taking `slug`: log-in required, then `request.access` is set."""
+
+    def decorator(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+        @login_required
+        @wraps(view)
+        def wrapper(request: HttpRequest, slug: str, *args: Any, **kwargs: Any) -> HttpResponse:
+            access = project_access(user=request.user, slug=slug, manage=manage)
+            request.access = access  # type: ignore[attr-defined]
+            request.session["project"] = access.project.slug
+            return view(request, *args, **kwargs)
+
+        return wrapper
+
+    return decorator

@@ -1,0 +1,16 @@
+from django.contrib import admin
+
+from controlpanel.projects.models import Membership, Project
+
+
+class MembershipInline(admin.TabularInline):
+    model = Membership
+    extra = 1
+    autocomplete_fields = ["user"]
+
+
+@admin.register(Project)
+class ProjectAdmin(admin.ModelAdmin):
+    list_display = ["name", "slug", "gpu_quota", "monthly_budget", "created_at"]
+    search_fields = ["name", "slug"]
+    inlines = [MembershipInline]

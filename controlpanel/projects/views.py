@@ -1,0 +1,75 @@
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.admin.views.decorators import staff_member_required
+from django.core.exceptions import ValidationError
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
+
+from controlpanel.projects import services
+from controlpanel.projects.access import project_view
+from controlpanel.projects.forms import MemberAddForm, MemberRoleForm, ProjectForm
+from controlpanel.projects.models import Membership, Project
+from controlpanel.projects.selectors import members_of
+
+
+@project_view()
+def project_home(request: HttpRequest) -> HttpResponse:
+    project = request.access.project  # type: ignore[attr-defined]
+    return render(request, "projects/home.html", {"project": project,
+                                                  "member_count": project.memberships.count()})
+
+
+@project_view()
+def member_list(request: HttpRequest) -> HttpResponse:
+    access = request.access  # type: ignore[attr-defined]
+    form = MemberAddForm()
+    if request.method == "POST":
+        form = MemberAddForm(request.POST)
+        if not access.can_manage:
+            return HttpResponse("Only the project's managers can add members.", status=403)
+        if form.is_valid():
+            try:
+                services.member_add(access=access, user=form.cleaned_data["username"],
+                                    role=form.cleaned_data["role"])
+            except ValidationError as exc:
+                form.add_error(None, exc)
+            else:
+                messages.success(request, f"Added {form.cleaned_data['username'].username}.")
+                return redirect("member-list", slug=access.project.slug)
+    context = {"project": access.project, "members": members_of(project=access.project),
+               "form": form, "role_form": MemberRoleForm()}
+    return render(request, "projects/members.html", context, status=400 if form.errors else 200)
+
+
+@require_POST
+@project_view(manage=True)
+def member_update(request: HttpRequest, member_id: int) -> HttpResponse:
+    access = request.access  # type: ignore[attr-defined]
+    membership = get_object_or_404(Membership, pk=member_id, project=access.project)
+    try:
+        if request.POST.get("action") == "remove":
+            services.member_remove(access=access, membership=membership)
+            messages.success(request, f"Removed {membership.user.username}.")
+        else:
+            form = MemberRoleForm(request.POST)
+            if not form.is_valid():
+                raise ValidationError("Choose member or manager.")
+            services.member_set_role(access=access, membership=membership,
+                                     role=form.cleaned_data["role"])
+            messages.success(request, f"{membership.user.username} is now {membership.role}.")
+    except ValidationError as exc:
+        messages.error(request, " ".join(exc.messages))
+    return redirect("member-list", slug=access.project.slug)
+
+
+@staff_member_required
+def project_create(request: HttpRequest) -> HttpResponse:
+    form = ProjectForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        project: Project = services.project_create(by=request.user, **form.cleaned_data)
+        messages.success(request, f"Project {project.name} created. Add its members.")
+        return redirect("member-list", slug=project.slug)
+    return render(request, "projects/create.html", {"form": form},
+                  status=400 if form.errors else 200)

@@ -1,0 +1,133 @@
+"""Log-in, throttling, log-out, password change and personal API tokens."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from io import StringIO
+from typing import Any
+
+import pytest
+from django.core.management import CommandError, call_command
+from django.test import Client
+from django.utils import timezone
+from rest_framework.test import APIClient
+
+from controlpanel.accounts.models import ApiToken, User, hash_token
+from controlpanel.accounts.services import token_create
+from tests.fixtures.panel import PASSWORD
+
+
+def test_wrong_password_is_said_and_keeps_the_username(owner: User) -> None:
+    response = Client().post("/login/", {"username": "owner", "password": "wrong"})
+    assert response.status_code == 200
+    assert b"correct username and password" in response.content
+    assert b'value="owner"' in response.content
+    assert "_auth_user_id" not in Client().session
+
+
+def test_login_then_logout(owner: User) -> None:
+    client = Client()
+    response = client.post("/login/", {"username": "owner", "password": PASSWORD})
+    assert response.status_code == 302
+    assert client.get("/settings/").status_code == 200
+    assert client.post("/logout/").status_code == 302
+    assert client.get("/settings/").status_code == 302
+
+
+def test_repeated_failures_are_throttled(owner: User, settings: Any) -> None:
+    client = Client()
+    for _ in range(settings.AXES_FAILURE_LIMIT):
+        client.post("/login/", {"username": "owner", "password": "wrong"})
+    locked = client.post("/login/", {"username": "owner", "password": PASSWORD})
+    assert locked.status_code == 429
+    assert b"Too many failed log-ins" in locked.content
+
+
+def test_password_change(owner_client: Client, owner: User) -> None:
+    bad = owner_client.post("/password/", {"old_password": "nope", "new_password1": "x",
+                                           "new_password2": "y"})
+    assert bad.status_code == 200 and b"incorrectly" in bad.content
+    ok = owner_client.post("/password/", {"old_password": PASSWORD,
+                                          "new_password1": "a-new-long-passphrase-42",
+                                          "new_password2": "a-new-long-passphrase-42"})
+    assert ok.status_code == 302
+    owner.refresh_from_db()
+    assert owner.check_password("a-new-long-passphrase-42")
+
+
+def test_token_is_shown_once_and_stored_hashed(owner_client: Client, owner: User) -> None:
+    response = owner_client.post("/settings/", {"name": "laptop <b>cli</b>"})
+    assert response.status_code == 200
+    token = ApiToken.objects.get(user=owner)
+    raw = response.context["new_token"]
+    assert token.digest == hash_token(raw) and raw not in token.digest
+    assert b"laptop &lt;b&gt;cli&lt;/b&gt;" in response.content
+    again = owner_client.get("/settings/")
+    assert raw.encode() not in again.content
+
+
+def test_token_form_rejects_bad_input(owner_client: Client, owner: User) -> None:
+    past = (timezone.now() - timedelta(days=2)).date().isoformat()
+    response = owner_client.post("/settings/", {"name": "", "expires_on": past})
+    assert response.status_code == 400
+    assert b"This field is required" in response.content
+    assert b"in the past" in response.content
+    assert not ApiToken.objects.exists()
+
+
+def test_bearer_token_authenticates_and_records_use(owner: User) -> None:
+    token, raw = token_create(user=owner, name="ci")
+    client = APIClient()
+    response = client.get("/api/v1/me/", HTTP_AUTHORIZATION=f"Bearer {raw}")
+    assert response.status_code == 200
+    assert response.json()["username"] == "owner"
+    token.refresh_from_db()
+    assert token.last_used_at is not None
+
+
+@pytest.mark.parametrize("header", ["Bearer ajt_nonsense", "Bearer", "Bearer a b", "Bearer xyz"])
+def test_invalid_token_is_401_json(owner: User, header: str) -> None:
+    response = APIClient().get("/api/v1/me/", HTTP_AUTHORIZATION=header)
+    assert response.status_code == 401
+    assert "detail" in response.json()
+
+
+def test_revoked_and_expired_tokens_are_401(owner_client: Client, owner: User) -> None:
+    token, raw = token_create(user=owner, name="old")
+    assert owner_client.post(f"/settings/tokens/{token.id}/revoke/").status_code == 302
+    response = APIClient().get("/api/v1/me/", HTTP_AUTHORIZATION=f"Bearer {raw}")
+    assert response.status_code == 401
+    assert response.json()["detail"] == "Invalid, expired or revoked token."
+    expiring, raw2 = token_create(user=owner, name="soon",
+                                  expires_at=timezone.now() + timedelta(seconds=60))
+    ApiToken.objects.filter(pk=expiring.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
+    assert APIClient().get("/api/v1/me/", HTTP_AUTHORIZATION=f"Bearer {raw2}").status_code == 401
+
+
+def test_cannot_revoke_someone_elses_token(outsider_client: Client, owner: User) -> None:
+    token, _ = token_create(user=owner, name="mine")
+    assert outsider_client.post(f"/settings/tokens/{token.id}/revoke/").status_code == 404
+    token.refresh_from_db()
+    assert token.revoked_at is None
+
+
+def test_apitoken_command_prints_a_working_token(owner: User) -> None:
+    out = StringIO()
+    call_command("apitoken", "owner", "--name", "script", stdout=out)
+    raw = out.getvalue().strip()
+    assert ApiToken.objects.get(user=owner).name == "script"
+    assert APIClient().get("/api/v1/me/", HTTP_AUTHORIZATION=f"Bearer {raw}").status_code == 200
+    with pytest.raises(CommandError, match="No user named"):
+        call_command("apitoken", "ghost")
+
+
+def test_api_tokens_endpoint(owner_api: APIClient, owner: User) -> None:
+    created = owner_api.post("/api/v1/tokens/", {"name": "robot"}, format="json")
+    assert created.status_code == 201
+    raw = created.json()["token"]
+    listed = owner_api.get("/api/v1/tokens/").json()["results"]
+    assert {t["name"] for t in listed} == {"tests", "robot"}
+    assert all("token" not in t and "digest" not in t for t in listed)
+    assert owner_api.delete(f"/api/v1/tokens/{created.json()['id']}/").status_code == 204
+    assert APIClient().get("/api/v1/me/", HTTP_AUTHORIZATION=f"Bearer {raw}").status_code == 401
+    assert owner_api.post("/api/v1/tokens/", {"name": ""}, format="json").status_code == 400
