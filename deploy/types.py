@@ -215,6 +215,11 @@ class NotebookRequest:
     def url(self) -> str:
         return f"https://{self.host}{self.path}"
 
+    @property
+    def pushed_volumes(self) -> tuple[VolumeSpec, ...]:
+        """The rw/rwd volumes: pushed periodically and when the notebook stops."""
+        return tuple(v for v in self.volumes if v.mode in (Mode.RW, Mode.RWD))
+
 
 @dataclass(frozen=True)
 class EgressRule:

@@ -1,0 +1,14 @@
+"""Container images `deploy/` puts in pods. Override per request (`sync_image`) or per backend."""
+
+from __future__ import annotations
+
+# The built-in fine-tune image: runs `python -m training.finetune ...` (training/Dockerfile).
+FINETUNE_IMAGE = "ghcr.io/ajuste/finetune:0.1.0"
+
+# The panel/worker image: it contains `storage/`, so it runs the volume sync engine
+# (`python -m storage.sync pull|push ...`) in init containers, sidecars and finalize Jobs.
+SYNC_IMAGE = "ghcr.io/ajuste/ajuste:0.1.0"
+
+# Notebook editors' default images when the panel names none of its own.
+JUPYTERLAB_IMAGE = "quay.io/jupyter/pytorch-notebook:cuda12-python-3.11"
+VSCODE_IMAGE = "docker.io/codercom/code-server:4.96.4"

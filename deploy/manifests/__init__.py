@@ -1,0 +1,37 @@
+"""Pure translation: typed requests in, Kubernetes manifest dicts out. No I/O, no client.
+
+Every function is deterministic (same request, same dicts), so tests compare with literal
+dicts, the backend can hash what it applies, and a retried task creates nothing twice.
+"""
+
+from deploy.manifests.jobs import make_job, make_push_job, make_workspace_claim
+from deploy.manifests.notebooks import (
+    make_notebook_ingress,
+    make_notebook_service,
+    make_notebook_statefulset,
+)
+from deploy.manifests.projects import (
+    make_datastore_secret,
+    make_limit_range,
+    make_namespace,
+    make_network_policies,
+    make_project_objects,
+    make_resource_quota,
+    make_role_binding,
+)
+
+__all__ = [
+    "make_datastore_secret",
+    "make_job",
+    "make_limit_range",
+    "make_namespace",
+    "make_network_policies",
+    "make_notebook_ingress",
+    "make_notebook_service",
+    "make_notebook_statefulset",
+    "make_project_objects",
+    "make_push_job",
+    "make_resource_quota",
+    "make_role_binding",
+    "make_workspace_claim",
+]

@@ -1,0 +1,150 @@
+"""Pieces shared by every workload manifest: metadata, security, resources, sync containers."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from deploy import names
+from deploy.types import FlavorSpec, Toleration, WorkloadRef
+from storage.volumes import VolumeSpec
+
+Manifest = dict[str, Any]
+
+WORKSPACE = "/workspace"
+# Every container runs as this unprivileged user; fsGroup makes the workspace writable to it.
+RUN_AS = 1000
+SHM_PATH = "/dev/shm"  # noqa: S108 - a mount point for a memory volume, not a temp file
+SYNC_MODULE = ("python", "-m", "storage.sync")
+
+
+def metadata(
+    *, name: str, namespace: str | None, labels: Mapping[str, str], annotations: Mapping[str, str]
+) -> Manifest:
+    """Object metadata; empty annotations are left out so literal dicts stay short."""
+    meta: Manifest = {"name": name}
+    if namespace is not None:
+        meta["namespace"] = namespace
+    meta["labels"] = dict(labels)
+    if annotations:
+        meta["annotations"] = dict(annotations)
+    return meta
+
+
+def workload_annotations(ref: WorkloadRef, user_labels: Mapping[str, str]) -> dict[str, str]:
+    """The raw project and id (labels may be hashed) and the user's labels, verbatim."""
+    annotations = {names.PROJECT: ref.project, names.ID: ref.id}
+    if user_labels:
+        annotations[names.USER_LABELS] = json.dumps(dict(user_labels), sort_keys=True)
+    return annotations
+
+
+def pod_security_context() -> Manifest:
+    """The `restricted` Pod Security Standard at pod level."""
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": RUN_AS,
+        "runAsGroup": RUN_AS,
+        "fsGroup": RUN_AS,
+        "fsGroupChangePolicy": "OnRootMismatch",
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def container_security_context() -> Manifest:
+    """The `restricted` Pod Security Standard at container level."""
+    return {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "runAsNonRoot": True,
+    }
+
+
+def flavor_resources(flavor: FlavorSpec, units: int) -> Manifest:
+    """Requests equal limits (Guaranteed QoS); GPUs only when the flavor has some."""
+    amounts: dict[str, str] = {
+        "cpu": str(flavor.vcpu_per_unit * units),
+        "memory": f"{flavor.memory_gib_per_unit * units}Gi",
+    }
+    if flavor.gpus_per_unit:
+        amounts[flavor.resource_key] = str(flavor.gpus_per_unit * units)
+    return {"requests": dict(amounts), "limits": dict(amounts)}
+
+
+def shm_size_gib(flavor: FlavorSpec, units: int) -> int:
+    """The shared-memory volume gets a quarter of the memory (at least 1 GiB): DataLoader
+    workers share batches through it, and it counts against the container's memory limit."""
+    return max(1, flavor.memory_gib_per_unit * units // 4)
+
+
+def tolerations(items: Iterable[Toleration]) -> list[Manifest]:
+    """Flavor tolerations as the API spells them."""
+    result = []
+    for item in items:
+        entry: Manifest = {"key": item.key, "operator": item.operator}
+        if item.value is not None and item.operator != "Exists":
+            entry["value"] = item.value
+        if item.effect:
+            entry["effect"] = item.effect
+        result.append(entry)
+    return result
+
+
+def env_list(env: Mapping[str, str]) -> list[Manifest]:
+    """Plain env vars, sorted so the manifest is deterministic."""
+    return [{"name": key, "value": env[key]} for key in sorted(env)]
+
+
+def spec_text(volume: VolumeSpec) -> str:
+    """A volume spec back in its text form, for the sync engine's command line."""
+    source = f"{volume.bucket}@{volume.alias}"
+    if volume.prefix:
+        source += f"/{volume.prefix}"
+    return f"{source}:{volume.mount_path}:{volume.mode.value}"
+
+
+def sync_container(
+    *,
+    name: str,
+    image: str,
+    action: str,
+    volumes: Iterable[VolumeSpec],
+    secret: str,
+    every_s: int | None = None,
+) -> Manifest:
+    """A container running the storage sync engine; only it sees the S3 credentials."""
+    command = [*SYNC_MODULE, action, *(spec_text(v) for v in volumes), "--root", "/"]
+    if every_s is not None:
+        command += ["--every", str(every_s)]
+    return {
+        "name": name,
+        "image": image,
+        "command": command,
+        "envFrom": [{"secretRef": {"name": secret}}],
+        "resources": {
+            "requests": {"cpu": "250m", "memory": "512Mi"},
+            "limits": {"cpu": "2", "memory": "2Gi"},
+        },
+        "securityContext": container_security_context(),
+        "volumeMounts": [{"name": "workspace", "mountPath": WORKSPACE}],
+    }
+
+
+def pull_secrets(secrets: Iterable[str]) -> list[Manifest]:
+    """imagePullSecrets entries."""
+    return [{"name": secret} for secret in secrets]
+
+
+def shm_volume(flavor: FlavorSpec, units: int) -> Manifest:
+    """The memory-backed volume mounted at /dev/shm."""
+    size = f"{shm_size_gib(flavor, units)}Gi"
+    return {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": size}}
+
+
+def main_mounts() -> list[Manifest]:
+    """Mounts of the user's container: the workspace and /dev/shm."""
+    return [
+        {"name": "workspace", "mountPath": WORKSPACE},
+        {"name": "dshm", "mountPath": SHM_PATH},
+    ]

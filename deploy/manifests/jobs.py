@@ -1,0 +1,190 @@
+"""A job run as Kubernetes objects.
+
+How rw volumes survive the pod (the design, also in docs/deploy-kubernetes.md):
+
+- A job with rw/rwd volumes gets a per-run PersistentVolumeClaim (`job-<id>-r<run>-ws`) mounted
+  at /workspace in every container; jobs with only ro volumes use an emptyDir instead.
+- The init container `pull` runs `python -m storage.sync pull ...` before the user's
+  container starts (INITIALIZING).
+- The native sidecar `push` (an init container with `restartPolicy: Always`) runs
+  `storage.sync push ... --every S`, so checkpoints reach the bucket during the run; it ends
+  (with a last push) when the user's container has exited, and never holds the Job open.
+- Once the Job is finished, the backend creates a finalize Job (`...-push-<attempt>`) that
+  mounts the same claim and pushes once more. Its success ends the run; its failure is
+  SYNC_FAILED and leaves the claim in place, so `retry_push` starts attempt n+1 on the same
+  data. The claim is deleted only with the run (`delete_job`).
+"""
+
+from __future__ import annotations
+
+from deploy import images, names
+from deploy.manifests.common import (
+    WORKSPACE,
+    Manifest,
+    container_security_context,
+    env_list,
+    flavor_resources,
+    main_mounts,
+    metadata,
+    pod_security_context,
+    pull_secrets,
+    shm_volume,
+    sync_container,
+    tolerations,
+    workload_annotations,
+)
+from deploy.types import JobRequest
+
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+# Long enough for the sidecar's last push when the pod ends.
+TERMINATION_GRACE_S = 300
+PUSH_BACKOFF_LIMIT = 2
+PUSH_DEADLINE_S = 24 * 3600
+
+
+def make_workspace_claim(*, job: JobRequest) -> Manifest | None:
+    """The per-run workspace claim, or None when nothing has to be pushed back."""
+    if not job.pushed_volumes:
+        return None
+    spec: Manifest = {
+        "accessModes": ["ReadWriteOnce"],
+        "resources": {"requests": {"storage": f"{job.workspace_gib}Gi"}},
+    }
+    if job.storage_class:
+        spec["storageClassName"] = job.storage_class
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": _meta(job, names.workspace_claim_name(job.ref), "workspace"),
+        "spec": spec,
+    }
+
+
+def make_job(*, job: JobRequest) -> Manifest:
+    """The batch/v1 Job running the user's container (see the module docstring)."""
+    meta = _meta(job, names.job_name(job.ref), "main")
+    spec: Manifest = {
+        "backoffLimit": 0,
+        "activeDeadlineSeconds": job.timeout_s,
+        "template": {
+            "metadata": {"labels": dict(meta["labels"]), "annotations": dict(meta["annotations"])},
+            "spec": _pod_spec(job),
+        },
+    }
+    if job.queue_name:
+        meta["labels"][KUEUE_QUEUE_LABEL] = job.queue_name
+        # Kueue admits a suspended Job by unsuspending it once the quota allows.
+        spec["suspend"] = True
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta, "spec": spec}
+
+
+def make_push_job(*, job: JobRequest, attempt: int) -> Manifest:
+    """The finalize Job: one push of the rw volumes from the kept workspace claim."""
+    push = sync_container(
+        name="push",
+        image=job.sync_image or images.SYNC_IMAGE,
+        action="push",
+        volumes=job.pushed_volumes,
+        secret=job.datastore_secret,
+    )
+    pod: Manifest = {
+        "restartPolicy": "Never",
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "securityContext": pod_security_context(),
+        "containers": [push],
+        "volumes": [_workspace_volume(job)],
+    }
+    meta = _meta(job, names.push_job_name(job.ref, attempt), "push")
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": meta,
+        "spec": {
+            "backoffLimit": PUSH_BACKOFF_LIMIT,
+            "activeDeadlineSeconds": PUSH_DEADLINE_S,
+            "template": {"metadata": {"labels": dict(meta["labels"])}, "spec": pod},
+        },
+    }
+
+
+def _meta(job: JobRequest, name: str, component: str) -> Manifest:
+    return metadata(
+        name=name,
+        namespace=job.namespace,
+        labels=names.workload_labels(job.ref, component=component),
+        annotations=workload_annotations(job.ref, job.labels),
+    )
+
+
+def _pod_spec(job: JobRequest) -> Manifest:
+    pod: Manifest = {
+        "restartPolicy": "Never",
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "terminationGracePeriodSeconds": TERMINATION_GRACE_S,
+        "securityContext": pod_security_context(),
+    }
+    if job.flavor.node_selector:
+        pod["nodeSelector"] = dict(job.flavor.node_selector)
+    if job.flavor.tolerations:
+        pod["tolerations"] = tolerations(job.flavor.tolerations)
+    if job.image_pull_secrets:
+        pod["imagePullSecrets"] = pull_secrets(job.image_pull_secrets)
+    init = _init_containers(job)
+    if init:
+        pod["initContainers"] = init
+    pod["containers"] = [_main_container(job)]
+    pod["volumes"] = [_workspace_volume(job), shm_volume(job.flavor, job.units)]
+    return pod
+
+
+def _init_containers(job: JobRequest) -> list[Manifest]:
+    sync_image = job.sync_image or images.SYNC_IMAGE
+    containers: list[Manifest] = []
+    if job.volumes:
+        containers.append(
+            sync_container(
+                name="pull",
+                image=sync_image,
+                action="pull",
+                volumes=job.volumes,
+                secret=job.datastore_secret,
+            )
+        )
+    if job.pushed_volumes:
+        sidecar = sync_container(
+            name="push",
+            image=sync_image,
+            action="push",
+            volumes=job.pushed_volumes,
+            secret=job.datastore_secret,
+            every_s=job.push_every_s,
+        )
+        sidecar["restartPolicy"] = "Always"  # a native sidecar: ends with the pod
+        containers.append(sidecar)
+    return containers
+
+
+def _main_container(job: JobRequest) -> Manifest:
+    container: Manifest = {
+        "name": "main",
+        "image": job.image,
+        "workingDir": WORKSPACE,
+    }
+    if job.command:
+        # `args`, like `docker run IMAGE CMD...`: the image's entrypoint wrapper still runs.
+        container["args"] = list(job.command)
+    if job.env:
+        container["env"] = env_list(job.env)
+    container["resources"] = flavor_resources(job.flavor, job.units)
+    container["securityContext"] = container_security_context()
+    container["volumeMounts"] = main_mounts()
+    return container
+
+
+def _workspace_volume(job: JobRequest) -> Manifest:
+    if job.pushed_volumes:
+        claim = names.workspace_claim_name(job.ref)
+        return {"name": "workspace", "persistentVolumeClaim": {"claimName": claim}}
+    return {"name": "workspace", "emptyDir": {"sizeLimit": f"{job.workspace_gib}Gi"}}

@@ -1,0 +1,239 @@
+"""A notebook as Kubernetes objects: a one-replica StatefulSet (replicas 0 when stopped) whose
+claim template keeps /workspace across stop and start, a Service, and an Ingress that asks the
+panel (forward-auth) before every request, so only members of the project get through.
+"""
+
+from __future__ import annotations
+
+from deploy import images, names
+from deploy.manifests.common import (
+    WORKSPACE,
+    Manifest,
+    container_security_context,
+    env_list,
+    flavor_resources,
+    main_mounts,
+    metadata,
+    pod_security_context,
+    pull_secrets,
+    shm_volume,
+    sync_container,
+    tolerations,
+    workload_annotations,
+)
+from deploy.types import Editor, NotebookRequest
+
+PORT = 8888
+# Identity headers the panel's auth endpoint returns. Listing them in auth-response-headers
+# makes ingress-nginx overwrite (or drop, when absent) whatever a client sent under these
+# names, so a browser cannot forge its identity towards the notebook.
+IDENTITY_HEADERS = ("X-Ajuste-User", "X-Ajuste-Project")
+NGINX = "nginx.ingress.kubernetes.io/"
+
+
+def editor_command(notebook: NotebookRequest) -> list[str]:
+    """The editor's command line: no token or password of its own (forward-auth guards it)."""
+    if notebook.command is not None:
+        return list(notebook.command)
+    if notebook.editor is Editor.VSCODE:
+        return [
+            "code-server",
+            f"--bind-addr=0.0.0.0:{PORT}",
+            "--auth=none",
+            "--disable-telemetry",
+            WORKSPACE,
+        ]
+    return [
+        "jupyter",
+        "lab",
+        "--ip=0.0.0.0",
+        f"--port={PORT}",
+        "--no-browser",
+        f"--ServerApp.base_url={notebook.path}",
+        f"--ServerApp.root_dir={WORKSPACE}",
+        "--IdentityProvider.token=",
+        "--ServerApp.password=",
+        "--ServerApp.trust_xheaders=True",
+    ]
+
+
+def make_notebook_statefulset(*, notebook: NotebookRequest) -> Manifest:
+    """One replica while running, zero when stopped; the claim survives both."""
+    ref = notebook.ref
+    labels = names.workload_labels(ref, component="notebook")
+    annotations = workload_annotations(ref, notebook.labels)
+    name = names.notebook_name(ref)
+    claim = {
+        "metadata": {"name": "workspace", "labels": dict(labels)},
+        "spec": _claim_spec(notebook),
+    }
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": metadata(
+            name=name, namespace=notebook.namespace, labels=labels, annotations=annotations
+        ),
+        "spec": {
+            "replicas": 1 if notebook.running else 0,
+            "serviceName": name,
+            "selector": {"matchLabels": names.selector_labels(ref)},
+            "persistentVolumeClaimRetentionPolicy": {
+                "whenDeleted": "Delete",
+                "whenScaled": "Retain",
+            },
+            "template": {
+                "metadata": {"labels": dict(labels), "annotations": dict(annotations)},
+                "spec": _pod_spec(notebook),
+            },
+            "volumeClaimTemplates": [claim],
+        },
+    }
+
+
+def make_notebook_service(*, notebook: NotebookRequest) -> Manifest:
+    """ClusterIP Service in front of the editor port."""
+    ref = notebook.ref
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": metadata(
+            name=names.notebook_name(ref),
+            namespace=notebook.namespace,
+            labels=names.workload_labels(ref, component="notebook"),
+            annotations=workload_annotations(ref, {}),
+        ),
+        "spec": {
+            "type": "ClusterIP",
+            "selector": names.selector_labels(ref),
+            "ports": [{"name": "http", "port": 80, "targetPort": "http", "protocol": "TCP"}],
+        },
+    }
+
+
+def make_notebook_ingress(*, notebook: NotebookRequest) -> Manifest:
+    """ingress-nginx Ingress with forward-auth to the panel; same host and path after restart."""
+    ref = notebook.ref
+    name = names.notebook_name(ref)
+    path, path_type, extra = _ingress_path(notebook)
+    backend = {"service": {"name": name, "port": {"name": "http"}}}
+    spec: Manifest = {
+        "ingressClassName": notebook.ingress_class,
+        "rules": [
+            {
+                "host": notebook.host,
+                "http": {"paths": [{"path": path, "pathType": path_type, "backend": backend}]},
+            }
+        ],
+    }
+    if notebook.tls_secret:
+        spec["tls"] = [{"hosts": [notebook.host], "secretName": notebook.tls_secret}]
+    annotations = {**workload_annotations(ref, {}), **_auth_annotations(notebook), **extra}
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "Ingress",
+        "metadata": metadata(
+            name=name,
+            namespace=notebook.namespace,
+            labels=names.workload_labels(ref, component="notebook"),
+            annotations=annotations,
+        ),
+        "spec": spec,
+    }
+
+
+def _auth_annotations(notebook: NotebookRequest) -> dict[str, str]:
+    return {
+        NGINX + "auth-url": notebook.auth_url,
+        NGINX + "auth-signin": notebook.signin_url,
+        NGINX + "auth-signin-redirect-param": "next",
+        NGINX + "auth-response-headers": ",".join(IDENTITY_HEADERS),
+        # Editors keep websockets open for the whole session.
+        NGINX + "proxy-read-timeout": "3600",
+        NGINX + "proxy-send-timeout": "3600",
+        NGINX + "proxy-body-size": "512m",
+    }
+
+
+def _ingress_path(notebook: NotebookRequest) -> tuple[str, str, dict[str, str]]:
+    """JupyterLab serves under its base_url; code-server wants the prefix stripped."""
+    base = notebook.path.rstrip("/")
+    if notebook.editor is Editor.VSCODE and base:
+        rewrite = {NGINX + "use-regex": "true", NGINX + "rewrite-target": "/$2"}
+        return f"{base}(/|$)(.*)", "ImplementationSpecific", rewrite
+    return notebook.path, "Prefix", {}
+
+
+def _claim_spec(notebook: NotebookRequest) -> Manifest:
+    spec: Manifest = {
+        "accessModes": ["ReadWriteOnce"],
+        "resources": {"requests": {"storage": f"{notebook.workspace_gib}Gi"}},
+    }
+    if notebook.storage_class:
+        spec["storageClassName"] = notebook.storage_class
+    return spec
+
+
+def _pod_spec(notebook: NotebookRequest) -> Manifest:
+    pod: Manifest = {
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "terminationGracePeriodSeconds": 300,
+        "securityContext": pod_security_context(),
+    }
+    if notebook.flavor.node_selector:
+        pod["nodeSelector"] = dict(notebook.flavor.node_selector)
+    if notebook.flavor.tolerations:
+        pod["tolerations"] = tolerations(notebook.flavor.tolerations)
+    if notebook.image_pull_secrets:
+        pod["imagePullSecrets"] = pull_secrets(notebook.image_pull_secrets)
+    init = _sync_containers(notebook)
+    if init:
+        pod["initContainers"] = init
+    pod["containers"] = [_editor_container(notebook)]
+    pod["volumes"] = [shm_volume(notebook.flavor, notebook.units)]
+    return pod
+
+
+def _sync_containers(notebook: NotebookRequest) -> list[Manifest]:
+    image = notebook.sync_image or images.SYNC_IMAGE
+    secret = notebook.datastore_secret
+    containers: list[Manifest] = []
+    if notebook.volumes:
+        containers.append(
+            sync_container(
+                name="pull", image=image, action="pull", volumes=notebook.volumes, secret=secret
+            )
+        )
+    if notebook.pushed_volumes:
+        sidecar = sync_container(
+            name="push",
+            image=image,
+            action="push",
+            volumes=notebook.pushed_volumes,
+            secret=secret,
+            every_s=notebook.push_every_s,
+        )
+        sidecar["restartPolicy"] = "Always"
+        containers.append(sidecar)
+    return containers
+
+
+def _editor_container(notebook: NotebookRequest) -> Manifest:
+    container: Manifest = {
+        "name": "main",
+        "image": notebook.image,
+        "command": editor_command(notebook),
+        "workingDir": WORKSPACE,
+        "ports": [{"name": "http", "containerPort": PORT, "protocol": "TCP"}],
+    }
+    if notebook.env:
+        container["env"] = env_list(notebook.env)
+    container["resources"] = flavor_resources(notebook.flavor, notebook.units)
+    container["securityContext"] = container_security_context()
+    container["readinessProbe"] = {
+        "tcpSocket": {"port": "http"},
+        "periodSeconds": 5,
+        "failureThreshold": 3,
+    }
+    container["volumeMounts"] = main_mounts()
+    return container

@@ -1,0 +1,205 @@
+"""A project's namespace and guard rails: Pod Security `restricted`, a GPU quota, container
+defaults without a GPU default, default-deny networking with DNS, ingress-controller and S3
+exceptions, the datastore Secret, and the RoleBinding that lets the panel manage it.
+"""
+
+from __future__ import annotations
+
+from deploy import names
+from deploy.manifests.common import Manifest, metadata
+from deploy.types import EgressRule, ProjectRequest
+
+PROJECT_ROLE = "ajuste-project"
+QUOTA_NAME = "ajuste-quota"
+LIMITS_NAME = "ajuste-defaults"
+NOTEBOOK_PORT = 8888
+
+
+def make_namespace(*, project: ProjectRequest) -> Manifest:
+    """The namespace, enforcing the `restricted` Pod Security Standard."""
+    labels = names.project_labels(project.slug)
+    for mode in ("enforce", "audit", "warn"):
+        labels[f"pod-security.kubernetes.io/{mode}"] = "restricted"
+        labels[f"pod-security.kubernetes.io/{mode}-version"] = "latest"
+    return {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": metadata(
+            name=project.namespace,
+            namespace=None,
+            labels=labels,
+            annotations={names.PROJECT: project.slug},
+        ),
+    }
+
+
+def make_role_binding(
+    *, project: ProjectRequest, service_account: str, service_account_namespace: str
+) -> Manifest:
+    """Binds the `ajuste-project` ClusterRole to the panel's ServiceAccount in this namespace
+    only, so the panel holds namespaced rights (Secrets included) nowhere else."""
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": _meta(project, "ajuste-controller"),
+        "roleRef": {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "ClusterRole",
+            "name": PROJECT_ROLE,
+        },
+        "subjects": [
+            {
+                "kind": "ServiceAccount",
+                "name": service_account,
+                "namespace": service_account_namespace,
+            }
+        ],
+    }
+
+
+def make_resource_quota(*, project: ProjectRequest) -> Manifest:
+    """At most `gpu_quota` GPUs requested at once in the namespace."""
+    key = f"requests.{project.gpu_resource_key}"
+    return {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": _meta(project, QUOTA_NAME),
+        "spec": {"hard": {key: str(project.gpu_quota)}},
+    }
+
+
+def make_limit_range(*, project: ProjectRequest) -> Manifest:
+    """CPU/memory defaults for containers that set none; deliberately no GPU default, so a
+    pod never gets a GPU it did not ask for."""
+    amounts = {"cpu": project.default_cpu, "memory": project.default_memory}
+    return {
+        "apiVersion": "v1",
+        "kind": "LimitRange",
+        "metadata": _meta(project, LIMITS_NAME),
+        "spec": {
+            "limits": [{"type": "Container", "default": amounts, "defaultRequest": dict(amounts)}]
+        },
+    }
+
+
+def make_network_policies(*, project: ProjectRequest) -> list[Manifest]:
+    """Default deny both ways, then DNS, the ingress controller (to notebooks only) and the
+    project's egress rules (the S3 endpoints)."""
+    policies = [
+        _policy(project, "ajuste-default-deny", {}, ingress=[], egress=[]),
+        _policy(project, "ajuste-allow-dns", {}, egress=[_dns_rule()]),
+        _policy(
+            project,
+            "ajuste-allow-ingress-controller",
+            {names.KIND: "notebook"},
+            ingress=[_ingress_controller_rule(project.ingress_namespace)],
+        ),
+    ]
+    if project.egress:
+        rules = [_egress_rule(rule) for rule in project.egress]
+        policies.append(_policy(project, "ajuste-allow-egress", {}, egress=rules))
+    return policies
+
+
+def make_datastore_secret(*, project: ProjectRequest) -> Manifest:
+    """The datastore credentials as `AJUSTE_DATASTORE_<ALIAS>_*` keys, read by sync
+    containers through `envFrom` (never copied into a pod spec)."""
+    data: dict[str, str] = {}
+    for datastore in project.datastores:
+        data.update(datastore.to_env())
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": _meta(project, project.datastore_secret),
+        "type": "Opaque",
+        "stringData": dict(sorted(data.items())),
+    }
+
+
+def make_project_objects(
+    *, project: ProjectRequest, service_account: str, service_account_namespace: str
+) -> list[Manifest]:
+    """Every object of a project, in the order they must be applied."""
+    return [
+        make_namespace(project=project),
+        make_role_binding(
+            project=project,
+            service_account=service_account,
+            service_account_namespace=service_account_namespace,
+        ),
+        make_resource_quota(project=project),
+        make_limit_range(project=project),
+        *make_network_policies(project=project),
+        make_datastore_secret(project=project),
+    ]
+
+
+def _meta(project: ProjectRequest, name: str) -> Manifest:
+    return metadata(
+        name=name,
+        namespace=project.namespace,
+        labels=names.project_labels(project.slug),
+        annotations={},
+    )
+
+
+def _policy(
+    project: ProjectRequest,
+    name: str,
+    pod_labels: dict[str, str],
+    *,
+    ingress: list[Manifest] | None = None,
+    egress: list[Manifest] | None = None,
+) -> Manifest:
+    spec: Manifest = {"podSelector": {"matchLabels": pod_labels} if pod_labels else {}}
+    types = []
+    if ingress is not None:
+        spec["ingress"] = ingress
+        types.append("Ingress")
+    if egress is not None:
+        spec["egress"] = egress
+        types.append("Egress")
+    spec["policyTypes"] = types
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": _meta(project, name),
+        "spec": spec,
+    }
+
+
+def _dns_rule() -> Manifest:
+    return {
+        "to": [
+            {
+                "namespaceSelector": {
+                    "matchLabels": {"kubernetes.io/metadata.name": "kube-system"}
+                },
+                "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
+            }
+        ],
+        "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],
+    }
+
+
+def _ingress_controller_rule(namespace: str) -> Manifest:
+    return {
+        "from": [
+            {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}}
+        ],
+        "ports": [{"protocol": "TCP", "port": NOTEBOOK_PORT}],
+    }
+
+
+def _egress_rule(rule: EgressRule) -> Manifest:
+    peer: Manifest = {}
+    if rule.cidr:
+        peer["ipBlock"] = {"cidr": rule.cidr}
+    if rule.namespace:
+        peer["namespaceSelector"] = {"matchLabels": {"kubernetes.io/metadata.name": rule.namespace}}
+        if rule.pod_labels:
+            peer["podSelector"] = {"matchLabels": dict(rule.pod_labels)}
+    result: Manifest = {"to": [peer]}
+    if rule.ports:
+        result["ports"] = [{"protocol": "TCP", "port": port} for port in rule.ports]
+    return result

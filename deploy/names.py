@@ -1,0 +1,96 @@
+"""Deterministic, RFC 1123-valid names and the labels every Ajuste object carries.
+
+Label keys (stable; selectors and RBAC-free lookups rely on them):
+- `app.kubernetes.io/managed-by: ajuste` on every object we create;
+- `ajuste.io/project`: the project slug; `ajuste.io/kind`: `job`, `notebook` or `project`;
+- `ajuste.io/id`: the panel's id of the workload; `ajuste.io/run`: the job run number;
+- `ajuste.io/component`: which part of a workload (`main`, `push`, `workspace`, `notebook`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+from deploy.types import WorkloadKind, WorkloadRef
+
+MANAGED_BY = "app.kubernetes.io/managed-by"
+MANAGER = "ajuste"
+PROJECT = "ajuste.io/project"
+KIND = "ajuste.io/kind"
+ID = "ajuste.io/id"
+RUN = "ajuste.io/run"
+COMPONENT = "ajuste.io/component"
+SPEC_HASH = "ajuste.io/spec-hash"
+USER_LABELS = "ajuste.io/user-labels"
+STOP_REQUESTED = "ajuste.io/stop-requested"
+
+_INVALID = re.compile(r"[^a-z0-9-]+")
+_LABEL_INVALID = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+def dns_label(text: str, *, max_len: int = 63) -> str:
+    """`text` as a DNS-1123 label; a short hash is appended whenever anything had to change,
+    so two different ids never collapse to the same name."""
+    clean = _INVALID.sub("-", text.lower()).strip("-")
+    if clean == text and 0 < len(clean) <= max_len:
+        return clean
+    digest = hashlib.sha256(text.encode()).hexdigest()[:8]
+    return f"{clean[: max_len - 9].strip('-')}-{digest}".strip("-")
+
+
+def label_value(text: str) -> str:
+    """`text` as a label value (63 chars, alphanumeric at both ends), hashed if it changed."""
+    clean = _LABEL_INVALID.sub("-", text).strip("-_.")
+    if clean == text and len(clean) <= 63:
+        return clean
+    digest = hashlib.sha256(text.encode()).hexdigest()[:8]
+    return f"{clean[:54].strip('-_.')}-{digest}".strip("-")
+
+
+def job_name(ref: WorkloadRef) -> str:
+    """The Job of one run: `job-<id>-r<run>`; kept short enough for the pod names under it."""
+    return dns_label(f"job-{ref.id}-r{ref.run}", max_len=52)
+
+
+def workspace_claim_name(ref: WorkloadRef) -> str:
+    """The per-run PVC that holds /workspace of a job with rw volumes."""
+    return f"{job_name(ref)}-ws"
+
+
+def push_job_name(ref: WorkloadRef, attempt: int) -> str:
+    """The finalize Job that pushes rw volumes, one per attempt."""
+    return f"{job_name(ref)}-push-{attempt}"
+
+
+def notebook_name(ref: WorkloadRef) -> str:
+    """StatefulSet, Service and Ingress of a notebook share this name."""
+    return dns_label(f"nb-{ref.id}", max_len=40)
+
+
+def selector_labels(ref: WorkloadRef) -> dict[str, str]:
+    """The labels that find every object of one workload run."""
+    labels = {
+        MANAGED_BY: MANAGER,
+        PROJECT: label_value(ref.project),
+        KIND: ref.kind.value,
+        ID: label_value(ref.id),
+    }
+    if ref.kind is WorkloadKind.JOB:
+        labels[RUN] = str(ref.run)
+    return labels
+
+
+def workload_labels(ref: WorkloadRef, *, component: str) -> dict[str, str]:
+    """Selector labels plus the component."""
+    return {**selector_labels(ref), COMPONENT: component}
+
+
+def project_labels(slug: str) -> dict[str, str]:
+    """Labels of a project's own objects (namespace, quota, policies, Secret)."""
+    return {MANAGED_BY: MANAGER, PROJECT: label_value(slug), KIND: "project"}
+
+
+def selector(labels: dict[str, str]) -> str:
+    """A label selector string for the API (`a=b,c=d`)."""
+    return ",".join(f"{key}={value}" for key, value in sorted(labels.items()))
