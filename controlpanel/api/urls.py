@@ -5,10 +5,11 @@ from rest_framework.routers import DefaultRouter
 from controlpanel.api import views
 
 router = DefaultRouter()
-router.register("projects", views.ProjectViewSet, basename="project")
-router.register("tokens", views.TokenViewSet, basename="token")
+router.include_format_suffixes = False
+router.register("projects", views.ProjectViewSet, basename="api-project")
+router.register("tokens", views.TokenViewSet, basename="api-token")
 router.register(r"projects/(?P<project_slug>[a-z0-9-]+)/members", views.MemberViewSet,
-                basename="member")
+                basename="api-member")
 
 urlpatterns = [
     path("api/v1/me/", views.me, name="api-me"),

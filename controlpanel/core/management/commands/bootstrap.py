@@ -1,0 +1,50 @@
+"""First-run set-up for `make run`: the first admin and a starter project, once."""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand
+from django.db import transaction
+
+from controlpanel.projects.models import Membership, Project, Role
+
+
+class Command(BaseCommand):
+    help = "Create the first admin (and a 'demo' project) if no admin exists yet."
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        with transaction.atomic():
+            self._first_admin()
+
+    def _first_admin(self) -> None:
+        users = get_user_model()
+        if users.objects.filter(is_superuser=True).exists():
+            admin = users.objects.filter(is_superuser=True).order_by("pk").first()
+            self.stdout.write(f"• admin account: {admin.username}")
+            return
+        username = os.environ.get("DJANGO_SUPERUSER_USERNAME", "admin")
+        password = os.environ.get("DJANGO_SUPERUSER_PASSWORD")
+        generated = not password
+        password = password or secrets.token_urlsafe(12)
+        admin = users.objects.create_superuser(
+            username=username, email=os.environ.get("DJANGO_SUPERUSER_EMAIL", ""), password=password
+        )
+        project, _ = Project.objects.get_or_create(slug="demo", defaults={"name": "Demo"})
+        Membership.objects.get_or_create(project=project, user=admin,
+                                         defaults={"role": Role.MANAGER})
+        if generated:
+            note = Path(settings.VAR_DIR) / "admin-password.txt"
+            note.write_text(f"{username}\n{password}\n")
+            note.chmod(0o600)
+            self.stdout.write(self.style.SUCCESS(
+                f"• created the admin account: user {username}, password {password} "
+                f"(saved once in {note}; change it under Settings)"))
+        else:
+            self.stdout.write(self.style.SUCCESS(
+                f"• created the admin account {username} with DJANGO_SUPERUSER_PASSWORD"))

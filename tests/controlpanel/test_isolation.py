@@ -1,0 +1,93 @@
+"""Every page, fragment and API route that belongs to a project: a member of another project
+gets 404 and an anonymous user is sent to log in (web) or gets 401 (API).
+
+`test_every_route_is_covered` walks the URL resolver, so a new route fails the suite until
+it is added to CASES (or, if it is not project data, to PUBLIC / PERSONAL).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from django.test import Client
+from django.urls import URLPattern, URLResolver, get_resolver
+from rest_framework.test import APIClient
+
+from controlpanel.projects.models import Membership
+
+
+@dataclass(frozen=True)
+class Case:
+    """One project-scoped route; `path` builds the URL from the owner's fixtures."""
+
+    name: str
+    path: Callable[[dict[str, Any]], str]
+    methods: tuple[str, ...] = ("get",)
+    api: bool = False
+
+
+def _membership(ctx: dict[str, Any]) -> int:
+    return Membership.objects.get(user=ctx["member"]).pk
+
+
+CASES: list[Case] = [
+    Case("project-home", lambda c: "/p/alpha/"),
+    Case("member-list", lambda c: "/p/alpha/members/", ("get", "post")),
+    Case("member-update", lambda c: f"/p/alpha/members/{_membership(c)}/", ("post",)),
+    Case("api-project-detail", lambda c: "/api/v1/projects/alpha/", ("get",), api=True),
+    Case("api-member-list", lambda c: "/api/v1/projects/alpha/members/", ("get", "post"), api=True),
+    Case("api-member-detail", lambda c: f"/api/v1/projects/alpha/members/{_membership(c)}/",
+         ("patch", "delete"), api=True),
+]
+
+# Routes that hold no project data: public, or the user's own things (tested in test_accounts).
+PUBLIC = {"home", "healthz", "readyz", "login", "logout", "api-schema", "api-docs", "api-root"}
+PERSONAL = {"password_change", "password_change_done", "user-settings", "token-revoke", "api-me",
+            "api-token-list", "api-token-detail", "project-create", "api-project-list"}
+
+
+def _route_names(patterns: list[Any]) -> Iterator[str]:
+    for pattern in patterns:
+        if isinstance(pattern, URLResolver):
+            if pattern.app_name == "admin":
+                continue
+            yield from _route_names(pattern.url_patterns)
+        elif isinstance(pattern, URLPattern) and pattern.name:
+            yield pattern.name
+
+
+def test_every_route_is_covered() -> None:
+    names = set(_route_names(get_resolver().url_patterns))
+    covered = {case.name for case in CASES} | PUBLIC | PERSONAL
+    assert names - covered == set(), "add these routes to the isolation CASES"
+
+
+@pytest.fixture
+def ctx(owner: Any, member: Any, outsider: Any) -> dict[str, Any]:
+    return {"owner": owner, "member": member, "outsider": outsider}
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_other_projects_member_gets_404(case: Case, ctx: dict[str, Any],
+                                        outsider_client: Client, outsider_api: APIClient) -> None:
+    url = case.path(ctx)
+    client = outsider_api if case.api else outsider_client
+    for method in case.methods:
+        response = getattr(client, method)(url, {}, **({"format": "json"} if case.api else {}))
+        assert response.status_code == 404, (method, url, response.status_code)
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_anonymous_is_refused(case: Case, ctx: dict[str, Any]) -> None:
+    url = case.path(ctx)
+    client: Client = APIClient() if case.api else Client()
+    for method in case.methods:
+        response = getattr(client, method)(url, {})
+        if case.api:
+            assert response.status_code == 401, (method, url, response.status_code)
+        else:
+            assert response.status_code == 302, (method, url, response.status_code)
+            assert response["Location"].startswith("/login/")

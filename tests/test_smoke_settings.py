@@ -1,4 +1,0 @@
-def test_settings_import():
-    from django.conf import settings
-
-    assert settings.DATABASES["default"]["ENGINE"].endswith("postgresql")
