@@ -24,6 +24,7 @@ COMPONENT = "ajuste.io/component"
 SPEC_HASH = "ajuste.io/spec-hash"
 USER_LABELS = "ajuste.io/user-labels"
 STOP_REQUESTED = "ajuste.io/stop-requested"
+URL = "ajuste.io/url"
 
 _INVALID = re.compile(r"[^a-z0-9-]+")
 _LABEL_INVALID = re.compile(r"[^A-Za-z0-9_.-]+")

@@ -314,5 +314,9 @@ class DeployError(Exception):
     """A request `deploy/` cannot carry out; the message is meant for the user."""
 
 
+class TransientError(DeployError):
+    """The cluster (or this machine) did not answer as expected this time: retry later."""
+
+
 class ConflictError(DeployError):
     """An object with our deterministic name exists but is not ours to adopt."""

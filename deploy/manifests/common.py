@@ -122,6 +122,7 @@ def sync_container(
         "image": image,
         "command": command,
         "envFrom": [{"secretRef": {"name": secret}}],
+        "terminationMessagePolicy": "FallbackToLogsOnError",
         "resources": {
             "requests": {"cpu": "250m", "memory": "512Mi"},
             "limits": {"cpu": "2", "memory": "2Gi"},

@@ -103,7 +103,13 @@ def make_push_job(*, job: JobRequest, attempt: int) -> Manifest:
         "spec": {
             "backoffLimit": PUSH_BACKOFF_LIMIT,
             "activeDeadlineSeconds": PUSH_DEADLINE_S,
-            "template": {"metadata": {"labels": dict(meta["labels"])}, "spec": pod},
+            "template": {
+                "metadata": {
+                    "labels": dict(meta["labels"]),
+                    "annotations": dict(meta["annotations"]),
+                },
+                "spec": pod,
+            },
         },
     }
 
@@ -177,6 +183,8 @@ def _main_container(job: JobRequest) -> Manifest:
         container["args"] = list(job.command)
     if job.env:
         container["env"] = env_list(job.env)
+    # The last lines of a failing run become the pod's termination message: our reason.
+    container["terminationMessagePolicy"] = "FallbackToLogsOnError"
     container["resources"] = flavor_resources(job.flavor, job.units)
     container["securityContext"] = container_security_context()
     container["volumeMounts"] = main_mounts()

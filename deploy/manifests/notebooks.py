@@ -61,7 +61,7 @@ def make_notebook_statefulset(*, notebook: NotebookRequest) -> Manifest:
     """One replica while running, zero when stopped; the claim survives both."""
     ref = notebook.ref
     labels = names.workload_labels(ref, component="notebook")
-    annotations = workload_annotations(ref, notebook.labels)
+    annotations = {**workload_annotations(ref, notebook.labels), names.URL: notebook.url}
     name = names.notebook_name(ref)
     claim = {
         "metadata": {"name": "workspace", "labels": dict(labels)},

@@ -1,0 +1,203 @@
+"""`KubernetesBackend`: the `ComputeBackend` that runs workloads on a cluster."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime
+
+from kubernetes.client import ApiClient
+from kubernetes.client.exceptions import ApiException
+
+from deploy import manifests, names
+from deploy.kubernetes.api import KubeApi, Obj
+from deploy.kubernetes.apply import apply, delete, delete_labelled
+from deploy.kubernetes.client import make_api_client
+from deploy.kubernetes.listing import (
+    job_objects,
+    notebook_state,
+    observe_everything,
+)
+from deploy.kubernetes.logs import read_pod_log
+from deploy.kubernetes.observe import JobObjects, observe_job
+from deploy.kubernetes.pods import container_run, container_status, newest
+from deploy.kubernetes.watcher import watch_workloads
+from deploy.types import (
+    JobRequest,
+    LogChunk,
+    NotebookRequest,
+    ObservedWorkload,
+    Phase,
+    ProjectRequest,
+    WorkloadKind,
+    WorkloadRef,
+)
+
+STOPPABLE = frozenset({Phase.QUEUED, Phase.PENDING, Phase.INITIALIZING, Phase.RUNNING})
+
+
+class KubernetesBackend:
+    """Jobs as batch/v1 Jobs, notebooks as StatefulSets, projects as namespaces.
+
+    `service_account`/`service_account_namespace` name the panel's own identity, bound to the
+    `ajuste-project` ClusterRole inside each project namespace by `ensure_project`.
+    """
+
+    name = "kubernetes"
+
+    def __init__(
+        self,
+        *,
+        api_client: ApiClient | None = None,
+        service_account: str = "ajuste-controller",
+        service_account_namespace: str = "ajuste",
+        watch_timeout_s: int = 30,
+    ) -> None:
+        self.api = KubeApi(api_client or make_api_client())
+        self.service_account = service_account
+        self.service_account_namespace = service_account_namespace
+        self.watch_timeout_s = watch_timeout_s
+
+    def ensure_project(self, *, project: ProjectRequest) -> None:
+        for manifest in manifests.make_project_objects(
+            project=project,
+            service_account=self.service_account,
+            service_account_namespace=self.service_account_namespace,
+        ):
+            apply(self.api, manifest)
+
+    def apply_job(self, *, job: JobRequest) -> ObservedWorkload:
+        objects = job_objects(self.api, job.ref)
+        if objects.job is None:
+            claim = manifests.make_workspace_claim(job=job)
+            if claim is not None:
+                apply(self.api, claim)  # first: the pod must find its claim
+            created = apply(self.api, manifests.make_job(job=job))
+            objects = JobObjects(job=created)
+        observed = observe_job(job.ref, objects)
+        if observed.needs_apply:
+            apply(self.api, manifests.make_push_job(job=job, attempt=1))
+            observed = self.observe_job(ref=job.ref)
+        return observed
+
+    def stop_job(self, *, job: JobRequest) -> None:
+        """A deadline of one second makes the Job controller end the pod gracefully now;
+        the annotation tells a stop from a timeout."""
+        observed = self.observe_job(ref=job.ref)
+        if observed.phase not in STOPPABLE:
+            return
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        patch = {
+            "metadata": {"annotations": {names.STOP_REQUESTED: now}},
+            "spec": {"activeDeadlineSeconds": 1},
+        }
+        self._patch_if_present("Job", job.namespace, names.job_name(job.ref), patch)
+
+    def retry_push(self, *, job: JobRequest) -> None:
+        observed = self.observe_job(ref=job.ref)
+        if observed.phase is Phase.SYNC_FAILED:
+            attempt = observed.push_attempt + 1
+            apply(self.api, manifests.make_push_job(job=job, attempt=attempt))
+
+    def delete_job(self, *, ref: WorkloadRef) -> None:
+        selector = names.selector(names.selector_labels(ref))
+        for kind in ("Job", "Pod", "PersistentVolumeClaim"):
+            delete_labelled(self.api, kind, ref.namespace, selector)
+
+    def observe_job(self, *, ref: WorkloadRef) -> ObservedWorkload:
+        return observe_job(ref, job_objects(self.api, ref))
+
+    def read_logs(self, *, ref: WorkloadRef, cursor: str | None, limit: int = 1000) -> LogChunk:
+        selector = names.selector({**names.selector_labels(ref), names.COMPONENT: _main(ref)})
+        pods, _ = self.api.list("Pod", ref.namespace, label_selector=selector)
+        pod = newest(pods)
+        if pod is None:
+            return LogChunk(lines=(), cursor=cursor or "", eof=self._ended(ref))
+        run = container_run(container_status(pod, "main"))
+        if run.state in ("", "waiting"):
+            return LogChunk(lines=(), cursor=cursor or "", eof=False)
+        return self._read_pod(pod, cursor, limit, finished=run.state == "terminated")
+
+    def apply_notebook(self, *, notebook: NotebookRequest) -> ObservedWorkload:
+        apply(self.api, manifests.make_notebook_service(notebook=notebook))
+        apply(self.api, manifests.make_notebook_ingress(notebook=notebook))
+        apply(self.api, manifests.make_notebook_statefulset(notebook=notebook))
+        return self.observe_notebook(ref=notebook.ref)
+
+    def delete_notebook(self, *, ref: WorkloadRef) -> None:
+        name = names.notebook_name(ref)
+        for kind in ("Ingress", "Service", "StatefulSet"):
+            delete(self.api, kind, ref.namespace, name)
+        selector = names.selector(names.selector_labels(ref))
+        for kind in ("Pod", "PersistentVolumeClaim"):
+            delete_labelled(self.api, kind, ref.namespace, selector)
+
+    def observe_notebook(self, *, ref: WorkloadRef) -> ObservedWorkload:
+        return notebook_state(self.api, ref)
+
+    def observe_all(self, *, namespace: str | None = None) -> list[ObservedWorkload]:
+        observations, _ = observe_everything(self.api, namespace)
+        return observations
+
+    def watch(
+        self, *, stop: threading.Event, namespace: str | None = None, resync_s: float = 300.0
+    ) -> Iterator[ObservedWorkload]:
+        return watch_workloads(
+            self.api,
+            stop=stop,
+            namespace=namespace,
+            resync_s=resync_s,
+            watch_timeout_s=self.watch_timeout_s,
+            observe=self._observe_after_event,
+        )
+
+    def _observe_after_event(self, ref: WorkloadRef, deleted_pod: Obj | None) -> ObservedWorkload:
+        """Observe one run; a job pod that just went away still tells how its run ended."""
+        if ref.kind is WorkloadKind.NOTEBOOK:
+            return self.observe_notebook(ref=ref)
+        objects = job_objects(self.api, ref)
+        if deleted_pod is not None:
+            uids = {p["metadata"].get("uid") for p in objects.pods}
+            if deleted_pod["metadata"].get("uid") not in uids and _main(ref) == "main":
+                objects = JobObjects(
+                    job=objects.job,
+                    pods=[*objects.pods, deleted_pod],
+                    push_jobs=objects.push_jobs,
+                    push_pods=objects.push_pods,
+                )
+        return observe_job(ref, objects)
+
+    def _read_pod(self, pod: Obj, cursor: str | None, limit: int, *, finished: bool) -> LogChunk:
+        meta = pod["metadata"]
+        try:
+            lines, after, at_end = read_pod_log(
+                self.api,
+                namespace=meta["namespace"],
+                pod=meta["name"],
+                pod_uid=meta.get("uid", ""),
+                container="main",
+                cursor=cursor,
+                limit=limit,
+            )
+        except ApiException as exc:
+            if exc.status in (400, 404):  # not started yet, or gone meanwhile
+                return LogChunk(lines=(), cursor=cursor or "", eof=exc.status == 404)
+            raise
+        return LogChunk(lines=tuple(lines), cursor=after, eof=finished and at_end)
+
+    def _ended(self, ref: WorkloadRef) -> bool:
+        if ref.kind is WorkloadKind.NOTEBOOK:
+            return self.observe_notebook(ref=ref).phase.is_final
+        return self.observe_job(ref=ref).phase.is_final
+
+    def _patch_if_present(self, kind: str, namespace: str, name: str, patch: Obj) -> None:
+        try:
+            self.api.patch(kind, namespace, name, patch)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+
+def _main(ref: WorkloadRef) -> str:
+    """The component label of the pod that runs the user's process."""
+    return "notebook" if ref.kind is WorkloadKind.NOTEBOOK else "main"

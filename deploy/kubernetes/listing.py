@@ -1,0 +1,120 @@
+"""Fetch and group our objects so `observe` can map them: per run, or everything at once."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from kubernetes.client.exceptions import ApiException
+
+from deploy import names
+from deploy.kubernetes.api import KubeApi, Obj
+from deploy.kubernetes.observe import JobObjects, observe_job, observe_notebook
+from deploy.kubernetes.pods import newest, unscheduled_reason
+from deploy.types import ObservedWorkload, WorkloadKind, WorkloadRef
+
+MANAGED = names.selector({names.MANAGED_BY: names.MANAGER})
+
+
+def ref_of(obj: Obj) -> WorkloadRef | None:
+    """The workload run an object belongs to, from its labels and annotations."""
+    meta = obj.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    annotations = meta.get("annotations") or {}
+    try:
+        kind = WorkloadKind(labels.get(names.KIND, ""))
+    except ValueError:
+        return None
+    run = labels.get(names.RUN, "1")
+    return WorkloadRef(
+        kind=kind,
+        project=annotations.get(names.PROJECT) or labels.get(names.PROJECT, ""),
+        namespace=meta.get("namespace", ""),
+        id=annotations.get(names.ID) or labels.get(names.ID, ""),
+        run=int(run) if run.isdigit() else 1,
+    )
+
+
+def component(obj: Obj) -> str:
+    """`main`, `push`, `workspace` or `notebook`."""
+    return str(((obj.get("metadata") or {}).get("labels") or {}).get(names.COMPONENT, ""))
+
+
+def pod_events(api: KubeApi, pod: Obj | None) -> list[Obj]:
+    """Events of a pod that has no node yet (the scheduler explains itself there)."""
+    if pod is None or unscheduled_reason(pod, []) is None:
+        return []
+    meta = pod["metadata"]
+    fields = f"involvedObject.kind=Pod,involvedObject.name={meta['name']}"
+    items, _ = api.list("Event", meta["namespace"], field_selector=fields)
+    return items
+
+
+def job_objects(api: KubeApi, ref: WorkloadRef) -> JobObjects:
+    """The Jobs and pods of one job run."""
+    selector = names.selector(names.selector_labels(ref))
+    jobs, _ = api.list("Job", ref.namespace, label_selector=selector)
+    pods, _ = api.list("Pod", ref.namespace, label_selector=selector)
+    return group_job(api, jobs, pods)
+
+
+def group_job(api: KubeApi, jobs: list[Obj], pods: list[Obj]) -> JobObjects:
+    """Split one run's objects by component and fetch events for an unscheduled pod."""
+    main_pods = [p for p in pods if component(p) == "main"]
+    return JobObjects(
+        job=newest(j for j in jobs if component(j) == "main"),
+        pods=main_pods,
+        push_jobs=[j for j in jobs if component(j) == "push"],
+        push_pods=[p for p in pods if component(p) == "push"],
+        events=pod_events(api, newest(main_pods)),
+    )
+
+
+def notebook_state(api: KubeApi, ref: WorkloadRef) -> ObservedWorkload:
+    """One notebook, read afresh."""
+    try:
+        statefulset: Obj | None = api.read("StatefulSet", ref.namespace, names.notebook_name(ref))
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+        statefulset = None
+    selector = names.selector(names.selector_labels(ref))
+    pods, _ = api.list("Pod", ref.namespace, label_selector=selector)
+    return map_notebook(api, ref, statefulset, pods)
+
+
+def map_notebook(
+    api: KubeApi, ref: WorkloadRef, statefulset: Obj | None, pods: list[Obj]
+) -> ObservedWorkload:
+    """`observe_notebook` with the URL from the StatefulSet and events when unscheduled."""
+    annotations = ((statefulset or {}).get("metadata") or {}).get("annotations") or {}
+    events = pod_events(api, newest(pods))
+    return observe_notebook(ref, statefulset, pods, events, annotations.get(names.URL))
+
+
+def observe_everything(api: KubeApi, namespace: str | None) -> tuple[list[ObservedWorkload], str]:
+    """The sweep: three list calls, then one observation per run (events only when needed).
+    Also returns the pod list's resourceVersion, where a watch can start."""
+    jobs, _ = api.list("Job", namespace, label_selector=MANAGED)
+    pods, pods_version = api.list("Pod", namespace, label_selector=MANAGED)
+    sets, _ = api.list("StatefulSet", namespace, label_selector=MANAGED)
+    by_ref: dict[WorkloadRef, dict[str, list[Obj]]] = defaultdict(
+        lambda: {"jobs": [], "pods": [], "sets": []}
+    )
+    for key, objects in (("jobs", jobs), ("pods", pods), ("sets", sets)):
+        for obj in objects:
+            ref = ref_of(obj)
+            if ref is not None:
+                by_ref[ref][key].append(obj)
+    ordered = sorted(by_ref.items(), key=_order)
+    return [_observe_group(api, ref, group) for ref, group in ordered], pods_version
+
+
+def _observe_group(api: KubeApi, ref: WorkloadRef, group: dict[str, list[Obj]]) -> ObservedWorkload:
+    if ref.kind is WorkloadKind.NOTEBOOK:
+        return map_notebook(api, ref, newest(group["sets"]), group["pods"])
+    return observe_job(ref, group_job(api, group["jobs"], group["pods"]))
+
+
+def _order(item: tuple[WorkloadRef, object]) -> tuple[str, str, str, int]:
+    ref = item[0]
+    return (ref.namespace, ref.kind.value, ref.id, ref.run)

@@ -1,0 +1,260 @@
+"""Map our objects (as dicts) to `ObservedWorkload`s. Pure: the backend lists, this decides.
+
+A job run is its Job (`component=main`), the Job's pods, and the finalize push Jobs with their
+pods. The user's container is `main`; `pull` and `push` are the sync containers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from deploy import names
+from deploy.kubernetes.api import Obj
+from deploy.kubernetes.pods import (
+    ContainerRun,
+    clip,
+    condition,
+    container_run,
+    container_status,
+    is_true,
+    last_line,
+    newest,
+    parse_time,
+    unscheduled_reason,
+    waiting_reason,
+)
+from deploy.types import ObservedWorkload, Phase, WorkloadKind, WorkloadRef
+
+
+@dataclass(frozen=True)
+class JobObjects:
+    """Everything listed for one job run."""
+
+    job: Obj | None
+    pods: list[Obj] = field(default_factory=list)
+    push_jobs: list[Obj] = field(default_factory=list)
+    push_pods: list[Obj] = field(default_factory=list)
+    events: list[Obj] = field(default_factory=list)
+
+
+def observe_job(ref: WorkloadRef, objects: JobObjects) -> ObservedWorkload:
+    """The observed phase of one job run (see `deploy.types.Phase`)."""
+    base = ObservedWorkload(
+        kind=WorkloadKind.JOB,
+        id=ref.id,
+        phase=Phase.GONE,
+        project=ref.project,
+        namespace=ref.namespace,
+        run=ref.run,
+    )
+    job = objects.job
+    if job is None:
+        if objects.pods or objects.push_jobs:
+            return replace(base, phase=Phase.ERROR, reason="the Job object disappeared")
+        return replace(base, reason="no object of this run exists")
+    pod = newest(objects.pods)
+    observed = _with_pod_facts(base, pod)
+    outcome = _finished(job, pod, observed)
+    if outcome is None:
+        return _in_progress(job, pod, observed, objects.events)
+    if not _pushes(job) or pod is None:
+        return outcome
+    return _after_push(outcome, objects)
+
+
+def _with_pod_facts(base: ObservedWorkload, pod: Obj | None) -> ObservedWorkload:
+    if pod is None:
+        return base
+    run = container_run(container_status(pod, "main"))
+    return replace(
+        base,
+        run_uid=pod["metadata"].get("uid"),
+        node=(pod.get("spec") or {}).get("nodeName"),
+        started_at=run.started_at,
+        finished_at=run.finished_at,
+        exit_code=run.exit_code,
+    )
+
+
+def _finished(job: Obj, pod: Obj | None, observed: ObservedWorkload) -> ObservedWorkload | None:
+    """The run's outcome once the Job (or its pod) has ended, else None."""
+    stopped = names.STOP_REQUESTED in (job["metadata"].get("annotations") or {})
+    if is_true(job, "Complete") or is_true(job, "SuccessCriteriaMet"):
+        return replace(observed, phase=Phase.SUCCEEDED, reason="exit code 0", exit_code=0)
+    failed = condition(job, "Failed") if is_true(job, "Failed") else None
+    failed = failed or (condition(job, "FailureTarget") if is_true(job, "FailureTarget") else None)
+    pod_phase = ((pod or {}).get("status") or {}).get("phase")
+    if failed is None and pod_phase not in ("Succeeded", "Failed"):
+        if (job.get("spec") or {}).get("suspend") and stopped:
+            return replace(observed, phase=Phase.STOPPED, reason="stopped before it started")
+        return None
+    if failed is not None and failed.get("reason") == "DeadlineExceeded":
+        return _deadline(job, observed, stopped)
+    if pod_phase == "Succeeded" and failed is None:
+        return replace(observed, phase=Phase.SUCCEEDED, reason="exit code 0", exit_code=0)
+    return _failure(pod, observed, failed)
+
+
+def _deadline(job: Obj, observed: ObservedWorkload, stopped: bool) -> ObservedWorkload:
+    if observed.finished_at is None:
+        failed = condition(job, "Failed") or {}
+        observed = replace(observed, finished_at=parse_time(failed.get("lastTransitionTime")))
+    if stopped:
+        return replace(observed, phase=Phase.STOPPED, reason="stopped at the user's request")
+    limit = (job.get("spec") or {}).get("activeDeadlineSeconds")
+    return replace(
+        observed, phase=Phase.FAILED, timed_out=True, reason=f"timed out after {limit} s"
+    )
+
+
+def _failure(pod: Obj | None, observed: ObservedWorkload, failed: Obj | None) -> ObservedWorkload:
+    pull = container_run(container_status(pod, "pull", init=True)) if pod else ContainerRun("")
+    if pull.state == "terminated" and pull.exit_code:
+        detail = last_line(pull.message) or f"exit code {pull.exit_code}"
+        return replace(observed, phase=Phase.FAILED, reason=clip(f"volume pull failed: {detail}"))
+    main = container_run(container_status(pod, "main")) if pod else ContainerRun("")
+    if main.state == "terminated" and main.exit_code is not None:
+        reason = f"exit code {main.exit_code}"
+        if main.reason == "OOMKilled":
+            reason += " (out of memory)"
+        elif last_line(main.message):
+            reason += f": {last_line(main.message)}"
+        return replace(observed, phase=Phase.FAILED, reason=clip(reason))
+    status = (pod or {}).get("status") or {}
+    why = status.get("reason") or (failed or {}).get("reason") or "Failed"
+    message = status.get("message") or (failed or {}).get("message") or ""
+    return replace(observed, phase=Phase.ERROR, reason=clip(f"pod failed: {why}: {message}"))
+
+
+def _in_progress(
+    job: Obj, pod: Obj | None, observed: ObservedWorkload, events: list[Obj]
+) -> ObservedWorkload:
+    if (job.get("spec") or {}).get("suspend"):
+        queue = (job["metadata"].get("labels") or {}).get("kueue.x-k8s.io/queue-name")
+        where = f"Kueue queue {queue}" if queue else "the cluster's queue"
+        return replace(observed, phase=Phase.QUEUED, reason=f"waiting for admission by {where}")
+    if pod is None:
+        return replace(observed, phase=Phase.PENDING, reason="waiting for the pod to be created")
+    if ((pod.get("status") or {}).get("phase")) == "Unknown":
+        return replace(observed, phase=Phase.ERROR, reason="the pod's node stopped reporting")
+    unscheduled = unscheduled_reason(pod, events)
+    if unscheduled:
+        return replace(observed, phase=Phase.PENDING, reason=unscheduled)
+    pull = container_run(container_status(pod, "pull", init=True))
+    if pull.state == "running":
+        return replace(observed, phase=Phase.INITIALIZING, reason="pulling volumes")
+    if pull.state == "waiting" or (pull.state == "" and _has_init(pod, "pull")):
+        return replace(observed, phase=Phase.PENDING, reason=waiting_reason(pull, what="sync"))
+    return _main_progress(pod, observed)
+
+
+def _main_progress(pod: Obj, observed: ObservedWorkload) -> ObservedWorkload:
+    main = container_run(container_status(pod, "main"))
+    if main.state == "running":
+        return replace(observed, phase=Phase.RUNNING, reason="running")
+    if main.state == "terminated":
+        return replace(observed, phase=Phase.FINALIZING, reason="the sidecar makes its last push")
+    return replace(observed, phase=Phase.PENDING, reason=waiting_reason(main, what="the container"))
+
+
+def _after_push(outcome: ObservedWorkload, objects: JobObjects) -> ObservedWorkload:
+    push = newest(objects.push_jobs)
+    if push is None:
+        return replace(
+            outcome,
+            phase=Phase.FINALIZING,
+            needs_apply=True,
+            reason="the final push of rw volumes is about to start",
+        )
+    attempt = push_attempt(push)
+    final = replace(outcome, push_attempt=attempt)
+    if is_true(push, "Complete") or is_true(push, "SuccessCriteriaMet"):
+        return final
+    if is_true(push, "Failed") or is_true(push, "FailureTarget"):
+        detail = _push_failure(objects.push_pods, push)
+        return replace(final, phase=Phase.SYNC_FAILED, reason=clip(f"final push failed: {detail}"))
+    return replace(final, phase=Phase.FINALIZING, reason=f"pushing rw volumes (attempt {attempt})")
+
+
+def _push_failure(pods: list[Obj], push: Obj) -> str:
+    name = push["metadata"]["name"]
+    mine = [p for p in pods if (p["metadata"].get("labels") or {}).get("job-name") == name]
+    run = container_run(container_status(newest(mine) or {}, "push"))
+    if run.state == "terminated":
+        return last_line(run.message) or f"exit code {run.exit_code}"
+    failed = condition(push, "Failed") or {}
+    return str(failed.get("message") or failed.get("reason") or "unknown error")
+
+
+def push_attempt(push_job: Obj) -> int:
+    """The attempt number at the end of a push Job's name."""
+    suffix = push_job["metadata"]["name"].rsplit("-", 1)[-1]
+    return int(suffix) if suffix.isdigit() else 0
+
+
+def _pushes(job: Obj) -> bool:
+    """Whether the run has rw volumes: its pod template carries the push sidecar."""
+    pod_spec = ((job.get("spec") or {}).get("template") or {}).get("spec") or {}
+    return any(c.get("name") == "push" for c in pod_spec.get("initContainers") or [])
+
+
+def _has_init(pod: Obj, name: str) -> bool:
+    return any(c.get("name") == name for c in (pod.get("spec") or {}).get("initContainers") or [])
+
+
+def observe_notebook(
+    ref: WorkloadRef,
+    statefulset: Obj | None,
+    pods: list[Obj],
+    events: list[Obj],
+    url: str | None,
+) -> ObservedWorkload:
+    """A notebook: RUNNING while its editor runs, STOPPED at zero replicas with no pod left."""
+    base = ObservedWorkload(
+        kind=WorkloadKind.NOTEBOOK,
+        id=ref.id,
+        phase=Phase.GONE,
+        project=ref.project,
+        namespace=ref.namespace,
+        url=url,
+    )
+    if statefulset is None:
+        return replace(base, reason="no object of this notebook exists")
+    pod = newest(pods)
+    observed = _with_pod_facts(base, pod)
+    if not (statefulset.get("spec") or {}).get("replicas"):
+        if pod is None:
+            return replace(observed, phase=Phase.STOPPED, reason="stopped; workspace kept")
+        return replace(observed, phase=Phase.STOPPING, reason="stopping")
+    if pod is None:
+        return replace(observed, phase=Phase.PENDING, reason="waiting for the pod to be created")
+    if pod["metadata"].get("deletionTimestamp"):
+        return replace(observed, phase=Phase.STOPPING, reason="restarting")
+    return _notebook_progress(pod, observed, events)
+
+
+def _notebook_progress(pod: Obj, observed: ObservedWorkload, events: list[Obj]) -> ObservedWorkload:
+    unscheduled = unscheduled_reason(pod, events)
+    if unscheduled:
+        return replace(observed, phase=Phase.PENDING, reason=unscheduled)
+    pull = container_run(container_status(pod, "pull", init=True))
+    if pull.state == "running":
+        return replace(observed, phase=Phase.INITIALIZING, reason="pulling volumes")
+    if pull.state == "terminated" and pull.exit_code:
+        detail = last_line(pull.message) or f"exit code {pull.exit_code}"
+        return replace(observed, phase=Phase.FAILED, reason=clip(f"volume pull failed: {detail}"))
+    main = container_run(container_status(pod, "main"))
+    if main.state == "running":
+        ready = bool((container_status(pod, "main") or {}).get("ready"))
+        return replace(observed, phase=Phase.RUNNING, reason="ready" if ready else "starting")
+    if main.reason == "CrashLoopBackOff" or main.state == "terminated":
+        code = main.exit_code if main.exit_code is not None else _last_exit_code(pod)
+        reason = f"the editor exits (exit code {code})"
+        return replace(observed, phase=Phase.FAILED, exit_code=code, reason=reason)
+    return replace(observed, phase=Phase.PENDING, reason=waiting_reason(main, what="the editor"))
+
+
+def _last_exit_code(pod: Obj) -> int | None:
+    """A crash-looping container reports its previous exit in `lastState`."""
+    status = container_status(pod, "main") or {}
+    return container_run({"state": status.get("lastState") or {}}).exit_code
