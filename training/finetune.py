@@ -1,0 +1,217 @@
+"""Entry point of the fine-tune image:
+`python -m training.finetune --model <dir or hub id> --data <file or dir> --output <dir> [options]`.
+
+Order matters: options, environment (qlora needs CUDA) and every dataset line are checked
+before anything heavy is loaded, so that mistakes cost seconds, not GPU time; each failure is
+one `error` event (see protocol.py) and exit code 2. Then the run relaunches itself under
+torchrun when several GPUs are visible, tokenizes, loads the model, resumes from the newest
+checkpoint in --output if there is one, trains and writes the adapter.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from training.data.jsonl import DatasetError, load_records
+from training.options import Options, OptionsError, parse_options
+from training.reporting import Reporter, rewind_metrics
+
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 143  # 128 + SIGTERM, what the pod would report had we not caught it
+
+
+def _quiet() -> None:
+    """Progress bars are noise in a job log; events carry the progress. Set before imports."""
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TQDM_DISABLE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    if hasattr(sys.stdout, "reconfigure"):
+        sys.stdout.reconfigure(line_buffering=True)  # pods pipe stdout: flush each line
+
+
+def _fail(reporter: Reporter, kind: str, message: str, code: int, **extra: Any) -> int:
+    reporter.log(f"error ({kind}): {message}")
+    reporter.emit("error", kind=kind, message=message, exit_code=code, **extra)
+    return code
+
+
+def _stop_flag() -> Callable[[], bool]:
+    """SIGTERM (pod deletion, `job stop`) asks the loop to checkpoint and exit at a step end."""
+    flag = {"stop": False}
+
+    def handler(_signum: int, _frame: object) -> None:
+        flag["stop"] = True
+
+    signal.signal(signal.SIGTERM, handler)
+    return lambda: flag["stop"]
+
+
+def _resume_point(opts: Options, fingerprint: dict[str, Any], log: Reporter) -> Path | None:
+    """The checkpoint to resume from, if any; refuse a checkpoint of a different run."""
+    from training import checkpoint
+    from training.prepare import fingerprint_changes
+
+    output = Path(opts.output)
+    checkpoint.remove_partial(output)
+    path = checkpoint.latest(output) if opts.resume else None
+    if path is None:
+        return None
+    changed = fingerprint_changes(checkpoint.read_state(path).fingerprint, fingerprint)
+    if changed:
+        raise OptionsError(
+            f"{opts.output} holds checkpoints of a different run (changed: {', '.join(changed)}); "
+            "use a new --output or pass --no-resume"
+        )
+    log.log(f"resuming from {path}")
+    return path
+
+
+def _train(opts: Options, argv: list[str], reporter: Reporter) -> int:
+    from training import distributed, modeling
+
+    modeling.offline_if_local(opts.model)
+    modeling.check_environment(opts)
+    records = load_records(opts.data, opts.eval_data, opts.eval_split, opts.seed)
+    nproc = distributed.gpus_to_launch(opts.distributed)
+    if nproc:
+        reporter.log(f"{nproc} GPUs visible: relaunching under torchrun, one process per GPU")
+        distributed.relaunch(nproc, argv)
+    ranks = distributed.ranks_from_env()
+    distributed.init(ranks)
+    try:
+        return _train_ranked(opts, records, ranks, reporter)
+    finally:
+        distributed.shutdown(ranks)
+
+
+def _train_ranked(opts: Options, records: Any, ranks: Any, reporter: Reporter) -> int:
+    from training import checkpoint, modeling
+    from training.checkpoint import TrainState
+    from training.loop import Run, train
+    from training.prepare import build_trainable, prepare_data
+
+    where = modeling.place(opts, ranks.local_rank)
+    tok = modeling.load_tokenizer(opts)
+    data = prepare_data(opts, tok, records, ranks, reporter)
+    resume = _resume_point(opts, data.fingerprint, reporter)
+    reporter.log(f"loading {opts.model} on {where.device} ({str(where.dtype)[6:]}, {where.attn})")
+    parts = build_trainable(opts, where, ranks, data.max_steps)
+    output = Path(opts.output)
+    run = Run(
+        opts,
+        ranks,
+        where,
+        reporter,
+        output,
+        parts.model,
+        parts.module,
+        parts.optimizer,
+        parts.scheduler,
+        data.train,
+        data.layout,
+        data.evalset,
+        data.max_steps,
+        TrainState(fingerprint=data.fingerprint),
+    )
+    if resume is not None:
+        run.state = checkpoint.load(resume, run.model, run.optimizer, run.scheduler, ranks)
+        run.state.fingerprint = data.fingerprint
+        if ranks.is_main:
+            rewind_metrics(output, run.state.step)
+    reporter.emit(
+        "start",
+        model=opts.model,
+        method=opts.method,
+        device=where.device.type,
+        dtype=str(where.dtype)[6:],
+        world_size=ranks.world_size,
+        max_steps=data.max_steps,
+        epochs=round(data.max_steps / data.layout.steps_per_epoch, 4),
+        resumed_from_step=run.state.step,
+        train_examples=data.train_examples,
+        eval_examples=data.eval_examples,
+        train_tokens=data.train_tokens,
+        trainable_params=parts.trainable_params,
+        total_params=parts.total_params,
+    )
+    if not train(run, _stop_flag_for(ranks, where)):
+        message = f"stopped by SIGTERM at step {run.state.step}; the next run resumes from it"
+        return _fail(reporter, "interrupted", message, EXIT_INTERRUPTED)
+    return _finish(run, tok)
+
+
+def _stop_flag_for(ranks: Any, where: Any) -> Callable[[], bool]:
+    """Every rank must stop at the same step, or their checkpoint collectives would hang."""
+    local = _stop_flag()
+    if not ranks.distributed:
+        return local
+    return lambda: ranks.all_sum([float(local())], where.device)[0] > 0
+
+
+def _finish(run: Any, tok: Any) -> int:
+    import gc
+
+    import torch
+
+    from training.modeling import merge_adapter
+    from training.prepare import save_adapter
+
+    adapter, merged = run.output / "adapter", None
+    if run.ranks.is_main:
+        save_adapter(run.model, tok, adapter)
+    window = run.window
+    speed = window.process_tokens / max(1e-9, window.process_seconds())
+    if run.opts.merge and run.ranks.is_main:
+        run.model = run.module = run.optimizer = None  # free the training copy first
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+        merged = run.output / "merged"
+        merge_adapter(run.opts, adapter, merged, run.where)
+        tok.save_pretrained(merged)
+    run.ranks.barrier()
+    run.reporter.emit(
+        "done",
+        step=run.state.step,
+        train_loss=run.state.mean_loss,
+        tokens_seen=run.state.tokens_seen,
+        tokens_per_s=round(speed, 1),
+        elapsed_s=round(run.state.elapsed_s, 2),
+        adapter_path=str(adapter),
+        merged_path=str(merged) if merged else None,
+    )
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    _quiet()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        opts = parse_options(argv)
+    except OptionsError as exc:
+        return _fail(Reporter(None), "config", str(exc), EXIT_USAGE)
+    rank = int(os.environ.get("RANK", "0"))
+    reporter = Reporter(Path(opts.output), enabled=rank == 0)
+    try:
+        return _train(opts, argv, reporter)
+    except DatasetError as exc:
+        return _fail(reporter, "dataset", str(exc), EXIT_USAGE, errors=exc.errors)
+    except OptionsError as exc:
+        return _fail(reporter, "config", str(exc), EXIT_USAGE)
+    except Exception as exc:
+        from training.modeling import EnvironmentProblem
+
+        if isinstance(exc, EnvironmentProblem):
+            return _fail(reporter, "environment", str(exc), EXIT_USAGE)
+        traceback.print_exc()
+        return _fail(reporter, "runtime", f"{type(exc).__name__}: {exc}", 1)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

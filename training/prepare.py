@@ -1,0 +1,169 @@
+"""Set a run up: tokenized and packed data, then model, optimizer and schedule."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from array import array
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from training.data.batches import RowData
+from training.data.jsonl import DatasetError, Record
+from training.data.packing import Layout, fill_ratio, pack, unpacked
+from training.data.tokenize import Example, tokenize_records
+from training.distributed import Ranks
+from training.modeling import Placement, add_lora, count_params, load_model
+from training.options import Options
+from training.reporting import Reporter
+
+# Options that must not change between a checkpoint and the run resuming from it.
+FINGERPRINT_OPTIONS = (
+    "model",
+    "method",
+    "rank",
+    "alpha",
+    "target_modules",
+    "max_length",
+    "packing",
+    "batch_size",
+    "grad_accum",
+    "seed",
+)
+
+
+@dataclass
+class Data:
+    """The training and eval rows, how they are scheduled, and the run's fingerprint."""
+
+    train: RowData
+    evalset: RowData | None
+    layout: Layout
+    max_steps: int
+    train_examples: int
+    eval_examples: int
+    train_tokens: int
+    fingerprint: dict[str, Any]
+
+
+def _rows(examples: list[Example], opts: Options, pad_id: int) -> RowData:
+    lengths = [len(ex.input_ids) for ex in examples]
+    rows = pack(lengths, opts.max_length) if opts.packing else unpacked(len(examples))
+    return RowData(examples, rows, pad_id)
+
+
+def data_digest(examples: list[Example]) -> str:
+    """Changes when the tokenized data does (a resumed run must see the same data order)."""
+    h = hashlib.sha256()
+    for ex in examples:
+        h.update(array("q", ex.input_ids).tobytes())
+        h.update(array("q", ex.labels).tobytes())
+    return h.hexdigest()[:16]
+
+
+def _tokenize(
+    tok: Any, records: list[Record], opts: Options, what: str, log: Reporter
+) -> list[Example]:
+    examples, stats = tokenize_records(tok, records, opts.max_length)
+    log.log(f"{what}: {stats.describe(opts.max_length)}")
+    if records and not examples:
+        first = records[0]
+        raise DatasetError(
+            [
+                {
+                    "file": first.file,
+                    "line": 0,
+                    "message": f"no {what} example has anything left "
+                    f"to learn within --max-length {opts.max_length}",
+                }
+            ],
+            1,
+        )
+    return examples
+
+
+def prepare_data(
+    opts: Options, tok: Any, records: tuple[list[Record], list[Record]], ranks: Ranks, log: Reporter
+) -> Data:
+    train_ex = _tokenize(tok, records[0], opts, "train set", log)
+    eval_ex = _tokenize(tok, records[1], opts, "eval set", log) if records[1] else []
+    pad = tok.pad_token_id
+    train = _rows(train_ex, opts, pad)
+    layout = Layout(len(train), opts.batch_size, opts.grad_accum, ranks.world_size, opts.seed)
+    if opts.max_steps > 0:
+        max_steps = opts.max_steps
+    else:
+        max_steps = max(1, math.ceil(opts.epochs * layout.steps_per_epoch))
+    log.log(
+        f"{len(train_ex)} examples in {len(train)} sequences of up to {opts.max_length} tokens "
+        f"({fill_ratio(train.rows, train_ex, opts.max_length):.0%} full); "
+        f"{layout.rows_per_step} sequences per step, {layout.steps_per_epoch} steps per epoch, "
+        f"{max_steps} steps"
+    )
+    fingerprint = {name: getattr(opts, name) for name in FINGERPRINT_OPTIONS}
+    fingerprint |= {"world_size": ranks.world_size, "data": data_digest(train_ex)}
+    tokens = sum(len(ex.input_ids) for ex in train_ex)
+    evalset = _rows(eval_ex, opts, pad) if eval_ex else None
+    return Data(train, evalset, layout, max_steps, len(train_ex), len(eval_ex), tokens, fingerprint)
+
+
+def fingerprint_changes(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
+    return sorted(k for k in current if saved.get(k) != current[k])
+
+
+@dataclass
+class Trainable:
+    """The model and what updates it."""
+
+    model: Any
+    module: Any
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    trainable_params: int
+    total_params: int
+
+
+def _schedule(optimizer: torch.optim.Optimizer, opts: Options, max_steps: int) -> Any:
+    from transformers import get_cosine_schedule_with_warmup
+
+    warmup = (
+        opts.warmup_steps if opts.warmup_steps >= 0 else math.ceil(opts.warmup_ratio * max_steps)
+    )
+    return get_cosine_schedule_with_warmup(optimizer, warmup, max_steps)
+
+
+def build_trainable(opts: Options, where: Placement, ranks: Ranks, max_steps: int) -> Trainable:
+    from training.loss import CausalLMLoss
+
+    model = add_lora(load_model(opts, where), opts)
+    trainable, total = count_params(model)
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(
+        params,
+        lr=opts.learning_rate,
+        weight_decay=opts.weight_decay,
+        fused=where.device.type == "cuda",
+    )
+    module: Any = CausalLMLoss(model)
+    if ranks.distributed:
+        from torch.nn.parallel import DistributedDataParallel
+
+        module = DistributedDataParallel(module, device_ids=[ranks.local_rank])
+    return Trainable(
+        model, module, optimizer, _schedule(optimizer, opts, max_steps), trainable, total
+    )
+
+
+def save_adapter(model: Any, tok: Any, target: Path) -> None:
+    """Write the adapter and tokenizer next to the final place, then swap them in."""
+    import shutil
+
+    tmp = target.with_name(target.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp)
+    tok.save_pretrained(tmp)
+    shutil.rmtree(target, ignore_errors=True)
+    tmp.rename(target)
