@@ -1,0 +1,69 @@
+"""The one factory for boto3 S3 clients: one client per datastore, shared by every thread.
+
+boto3 clients are thread-safe once built, but building one is slow (~50 ms) and boto3's default
+session is not thread-safe, so clients are built from their own session, once per config.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import boto3
+import botocore.config
+from botocore.client import BaseClient
+
+from storage.datastore import DatastoreConfig
+
+# Enough for the sync engine's workers, each running a multipart transfer with a few threads.
+MAX_POOL_CONNECTIONS = 64
+CONNECT_TIMEOUT_S = 10
+READ_TIMEOUT_S = 120
+MAX_ATTEMPTS = 5
+
+_clients: dict[DatastoreConfig, BaseClient] = {}
+_lock = threading.Lock()
+
+
+def client_settings() -> botocore.config.Config:
+    """The botocore settings every Ajuste client uses."""
+    return botocore.config.Config(
+        signature_version="s3v4",
+        # Path style: self-hosted endpoints (s3rver, MinIO, Ceph) rarely have wildcard DNS.
+        s3={"addressing_style": "path"},
+        retries={"max_attempts": MAX_ATTEMPTS, "mode": "standard"},
+        max_pool_connections=MAX_POOL_CONNECTIONS,
+        connect_timeout=CONNECT_TIMEOUT_S,
+        read_timeout=READ_TIMEOUT_S,
+        # botocore >= 1.36 adds CRC32 trailers to every upload by default; s3rver, older MinIO
+        # and Ceph reject or mangle them. Only send/check checksums when an operation needs one.
+        request_checksum_calculation="when_required",
+        response_checksum_validation="when_required",
+    )
+
+
+def make_s3_client(config: DatastoreConfig) -> BaseClient:
+    """The shared S3 client for `config` (built on first use, then cached)."""
+    with _lock:
+        client = _clients.get(config)
+        if client is None:
+            client = _build_client(config)
+            _clients[config] = client
+        return client
+
+
+def clear_client_cache() -> None:
+    """Forget every cached client (after credentials rotate, or between tests)."""
+    with _lock:
+        _clients.clear()
+
+
+def _build_client(config: DatastoreConfig) -> BaseClient:
+    session = boto3.session.Session()
+    return session.client(
+        "s3",
+        endpoint_url=config.endpoint_url,
+        region_name=config.region or "us-east-1",
+        aws_access_key_id=config.access_key,
+        aws_secret_access_key=config.secret_key,
+        config=client_settings(),
+    )
