@@ -1,6 +1,5 @@
 pytest_plugins = [
     "tests.fixtures.k8s",
-    "tests.fixtures.k8s",
     "tests.fixtures.llm",
     "tests.fixtures.panel",
     "tests.fixtures.browser",
