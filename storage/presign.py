@@ -70,7 +70,8 @@ def content_disposition(filename: str, *, inline: bool = False) -> str:
         char if char.isascii() and char.isprintable() and char not in '"\\;' else "_"
         for char in filename
     )
-    return f"{kind}; filename=\"{fallback or 'download'}\"; filename*=UTF-8''{quote(filename, safe='')}"
+    exact = quote(filename, safe="")
+    return f"{kind}; filename=\"{fallback or 'download'}\"; filename*=UTF-8''{exact}"
 
 
 def presign_get(

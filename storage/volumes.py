@@ -39,7 +39,8 @@ SYNTAX = "<bucket>@<ALIAS>[/<prefix>]:<mount path>[:ro|rw|rwd]"
 
 
 class Mode(StrEnum):
-    """How a volume travels: `ro` pulled only; `rw` pulled then pushed; `rwd` pushed with deletions."""
+    """How a volume travels: `ro` pulled only; `rw` pulled then pushed; `rwd` pushed with
+    deletions."""
 
     RO = "ro"
     RW = "rw"
@@ -58,7 +59,8 @@ class VolumeSpec:
 
 
 class VolumeSpecError(ValueError):
-    """A spec that does not parse: `position` is the 0-based index in the text where it goes wrong."""
+    """A spec that does not parse: `position` is the 0-based index in the text where it goes
+    wrong (None for errors about several specs, such as colliding mount paths)."""
 
     def __init__(self, message: str, position: int | None = None, text: str | None = None) -> None:
         super().__init__(message)

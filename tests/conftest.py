@@ -3,4 +3,5 @@ pytest_plugins = [
     "tests.fixtures.llm",
     "tests.fixtures.panel",
     "tests.fixtures.browser",
+    "tests.fixtures.s3",
 ]

@@ -1,0 +1,34 @@
+"""The sync engine: `pull` a volume into a directory, `push` a directory back to its volume.
+
+Used by workloads locally and inside pods (`python -m storage.sync`, see storage/sync/cli.py).
+A volume is a `VolumeSpec`; its objects are the keys under `<prefix>/` (the whole bucket when
+the prefix is empty), and the key below that prefix is the path below the local directory.
+
+Rules (safe by default):
+- **Unchanged files are skipped.** A file and an object are the same when their sizes match
+  and the local content hashes to the object's ETag: a plain MD5 for single-request uploads,
+  or `md5(part md5s)-N` for multipart uploads made with 16 MiB (ours), 8 MiB or 5 MiB parts.
+  Hashes are cached per (inode, size, mtime), so a periodic push re-reads only changed files.
+  When the ETag cannot be checked (SSE-KMS, an unknown part size), dates decide: pull sets
+  each file's mtime to the object's LastModified, so an untouched file matches exactly; push
+  uploads when the file is newer than the object.
+- **pull** downloads missing and changed files (through a temporary name, renamed when
+  complete), checks small downloads against their MD5, and never deletes a local file. It
+  does not overwrite a local file that is newer than the object (more than 2 s, for clock
+  slack): local work that was not pushed yet survives a restart.
+- **push** (`rw` or `rwd`; a read-only spec is refused) uploads new and changed regular files.
+  Symlinks are never followed nor pushed (counted as skipped). `rw` never deletes remote
+  objects. `rwd` then deletes remote objects under the prefix whose file is gone locally,
+  except when the local scan was incomplete (then nothing is deleted and a failure says why)
+  and except keys that could never exist locally (such as `a/../b`).
+- Keys that would escape the local directory (`..`, empty or `.` segments, through a
+  symlinked folder) are refused and reported as failures; nothing is written for them.
+- Files move in parallel (`workers` threads); files over 8 MiB use boto3 multipart transfers
+  with 16 MiB parts. One file's failure never stops the others: it is listed in
+  `SyncStats.failures`, and local data is never modified by a push.
+"""
+
+from storage.sync.engine import key_prefix, pull, push
+from storage.sync.stats import ProgressCallback, SyncFailure, SyncStats
+
+__all__ = ["ProgressCallback", "SyncFailure", "SyncStats", "key_prefix", "pull", "push"]

@@ -1,0 +1,243 @@
+"""`python -m storage.sync pull|push SPEC [SPEC ...] --root DIR [--every S] [--progress-file F]
+[--workers N]`: the command a pod's init container (pull) and finalize/sidecar container (push)
+runs. deploy/ relies on this contract exactly.
+
+- The local directory of a spec is ROOT / mount_path without its leading '/'.
+- Credentials: AJUSTE_DATASTORE_<ALIAS>_{ENDPOINT_URL,REGION,ACCESS_KEY,SECRET_KEY}.
+- pull pulls every spec; push pushes rw/rwd specs and skips ro ones.
+- --every S (push only): push every S seconds until SIGTERM/SIGINT, then push once more, exit.
+- stdout: one JSON object per line: {"event": "progress"|"result"|"skip", "direction", "spec",
+  "local_dir", "total", "processed", "failed", "skipped", "deleted", "transferred",
+  "transferred_bytes", "elapsed_s", "final"}; "result" lines add "failures": [{key, error}].
+- --progress-file F: rewritten atomically with {"direction", "updated", "volumes": [the last
+  line of each spec]}, for whoever watches the workload.
+- Exit status: 0 everything transferred; 1 some files failed; 2 bad usage, bad spec or missing
+  credentials (message on stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TextIO
+
+from storage.datastore import DatastoreConfig
+from storage.sync.engine import DEFAULT_WORKERS, pull, push
+from storage.sync.stats import SyncStats
+from storage.volumes import (
+    Mode,
+    VolumeSpec,
+    VolumeSpecError,
+    check_mount_paths,
+    parse_volume_spec,
+    render_volume_spec,
+)
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+PROGRESS_LINE_INTERVAL_S = 1.0
+MAX_FAILURES_SHOWN = 100  # a result line stays readable even when thousands of files fail
+
+
+class UsageError(Exception):
+    """Bad arguments, a bad spec or missing credentials: exit status 2."""
+
+
+@dataclass(frozen=True)
+class Volume:
+    """One spec to sync, with its datastore and its local directory."""
+
+    spec: VolumeSpec
+    config: DatastoreConfig
+    local_dir: Path
+
+    @property
+    def text(self) -> str:
+        return render_volume_spec(self.spec)
+
+
+class Reporter:
+    """Writes the JSON lines and the progress file; thread-safe (workers report progress)."""
+
+    def __init__(self, direction: str, progress_file: Path | None, out: TextIO) -> None:
+        self.direction = direction
+        self.progress_file = progress_file
+        self.out = out
+        self._latest: dict[str, dict[str, Any]] = {}
+        self._last_line: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def progress(self, volume: Volume, stats: SyncStats, started: float) -> None:
+        now = time.monotonic()
+        with self._lock:
+            if now - self._last_line.get(volume.text, 0.0) < PROGRESS_LINE_INTERVAL_S:
+                return
+            self._last_line[volume.text] = now
+        self.emit("progress", volume, stats, started)
+
+    def emit(
+        self, event: str, volume: Volume, stats: SyncStats | None, started: float, **extra: Any
+    ) -> None:
+        line: dict[str, Any] = {"event": event, "direction": self.direction, "spec": volume.text}
+        line["local_dir"] = str(volume.local_dir)
+        if stats is not None:
+            line.update(stats.to_dict())
+            del line["failures"]
+            if event == "result":
+                failures = stats.to_dict()["failures"]
+                line["failures"] = failures[:MAX_FAILURES_SHOWN]
+                line["failures_omitted"] = max(0, len(failures) - MAX_FAILURES_SHOWN)
+        line["elapsed_s"] = round(time.monotonic() - started, 3)
+        line.update(extra)
+        with self._lock:
+            self.out.write(json.dumps(line, ensure_ascii=False) + "\n")
+            self.out.flush()
+            self._latest[volume.text] = line
+            self._write_progress_file()
+
+    def _write_progress_file(self) -> None:
+        if self.progress_file is None:
+            return
+        document = {
+            "direction": self.direction,
+            "updated": datetime.now(UTC).isoformat(),
+            "volumes": list(self._latest.values()),
+        }
+        temporary = self.progress_file.with_name(self.progress_file.name + ".tmp")
+        temporary.write_text(json.dumps(document, ensure_ascii=False), encoding="utf-8")
+        os.replace(temporary, self.progress_file)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m storage.sync",
+        description="Pull volumes into a directory tree, or push them back.",
+    )
+    parser.add_argument("direction", choices=["pull", "push"])
+    parser.add_argument(
+        "specs",
+        nargs="+",
+        metavar="SPEC",
+        help="<bucket>@<ALIAS>[/<prefix>]:<mount path>[:ro|rw|rwd]",
+    )
+    parser.add_argument(
+        "--root",
+        type=Path,
+        required=True,
+        help="directory that mount paths are under ('/' in a pod)",
+    )
+    parser.add_argument(
+        "--every",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="push: repeat every SECONDS until SIGTERM, then push once more",
+    )
+    parser.add_argument("--progress-file", type=Path, default=None, metavar="FILE")
+    parser.add_argument("--workers", type=int, default=DEFAULT_WORKERS, metavar="N")
+    return parser
+
+
+def resolve_volumes(
+    texts: Sequence[str], root: Path, environ: dict[str, str] | os._Environ[str]
+) -> list[Volume]:
+    """Parse the specs and find their credentials; UsageError says what is wrong."""
+    specs = []
+    for text in texts:
+        try:
+            specs.append(parse_volume_spec(text))
+        except VolumeSpecError as error:
+            raise UsageError(_spec_error(error, text)) from None
+    try:
+        check_mount_paths(specs)
+    except VolumeSpecError as error:
+        raise UsageError(str(error)) from None
+    volumes = []
+    for spec in specs:
+        try:
+            config = DatastoreConfig.from_env(spec.alias, environ)
+        except KeyError as error:
+            raise UsageError(str(error.args[0])) from None
+        volumes.append(Volume(spec, config, root / spec.mount_path.lstrip("/")))
+    return volumes
+
+
+def _spec_error(error: VolumeSpecError, text: str) -> str:
+    caret = " " * (error.position or 0) + "^"
+    return f"bad volume spec: {error.message}\n  {text}\n  {caret}"
+
+
+def sync_once(
+    volumes: Sequence[Volume],
+    direction: str,
+    reporter: Reporter,
+    workers: int,
+    *,
+    final: bool = True,
+) -> int:
+    """Pull or push every volume once; the exit status of the run."""
+    status = EXIT_OK
+    for volume in volumes:
+        started = time.monotonic()
+        if direction == "push" and volume.spec.mode is Mode.RO:
+            reporter.emit("skip", volume, None, started, reason="read-only volume", final=final)
+            continue
+        stats = _sync_volume(volume, direction, reporter, workers, started)
+        reporter.emit("result", volume, stats, started, final=final)
+        if not stats.ok:
+            status = EXIT_FAILED
+    return status
+
+
+def _sync_volume(
+    volume: Volume, direction: str, reporter: Reporter, workers: int, started: float
+) -> SyncStats:
+    def progress(stats: SyncStats) -> None:
+        reporter.progress(volume, stats, started)
+
+    if direction == "pull":
+        return pull(
+            volume.config, volume.spec, volume.local_dir, workers=workers, progress=progress
+        )
+    return push(volume.config, volume.spec, volume.local_dir, workers=workers, progress=progress)
+
+
+def push_every(volumes: Sequence[Volume], reporter: Reporter, workers: int, every: float) -> int:
+    """The checkpoint sidecar: push every `every` seconds; on SIGTERM/SIGINT, a final push."""
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    while not stop.wait(every):
+        sync_once(volumes, "push", reporter, workers, final=False)
+    return sync_once(volumes, "push", reporter, workers, final=True)
+
+
+def main(argv: Sequence[str] | None = None, environ: dict[str, str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        _check_arguments(args)
+        volumes = resolve_volumes(args.specs, args.root, os.environ if environ is None else environ)
+    except UsageError as error:
+        print(f"python -m storage.sync: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    reporter = Reporter(args.direction, args.progress_file, sys.stdout)
+    if args.every is not None:
+        return push_every(volumes, reporter, args.workers, args.every)
+    return sync_once(volumes, args.direction, reporter, args.workers)
+
+
+def _check_arguments(args: argparse.Namespace) -> None:
+    if args.workers < 1:
+        raise UsageError("--workers must be at least 1")
+    if args.every is not None and args.direction != "push":
+        raise UsageError("--every only applies to push (the periodic checkpoint)")
+    if args.every is not None and args.every <= 0:
+        raise UsageError("--every must be a positive number of seconds")

@@ -1,0 +1,117 @@
+"""Counters of one pull or push, named like OVHcloud's data-sync fields, kept thread-safe."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+# Byte-level progress (large files) reaches the callback at most this often.
+PROGRESS_INTERVAL_S = 0.5
+
+
+@dataclass(frozen=True)
+class SyncFailure:
+    """One key (or local path) that could not be synced, and why."""
+
+    key: str
+    error: str
+
+
+@dataclass
+class SyncStats:
+    """Outcome of one pull or push.
+
+    `total` files were considered; `processed` of them are handled so far, each one either
+    `transferred` (`transferred_bytes` in all), `skipped` (unchanged, or kept for a reason) or
+    `failed` (listed in `failures`). `deleted` counts remote objects a `rwd` push removed.
+    Failures that concern no single file (listing, scan) are in `failures` too."""
+
+    direction: str
+    total: int = 0
+    processed: int = 0
+    failed: int = 0
+    skipped: int = 0
+    deleted: int = 0
+    transferred: int = 0
+    transferred_bytes: int = 0
+    failures: list[SyncFailure] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """True when nothing failed."""
+        return not self.failures
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+ProgressCallback = Callable[[SyncStats], None]
+
+
+class Tracker:
+    """Updates one SyncStats from many worker threads and reports snapshots to `progress`."""
+
+    def __init__(self, direction: str, progress: ProgressCallback | None) -> None:
+        self._stats = SyncStats(direction=direction)
+        self._progress = progress
+        self._lock = threading.Lock()
+        self._last_report = 0.0
+
+    def add_total(self, count: int) -> None:
+        with self._lock:
+            self._stats.total += count
+        self._report()
+
+    def transferred(self) -> None:
+        with self._lock:
+            self._stats.transferred += 1
+            self._stats.processed += 1
+        self._report()
+
+    def skipped(self) -> None:
+        with self._lock:
+            self._stats.skipped += 1
+            self._stats.processed += 1
+        self._report()
+
+    def failed(self, key: str, error: str, *, counts_as_file: bool = True) -> None:
+        """Record a failure; `counts_as_file=False` for failures outside the file total."""
+        with self._lock:
+            self._stats.failures.append(SyncFailure(key=key, error=error))
+            if counts_as_file:
+                self._stats.failed += 1
+                self._stats.processed += 1
+        self._report()
+
+    def deleted(self, count: int) -> None:
+        with self._lock:
+            self._stats.deleted += count
+        self._report()
+
+    def add_bytes(self, count: int) -> None:
+        """Byte progress (a boto3 transfer callback); reported at most every 0.5 s."""
+        with self._lock:
+            self._stats.transferred_bytes += count
+        self._report(throttled=True)
+
+    def snapshot(self) -> SyncStats:
+        with self._lock:
+            return replace(self._stats, failures=list(self._stats.failures))
+
+    def finish(self) -> SyncStats:
+        stats = self.snapshot()
+        if self._progress is not None:
+            self._progress(stats)
+        return stats
+
+    def _report(self, *, throttled: bool = False) -> None:
+        if self._progress is None:
+            return
+        now = time.monotonic()
+        if throttled and now - self._last_report < PROGRESS_INTERVAL_S:
+            return
+        self._last_report = now
+        self._progress(self.snapshot())
