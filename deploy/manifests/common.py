@@ -8,7 +8,7 @@ from typing import Any
 
 from deploy import names
 from deploy.types import FlavorSpec, Toleration, WorkloadRef
-from storage.volumes import VolumeSpec
+from storage.volumes import VolumeSpec, render_volume_spec
 
 Manifest = dict[str, Any]
 
@@ -96,14 +96,6 @@ def env_list(env: Mapping[str, str]) -> list[Manifest]:
     return [{"name": key, "value": env[key]} for key in sorted(env)]
 
 
-def spec_text(volume: VolumeSpec) -> str:
-    """A volume spec back in its text form, for the sync engine's command line."""
-    source = f"{volume.bucket}@{volume.alias}"
-    if volume.prefix:
-        source += f"/{volume.prefix}"
-    return f"{source}:{volume.mount_path}:{volume.mode.value}"
-
-
 def sync_container(
     *,
     name: str,
@@ -114,7 +106,7 @@ def sync_container(
     every_s: int | None = None,
 ) -> Manifest:
     """A container running the storage sync engine; only it sees the S3 credentials."""
-    command = [*SYNC_MODULE, action, *(spec_text(v) for v in volumes), "--root", "/"]
+    command = [*SYNC_MODULE, action, *(render_volume_spec(v) for v in volumes), "--root", "/"]
     if every_s is not None:
         command += ["--every", str(every_s)]
     return {

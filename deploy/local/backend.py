@@ -1,0 +1,293 @@
+"""`LocalBackend`: the embedded `ComputeBackend` of `make run`, running workloads as processes
+on this machine. See `paths` (layout, /workspace rewriting), `supervisor` (the detached
+process per run) and `state` (the state file that survives panel restarts)."""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import socket
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from deploy import images
+from deploy.local import runs
+from deploy.local.gpus import Gpu, detect_gpus, pick_gpus
+from deploy.local.paths import run_dir, secret_file
+from deploy.local.plan import editor_argv, local_argv, make_plan, ref_dict
+from deploy.local.state import State, now_iso, read_json, read_state, update_state, write_json
+from deploy.types import (
+    FlavorSpec,
+    JobRequest,
+    LogChunk,
+    NotebookRequest,
+    ObservedWorkload,
+    Phase,
+    ProjectRequest,
+    WorkloadRef,
+)
+
+POLL_S = 1.0
+
+
+class LocalBackend:
+    """Runs the built-in fine-tune image (and notebooks) as local processes under `base_dir`.
+
+    Only CPU flavors and flavors whose GPUs this machine has (NVML or nvidia-smi) run; others
+    wait PENDING with the reason. Notebooks run the editor from this Python environment (the
+    request's image is not used) on 127.0.0.1.
+    """
+
+    name = "local"
+
+    def __init__(
+        self,
+        *,
+        base_dir: Path,
+        python: str = sys.executable,
+        grace_s: float = 10.0,
+        gpus: Callable[[], list[Gpu]] = detect_gpus,
+    ) -> None:
+        self.base = Path(base_dir)
+        self.python = python
+        self.grace_s = grace_s
+        self.gpus = gpus
+
+    def ensure_project(self, *, project: ProjectRequest) -> None:
+        env: dict[str, str] = {}
+        for datastore in project.datastores:
+            env.update(datastore.to_env())
+        path = secret_file(self.base, project.namespace, project.datastore_secret)
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        write_json(path, env, private=True)
+
+    def apply_job(self, *, job: JobRequest) -> ObservedWorkload:
+        run = run_dir(self.base, job.ref)
+        with runs.locked(run):
+            state = read_state(run)
+            if state is None or state.get("waiting"):
+                self._start_job(job, run)
+        return self.observe_job(ref=job.ref)
+
+    def stop_job(self, *, job: JobRequest) -> None:
+        self._stop(run_dir(self.base, job.ref))
+
+    def retry_push(self, *, job: JobRequest) -> None:
+        run = run_dir(self.base, job.ref)
+        with runs.locked(run):
+            state = read_state(run)
+            if state is None or state["phase"] != Phase.SYNC_FAILED.value:
+                return
+            update_state(
+                run, phase=Phase.FINALIZING.value, reason="retrying the push", supervisor_pid=None
+            )
+            runs.spawn(run, python=self.python, push_only=True)
+
+    def delete_job(self, *, ref: WorkloadRef) -> None:
+        self._delete(run_dir(self.base, ref))
+
+    def observe_job(self, *, ref: WorkloadRef) -> ObservedWorkload:
+        return runs.observation(ref, read_state(run_dir(self.base, ref)))
+
+    def read_logs(self, *, ref: WorkloadRef, cursor: str | None, limit: int = 1000) -> LogChunk:
+        run = run_dir(self.base, ref)
+        return runs.read_log(run, read_state(run), cursor, limit)
+
+    def apply_notebook(self, *, notebook: NotebookRequest) -> ObservedWorkload:
+        run = run_dir(self.base, notebook.ref)
+        with runs.locked(run):
+            state = read_state(run)
+            active = state is not None and not Phase(state["phase"]).is_final
+            if notebook.running and not (active and not (state or {}).get("waiting")):
+                self._start_notebook(notebook, run, state or {})
+        if not notebook.running:
+            self._stop(run)
+        return self.observe_notebook(ref=notebook.ref)
+
+    def delete_notebook(self, *, ref: WorkloadRef) -> None:
+        self._delete(run_dir(self.base, ref))
+
+    def observe_notebook(self, *, ref: WorkloadRef) -> ObservedWorkload:
+        return runs.observation(ref, read_state(run_dir(self.base, ref)))
+
+    def observe_all(self, *, namespace: str | None = None) -> list[ObservedWorkload]:
+        result = []
+        for state in self._states(namespace):
+            result.append(runs.observation(runs.ref_from_state(state), state))
+        return result
+
+    def watch(
+        self, *, stop: threading.Event, namespace: str | None = None, resync_s: float = 300.0
+    ) -> Iterator[ObservedWorkload]:
+        """Polls the state files each second: yields what changed, and everything again
+        every `resync_s`."""
+        seen: dict[WorkloadRef, ObservedWorkload] = {}
+        resync_at = 0.0
+        while not stop.is_set():
+            if time.monotonic() >= resync_at:
+                seen.clear()
+                resync_at = time.monotonic() + resync_s
+            for observed in self.observe_all(namespace=namespace):
+                if seen.get(observed.ref) != observed:
+                    seen[observed.ref] = observed
+                    yield observed
+            stop.wait(POLL_S)
+
+    def _start_job(self, job: JobRequest, run: Path) -> None:
+        argv = local_argv(job.image, job.command, python=self.python)
+        if argv is None:
+            self._decide(job.ref, run, Phase.FAILED, _needs_kubernetes(job.image))
+            return
+        gpus = self._gpus_for(job.ref, run, job.flavor, job.units)
+        if gpus is None:
+            return
+        plan = make_plan(
+            ref=job.ref,
+            run=run,
+            argv=argv,
+            env=job.env,
+            volumes=job.volumes,
+            pushed=job.pushed_volumes,
+            gpus=gpus,
+            sync_env=self._datastore_env(job.namespace, job.datastore_secret),
+            timeout_s=job.timeout_s,
+            python=self.python,
+            grace_s=self.grace_s,
+        )
+        runs.launch(run, plan, python=self.python, extra={})
+
+    def _start_notebook(self, notebook: NotebookRequest, run: Path, previous: State) -> None:
+        missing = _missing_editor(notebook)
+        if missing:
+            self._decide(notebook.ref, run, Phase.FAILED, missing)
+            return
+        gpus = self._gpus_for(notebook.ref, run, notebook.flavor, notebook.units)
+        if gpus is None:
+            return
+        port = _port(previous.get("port"))
+        token = str(previous.get("token") or uuid.uuid4().hex)
+        argv = editor_argv(notebook, python=self.python, port=port, token=token)
+        url = f"http://127.0.0.1:{port}{notebook.path}"
+        if notebook.command is None and notebook.editor.value == "jupyterlab":
+            url += f"?token={token}"
+        plan = make_plan(
+            ref=notebook.ref,
+            run=run,
+            argv=argv,
+            env=notebook.env,
+            volumes=notebook.volumes,
+            pushed=notebook.pushed_volumes,
+            gpus=gpus,
+            sync_env=self._datastore_env(notebook.namespace, notebook.datastore_secret),
+            timeout_s=None,
+            python=self.python,
+            grace_s=self.grace_s,
+        )
+        extra = {"port": port, "token": token, "url": url}
+        runs.launch(run, plan, python=self.python, extra=extra)
+
+    def _gpus_for(
+        self, ref: WorkloadRef, run: Path, flavor: FlavorSpec, units: int
+    ) -> list[int] | None:
+        """The GPU indices for the run, or None after recording why it waits."""
+        gpus, why = pick_gpus(
+            flavor, units, self.gpus() if flavor.gpus_per_unit else [], self._busy()
+        )
+        if gpus is None:
+            self._decide(ref, run, Phase.PENDING, why, waiting=True)
+        return gpus
+
+    def _decide(
+        self, ref: WorkloadRef, run: Path, phase: Phase, reason: str, *, waiting: bool = False
+    ) -> None:
+        """Record a run that does not start now (refused, or waiting for GPUs)."""
+        state = {
+            "phase": phase.value,
+            "reason": reason,
+            "waiting": waiting,
+            "ref": ref_dict(ref),
+            "created_at": now_iso(),
+        }
+        write_json(run / "state.json", state)
+
+    def _busy(self) -> set[int]:
+        busy: set[int] = set()
+        for state in self._states(None):
+            if not Phase(state["phase"]).is_final and not state.get("waiting"):
+                busy.update(state.get("gpus") or [])
+        return busy
+
+    def _stop(self, run: Path) -> None:
+        with runs.locked(run):
+            state = read_state(run)
+            if state is None or Phase(state["phase"]).is_final:
+                return
+            if state.get("waiting"):
+                update_state(
+                    run,
+                    phase=Phase.STOPPED.value,
+                    reason="stopped before it started",
+                    waiting=False,
+                )
+                return
+            runs.request_stop(run, state)
+
+    def _delete(self, run: Path) -> None:
+        if not run.exists():
+            return
+        with runs.locked(run):
+            state = read_state(run)
+            if state is not None:
+                runs.kill(state)
+            shutil.rmtree(run, ignore_errors=True)
+
+    def _states(self, namespace: str | None) -> Iterator[State]:
+        pattern = f"runs/{namespace or '*'}/*/state.json"
+        for path in sorted(self.base.glob(pattern)):
+            state = read_json(path)
+            if state is not None and "ref" in state:
+                yield state
+
+    def _datastore_env(self, namespace: str, secret: str) -> dict[str, str]:
+        data = read_json(secret_file(self.base, namespace, secret))
+        return {str(k): str(v) for k, v in (data or {}).items()}
+
+
+def _needs_kubernetes(image: str) -> str:
+    return (
+        f"the image {image} needs the Kubernetes backend (COMPUTE_BACKEND=kubernetes); the local "
+        f"backend runs only the built-in fine-tune image {images.FINETUNE_IMAGE}"
+    )
+
+
+def _missing_editor(notebook: NotebookRequest) -> str:
+    """Why the editor cannot start here, or ''."""
+    if notebook.command is not None:
+        return ""
+    if notebook.editor.value == "vscode" and shutil.which("code-server") is None:
+        return "VS Code (code-server) is not installed on this machine; use the Kubernetes backend"
+    if notebook.editor.value == "jupyterlab" and importlib.util.find_spec("jupyterlab") is None:
+        return "JupyterLab is not installed in this environment (pip install jupyterlab)"
+    return ""
+
+
+def _port(previous: object) -> int:
+    """The notebook's previous port when still free (same URL after a restart), else a new one."""
+    if isinstance(previous, int) and _free(previous):
+        return previous
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True

@@ -1,0 +1,59 @@
+"""Where a local run lives on disk, and how its process sees /workspace.
+
+Path strategy: no mount namespace (it needs privileges `make run` does not have). Each run
+gets a directory; the sync engine pulls with `--root <run>/root`, so `/workspace/data` lands
+in `<run>/root/workspace/data`. Before the process starts, every argument and every env value
+that names a path under `/workspace` (at the start of the value or after `=`, `:` or `,`) is
+rewritten to that directory, the process starts in it, and `AJUSTE_WORKSPACE` names it. So
+`--data /workspace/data` and `--output=/workspace/output` work unchanged; a path assembled at
+run time from pieces ("/work" + "space") would not, which the fine-tune entry point never does.
+
+Layout of `<base>`:
+    projects/<namespace>/<secret>.json   the project's datastore env (0600), like the Secret
+    runs/<namespace>/<name>/             one run (name: `job-<id>-r<run>` or `nb-<id>`)
+        plan.json      what the supervisor executes (0600: holds the sync credentials)
+        state.json     what happened so far, written atomically (see `state`)
+        output.log     the process's stdout and stderr
+        sync.log       the sync engine's JSON lines (pull and push)
+        supervisor.log the supervisor's own errors
+        stop           present once a stop was asked for
+        root/workspace the volumes and the process's working directory
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from pathlib import Path
+
+from deploy import names
+from deploy.types import WorkloadKind, WorkloadRef
+
+WORKSPACE = "/workspace"
+_WORKSPACE_PATH = re.compile(r"(?:(?<=^)|(?<=[=:,]))/workspace(?=/|$|[:,])")
+
+
+def run_dir(base: Path, ref: WorkloadRef) -> Path:
+    """The directory of one run (deterministic from the ref)."""
+    leaf = names.notebook_name(ref) if ref.kind is WorkloadKind.NOTEBOOK else names.job_name(ref)
+    return base / "runs" / names.dns_label(ref.namespace) / leaf
+
+
+def secret_file(base: Path, namespace: str, secret: str) -> Path:
+    """The local stand-in for a project's datastore Secret."""
+    return base / "projects" / names.dns_label(namespace) / f"{names.dns_label(secret)}.json"
+
+
+def workspace_dir(run: Path) -> Path:
+    """What the process sees as /workspace."""
+    return run / "root" / "workspace"
+
+
+def rewrite(value: str, workspace: Path) -> str:
+    """`value` with each /workspace path pointed at `workspace`."""
+    return _WORKSPACE_PATH.sub(str(workspace).replace("\\", "\\\\"), value)
+
+
+def rewrite_env(env: Mapping[str, str], workspace: Path) -> dict[str, str]:
+    """Every env value rewritten (names untouched)."""
+    return {key: rewrite(value, workspace) for key, value in env.items()}

@@ -1,0 +1,122 @@
+"""What a local run executes, decided up front by the backend and written to `plan.json`, so
+the supervisor is a dumb executor and every decision is testable without processes."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from deploy import images
+from deploy.local.paths import rewrite, rewrite_env, workspace_dir
+from deploy.types import NotebookRequest, WorkloadRef
+from storage.volumes import VolumeSpec, render_volume_spec
+
+# The only host variables a workload inherits: the panel's own secrets stay out.
+PASS_THROUGH = (
+    "PATH",
+    "HOME",
+    "LANG",
+    "LC_ALL",
+    "TZ",
+    "TMPDIR",
+    "USER",
+    "HF_HOME",
+    "HF_HUB_OFFLINE",
+)
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+FINETUNE_MODULE = ("-m", "training.finetune")
+
+
+def base_env(extra_path: Path = PROJECT_ROOT) -> dict[str, str]:
+    """Host variables that are safe to pass, plus our packages on PYTHONPATH."""
+    env = {key: os.environ[key] for key in PASS_THROUGH if key in os.environ}
+    paths = [str(extra_path), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+    return env
+
+
+def local_argv(image: str, command: Sequence[str], *, python: str) -> list[str] | None:
+    """The command as this machine runs it, or None when the image needs a real container.
+
+    Only the built-in fine-tune image runs locally: `python`/`python3` become this
+    interpreter, and a command of bare options goes to `python -m training.finetune`."""
+    if image != images.FINETUNE_IMAGE:
+        return None
+    if not command or command[0].startswith("-"):
+        return [python, *FINETUNE_MODULE, *command]
+    if command[0] in ("python", "python3"):
+        return [python, *command[1:]]
+    return list(command)
+
+
+def make_plan(
+    *,
+    ref: WorkloadRef,
+    run: Path,
+    argv: list[str],
+    env: Mapping[str, str],
+    volumes: Sequence[VolumeSpec],
+    pushed: Sequence[VolumeSpec],
+    gpus: list[int],
+    sync_env: Mapping[str, str],
+    timeout_s: int | None,
+    python: str = sys.executable,
+    grace_s: float = 10.0,
+) -> dict[str, Any]:
+    """The plan of one run: the user's env (paths rewritten) over the safe host variables;
+    the sync engine alone gets the datastore credentials."""
+    workspace = workspace_dir(run)
+    full_env = {**base_env(), **rewrite_env(env, workspace)}
+    full_env.update(
+        AJUSTE_WORKSPACE=str(workspace),
+        AJUSTE_WORKLOAD_ID=ref.id,
+        AJUSTE_PROJECT=ref.project,
+        CUDA_VISIBLE_DEVICES=",".join(map(str, gpus)),
+    )
+    return {
+        "ref": ref_dict(ref),
+        "argv": [rewrite(arg, workspace) for arg in argv],
+        "env": full_env,
+        "cwd": str(workspace),
+        "root": str(run / "root"),
+        "pull": [render_volume_spec(volume) for volume in volumes],
+        "push": [render_volume_spec(volume) for volume in pushed],
+        "sync_env": {**base_env(), **sync_env},
+        "python": python,
+        "timeout_s": timeout_s,
+        "grace_s": grace_s,
+        "gpus": gpus,
+    }
+
+
+def editor_argv(notebook: NotebookRequest, *, python: str, port: int, token: str) -> list[str]:
+    """The editor on 127.0.0.1:`port` (jupyterlab needs a token: nothing guards it here)."""
+    if notebook.command is not None:
+        return [arg.replace("{port}", str(port)) for arg in notebook.command]
+    if notebook.editor.value == "vscode":
+        return ["code-server", f"--bind-addr=127.0.0.1:{port}", "--auth=none", "/workspace"]
+    return [
+        python,
+        "-m",
+        "jupyterlab",
+        "--no-browser",
+        "--ip=127.0.0.1",
+        f"--port={port}",
+        f"--ServerApp.base_url={notebook.path}",
+        "--ServerApp.root_dir=/workspace",
+        f"--IdentityProvider.token={token}",
+    ]
+
+
+def ref_dict(ref: WorkloadRef) -> dict[str, Any]:
+    """A ref as stored in plan and state files."""
+    return {
+        "kind": ref.kind.value,
+        "project": ref.project,
+        "namespace": ref.namespace,
+        "id": ref.id,
+        "run": ref.run,
+    }

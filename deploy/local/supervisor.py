@@ -1,0 +1,242 @@
+"""The process that carries one local run, detached from the panel (double fork, own session),
+so Celery tasks never wait on a workload and a panel restart loses nothing.
+
+    python -m deploy.local.supervisor RUN_DIR [--push-only] [--foreground]
+
+It pulls the volumes, runs the command (never through a shell) with its output in
+`output.log`, enforces the timeout, honours a stop (SIGTERM to itself, or the `stop` file):
+SIGTERM to the process group, SIGKILL after the grace period; then pushes rw volumes.
+Every step is recorded in `state.json`. `--push-only` retries the final push after
+SYNC_FAILED.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from deploy.local.state import now_iso, process_start_ticks, read_json, read_state, update_state
+from deploy.types import Phase
+
+POLL_S = 0.1
+
+
+class Supervisor:
+    """Executes `plan.json` of one run directory."""
+
+    def __init__(self, run: Path) -> None:
+        self.run = run
+        plan = read_json(run / "plan.json")
+        if plan is None:
+            raise RuntimeError(f"{run} has no plan.json")
+        self.plan: dict[str, Any] = plan
+        self.stop_requested = False
+        signal.signal(signal.SIGTERM, self._on_signal)
+        signal.signal(signal.SIGINT, self._on_signal)
+
+    def _on_signal(self, _signum: int, _frame: object) -> None:
+        self.stop_requested = True
+
+    def stopping(self) -> bool:
+        return self.stop_requested or (self.run / "stop").exists()
+
+    def announce(self, **changes: Any) -> None:
+        pid = os.getpid()
+        update_state(
+            self.run, supervisor_pid=pid, supervisor_started=process_start_ticks(pid), **changes
+        )
+
+    def run_all(self) -> None:
+        """Pull, run, push."""
+        pulling = bool(self.plan["pull"])
+        self.announce(
+            phase=Phase.INITIALIZING.value, reason="pulling volumes" if pulling else "starting"
+        )
+        if pulling and self.sync("pull", self.plan["pull"]) != 0:
+            reason = f"volume pull failed: {last_words(self.run / 'sync.log')}"
+            self.finish({"phase": Phase.FAILED.value, "reason": reason})
+            return
+        if self.stopping():
+            self.finish({"phase": Phase.STOPPED.value, "reason": "stopped before it started"})
+            return
+        outcome = self.run_process()
+        if self.plan["push"]:
+            self.push(outcome)
+        else:
+            self.finish(outcome)
+
+    def push_only(self) -> None:
+        """The retry after SYNC_FAILED: push again, then end as the run had ended."""
+        state = read_state(self.run) or {}
+        self.push(state.get("outcome") or {"phase": Phase.FAILED.value, "reason": "unknown"})
+
+    def run_process(self) -> dict[str, Any]:
+        """Run the command to its end; the outcome fields for the state file."""
+        cwd = Path(self.plan["cwd"])
+        cwd.mkdir(parents=True, exist_ok=True)
+        try:
+            child = self._spawn(cwd)
+        except OSError as exc:
+            reason = f"cannot start {self.plan['argv'][0]}: {exc.strerror or exc}"
+            return {"phase": Phase.FAILED.value, "reason": reason, "exit_code": 127}
+        self.announce(
+            phase=Phase.RUNNING.value, reason="running", child_pid=child.pid, started_at=now_iso()
+        )
+        code, timed_out = self._wait(child)
+        finished = now_iso()
+        _kill_group(child.pid, signal.SIGKILL)  # leftovers of the process group
+        return self._outcome(code, timed_out) | {"finished_at": finished, "exit_code": code}
+
+    def _spawn(self, cwd: Path) -> subprocess.Popen[bytes]:
+        with open(self.run / "output.log", "ab") as output:
+            return subprocess.Popen(
+                self.plan["argv"],
+                cwd=cwd,
+                env=self.plan["env"],
+                stdin=subprocess.DEVNULL,
+                stdout=output,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # its own process group: stop reaches its children
+            )
+
+    def _wait(self, child: subprocess.Popen[bytes]) -> tuple[int, bool]:
+        timeout = self.plan.get("timeout_s")
+        deadline = time.monotonic() + timeout if timeout else None
+        while True:
+            try:
+                return exit_code(child.wait(timeout=POLL_S)), False
+            except subprocess.TimeoutExpired:
+                pass
+            timed_out = deadline is not None and time.monotonic() >= deadline
+            if self.stopping() or timed_out:
+                return exit_code(self._terminate(child)), timed_out and not self.stopping()
+
+    def _terminate(self, child: subprocess.Popen[bytes]) -> int:
+        _kill_group(child.pid, signal.SIGTERM)
+        try:
+            return child.wait(timeout=float(self.plan.get("grace_s", 10)))
+        except subprocess.TimeoutExpired:
+            _kill_group(child.pid, signal.SIGKILL)
+            return child.wait()
+
+    def _outcome(self, code: int, timed_out: bool) -> dict[str, Any]:
+        notebook = self.plan["ref"]["kind"] == "notebook"
+        if self.stopping():
+            return {"phase": Phase.STOPPED.value, "reason": "stopped at the user's request"}
+        if timed_out:
+            reason = f"timed out after {self.plan['timeout_s']} s"
+            return {"phase": Phase.FAILED.value, "reason": reason, "timed_out": True}
+        if code == 0 and not notebook:
+            return {"phase": Phase.SUCCEEDED.value, "reason": "exit code 0"}
+        what = "the editor exited" if notebook else "exit code"
+        reason = f"{what} ({code})" if notebook else f"{what} {code}"
+        last = last_words(self.run / "output.log")
+        return {"phase": Phase.FAILED.value, "reason": f"{reason}: {last}" if last else reason}
+
+    def push(self, outcome: dict[str, Any]) -> None:
+        attempt = int((read_state(self.run) or {}).get("push_attempt") or 0) + 1
+        self.announce(
+            phase=Phase.FINALIZING.value,
+            reason=f"pushing rw volumes (attempt {attempt})",
+            push_attempt=attempt,
+            outcome=outcome,
+        )
+        if self.sync("push", self.plan["push"]) == 0:
+            self.finish(outcome)
+            return
+        reason = f"final push failed: {last_words(self.run / 'sync.log')}"
+        self.announce(phase=Phase.SYNC_FAILED.value, reason=reason)
+
+    def sync(self, action: str, specs: list[str]) -> int:
+        """One run of the storage sync engine; a stop during a pull cuts it short."""
+        argv = [self.plan["python"], "-m", "storage.sync", action, *specs]
+        argv += ["--root", self.plan["root"]]
+        with open(self.run / "sync.log", "ab") as log:
+            process = subprocess.Popen(
+                argv,
+                env=self.plan["sync_env"],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        while True:
+            try:
+                return process.wait(timeout=POLL_S)
+            except subprocess.TimeoutExpired:
+                if action == "pull" and self.stopping():
+                    return self._terminate(process)
+
+    def finish(self, outcome: dict[str, Any]) -> None:
+        self.announce(**outcome)
+
+
+def exit_code(returncode: int) -> int:
+    """Killed by signal N reads 128+N, as a shell or a container runtime reports it."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def last_words(log: Path, *, limit: int = 300) -> str:
+    """The last non-empty line of a log (its `message` when it is a JSON event)."""
+    try:
+        with open(log, "rb") as handle:
+            handle.seek(max(0, log.stat().st_size - 8192))
+            lines = [ln for ln in handle.read().decode(errors="replace").splitlines() if ln.strip()]
+    except FileNotFoundError:
+        return ""
+    if not lines:
+        return ""
+    line = lines[-1].strip()
+    try:
+        event = json.loads(line)
+    except ValueError:
+        event = None
+    if isinstance(event, dict):
+        line = str(event.get("message") or event.get("error") or line)
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def _kill_group(pid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, sig)
+
+
+def _detach(run: Path) -> None:
+    """Double fork: the caller's child exits at once, the grandchild belongs to no one."""
+    if os.fork() > 0:
+        os._exit(0)
+    os.setsid()
+    if os.fork() > 0:
+        os._exit(0)
+    log = os.open(run / "supervisor.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    run = Path(args[0])
+    if "--foreground" not in args:
+        _detach(run)
+    try:
+        supervisor = Supervisor(run)
+        supervisor.push_only() if "--push-only" in args else supervisor.run_all()
+    except Exception as exc:
+        traceback.print_exc()
+        update_state(run, phase=Phase.ERROR.value, reason=f"local supervisor failed: {exc}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
