@@ -60,10 +60,11 @@ class Supervisor:
         self.announce(
             phase=Phase.INITIALIZING.value, reason="pulling volumes" if pulling else "starting"
         )
-        if pulling and self.sync("pull", self.plan["pull"]) != 0:
-            reason = f"volume pull failed: {last_words(self.run / 'sync.log')}"
-            self.finish({"phase": Phase.FAILED.value, "reason": reason})
-            return
+        if pulling:
+            code, why = self.sync("pull", self.plan["pull"])
+            if code != 0:
+                self.finish({"phase": Phase.FAILED.value, "reason": f"volume pull failed: {why}"})
+                return
         if self.stopping():
             self.finish({"phase": Phase.STOPPED.value, "reason": "stopped before it started"})
             return
@@ -149,17 +150,24 @@ class Supervisor:
             push_attempt=attempt,
             outcome=outcome,
         )
-        if self.sync("push", self.plan["push"]) == 0:
+        code, why = self.sync("push", self.plan["push"])
+        if code == 0:
             self.finish(outcome)
             return
-        reason = f"final push failed: {last_words(self.run / 'sync.log')}"
-        self.announce(phase=Phase.SYNC_FAILED.value, reason=reason)
+        self.announce(phase=Phase.SYNC_FAILED.value, reason=f"final push failed: {why}")
 
-    def sync(self, action: str, specs: list[str]) -> int:
-        """One run of the storage sync engine; a stop during a pull cuts it short."""
+    def sync(self, action: str, specs: list[str]) -> tuple[int, str]:
+        """One run of the storage sync engine: its exit status and, when it failed, why."""
+        log_path = self.run / "sync.log"
+        start = log_path.stat().st_size if log_path.exists() else 0
+        code = self._sync_process(action, specs, log_path)
+        return code, ("" if code == 0 else sync_failure(log_path, start, code))
+
+    def _sync_process(self, action: str, specs: list[str], log_path: Path) -> int:
+        """Runs the engine to its end; a stop during a pull cuts it short."""
         argv = [self.plan["python"], "-m", "storage.sync", action, *specs]
         argv += ["--root", self.plan["root"]]
-        with open(self.run / "sync.log", "ab") as log:
+        with open(log_path, "ab") as log:
             process = subprocess.Popen(
                 argv,
                 env=self.plan["sync_env"],
@@ -184,24 +192,45 @@ def exit_code(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
-def last_words(log: Path, *, limit: int = 300) -> str:
-    """The last non-empty line of a log (its `message` when it is a JSON event)."""
+def last_words(log: Path) -> str:
+    """The last non-empty line of a log (what a failing process said last)."""
+    lines = _tail_lines(log, max(0, _size(log) - 8192))
+    return _clip(lines[-1]) if lines else ""
+
+
+def sync_failure(log: Path, start: int, code: int) -> str:
+    """Why a sync run failed, from its JSON lines written after `start`: the first failed
+    file of a `result` line, else the message the engine printed (bad usage), else the code."""
+    lines = _tail_lines(log, start)
+    for line in lines:
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(event, dict) and event.get("event") == "result" and event.get("failed"):
+            first = (event.get("failures") or [{}])[0]
+            detail = f"{first.get('key', '?')}: {first.get('error', 'failed')}"
+            return _clip(f"{event['failed']} file(s) of {event.get('spec')} failed ({detail})")
+    plain = [line for line in lines if not line.lstrip().startswith("{")]
+    return _clip(plain[-1]) if plain else f"the sync engine exited with {code}"
+
+
+def _tail_lines(log: Path, start: int) -> list[str]:
     try:
         with open(log, "rb") as handle:
-            handle.seek(max(0, log.stat().st_size - 8192))
-            lines = [ln for ln in handle.read().decode(errors="replace").splitlines() if ln.strip()]
+            handle.seek(start)
+            text = handle.read(1024 * 1024).decode(errors="replace")
     except FileNotFoundError:
-        return ""
-    if not lines:
-        return ""
-    line = lines[-1].strip()
-    try:
-        event = json.loads(line)
-    except ValueError:
-        event = None
-    if isinstance(event, dict):
-        line = str(event.get("message") or event.get("error") or line)
-    return line if len(line) <= limit else line[: limit - 1] + "…"
+        return []
+    return [line.strip() for line in text.splitlines() if line.strip()]
+
+
+def _size(path: Path) -> int:
+    return path.stat().st_size if path.exists() else 0
+
+
+def _clip(text: str, limit: int = 300) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _kill_group(pid: int, sig: signal.Signals) -> None:

@@ -52,7 +52,6 @@ def editor_command(notebook: NotebookRequest) -> list[str]:
         f"--ServerApp.base_url={notebook.path}",
         f"--ServerApp.root_dir={WORKSPACE}",
         "--IdentityProvider.token=",
-        "--ServerApp.password=",
         "--ServerApp.trust_xheaders=True",
     ]
 

@@ -1,0 +1,98 @@
+"""Requests shared by the deploy tests, and strict validation against a pinned Kubernetes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import kubernetes_validate
+import pytest
+
+from deploy.types import (
+    EgressRule,
+    FlavorSpec,
+    JobRequest,
+    NotebookRequest,
+    ProjectRequest,
+    Toleration,
+)
+from storage.datastore import DatastoreConfig
+from storage.volumes import Mode, VolumeSpec
+
+# Native sidecars (restartPolicy: Always on init containers) are GA from 1.33.
+KUBERNETES_VERSION = "1.33.0"
+
+
+def validate(manifest: dict[str, Any]) -> None:
+    """Strict schema validation: unknown fields and wrong types fail."""
+    kubernetes_validate.validate(manifest, KUBERNETES_VERSION, strict=True)
+
+
+H100 = FlavorSpec(
+    name="h100-1-gpu",
+    gpu_model="H100",
+    gpus_per_unit=1,
+    vcpu_per_unit=26,
+    memory_gib_per_unit=200,
+    node_selector={"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},
+    tolerations=(Toleration(key="nvidia.com/gpu"),),
+)
+CPU = FlavorSpec(
+    name="ai1-1-cpu", gpu_model="", gpus_per_unit=0, vcpu_per_unit=2, memory_gib_per_unit=4
+)
+DATASET = VolumeSpec("corpus", "GRA", "dataset", "/workspace/data", Mode.RO)
+OUTPUT = VolumeSpec("corpus", "GRA", "output", "/workspace/output", Mode.RW)
+
+
+def make_job_request(**changes: Any) -> JobRequest:
+    values: dict[str, Any] = {
+        "id": "42",
+        "project": "vision",
+        "namespace": "ajuste-vision",
+        "name": "llama-lora",
+        "image": "registry.example/train:1.0",
+        "command": ("python", "train.py", "--data", "/workspace/data"),
+        "flavor": H100,
+        "units": 2,
+        "env": {"EPOCHS": "3"},
+        "volumes": (DATASET, OUTPUT),
+        "timeout_s": 3600,
+    }
+    values.update(changes)
+    return JobRequest(**values)
+
+
+@pytest.fixture
+def job_request() -> JobRequest:
+    """h100-1-gpu, 2 GPUs, a ro and an rw volume."""
+    return make_job_request()
+
+
+@pytest.fixture
+def notebook_request() -> NotebookRequest:
+    return NotebookRequest(
+        id="7",
+        project="vision",
+        namespace="ajuste-vision",
+        name="explore",
+        image="quay.io/jupyter/pytorch-notebook:cuda12-python-3.11",
+        flavor=H100,
+        volumes=(DATASET, OUTPUT),
+        host="nb.ajuste.example",
+        path="/notebooks/7/",
+        auth_url="http://ajuste-web.ajuste.svc/auth/notebooks/7",
+        signin_url="https://ajuste.example/accounts/login/",
+        tls_secret="nb-tls",
+    )
+
+
+@pytest.fixture
+def project_request() -> ProjectRequest:
+    return ProjectRequest(
+        slug="vision",
+        namespace="ajuste-vision",
+        gpu_quota=8,
+        datastores=(
+            DatastoreConfig("GRA", "https://s3.gra.example", "gra", "AKIA-GRA", "gra-secret"),
+        ),
+        egress=(EgressRule(cidr="203.0.113.0/24", ports=(443,)),),
+    )

@@ -1,0 +1,223 @@
+"""A job run as Kubernetes objects: literal dicts, and strict schema validation."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from deploy.manifests import make_job, make_push_job, make_workspace_claim
+from deploy.types import JobRequest
+from tests.deploy.conftest import CPU, DATASET, make_job_request, validate
+
+LABELS = {
+    "app.kubernetes.io/managed-by": "ajuste",
+    "ajuste.io/project": "vision",
+    "ajuste.io/kind": "job",
+    "ajuste.io/id": "42",
+    "ajuste.io/run": "1",
+}
+ANNOTATIONS = {"ajuste.io/project": "vision", "ajuste.io/id": "42"}
+POD_SECURITY = {
+    "runAsNonRoot": True,
+    "runAsUser": 1000,
+    "runAsGroup": 1000,
+    "fsGroup": 1000,
+    "fsGroupChangePolicy": "OnRootMismatch",
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+CONTAINER_SECURITY = {
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+    "runAsNonRoot": True,
+}
+SYNC_RESOURCES = {
+    "requests": {"cpu": "250m", "memory": "512Mi"},
+    "limits": {"cpu": "2", "memory": "2Gi"},
+}
+SYNC = ["python", "-m", "storage.sync"]
+WORKSPACE_MOUNT = {"name": "workspace", "mountPath": "/workspace"}
+
+
+def sync_container(name: str, command: list[str]) -> dict[str, object]:
+    return {
+        "name": name,
+        "image": "ghcr.io/ajuste/ajuste:0.1.0",
+        "command": command,
+        "envFrom": [{"secretRef": {"name": "ajuste-datastores"}}],
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+        "resources": SYNC_RESOURCES,
+        "securityContext": CONTAINER_SECURITY,
+        "volumeMounts": [WORKSPACE_MOUNT],
+    }
+
+
+def test_job_with_two_volumes_and_two_h100(job_request: JobRequest) -> None:
+    pull = sync_container(
+        "pull",
+        [
+            *SYNC,
+            "pull",
+            "corpus@GRA/dataset:/workspace/data:ro",
+            "corpus@GRA/output:/workspace/output:rw",
+            "--root",
+            "/",
+        ],
+    )
+    push = sync_container(
+        "push",
+        [*SYNC, "push", "corpus@GRA/output:/workspace/output:rw", "--root", "/", "--every", "300"],
+    )
+    push["restartPolicy"] = "Always"
+    gpus = {"cpu": "52", "memory": "400Gi", "nvidia.com/gpu": "2"}
+    main = {
+        "name": "main",
+        "image": "registry.example/train:1.0",
+        "workingDir": "/workspace",
+        "args": ["python", "train.py", "--data", "/workspace/data"],
+        "env": [{"name": "EPOCHS", "value": "3"}],
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+        "resources": {"requests": gpus, "limits": gpus},
+        "securityContext": CONTAINER_SECURITY,
+        "volumeMounts": [WORKSPACE_MOUNT, {"name": "dshm", "mountPath": "/dev/shm"}],
+    }
+    labels = {**LABELS, "ajuste.io/component": "main"}
+    assert make_job(job=job_request) == {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": "job-42-r1",
+            "namespace": "ajuste-vision",
+            "labels": labels,
+            "annotations": ANNOTATIONS,
+        },
+        "spec": {
+            "backoffLimit": 0,
+            "activeDeadlineSeconds": 3600,
+            "template": {
+                "metadata": {"labels": labels, "annotations": ANNOTATIONS},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "automountServiceAccountToken": False,
+                    "enableServiceLinks": False,
+                    "terminationGracePeriodSeconds": 300,
+                    "securityContext": POD_SECURITY,
+                    "nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},
+                    "tolerations": [
+                        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+                    ],
+                    "initContainers": [pull, push],
+                    "containers": [main],
+                    "volumes": [
+                        {
+                            "name": "workspace",
+                            "persistentVolumeClaim": {"claimName": "job-42-r1-ws"},
+                        },
+                        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "100Gi"}},
+                    ],
+                },
+            },
+        },
+    }
+
+
+def test_workspace_claim_kept_for_the_push(job_request: JobRequest) -> None:
+    assert make_workspace_claim(job=job_request) == {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {
+            "name": "job-42-r1-ws",
+            "namespace": "ajuste-vision",
+            "labels": {**LABELS, "ajuste.io/component": "workspace"},
+            "annotations": ANNOTATIONS,
+        },
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "50Gi"}}},
+    }
+
+
+def test_push_job_mounts_the_claim_and_pushes_only_rw(job_request: JobRequest) -> None:
+    labels = {**LABELS, "ajuste.io/component": "push"}
+    push = sync_container(
+        "push", [*SYNC, "push", "corpus@GRA/output:/workspace/output:rw", "--root", "/"]
+    )
+    assert make_push_job(job=job_request, attempt=2) == {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": "job-42-r1-push-2",
+            "namespace": "ajuste-vision",
+            "labels": labels,
+            "annotations": ANNOTATIONS,
+        },
+        "spec": {
+            "backoffLimit": 2,
+            "activeDeadlineSeconds": 86400,
+            "template": {
+                "metadata": {"labels": labels, "annotations": ANNOTATIONS},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "automountServiceAccountToken": False,
+                    "enableServiceLinks": False,
+                    "securityContext": POD_SECURITY,
+                    "containers": [push],
+                    "volumes": [
+                        {
+                            "name": "workspace",
+                            "persistentVolumeClaim": {"claimName": "job-42-r1-ws"},
+                        }
+                    ],
+                },
+            },
+        },
+    }
+
+
+def test_every_job_object_is_valid(job_request: JobRequest) -> None:
+    claim = make_workspace_claim(job=job_request)
+    assert claim is not None
+    for manifest in (make_job(job=job_request), claim, make_push_job(job=job_request, attempt=1)):
+        validate(manifest)
+
+
+def test_cpu_job_without_rw_volume_has_no_claim_no_gpu_no_sidecar() -> None:
+    job = make_job_request(flavor=CPU, units=1, volumes=(DATASET,), command=())
+    manifest = make_job(job=job)
+    validate(manifest)
+    pod = manifest["spec"]["template"]["spec"]
+    main = pod["containers"][0]
+    assert make_workspace_claim(job=job) is None
+    assert [c["name"] for c in pod["initContainers"]] == ["pull"]
+    assert pod["volumes"][0] == {"name": "workspace", "emptyDir": {"sizeLimit": "50Gi"}}
+    assert main["resources"]["limits"] == {"cpu": "2", "memory": "4Gi"}
+    assert "args" not in main  # no command: the image's own entrypoint and command run
+    assert "nodeSelector" not in pod and "tolerations" not in pod
+
+
+def test_queue_label_suspends_for_kueue_and_pull_secrets_are_used() -> None:
+    job = make_job_request(queue_name="team-gpu", image_pull_secrets=["regcred"])
+    manifest = make_job(job=job)
+    validate(manifest)
+    assert manifest["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-gpu"
+    assert manifest["spec"]["suspend"] is True
+    assert manifest["spec"]["template"]["spec"]["imagePullSecrets"] == [{"name": "regcred"}]
+
+
+def test_credentials_never_appear_in_the_pod_spec(job_request: JobRequest) -> None:
+    text = repr(make_job(job=job_request))
+    assert "AJUSTE_DATASTORE_" not in text
+    assert text.count("'secretRef': {'name': 'ajuste-datastores'}") == 2
+
+
+def test_user_labels_travel_as_an_annotation_and_names_stay_valid() -> None:
+    job = make_job_request(id="Run_42/Ü", run=3, labels={"team": "nlp", "odd key!": "x y"})
+    manifest = make_job(job=job)
+    validate(manifest)
+    meta = manifest["metadata"]
+    assert meta["name"].startswith("job-run-42-")
+    assert meta["annotations"]["ajuste.io/id"] == "Run_42/Ü"
+    assert meta["annotations"]["ajuste.io/user-labels"] == '{"odd key!": "x y", "team": "nlp"}'
+    assert meta["labels"]["ajuste.io/run"] == "3"
+
+
+def test_sync_image_is_overridable(job_request: JobRequest) -> None:
+    job = replace(job_request, sync_image="registry.local/ajuste:dev")
+    images = {c["image"] for c in make_job(job=job)["spec"]["template"]["spec"]["initContainers"]}
+    assert images == {"registry.local/ajuste:dev"}

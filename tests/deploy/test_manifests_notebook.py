@@ -1,0 +1,216 @@
+"""A notebook as Kubernetes objects: literal dicts, forward-auth, and validation."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from deploy.manifests import (
+    make_notebook_ingress,
+    make_notebook_service,
+    make_notebook_statefulset,
+)
+from deploy.types import Editor, NotebookRequest
+from tests.deploy.conftest import validate
+from tests.deploy.test_manifests_job import (
+    CONTAINER_SECURITY,
+    POD_SECURITY,
+    SYNC,
+    WORKSPACE_MOUNT,
+    sync_container,
+)
+
+SELECTOR = {
+    "app.kubernetes.io/managed-by": "ajuste",
+    "ajuste.io/project": "vision",
+    "ajuste.io/kind": "notebook",
+    "ajuste.io/id": "7",
+}
+LABELS = {**SELECTOR, "ajuste.io/component": "notebook"}
+ANNOTATIONS = {"ajuste.io/project": "vision", "ajuste.io/id": "7"}
+NGINX = "nginx.ingress.kubernetes.io/"
+
+
+def test_statefulset_keeps_the_workspace_claim(notebook_request: NotebookRequest) -> None:
+    push = sync_container(
+        "push",
+        [*SYNC, "push", "corpus@GRA/output:/workspace/output:rw", "--root", "/", "--every", "300"],
+    )
+    push["restartPolicy"] = "Always"
+    pull = sync_container(
+        "pull",
+        [
+            *SYNC,
+            "pull",
+            "corpus@GRA/dataset:/workspace/data:ro",
+            "corpus@GRA/output:/workspace/output:rw",
+            "--root",
+            "/",
+        ],
+    )
+    one_gpu = {"cpu": "26", "memory": "200Gi", "nvidia.com/gpu": "1"}
+    annotations = {**ANNOTATIONS, "ajuste.io/url": "https://nb.ajuste.example/notebooks/7/"}
+    assert make_notebook_statefulset(notebook=notebook_request) == {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": {
+            "name": "nb-7",
+            "namespace": "ajuste-vision",
+            "labels": LABELS,
+            "annotations": annotations,
+        },
+        "spec": {
+            "replicas": 1,
+            "serviceName": "nb-7",
+            "selector": {"matchLabels": SELECTOR},
+            "persistentVolumeClaimRetentionPolicy": {
+                "whenDeleted": "Delete",
+                "whenScaled": "Retain",
+            },
+            "template": {
+                "metadata": {"labels": LABELS, "annotations": annotations},
+                "spec": {
+                    "automountServiceAccountToken": False,
+                    "enableServiceLinks": False,
+                    "terminationGracePeriodSeconds": 300,
+                    "securityContext": POD_SECURITY,
+                    "nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},
+                    "tolerations": [
+                        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+                    ],
+                    "initContainers": [pull, push],
+                    "containers": [
+                        {
+                            "name": "main",
+                            "image": "quay.io/jupyter/pytorch-notebook:cuda12-python-3.11",
+                            "command": [
+                                "jupyter",
+                                "lab",
+                                "--ip=0.0.0.0",
+                                "--port=8888",
+                                "--no-browser",
+                                "--ServerApp.base_url=/notebooks/7/",
+                                "--ServerApp.root_dir=/workspace",
+                                "--IdentityProvider.token=",
+                                "--ServerApp.trust_xheaders=True",
+                            ],
+                            "workingDir": "/workspace",
+                            "ports": [{"name": "http", "containerPort": 8888, "protocol": "TCP"}],
+                            "resources": {"requests": one_gpu, "limits": one_gpu},
+                            "securityContext": CONTAINER_SECURITY,
+                            "readinessProbe": {
+                                "tcpSocket": {"port": "http"},
+                                "periodSeconds": 5,
+                                "failureThreshold": 3,
+                            },
+                            "volumeMounts": [
+                                WORKSPACE_MOUNT,
+                                {"name": "dshm", "mountPath": "/dev/shm"},
+                            ],
+                        }
+                    ],
+                    "volumes": [
+                        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "50Gi"}}
+                    ],
+                },
+            },
+            "volumeClaimTemplates": [
+                {
+                    "metadata": {"name": "workspace", "labels": LABELS},
+                    "spec": {
+                        "accessModes": ["ReadWriteOnce"],
+                        "resources": {"requests": {"storage": "20Gi"}},
+                    },
+                }
+            ],
+        },
+    }
+
+
+def test_service_and_forward_auth_ingress(notebook_request: NotebookRequest) -> None:
+    assert make_notebook_service(notebook=notebook_request) == {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": "nb-7",
+            "namespace": "ajuste-vision",
+            "labels": LABELS,
+            "annotations": ANNOTATIONS,
+        },
+        "spec": {
+            "type": "ClusterIP",
+            "selector": SELECTOR,
+            "ports": [{"name": "http", "port": 80, "targetPort": "http", "protocol": "TCP"}],
+        },
+    }
+    assert make_notebook_ingress(notebook=notebook_request) == {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "Ingress",
+        "metadata": {
+            "name": "nb-7",
+            "namespace": "ajuste-vision",
+            "labels": LABELS,
+            "annotations": {
+                **ANNOTATIONS,
+                NGINX + "auth-url": "http://ajuste-web.ajuste.svc/auth/notebooks/7",
+                NGINX + "auth-signin": "https://ajuste.example/accounts/login/",
+                NGINX + "auth-signin-redirect-param": "next",
+                NGINX + "auth-response-headers": "X-Ajuste-User,X-Ajuste-Project",
+                NGINX + "proxy-read-timeout": "3600",
+                NGINX + "proxy-send-timeout": "3600",
+                NGINX + "proxy-body-size": "512m",
+            },
+        },
+        "spec": {
+            "ingressClassName": "nginx",
+            "rules": [
+                {
+                    "host": "nb.ajuste.example",
+                    "http": {
+                        "paths": [
+                            {
+                                "path": "/notebooks/7/",
+                                "pathType": "Prefix",
+                                "backend": {"service": {"name": "nb-7", "port": {"name": "http"}}},
+                            }
+                        ]
+                    },
+                }
+            ],
+            "tls": [{"hosts": ["nb.ajuste.example"], "secretName": "nb-tls"}],
+        },
+    }
+
+
+def test_stopped_notebook_has_no_replica_but_the_same_claim(
+    notebook_request: NotebookRequest,
+) -> None:
+    running = make_notebook_statefulset(notebook=notebook_request)
+    stopped = make_notebook_statefulset(notebook=replace(notebook_request, running=False))
+    assert stopped["spec"]["replicas"] == 0
+    assert stopped["spec"]["volumeClaimTemplates"] == running["spec"]["volumeClaimTemplates"]
+    assert make_notebook_ingress(notebook=replace(notebook_request, running=False)) == (
+        make_notebook_ingress(notebook=notebook_request)
+    )
+
+
+def test_vscode_gets_its_prefix_stripped(notebook_request: NotebookRequest) -> None:
+    vscode = replace(notebook_request, editor=Editor.VSCODE, volumes=())
+    ingress = make_notebook_ingress(notebook=vscode)
+    path = ingress["spec"]["rules"][0]["http"]["paths"][0]
+    assert path["path"] == "/notebooks/7(/|$)(.*)"
+    assert path["pathType"] == "ImplementationSpecific"
+    assert ingress["metadata"]["annotations"][NGINX + "rewrite-target"] == "/$2"
+    pod = make_notebook_statefulset(notebook=vscode)["spec"]["template"]["spec"]
+    assert pod["containers"][0]["command"][:3] == [
+        "code-server",
+        "--bind-addr=0.0.0.0:8888",
+        "--auth=none",
+    ]
+    assert "initContainers" not in pod
+
+
+def test_every_notebook_object_is_valid(notebook_request: NotebookRequest) -> None:
+    for request in (notebook_request, replace(notebook_request, editor=Editor.VSCODE)):
+        validate(make_notebook_statefulset(notebook=request))
+        validate(make_notebook_service(notebook=request))
+        validate(make_notebook_ingress(notebook=request))

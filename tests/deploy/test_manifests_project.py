@@ -1,0 +1,199 @@
+"""A project's namespace and guard rails: literal dicts and validation."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from deploy.manifests import (
+    make_datastore_secret,
+    make_limit_range,
+    make_namespace,
+    make_network_policies,
+    make_project_objects,
+    make_resource_quota,
+    make_role_binding,
+)
+from deploy.types import EgressRule, ProjectRequest
+from tests.deploy.conftest import validate
+
+LABELS = {
+    "app.kubernetes.io/managed-by": "ajuste",
+    "ajuste.io/project": "vision",
+    "ajuste.io/kind": "project",
+}
+
+
+def meta(name: str) -> dict[str, object]:
+    return {"name": name, "namespace": "ajuste-vision", "labels": LABELS}
+
+
+def test_namespace_enforces_restricted_pod_security(project_request: ProjectRequest) -> None:
+    security = {}
+    for mode in ("enforce", "audit", "warn"):
+        security[f"pod-security.kubernetes.io/{mode}"] = "restricted"
+        security[f"pod-security.kubernetes.io/{mode}-version"] = "latest"
+    assert make_namespace(project=project_request) == {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {
+            "name": "ajuste-vision",
+            "labels": {**LABELS, **security},
+            "annotations": {"ajuste.io/project": "vision"},
+        },
+    }
+
+
+def test_gpu_quota_and_defaults_without_gpu(project_request: ProjectRequest) -> None:
+    assert make_resource_quota(project=project_request) == {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": meta("ajuste-quota"),
+        "spec": {"hard": {"requests.nvidia.com/gpu": "8"}},
+    }
+    assert make_limit_range(project=project_request) == {
+        "apiVersion": "v1",
+        "kind": "LimitRange",
+        "metadata": meta("ajuste-defaults"),
+        "spec": {
+            "limits": [
+                {
+                    "type": "Container",
+                    "default": {"cpu": "500m", "memory": "1Gi"},
+                    "defaultRequest": {"cpu": "500m", "memory": "1Gi"},
+                }
+            ]
+        },
+    }
+
+
+def test_default_deny_with_dns_ingress_controller_and_s3(project_request: ProjectRequest) -> None:
+    def policy(name: str, spec: dict[str, object]) -> dict[str, object]:
+        return {
+            "apiVersion": "networking.k8s.io/v1",
+            "kind": "NetworkPolicy",
+            "metadata": meta(name),
+            "spec": spec,
+        }
+
+    by_name = {"kubernetes.io/metadata.name": "kube-system"}
+    assert make_network_policies(project=project_request) == [
+        policy(
+            "ajuste-default-deny",
+            {"podSelector": {}, "ingress": [], "egress": [], "policyTypes": ["Ingress", "Egress"]},
+        ),
+        policy(
+            "ajuste-allow-dns",
+            {
+                "podSelector": {},
+                "egress": [
+                    {
+                        "to": [
+                            {
+                                "namespaceSelector": {"matchLabels": by_name},
+                                "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
+                            }
+                        ],
+                        "ports": [
+                            {"protocol": "UDP", "port": 53},
+                            {"protocol": "TCP", "port": 53},
+                        ],
+                    }
+                ],
+                "policyTypes": ["Egress"],
+            },
+        ),
+        policy(
+            "ajuste-allow-ingress-controller",
+            {
+                "podSelector": {"matchLabels": {"ajuste.io/kind": "notebook"}},
+                "ingress": [
+                    {
+                        "from": [
+                            {
+                                "namespaceSelector": {
+                                    "matchLabels": {"kubernetes.io/metadata.name": "ingress-nginx"}
+                                }
+                            }
+                        ],
+                        "ports": [{"protocol": "TCP", "port": 8888}],
+                    }
+                ],
+                "policyTypes": ["Ingress"],
+            },
+        ),
+        policy(
+            "ajuste-allow-egress",
+            {
+                "podSelector": {},
+                "egress": [
+                    {
+                        "to": [{"ipBlock": {"cidr": "203.0.113.0/24"}}],
+                        "ports": [{"protocol": "TCP", "port": 443}],
+                    }
+                ],
+                "policyTypes": ["Egress"],
+            },
+        ),
+    ]
+
+
+def test_in_cluster_s3_egress_by_namespace(project_request: ProjectRequest) -> None:
+    minio = EgressRule(namespace="minio", pod_labels={"app": "minio"}, ports=(9000,))
+    policies = make_network_policies(project=replace(project_request, egress=(minio,)))
+    assert policies[-1]["spec"]["egress"] == [
+        {
+            "to": [
+                {
+                    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "minio"}},
+                    "podSelector": {"matchLabels": {"app": "minio"}},
+                }
+            ],
+            "ports": [{"protocol": "TCP", "port": 9000}],
+        }
+    ]
+
+
+def test_secret_and_role_binding(project_request: ProjectRequest) -> None:
+    assert make_datastore_secret(project=project_request) == {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": meta("ajuste-datastores"),
+        "type": "Opaque",
+        "stringData": {
+            "AJUSTE_DATASTORE_GRA_ACCESS_KEY": "AKIA-GRA",
+            "AJUSTE_DATASTORE_GRA_ENDPOINT_URL": "https://s3.gra.example",
+            "AJUSTE_DATASTORE_GRA_REGION": "gra",
+            "AJUSTE_DATASTORE_GRA_SECRET_KEY": "gra-secret",
+        },
+    }
+    binding = make_role_binding(
+        project=project_request,
+        service_account="ajuste-controller",
+        service_account_namespace="ajuste",
+    )
+    assert binding == {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": meta("ajuste-controller"),
+        "roleRef": {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "ClusterRole",
+            "name": "ajuste-project",
+        },
+        "subjects": [
+            {"kind": "ServiceAccount", "name": "ajuste-controller", "namespace": "ajuste"}
+        ],
+    }
+
+
+def test_every_project_object_is_valid_and_in_apply_order(project_request: ProjectRequest) -> None:
+    objects = make_project_objects(
+        project=project_request,
+        service_account="ajuste-controller",
+        service_account_namespace="ajuste",
+    )
+    for manifest in objects:
+        validate(manifest)
+    kinds = [o["kind"] for o in objects]
+    assert kinds[:2] == ["Namespace", "RoleBinding"]  # the rest needs the binding
+    assert kinds.count("NetworkPolicy") == 4 and kinds[-1] == "Secret"
