@@ -19,6 +19,9 @@
  *   only keys against max-keys, ignores encoding-type, and its continuation token uses DES,
  *   which node 20's OpenSSL 3 refuses. Here keys are sorted by their UTF-8 bytes as S3 does,
  *   common prefixes count, the token is the last entry, and encoding-type=url is honoured.
+ * - AbortMultipartUpload works (stock s3rver answers MethodNotAllowed and keeps the parts).
+ * - DeleteObjects honours Quiet (stock s3rver echoes every key, and a key with a control
+ *   character then makes the whole XML answer unreadable).
  * - Signature V4 is verified (stock s3rver checks only that the access key exists, so any
  *   secret worked). The payload hash is taken as declared, not recomputed over the body.
  * - Anonymous requests are refused (stock s3rver serves them), bucket names in paths are
@@ -35,6 +38,7 @@ const s3rverDir = path.join(modulesDir, 's3rver');
 const S3rver = require(s3rverDir);
 const FilesystemStore = require(path.join(s3rverDir, 'lib/stores/filesystem'));
 const bucketCtrl = require(path.join(s3rverDir, 'lib/controllers/bucket'));
+const objectCtrl = require(path.join(s3rverDir, 'lib/controllers/object'));
 const AWSAccount = require(path.join(s3rverDir, 'lib/models/account'));
 const S3Error = require(path.join(s3rverDir, 'lib/models/error'));
 const { getConfigModel } = require(path.join(s3rverDir, 'lib/models/config'));
@@ -295,6 +299,15 @@ bucketCtrl.getBucket = async function getBucket(ctx) {
   ctx.body = { ListBucketResult: result };
 };
 
+// ---- DeleteObjects: Quiet mode ---------------------------------------------------------
+
+const deleteMultipleObjects = objectCtrl.deleteMultipleObjects;
+objectCtrl.deleteMultipleObjects = async function quietAwareDelete(ctx) {
+  await deleteMultipleObjects(ctx);
+  const quiet = String(ctx.request.body.Delete.Quiet).toLowerCase() === 'true';
+  if (quiet) ctx.body.DeleteResult.Deleted = [];
+};
+
 // ---- request guard, credentials, start -------------------------------------------------
 
 function hasCredentials(ctx) {
@@ -374,7 +387,7 @@ function v4Parts(ctx) {
 
 function verifySignatureV4(ctx) {
   const parts = v4Parts(ctx);
-  if (!parts) return;
+  if (!parts) return false;
   const [accessKey, date, region, service, terminator] = parts.credential.split('/');
   const account = AWSAccount.registry.get(accessKey);
   const secret = account && account.accessKeys.get(accessKey);
@@ -406,6 +419,25 @@ function verifySignatureV4(ctx) {
       'The request signature we calculated does not match the signature you provided.',
     );
   }
+  return true;
+}
+
+/** DELETE /bucket/key?uploadId=...: drop the upload's parts (only for verified requests). */
+function abortMultipartUpload(ctx) {
+  const match = /^\/([^/]+)\/(.+)$/s.exec(ctx.path);
+  const uploadId = String(ctx.query.uploadId || '');
+  if (!match || !/^[0-9a-f]{32}$/.test(uploadId)) {
+    throw new S3Error('NoSuchUpload', 'The specified upload does not exist.');
+  }
+  const uploads = ctx.store.getResourcePath(decodeURIComponent(match[1]), undefined, 'uploads');
+  const uploadDir = path.join(uploads, uploadId);
+  if (!fs.existsSync(uploadDir)) {
+    throw new S3Error('NoSuchUpload', 'The specified upload does not exist.', {
+      UploadId: uploadId,
+    });
+  }
+  fs.rmSync(uploadDir, { recursive: true, force: true });
+  ctx.status = 204;
 }
 
 function guard() {
@@ -426,7 +458,10 @@ function guard() {
     // OPTIONS is the browser's CORS preflight, which never carries credentials.
     if (ctx.method !== 'OPTIONS') {
       if (!hasCredentials(ctx)) throw new S3Error('AccessDenied', 'Access Denied');
-      verifySignatureV4(ctx);
+      const verified = verifySignatureV4(ctx);
+      if (verified && ctx.method === 'DELETE' && 'uploadId' in ctx.query) {
+        return abortMultipartUpload(ctx);
+      }
     }
     await next();
   };
