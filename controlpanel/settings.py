@@ -46,6 +46,9 @@ INSTALLED_APPS = [
     "controlpanel.core",
     "controlpanel.accounts",
     "controlpanel.projects",
+    "controlpanel.buckets",
+    "controlpanel.flavors",
+    "controlpanel.workloads",
     "controlpanel.api",
 ]
 
@@ -211,6 +214,7 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
+    "ENUM_NAME_OVERRIDES": {"JobStateEnum": "controlpanel.workloads.models.JobState"},
 }
 
 # Celery: Redis broker, JSON only, late acks, one message at a time per worker process.
@@ -242,6 +246,22 @@ DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL") or "ajuste@localhost"
 
 COMPUTE_BACKEND = env_choice("COMPUTE_BACKEND", "local", ("local", "kubernetes"))
 
+# Object storage: the default datastore (`make run` starts an embedded one and sets these).
+S3_ENDPOINT_URL = (env_str("S3_ENDPOINT_URL") or "").rstrip("/")
+S3_ACCESS_KEY = env_str("S3_ACCESS_KEY") or ""
+S3_SECRET_KEY = env_str("S3_SECRET_KEY") or ""
+S3_REGION = env_str("S3_REGION") or "us-east-1"
+S3_ALIAS = env_str("S3_ALIAS") or "LOCAL"
+if S3_ENDPOINT_URL and not S3_ENDPOINT_URL.startswith(("http://", "https://")):
+    raise ImproperlyConfigured(f"S3_ENDPOINT_URL={S3_ENDPOINT_URL!r} must start with http(s)://.")
+if S3_ENDPOINT_URL and not (S3_ACCESS_KEY and S3_SECRET_KEY):
+    raise ImproperlyConfigured("S3_ENDPOINT_URL is set: set S3_ACCESS_KEY and S3_SECRET_KEY too.")
+# Origins allowed to upload from a browser into the buckets Ajuste creates (bucket CORS).
+S3_CORS_ORIGINS = env_list("S3_CORS_ORIGINS", [SITE_URL])
+# Fernet keys for datastore credentials at rest (first encrypts, all decrypt: rotation);
+# unset, one is derived from SECRET_KEY (then rotating SECRET_KEY needs SECRET_KEY_FALLBACKS).
+FIELD_ENCRYPTION_KEY = env_list("FIELD_ENCRYPTION_KEY", [])
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
@@ -249,4 +269,20 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL") or "INFO"},
     "loggers": {"axes": {"level": "WARNING"}},
+}
+
+# Workloads. The Kubernetes backend uses in-cluster config, else KUBECONFIG; KUBERNETES_API_HOST
+# names an API server directly (kubectl proxy, the test emulator).
+KUBERNETES_API_HOST = env_str("KUBERNETES_API_HOST") or None
+KUBERNETES_SERVICE_ACCOUNT = env_str("KUBERNETES_SERVICE_ACCOUNT") or "ajuste-controller"
+KUBERNETES_NAMESPACE = env_str("KUBERNETES_NAMESPACE") or "ajuste"
+AJUSTE_FINETUNE_IMAGE = env_str("AJUSTE_FINETUNE_IMAGE") or "ghcr.io/ajuste/finetune:0.1.0"
+AJUSTE_SYNC_IMAGE = env_str("AJUSTE_SYNC_IMAGE") or None
+MAX_GPUS_PER_JOB = env_int("MAX_GPUS_PER_JOB", 4, minimum=1)
+CURRENCY = env_str("CURRENCY") or "EUR"
+JOB_SWEEP_SECONDS = env_int("JOB_SWEEP_SECONDS", 10, minimum=1)
+CELERY_BEAT_SCHEDULE["jobs-sweep"] = {
+    "task": "controlpanel.workloads.tasks.jobs_sweep",
+    "schedule": float(JOB_SWEEP_SECONDS),
+    "options": {"expires": float(JOB_SWEEP_SECONDS)},
 }

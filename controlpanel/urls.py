@@ -10,5 +10,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("", include("controlpanel.accounts.urls")),
     path("", include("controlpanel.projects.urls")),
+    path("", include("controlpanel.buckets.urls")),
+    path("", include("controlpanel.workloads.urls")),
     path("", include("controlpanel.api.urls")),
 ]

@@ -3,6 +3,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitVie
 from rest_framework.routers import DefaultRouter
 
 from controlpanel.api import views
+from controlpanel.workloads import api as job_api
 
 router = DefaultRouter()
 router.include_format_suffixes = False
@@ -10,6 +11,8 @@ router.register("projects", views.ProjectViewSet, basename="api-project")
 router.register("tokens", views.TokenViewSet, basename="api-token")
 router.register(r"projects/(?P<project_slug>[a-z0-9-]+)/members", views.MemberViewSet,
                 basename="api-member")
+router.register("jobs", job_api.JobViewSet, basename="api-job")
+router.register("flavors", job_api.FlavorViewSet, basename="api-flavor")
 
 urlpatterns = [
     path("api/v1/me/", views.me, name="api-me"),

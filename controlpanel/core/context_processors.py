@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from django.http import HttpRequest
 from django.urls import NoReverseMatch, reverse
 
@@ -43,6 +44,7 @@ def shell(request: HttpRequest) -> dict[str, Any]:
     section = next((s for s in SECTIONS if any(link["active"] and link["label"] == s[0]
                                                 for link in sections)), None)
     return {
+        "currency": settings.CURRENCY,
         "current_project": current,
         "current_access": access,
         "project_switch": _switch_links(user, section[1] if section else "project-home"),

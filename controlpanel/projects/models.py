@@ -44,6 +44,15 @@ class Project(models.Model):
     notebook_idle_minutes = models.PositiveIntegerField(
         default=120, help_text="Stop notebooks idle for this long (0 = never)."
     )
+    kueue_queue = models.CharField(
+        max_length=63, blank=True,
+        help_text="Kueue LocalQueue for this project's jobs (clusters with Kueue); empty: none.",
+    )
+    webhook_url = models.URLField(
+        blank=True, help_text="Receives a signed JSON POST when a job ends (optional)."
+    )
+    # Used to sign webhook bodies (HMAC-SHA256), so it must be readable, not hashed.
+    webhook_secret = models.CharField(max_length=100, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
     members = models.ManyToManyField(
         settings.AUTH_USER_MODEL, through="Membership", related_name="projects"

@@ -34,3 +34,48 @@ document.addEventListener("htmx:beforeSwap", (event) => {
     event.detail.isError = false;
   }
 });
+
+// Job logs: follow the tail, pause polling, filter the visible lines.
+let logsPaused = false;
+document.addEventListener("htmx:beforeRequest", (event) => {
+  if (logsPaused && event.detail.elt.id === "log-poller") event.preventDefault();
+});
+function scrollLogs() {
+  const box = document.querySelector("#log-lines");
+  const follow = document.querySelector(".log-follow");
+  if (box && follow && follow.checked) box.scrollTop = box.scrollHeight;
+}
+function applyLogFilter() {
+  const input = document.querySelector("[data-log-filter]");
+  if (!input) return;
+  const needle = input.value.toLowerCase();
+  document.querySelectorAll(input.dataset.logFilter + " .ln").forEach((line) => {
+    line.hidden = needle !== "" && !line.textContent.toLowerCase().includes(needle);
+  });
+}
+document.addEventListener("htmx:afterSettle", () => { applyLogFilter(); scrollLogs(); });
+document.addEventListener("DOMContentLoaded", scrollLogs);
+document.addEventListener("input", (event) => {
+  if (event.target.matches("[data-log-filter]")) applyLogFilter();
+});
+document.addEventListener("click", (event) => {
+  const pause = event.target.closest("[data-log-pause]");
+  if (pause) {
+    logsPaused = !logsPaused;
+    pause.textContent = logsPaused ? "Resume" : "Pause";
+    pause.setAttribute("aria-pressed", String(logsPaused));
+  }
+  const add = event.target.closest("[data-action=add-volume]");
+  if (add) addVolume(add.closest(".volume-builder"));
+});
+
+// The volume builder appends `bucket@ALIAS[/prefix]:/mount:mode` to the volumes textarea.
+function addVolume(builder) {
+  const part = (name) => builder.querySelector(`[data-part=${name}]`).value.trim();
+  const target = document.querySelector(builder.dataset.target);
+  if (!part("bucket") || !target) return;
+  const prefix = part("prefix").replace(/^\/+|\/+$/g, "");
+  const spec = `${part("bucket")}${prefix ? "/" + prefix : ""}:${part("mount")}:${part("mode")}`;
+  target.value = (target.value.trim() ? target.value.trim() + "\n" : "") + spec;
+  target.dispatchEvent(new Event("change", { bubbles: true }));
+}

@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class FlavorsConfig(AppConfig):
+    name = "controlpanel.flavors"
+    label = "flavors"

@@ -1,0 +1,87 @@
+from __future__ import annotations
+
+from datetime import datetime
+from decimal import Decimal
+
+from django.core.validators import MinValueValidator, RegexValidator
+from django.db import models
+from django.utils import timezone
+
+from deploy.types import GPU_RESOURCE_KEY, FlavorSpec, Toleration
+
+FLAVOR_NAME = RegexValidator(
+    r"^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$",
+    "Use lowercase letters, digits and hyphens, e.g. h100-1-gpu.",
+)
+
+
+class Flavor(models.Model):
+    """An admin-defined machine shape: one unit is `gpus_per_unit` GPUs of `gpu_model` plus
+    vCPU and memory; where it may run (node selector, tolerations) and its dated prices."""
+
+    name = models.CharField(max_length=40, unique=True, validators=[FLAVOR_NAME])
+    description = models.CharField(max_length=200, blank=True)
+    gpu_model = models.CharField(max_length=40, blank=True, help_text="Empty for CPU flavors.")
+    gpus_per_unit = models.PositiveSmallIntegerField(default=1)
+    vcpu_per_unit = models.PositiveSmallIntegerField(validators=[MinValueValidator(1)])
+    memory_gib_per_unit = models.PositiveSmallIntegerField(validators=[MinValueValidator(1)])
+    gpu_memory_gib = models.PositiveSmallIntegerField(default=0, help_text="Per GPU.")
+    node_selector = models.JSONField(default=dict, blank=True)
+    tolerations = models.JSONField(default=list, blank=True)
+    resource_key = models.CharField(max_length=60, default=GPU_RESOURCE_KEY)
+    max_units = models.PositiveSmallIntegerField(
+        default=4, validators=[MinValueValidator(1)], help_text="Most units one job may ask for."
+    )
+    enabled = models.BooleanField(default=True)
+    sort_order = models.PositiveSmallIntegerField(default=100)
+
+    class Meta:
+        ordering = ["sort_order", "name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def is_gpu(self) -> bool:
+        return self.gpus_per_unit > 0
+
+    def to_spec(self) -> FlavorSpec:
+        return FlavorSpec(
+            name=self.name,
+            gpu_model=self.gpu_model,
+            gpus_per_unit=self.gpus_per_unit,
+            vcpu_per_unit=self.vcpu_per_unit,
+            memory_gib_per_unit=self.memory_gib_per_unit,
+            node_selector=dict(self.node_selector),
+            tolerations=tuple(Toleration(**t) for t in self.tolerations),
+            resource_key=self.resource_key,
+        )
+
+    def price_at(self, moment: datetime) -> Decimal | None:
+        """The unit price per hour in effect at `moment`, or None before the first price."""
+        price = self.prices.filter(valid_from__lte=moment).order_by("-valid_from").first()
+        return price.price_per_hour if price else None
+
+    @property
+    def current_price(self) -> Decimal | None:
+        return self.price_at(timezone.now())
+
+
+class FlavorPrice(models.Model):
+    """A flavor's price per unit-hour from `valid_from` on. Prices are dated versions: a new
+    price is a new row, so past minutes keep the rate that was in effect."""
+
+    flavor = models.ForeignKey(Flavor, on_delete=models.CASCADE, related_name="prices")
+    valid_from = models.DateTimeField(default=timezone.now)
+    price_per_hour = models.DecimalField(
+        max_digits=12, decimal_places=4, validators=[MinValueValidator(Decimal("0"))]
+    )
+
+    class Meta:
+        ordering = ["flavor", "-valid_from"]
+        constraints = [
+            models.UniqueConstraint(fields=["flavor", "valid_from"], name="one_price_per_instant")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.flavor} {self.price_per_hour}/h from {self.valid_from:%Y-%m-%d}"

@@ -1,0 +1,180 @@
+"""REST API for jobs and flavors (`/api/v1/jobs/`, `/api/v1/flavors/`), scoped by project."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import serializers, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.pagination import LimitOffsetPagination
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from controlpanel.api.scoping import api_project
+from controlpanel.flavors.models import Flavor
+from controlpanel.workloads import logs, selectors, services
+from controlpanel.workloads.models import Job, JobEvent
+
+
+class FlavorSerializer(serializers.ModelSerializer):
+    price_per_hour = serializers.DecimalField(source="current_price", max_digits=12,
+                                              decimal_places=4, read_only=True, allow_null=True)
+
+    class Meta:
+        model = Flavor
+        fields = ["name", "description", "gpu_model", "gpus_per_unit", "gpu_memory_gib",
+                  "vcpu_per_unit", "memory_gib_per_unit", "max_units", "price_per_hour"]
+
+
+class JobEventSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = JobEvent
+        fields = ["run", "state", "reason", "at"]
+
+
+class JobSerializer(serializers.ModelSerializer):
+    """A job as read back; writes go through JobCreateSerializer and job_submit()."""
+
+    project = serializers.CharField(source="project.slug", read_only=True)
+    owner = serializers.CharField(source="owner.username", read_only=True)
+    flavor = serializers.CharField(source="flavor.name", read_only=True)
+    history = JobEventSerializer(source="events", many=True, read_only=True)
+    cost = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Job
+        fields = ["id", "name", "project", "owner", "image", "command", "flavor", "gpu",
+                  "volumes", "env", "labels", "timeout", "preset", "params", "state",
+                  "state_reason", "run", "exit_code", "created_at", "queued_at", "started_at",
+                  "finished_at", "state_changed_at", "progress", "history", "cost"]
+
+    def get_cost(self, job: Job) -> str | None:
+        cost = selectors.job_cost_estimate(job=job)
+        return None if cost is None else str(cost)
+
+
+class JobCreateSerializer(serializers.Serializer):
+    """The submission fields of the contract; all checks happen in validation.clean_job."""
+
+    project = serializers.CharField(required=False, help_text="Project slug (or ?project=).")
+    name = serializers.CharField(required=False, allow_blank=True)
+    image = serializers.CharField(required=False, allow_blank=True)
+    command = serializers.JSONField(required=False, help_text="A list of arguments.")
+    flavor = serializers.CharField()
+    gpu = serializers.JSONField(required=False, help_text="Units of the flavor (default 1).")
+    volumes = serializers.JSONField(required=False, help_text="A list of volume specs.")
+    env = serializers.JSONField(required=False, help_text="An object of NAME: value.")
+    labels = serializers.JSONField(required=False, help_text="An object of key: value.")
+    timeout = serializers.JSONField(required=False, help_text="Seconds (default 7 days).")
+    preset = serializers.CharField(required=False, allow_blank=True)
+    params = serializers.JSONField(required=False, help_text="The preset's parameters.")
+
+
+class LogLineSerializer(serializers.Serializer):
+    seq = serializers.IntegerField()
+    text = serializers.CharField()
+
+
+class LogPageSerializer(serializers.Serializer):
+    lines = LogLineSerializer(many=True)
+    next = serializers.IntegerField(help_text="Pass as ?after= to get the following lines.")
+    eof = serializers.BooleanField(help_text="The job ended and every line was returned.")
+    state = serializers.CharField()
+
+
+class FlavorViewSet(viewsets.ReadOnlyModelViewSet):
+    serializer_class = FlavorSerializer
+    queryset = Flavor.objects.filter(enabled=True).prefetch_related("prices")
+    lookup_field = "name"
+    pagination_class = None
+
+
+PROJECT_PARAM = OpenApiParameter("project", str, description="Project slug (optional when you "
+                                 "belong to one project).")
+
+
+@extend_schema(parameters=[PROJECT_PARAM])
+class JobViewSet(viewsets.ViewSet):
+    """Training jobs of a project."""
+
+    serializer_class = JobSerializer
+    queryset = Job.objects.none()  # tells the schema the id type
+    lookup_value_regex = "[0-9a-fA-F-]{1,36}"
+
+    def _job(self, request: Request, pk: str) -> tuple[Any, Job]:
+        access = api_project(request)
+        return access, selectors.job_get(project=access.project, job_id=pk)
+
+    @extend_schema(parameters=[OpenApiParameter("state", str), OpenApiParameter("owner", str),
+                               OpenApiParameter("label", str, description="key or key=value")])
+    def list(self, request: Request) -> Response:
+        access = api_project(request)
+        get = request.query_params
+        filters = selectors.JobFilters(state=get.get("state", ""), owner=get.get("owner", ""),
+                                       label=get.get("label", ""), q=get.get("q", ""))
+        jobs = selectors.jobs_for_project(project=access.project, filters=filters) \
+            .prefetch_related("events")
+        paginator = LimitOffsetPagination()
+        page = paginator.paginate_queryset(jobs, request, view=self)
+        return paginator.get_paginated_response(JobSerializer(page, many=True).data)
+
+    @extend_schema(request=JobCreateSerializer, responses={201: JobSerializer})
+    def create(self, request: Request) -> Response:
+        access = api_project(request)
+        data = request.data if isinstance(request.data, dict) else {}
+        job = services.job_submit(access=access, user=request.user, data=dict(data))
+        return Response(JobSerializer(job).data, status=status.HTTP_201_CREATED)
+
+    def retrieve(self, request: Request, pk: str) -> Response:
+        return Response(JobSerializer(self._job(request, pk)[1]).data)
+
+    def destroy(self, request: Request, pk: str) -> Response:
+        access, job = self._job(request, pk)
+        services.job_delete(access=access, user=request.user, job=job)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+    @extend_schema(request=None, responses=JobSerializer)
+    @action(detail=True, methods=["post"])
+    def stop(self, request: Request, pk: str) -> Response:
+        access, job = self._job(request, pk)
+        return Response(JobSerializer(services.job_stop(access=access, user=request.user,
+                                                        job=job)).data)
+
+    @extend_schema(request=None, responses=JobSerializer)
+    @action(detail=True, methods=["post"])
+    def rerun(self, request: Request, pk: str) -> Response:
+        access, job = self._job(request, pk)
+        return Response(JobSerializer(services.job_rerun(access=access, user=request.user,
+                                                         job=job)).data)
+
+    @extend_schema(request=None, responses=JobSerializer)
+    @action(detail=True, methods=["post"], url_path="retry-push")
+    def retry_push(self, request: Request, pk: str) -> Response:
+        access, job = self._job(request, pk)
+        return Response(JobSerializer(services.job_retry_push(access=access, user=request.user,
+                                                              job=job)).data)
+
+    @extend_schema(parameters=[OpenApiParameter("after", int), OpenApiParameter("limit", int)],
+                   responses=LogPageSerializer)
+    @action(detail=True, methods=["get"])
+    def logs(self, request: Request, pk: str) -> Response:
+        """Log lines after `?after=` (a sequence number; 0 = the start), up to `limit`."""
+        _, job = self._job(request, pk)
+        after = _int(request.query_params.get("after"), 0)
+        limit = min(max(_int(request.query_params.get("limit"), 1000), 1), 5000)
+        if job.is_live or not job.logs_archived:
+            logs.collect_logs(job_id=job.pk)
+            job.refresh_from_db()
+        lines = logs.lines_after(job=job, after=after, limit=limit)
+        last = lines[-1].seq if lines else after
+        eof = job.is_final and job.logs_archived and last >= job.log_lines
+        return Response({"lines": [{"seq": x.seq, "text": x.text} for x in lines],
+                         "next": last, "eof": eof, "state": job.state})
+
+
+def _int(value: Any, default: int) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return default

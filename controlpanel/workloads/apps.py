@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class WorkloadsConfig(AppConfig):
+    name = "controlpanel.workloads"
+    label = "workloads"

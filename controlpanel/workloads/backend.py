@@ -1,0 +1,107 @@
+"""The compute backend, built once per process from settings, and the translation of panel rows
+into `deploy/` requests (plain values: deploy/ never sees a model)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from dataclasses import asdict
+from pathlib import Path
+
+from django.conf import settings
+from django.core.cache import cache
+
+from controlpanel.projects.models import Project
+from controlpanel.workloads.models import Job
+from deploy.backend import ComputeBackend
+from deploy.types import JobRequest, ProjectRequest, WorkloadKind, WorkloadRef
+from storage.volumes import parse_volume_spec
+
+_lock = threading.Lock()
+_backend: ComputeBackend | None = None
+
+
+def get_backend() -> ComputeBackend:
+    global _backend
+    with _lock:
+        if _backend is None:
+            _backend = _build_backend()
+        return _backend
+
+
+def set_backend(backend: ComputeBackend | None) -> None:
+    """Replace the process's backend (tests); None rebuilds it from settings on next use."""
+    global _backend
+    with _lock:
+        _backend = backend
+
+
+def _build_backend() -> ComputeBackend:
+    if settings.COMPUTE_BACKEND == "kubernetes":
+        from deploy.kubernetes.backend import KubernetesBackend
+        from deploy.kubernetes.client import make_api_client
+
+        client = make_api_client(host=settings.KUBERNETES_API_HOST)
+        return KubernetesBackend(
+            api_client=client,
+            service_account=settings.KUBERNETES_SERVICE_ACCOUNT,
+            service_account_namespace=settings.KUBERNETES_NAMESPACE,
+        )
+    from deploy.local import LocalBackend
+
+    return LocalBackend(base_dir=Path(settings.VAR_DIR) / "workloads")
+
+
+def ensure_project(project: Project) -> None:
+    """Create or update the project's namespace, quota and datastore Secret when what they
+    should hold changed (remembered in the cache, so a reconcile costs no extra API calls)."""
+    request = project_request(project)
+    digest = hashlib.sha256(json.dumps(asdict(request), sort_keys=True, default=str).encode())
+    key = f"ajuste:project-ensured:{project.pk}:{digest.hexdigest()}:{get_backend().name}"
+    if cache.get(key):
+        return
+    get_backend().ensure_project(project=request)
+    cache.set(key, True, timeout=600)
+
+
+def job_ref(job: Job) -> WorkloadRef:
+    return WorkloadRef(WorkloadKind.JOB, job.project.slug, job.project.namespace, str(job.id),
+                       job.run)
+
+
+def job_request(job: Job) -> JobRequest:
+    from controlpanel.workloads.presets import finetune_command
+
+    command = finetune_command(params=job.params) if job.preset == "finetune" else job.command
+    env = dict(job.env)
+    if job.preset == "finetune" and not job.params.get("base_model"):
+        env.setdefault("HF_HUB_OFFLINE", "1")  # the model comes from a volume
+    return JobRequest(
+        id=str(job.id),
+        project=job.project.slug,
+        namespace=job.project.namespace,
+        name=job.name,
+        image=job.image,
+        command=tuple(command),
+        flavor=job.flavor.to_spec(),
+        units=job.gpu,
+        env=env,
+        labels=dict(job.labels),
+        volumes=tuple(parse_volume_spec(text) for text in job.volumes),
+        timeout_s=job.timeout,
+        run=job.run,
+        queue_name=job.project.kueue_queue or None,
+        sync_image=settings.AJUSTE_SYNC_IMAGE,
+    )
+
+
+def project_request(project: Project) -> ProjectRequest:
+    from controlpanel.workloads.datastores import project_datastores
+
+    return ProjectRequest(
+        slug=project.slug,
+        namespace=project.namespace,
+        gpu_quota=project.gpu_quota,
+        datastores=tuple(project_datastores(project=project)),
+    )

@@ -1,0 +1,30 @@
+"""What a job may mount: buckets of its own project, on known datastores."""
+
+from __future__ import annotations
+
+from django.core.exceptions import ValidationError
+
+from controlpanel.buckets.selectors import datastore_config, datastore_list, project_bucket
+from controlpanel.projects.models import Project
+from storage.datastore import DatastoreConfig
+from storage.volumes import VolumeSpec
+
+
+def check_volume_access(*, project: Project, spec: VolumeSpec) -> None:
+    """A volume names a known datastore and a bucket of this project (created or attached):
+    a job never reaches another project's data through a volume."""
+    known = {info.alias for info in datastore_list()}
+    if spec.alias not in known:
+        choices = ", ".join(sorted(known)) or "none configured"
+        raise ValidationError(f"unknown datastore alias {spec.alias!r} (known: {choices}).")
+    if project_bucket(project=project, datastore=spec.alias, name=spec.bucket) is None:
+        raise ValidationError(
+            f"bucket {spec.bucket!r} on {spec.alias} is not one of this project's buckets "
+            "(create or attach it under Object Storage first)."
+        )
+
+
+def project_datastores(*, project: Project) -> list[DatastoreConfig]:
+    """Credentials of the datastores this project's buckets live on (for its Secret)."""
+    aliases = sorted(set(project.buckets.values_list("datastore", flat=True)))
+    return [datastore_config(alias) for alias in aliases]

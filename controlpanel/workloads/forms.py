@@ -1,0 +1,139 @@
+"""The two tabs of the submission form. Each turns its fields into the API's job data, so the
+form, the API and the CLI share one validation (validation.clean_job)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.core.exceptions import ValidationError
+
+from controlpanel.flavors.models import Flavor
+from controlpanel.workloads.models import DEFAULT_TIMEOUT_S
+from controlpanel.workloads.presets import DATA_PATH, MAIN_PARAMS, MODEL_PATH, OUTPUT_PATH
+
+
+class FlavorChoiceField(forms.ModelChoiceField):
+    def label_from_instance(self, obj: Flavor) -> str:
+        price = obj.current_price
+        gpu = (f"{obj.gpus_per_unit}× {obj.gpu_model} {obj.gpu_memory_gib} GB"
+               if obj.is_gpu else "CPU")
+        return f"{obj.name} — {gpu}, {obj.vcpu_per_unit} vCPU, {obj.memory_gib_per_unit} GiB" + (
+            f" — {price:.2f}/h per unit" if price is not None else "")
+
+
+def _pairs(text: str, field: str) -> dict[str, str]:
+    """`KEY=value` lines into a dict; a line without `=` is an error naming the line."""
+    pairs: dict[str, str] = {}
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        key, sep, value = line.partition("=")
+        if not sep:
+            raise ValidationError(f"Line {number} of {field}: write KEY=value.")
+        pairs[key.strip()] = value
+    return pairs
+
+
+class _JobForm(forms.Form):
+    name = forms.CharField(max_length=100, required=False, help_text="Defaults to the image name.")
+    flavor = FlavorChoiceField(queryset=Flavor.objects.filter(enabled=True), to_field_name="name",
+                               empty_label=None)
+    gpu = forms.IntegerField(min_value=1, initial=1, label="Units (GPUs)",
+                             help_text="Units of the flavor: `--gpu N`.")
+    timeout = forms.IntegerField(min_value=60, initial=DEFAULT_TIMEOUT_S, required=False,
+                                 label="Timeout (seconds)", help_text="Default 7 days.")
+    field_map: dict[str, str] = {}
+
+    def common_data(self) -> dict[str, Any]:
+        data = self.cleaned_data
+        flavor = data.get("flavor")
+        return {"name": data.get("name") or "", "flavor": flavor.name if flavor else None,
+                "gpu": data.get("gpu"), "timeout": data.get("timeout")}
+
+    def add_service_errors(self, error: ValidationError) -> None:
+        """Show each API-level error beside the form field it concerns."""
+        for key, messages in error.message_dict.items():
+            target = self.field_map.get(key, key)
+            for message in messages:
+                self.add_error(target if target in self.fields else None, message)
+
+
+class CustomJobForm(_JobForm):
+    image = forms.CharField(max_length=300, help_text="e.g. my-registry/my-training-image:latest")
+    command = forms.CharField(widget=forms.Textarea(attrs={"rows": 3}), required=False,
+                              help_text="One argument per line (never run through a shell).")
+    volumes = forms.CharField(widget=forms.Textarea(attrs={"rows": 3}), required=False,
+                              help_text="One spec per line: bucket@ALIAS[/prefix]:/workspace/"
+                                        "path[:ro|rw|rwd].")
+    env = forms.CharField(widget=forms.Textarea(attrs={"rows": 2}), required=False,
+                          label="Environment", help_text="KEY=value, one per line.")
+    labels = forms.CharField(widget=forms.Textarea(attrs={"rows": 2}), required=False,
+                             help_text="key=value, one per line.")
+
+    def to_job_data(self) -> dict[str, Any]:
+        data = self.cleaned_data
+        return self.common_data() | {
+            "image": data.get("image"),
+            "command": [line for line in (data.get("command") or "").splitlines() if line],
+            "volumes": [v.strip() for v in (data.get("volumes") or "").splitlines() if v.strip()],
+            "env": _pairs(data.get("env") or "", "Environment"),
+            "labels": {k.strip(): v.strip()
+                       for k, v in _pairs(data.get("labels") or "", "labels").items()},
+        }
+
+    def clean_env(self) -> str:
+        _pairs(self.cleaned_data.get("env") or "", "Environment")
+        return self.cleaned_data.get("env") or ""
+
+    def clean_labels(self) -> str:
+        _pairs(self.cleaned_data.get("labels") or "", "labels")
+        return self.cleaned_data.get("labels") or ""
+
+
+class FinetuneForm(_JobForm):
+    """The fine-tune preset: where the model, the dataset and the output live, and the main
+    hyper-parameters with the entry point's defaults."""
+
+    base_model = forms.CharField(
+        max_length=200, required=False, label="Base model (hub id)",
+        help_text="e.g. mistralai/Mistral-7B-v0.3 — or leave empty and give a model volume.")
+    model_volume = forms.CharField(
+        max_length=300, required=False, label="Base model from a bucket",
+        help_text=f"bucket@ALIAS/prefix (mounted read-only at {MODEL_PATH}).")
+    data_volume = forms.CharField(max_length=300, label="Dataset",
+                                  help_text=f"bucket@ALIAS/prefix of JSONL files ({DATA_PATH}).")
+    output_volume = forms.CharField(max_length=300, label="Output",
+                                    help_text=f"bucket@ALIAS/prefix for the adapter ({OUTPUT_PATH}).")
+    method = forms.ChoiceField(choices=[("lora", "LoRA"), ("qlora", "QLoRA (4-bit, GPU)")])
+    rank = forms.IntegerField(min_value=1, max_value=1024)
+    alpha = forms.FloatField(min_value=0.0)
+    learning_rate = forms.FloatField(min_value=0.0)
+    epochs = forms.FloatField(min_value=0.0, required=False)
+    max_steps = forms.IntegerField(required=False, help_text="Overrides epochs when > 0.")
+    batch_size = forms.IntegerField(min_value=1)
+    grad_accum = forms.IntegerField(min_value=1, label="Gradient accumulation")
+    max_length = forms.IntegerField(min_value=16, max_value=131072)
+    field_map = {"volumes": "data_volume"}
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("initial", {}).update(MAIN_PARAMS)
+        super().__init__(*args, **kwargs)
+
+    def to_job_data(self) -> dict[str, Any]:
+        data = self.cleaned_data
+        params = {name: data[name] for name in MAIN_PARAMS if data.get(name) not in (None, "")}
+        if data.get("base_model"):
+            params["base_model"] = data["base_model"].strip()
+        volumes = [f"{data['data_volume'].strip()}:{DATA_PATH}:ro",
+                   f"{data['output_volume'].strip()}:{OUTPUT_PATH}:rw"]
+        if data.get("model_volume"):
+            volumes.insert(0, f"{data['model_volume'].strip()}:{MODEL_PATH}:ro")
+        return self.common_data() | {"preset": "finetune", "params": params, "volumes": volumes}
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        for name in ("data_volume", "output_volume", "model_volume"):
+            if ":" in (data.get(name) or ""):
+                self.add_error(name, "Give only bucket@ALIAS/prefix; the mount path is set.")
+        return data

@@ -1,0 +1,114 @@
+"""How observations become job states: the one place that moves `Job.state`.
+
+Every change is recorded as a JobEvent with its time and a human reason. Callers hold the job's
+row lock (see reconcile.py), so two observers never record the same change twice.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from django.db import transaction
+from django.utils import timezone
+
+from controlpanel.workloads.models import FINAL_STATES, Job, JobEvent, JobRun, JobState
+from deploy.types import ObservedWorkload, Phase
+
+S = JobState
+
+_PHASE_STATES = {
+    Phase.QUEUED: S.QUEUED,
+    Phase.INITIALIZING: S.INITIALIZING,
+    Phase.PENDING: S.PENDING,
+    Phase.RUNNING: S.RUNNING,
+    Phase.STOPPING: S.INTERRUPTING,
+    Phase.FINALIZING: S.FINALIZING,
+    Phase.SUCCEEDED: S.DONE,
+    Phase.STOPPED: S.INTERRUPTED,
+    Phase.SYNC_FAILED: S.SYNC_FAILED,
+    Phase.ERROR: S.ERROR,
+}
+
+
+def record_state(job: Job, state: str, reason: str = "", *, at: datetime | None = None) -> bool:
+    """Move the job to `state` (saving it) and keep the change; False if nothing changed."""
+    reason = reason[:500]
+    if job.state == state and (not reason or job.state_reason == reason):
+        return False  # an empty reason never erases a known one
+    now = at or timezone.now()
+    if job.state != state:
+        JobEvent.objects.create(job=job, run=job.run, state=state, reason=reason, at=now)
+        job.state_changed_at = now
+    job.state = state
+    job.state_reason = reason
+    job.save(update_fields=["state", "state_reason", "state_changed_at", "updated_at"])
+    if state in FINAL_STATES:
+        _after_final(job)
+    return True
+
+
+def _after_final(job: Job) -> None:
+    from controlpanel.workloads import tasks
+
+    job_id, run = str(job.id), job.run
+    transaction.on_commit(lambda: tasks.job_finalize.delay(job_id, run))
+
+
+def target_states(job: Job, observed: ObservedWorkload) -> list[tuple[str, str]]:
+    """The state(s) an observation leads to, in order, each with its reason."""
+    phase = observed.phase
+    if phase is Phase.FAILED:
+        if observed.timed_out:
+            return [(S.TIMEOUT, f"timeout of {job.timeout} s reached"),
+                    (S.INTERRUPTED, observed.reason or "stopped at the timeout")]
+        return [(S.FAILED, observed.reason or _exit_reason(observed.exit_code))]
+    if phase is Phase.GONE:
+        if job.launched_run >= job.run:
+            return [(S.ERROR, "the workload disappeared from the cluster")]
+        return []
+    if phase is Phase.FINALIZING and observed.timed_out and job.state != S.FINALIZING:
+        return [(S.TIMEOUT, f"timeout of {job.timeout} s reached"),
+                (S.FINALIZING, observed.reason)]
+    if phase is Phase.SUCCEEDED:
+        return [(S.DONE, observed.reason or "exit code 0")]
+    state = _PHASE_STATES[phase]
+    if job.stop_requested and state in (S.QUEUED, S.INITIALIZING, S.PENDING, S.RUNNING):
+        state = S.INTERRUPTING
+    return [(state, observed.reason)]
+
+
+def _exit_reason(exit_code: int | None) -> str:
+    return f"exit code {exit_code}" if exit_code is not None else "failed"
+
+
+def apply_observation(job: Job, observed: ObservedWorkload) -> bool:
+    """Record what the backend saw of the job's current run; True when the state changed."""
+    if observed.run != job.run or job.state in FINAL_STATES:
+        return False
+    _record_times(job, observed)
+    changed = False
+    for state, reason in target_states(job, observed):
+        changed = record_state(job, state, reason) or changed
+        if state in FINAL_STATES:
+            break
+    return changed
+
+
+def _record_times(job: Job, observed: ObservedWorkload) -> None:
+    """Container start/finish and exit code from the pod status (billing meters from these)."""
+    fields = {"started_at": observed.started_at, "finished_at": observed.finished_at,
+              "exit_code": observed.exit_code}
+    changed = [name for name, value in fields.items()
+               if value is not None and getattr(job, name) != value]
+    for name in changed:
+        setattr(job, name, fields[name])
+    if changed:
+        job.save(update_fields=[*changed, "updated_at"])
+    if observed.run_uid and observed.started_at:
+        JobRun.objects.update_or_create(
+            uid=observed.run_uid,
+            defaults={"job": job, "project_id": job.project_id, "run": job.run,
+                      "flavor_id": job.flavor_id, "units": job.gpu,
+                      "started_at": observed.started_at, "finished_at": observed.finished_at,
+                      "exit_code": observed.exit_code, "node": observed.node or ""},
+        )

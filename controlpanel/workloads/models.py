@@ -1,0 +1,166 @@
+from __future__ import annotations
+
+import uuid
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+from controlpanel.flavors.models import Flavor
+from controlpanel.projects.models import Project
+
+DEFAULT_TIMEOUT_S = 7 * 24 * 3600
+
+
+class JobState(models.TextChoices):
+    """Job states, named exactly as in the product contract."""
+
+    QUEUED = "QUEUED"
+    INITIALIZING = "INITIALIZING"
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    INTERRUPTING = "INTERRUPTING"
+    TIMEOUT = "TIMEOUT"
+    FINALIZING = "FINALIZING"
+    DONE = "DONE"
+    INTERRUPTED = "INTERRUPTED"
+    FAILED = "FAILED"
+    ERROR = "ERROR"
+    SYNC_FAILED = "SYNC_FAILED"
+
+
+FINAL_STATES = frozenset(
+    {JobState.DONE, JobState.INTERRUPTED, JobState.FAILED, JobState.ERROR, JobState.SYNC_FAILED}
+)
+LIVE_STATES = frozenset(set(JobState) - FINAL_STATES)
+# States in which a job holds GPUs of its project's quota (admitted and not finished).
+ADMITTED_STATES = frozenset(LIVE_STATES - {JobState.QUEUED})
+
+
+class Preset(models.TextChoices):
+    CUSTOM = "", "Custom"
+    FINETUNE = "finetune", "Fine-tune"
+
+
+class Job(models.Model):
+    """A training job: what to run (image, command, flavor × units, volumes, env), the state
+    the panel observed with its reason, and what the user wants (`stop_requested`)."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="jobs")
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT,
+                              related_name="jobs")
+    name = models.CharField(max_length=100)
+    image = models.CharField(max_length=300)
+    command = models.JSONField(default=list, blank=True)
+    flavor = models.ForeignKey(Flavor, on_delete=models.PROTECT, related_name="jobs")
+    gpu = models.PositiveSmallIntegerField(default=1, help_text="Units of the flavor.")
+    volumes = models.JSONField(default=list, blank=True)
+    env = models.JSONField(default=dict, blank=True)
+    labels = models.JSONField(default=dict, blank=True)
+    timeout = models.PositiveIntegerField(default=DEFAULT_TIMEOUT_S, help_text="Seconds.")
+    preset = models.CharField(max_length=20, choices=Preset.choices, blank=True, default="")
+    params = models.JSONField(default=dict, blank=True)
+
+    state = models.CharField(max_length=20, choices=JobState.choices, default=JobState.QUEUED)
+    state_reason = models.CharField(max_length=500, blank=True)
+    state_changed_at = models.DateTimeField(default=timezone.now)
+    run = models.PositiveIntegerField(default=1, help_text="Counts runs; 'run again' adds one.")
+    stop_requested = models.BooleanField(default=False)
+    queued_at = models.DateTimeField(default=timezone.now)
+    admitted_at = models.DateTimeField(null=True, blank=True)
+    # The run last handed to the backend: a GONE observation of it means its objects were
+    # lost (ERROR), while before it the backend is simply asked to create them.
+    launched_run = models.PositiveIntegerField(default=0)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    exit_code = models.IntegerField(null=True, blank=True)
+    progress = models.JSONField(default=dict, blank=True)
+    loss_curve = models.JSONField(default=list, blank=True)
+    log_cursor = models.TextField(blank=True, default="")
+    log_lines = models.PositiveIntegerField(default=0)
+    logs_archived = models.BooleanField(default=False)
+    notified_run = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [
+            models.Index(fields=["project", "-created_at"]),
+            models.Index(fields=["project", "state"]),
+            models.Index(fields=["state"]),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.short_id})"
+
+    @property
+    def short_id(self) -> str:
+        return str(self.id)[:8]
+
+    @property
+    def gpus(self) -> int:
+        return self.gpu * self.flavor.gpus_per_unit
+
+    @property
+    def is_final(self) -> bool:
+        return self.state in FINAL_STATES
+
+    @property
+    def is_live(self) -> bool:
+        return self.state in LIVE_STATES
+
+
+class JobEvent(models.Model):
+    """One state change of a job with its time and a human reason."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="events")
+    run = models.PositiveIntegerField()
+    state = models.CharField(max_length=20, choices=JobState.choices)
+    reason = models.CharField(max_length=500, blank=True)
+    at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["at", "pk"]
+
+    def __str__(self) -> str:
+        return f"{self.state} at {self.at:%H:%M:%S}"
+
+
+class JobRun(models.Model):
+    """One pod run (keyed by pod UID, or the local run id) with the container's own start and
+    finish times from the pod status: what per-minute billing meters. Kept when a job is
+    deleted, so usage stays billable."""
+
+    uid = models.CharField(max_length=100, unique=True)
+    job = models.ForeignKey(Job, on_delete=models.SET_NULL, null=True, related_name="runs")
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="job_runs")
+    run = models.PositiveIntegerField()
+    flavor = models.ForeignKey(Flavor, on_delete=models.PROTECT, related_name="+")
+    units = models.PositiveSmallIntegerField()
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    exit_code = models.IntegerField(null=True, blank=True)
+    node = models.CharField(max_length=200, blank=True)
+
+    def __str__(self) -> str:
+        return f"run {self.run} of {self.job_id} ({self.uid})"
+
+
+class JobLogLine(models.Model):
+    """One line of a job's log, collected from the backend while it runs and archived in full
+    when it ends, so the log outlives the pod. `seq` counts from 1 within the job's run."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="log_lines_set")
+    run = models.PositiveIntegerField()
+    seq = models.PositiveIntegerField()
+    text = models.TextField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["job", "run", "seq"], name="one_line_per_seq")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.seq}: {self.text[:40]}"

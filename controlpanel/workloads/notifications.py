@@ -1,0 +1,69 @@
+"""When a job reaches a final state: an e-mail to its owner and, if the project has one, a
+webhook POST of signed JSON (`X-Ajuste-Signature: sha256=<hex HMAC of the body>`)."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+from typing import Any
+
+import httpx
+from django.conf import settings
+from django.core.mail import send_mail
+from django.urls import reverse
+
+from controlpanel.workloads.models import Job
+
+WEBHOOK_TIMEOUT_S = 10
+
+
+def job_payload(job: Job) -> dict[str, Any]:
+    url = settings.SITE_URL + reverse("job-detail", kwargs={"slug": job.project.slug,
+                                                           "job_id": job.pk})
+    return {
+        "event": "job.finished",
+        "id": str(job.pk),
+        "name": job.name,
+        "project": job.project.slug,
+        "run": job.run,
+        "state": job.state,
+        "state_reason": job.state_reason,
+        "exit_code": job.exit_code,
+        "started_at": job.started_at.isoformat() if job.started_at else None,
+        "finished_at": job.finished_at.isoformat() if job.finished_at else None,
+        "url": url,
+    }
+
+
+def sign(secret: str, body: bytes) -> str:
+    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+
+
+def send_job_email(job: Job) -> None:
+    if not job.owner.email:
+        return
+    payload = job_payload(job)
+    send_mail(
+        subject=f"[Ajuste] {job.name}: {job.state}",
+        message=(f"Your job {job.name} in project {job.project.name} ended: {job.state}"
+                 f"{' — ' + job.state_reason if job.state_reason else ''}.\n\n{payload['url']}\n"),
+        from_email=None,
+        recipient_list=[job.owner.email],
+        fail_silently=False,
+    )
+
+
+def post_webhook(job: Job) -> None:
+    """Raises on a non-2xx answer so the task retries with backoff."""
+    project = job.project
+    if not project.webhook_url:
+        return
+    body = json.dumps(job_payload(job), separators=(",", ":")).encode()
+    headers = {"Content-Type": "application/json", "User-Agent": "Ajuste-Webhook/1",
+               "X-Ajuste-Event": "job.finished"}
+    if project.webhook_secret:
+        headers["X-Ajuste-Signature"] = sign(project.webhook_secret, body)
+    response = httpx.post(project.webhook_url, content=body, headers=headers,
+                          timeout=WEBHOOK_TIMEOUT_S)
+    response.raise_for_status()

@@ -1,0 +1,90 @@
+"""The `finetune` preset: a job's `params` become the options of `python -m training.finetune`.
+
+Parameters are validated by the fine-tune image's own option parser (standard library only),
+so the panel accepts exactly what the entry point accepts, with its messages.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.exceptions import ValidationError
+
+from storage.volumes import Mode, VolumeSpec
+from training.options import OptionsError, parse_options
+
+MODEL_PATH = "/workspace/model"
+DATA_PATH = "/workspace/data"
+OUTPUT_PATH = "/workspace/output"
+ENTRY_POINT = ["python", "-m", "training.finetune"]
+
+# The parameters the form shows, with their defaults (the entry point's own defaults).
+MAIN_PARAMS: dict[str, Any] = {
+    "method": "lora",
+    "rank": 16,
+    "alpha": 32.0,
+    "learning_rate": 2e-4,
+    "epochs": 1.0,
+    "max_steps": -1,
+    "batch_size": 4,
+    "grad_accum": 1,
+    "max_length": 2048,
+}
+# Every option the preset passes through; `base_model` is the preset's own (a hub id).
+BOOLEAN_FLAGS = {"merge": "--merge", "packing": "--no-packing"}
+VALUE_PARAMS = {
+    "method", "rank", "alpha", "dropout", "target_modules", "learning_rate", "warmup_ratio",
+    "warmup_steps", "weight_decay", "max_grad_norm", "epochs", "max_steps", "batch_size",
+    "grad_accum", "max_length", "gradient_checkpointing", "bf16", "seed", "eval_split",
+    "save_steps", "save_total_limit", "log_steps",
+}
+
+
+def finetune_command(*, params: dict[str, Any]) -> list[str]:
+    """The argv of the fine-tune entry point for these (validated) params."""
+    model = params.get("base_model") or MODEL_PATH
+    argv = [*ENTRY_POINT, "--model", str(model), "--data", DATA_PATH, "--output", OUTPUT_PATH]
+    return argv + _option_args(params)
+
+
+def _option_args(params: dict[str, Any]) -> list[str]:
+    args: list[str] = []
+    for name, value in sorted(params.items()):
+        if name in VALUE_PARAMS:
+            args += [f"--{name.replace('_', '-')}", str(value)]
+        elif name == "merge" and value:
+            args.append("--merge")
+        elif name == "packing" and not value:
+            args.append("--no-packing")
+    return args
+
+
+def clean_finetune(*, params: Any, volumes: list[VolumeSpec]) -> dict[str, Any]:
+    """Check params and volumes for the preset; raise ValidationError naming the field."""
+    if not isinstance(params, dict):
+        raise ValidationError({"params": "Give the preset's parameters as an object."})
+    unknown = set(params) - VALUE_PARAMS - set(BOOLEAN_FLAGS) - {"base_model"}
+    if unknown:
+        raise ValidationError({"params": f"Unknown parameter(s): {', '.join(sorted(unknown))}."})
+    try:
+        parse_options(finetune_command(params=params)[3:])
+    except OptionsError as exc:
+        raise ValidationError({"params": str(exc)}) from exc
+    _check_preset_volumes(params, volumes)
+    return params
+
+
+def _check_preset_volumes(params: dict[str, Any], volumes: list[VolumeSpec]) -> None:
+    mounts = {v.mount_path: v for v in volumes}
+    errors = []
+    if DATA_PATH not in mounts:
+        errors.append(f"mount the dataset at {DATA_PATH}")
+    output = mounts.get(OUTPUT_PATH)
+    if output is None or output.mode is Mode.RO:
+        errors.append(f"mount the output bucket at {OUTPUT_PATH} with :rw")
+    has_model = MODEL_PATH in mounts
+    if has_model == bool(params.get("base_model")):
+        errors.append(f"give either a model volume at {MODEL_PATH} or params.base_model "
+                      "(a hub id), not both")
+    if errors:
+        raise ValidationError({"volumes": "The fine-tune preset needs: " + "; ".join(errors) + "."})

@@ -1,0 +1,80 @@
+"""`reconcile(job)`: move the cluster toward what the job row says, then record what is seen.
+
+Idempotent: names are deterministic, so a duplicate or retried call creates nothing twice
+(the backend adopts what exists). The job row is locked for the whole step, so concurrent
+reconciles of one job (a retried task, the sweep, a page refresh) take turns.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from django.db import transaction
+
+from controlpanel.workloads.backend import ensure_project, get_backend, job_ref, job_request
+from controlpanel.workloads.lifecycle import apply_observation, record_state
+from controlpanel.workloads.models import FINAL_STATES, Job, JobState
+from deploy.types import DeployError, ObservedWorkload, TransientError
+
+log = logging.getLogger(__name__)
+
+
+def _locked(job_id: str) -> Job | None:
+    return (
+        Job.objects.select_for_update(of=("self",))
+        .select_related("project", "flavor")
+        .filter(pk=job_id)
+        .first()
+    )
+
+
+@transaction.atomic
+def reconcile(job_id: str) -> Job | None:
+    """One reconcile step of one job; returns the job, or None if it is gone."""
+    job = _locked(job_id)
+    if job is None or job.state in FINAL_STATES:
+        return job
+    if job.state == JobState.QUEUED and job.admitted_at is None:
+        return job  # waits for admission (admission.py)
+    try:
+        observed = _drive(job)
+    except TransientError:
+        raise  # the task retries with backoff
+    except DeployError as exc:
+        record_state(job, JobState.ERROR, str(exc))
+        return job
+    apply_observation(job, observed)
+    return job
+
+
+def _drive(job: Job) -> ObservedWorkload:
+    backend = get_backend()
+    request = job_request(job)
+    ensure_project(job.project)
+    if job.stop_requested:
+        backend.stop_job(job=request)
+        observed = backend.observe_job(ref=job_ref(job))
+        # A stopped run still pushes its rw volumes; apply only starts that push here,
+        # since the run's objects exist (an unlaunched job is stopped without the backend).
+        return backend.apply_job(job=request) if observed.needs_apply else observed
+    if job.launched_run < job.run:
+        job.launched_run = job.run
+        job.save(update_fields=["launched_run", "updated_at"])
+    return backend.apply_job(job=request)
+
+
+@transaction.atomic
+def observe(job_id: str, observed: ObservedWorkload | None = None) -> Job | None:
+    """Record an observation (from the sweep or a watch) without driving anything; a run whose
+    push must be started (`needs_apply`) is reconciled."""
+    job = _locked(job_id)
+    if job is None or job.state in FINAL_STATES:
+        return job
+    if job.state == JobState.QUEUED and job.admitted_at is None:
+        return job
+    if observed is None:
+        observed = get_backend().observe_job(ref=job_ref(job))
+    if observed.needs_apply:
+        observed = get_backend().apply_job(job=job_request(job))
+    apply_observation(job, observed)
+    return job

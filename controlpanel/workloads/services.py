@@ -1,0 +1,107 @@
+"""Writes on jobs: submit, stop, run again, retry the final push, delete.
+
+Each validates, writes the desired state, and enqueues work with `delay_on_commit` (never
+before the row is committed). The Celery tasks then reconcile toward it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.db import transaction
+from django.utils import timezone
+
+from controlpanel.projects.access import ProjectAccess
+from controlpanel.workloads import tasks
+from controlpanel.workloads.lifecycle import record_state
+from controlpanel.workloads.models import FINAL_STATES, Job, JobEvent, JobLogLine, JobState
+from controlpanel.workloads.validation import clean_job
+
+S = JobState
+
+
+@transaction.atomic
+def job_submit(*, access: ProjectAccess, user: Any, data: dict[str, Any]) -> Job:
+    """Validate and store a job (QUEUED), then admit it through the project's quota."""
+    cleaned = clean_job(project=access.project, data=data)
+    job = Job.objects.create(project=access.project, owner=user, **vars(cleaned))
+    JobEvent.objects.create(job=job, run=job.run, state=S.QUEUED, reason="submitted")
+    job.state_reason = "submitted"
+    job.save(update_fields=["state_reason"])
+    tasks.project_admit.delay_on_commit(access.project.pk)
+    return job
+
+
+def _check_owner_or_manager(access: ProjectAccess, job: Job, user: Any) -> None:
+    if not (access.can_manage or job.owner_id == user.pk):
+        raise PermissionDenied("Only the job's owner or a project manager can do this.")
+
+
+@transaction.atomic
+def job_stop(*, access: ProjectAccess, user: Any, job: Job) -> Job:
+    """Stop a live job: INTERRUPTING, then INTERRUPTED once the run ended and rw pushed."""
+    _check_owner_or_manager(access, job, user)
+    job = Job.objects.select_for_update(of=("self",)).get(pk=job.pk)
+    if job.state in FINAL_STATES:
+        raise ValidationError(f"The job already ended ({job.state}).")
+    if job.launched_run < job.run:
+        # Never handed to the backend: nothing to stop there.
+        record_state(job, S.INTERRUPTED, f"stopped by {user.username} before it started")
+        tasks.project_admit.delay_on_commit(job.project_id)
+        return job
+    if not job.stop_requested:
+        job.stop_requested = True
+        job.save(update_fields=["stop_requested", "updated_at"])
+        record_state(job, S.INTERRUPTING, f"stop requested by {user.username}")
+    tasks.job_reconcile.delay_on_commit(str(job.pk))
+    return job
+
+
+@transaction.atomic
+def job_rerun(*, access: ProjectAccess, user: Any, job: Job) -> Job:
+    """Run a finished job again: a new run with fresh objects, queued behind the others."""
+    _check_owner_or_manager(access, job, user)
+    job = Job.objects.select_for_update(of=("self",)).get(pk=job.pk)
+    if job.state not in FINAL_STATES:
+        raise ValidationError("Only a finished job can be run again; stop it first.")
+    job.run += 1
+    job.stop_requested = False
+    job.queued_at = timezone.now()
+    job.admitted_at = job.started_at = job.finished_at = job.exit_code = None
+    job.progress, job.loss_curve = {}, []
+    job.log_cursor, job.log_lines, job.logs_archived = "", 0, False
+    job.save()
+    record_state(job, S.QUEUED, f"run {job.run} requested by {user.username}")
+    tasks.project_admit.delay_on_commit(job.project_id)
+    return job
+
+
+@transaction.atomic
+def job_retry_push(*, access: ProjectAccess, user: Any, job: Job) -> Job:
+    """After SYNC_FAILED the data was kept: push it again."""
+    _check_owner_or_manager(access, job, user)
+    job = Job.objects.select_for_update(of=("self",)).get(pk=job.pk)
+    if job.state != S.SYNC_FAILED:
+        raise ValidationError("Only a job whose final push failed (SYNC_FAILED) can retry it.")
+    # Back to FINALIZING by hand: a final state is otherwise never left.
+    JobEvent.objects.create(job=job, run=job.run, state=S.FINALIZING,
+                            reason=f"push retried by {user.username}")
+    Job.objects.filter(pk=job.pk).update(state=S.FINALIZING, state_changed_at=timezone.now(),
+                                         state_reason=f"push retried by {user.username}")
+    tasks.job_retry_push.delay_on_commit(str(job.pk))
+    return job
+
+
+@transaction.atomic
+def job_delete(*, access: ProjectAccess, user: Any, job: Job) -> None:
+    """Delete a finished job, its objects and its log (billing usage is kept)."""
+    _check_owner_or_manager(access, job, user)
+    job = Job.objects.select_for_update(of=("self",)).get(pk=job.pk)
+    if job.state not in FINAL_STATES:
+        raise ValidationError("Stop the job before deleting it.")
+    refs = [(job.project.slug, job.project.namespace, str(job.pk), run)
+            for run in range(1, job.run + 1)]
+    JobLogLine.objects.filter(job=job).delete()
+    job.delete()
+    tasks.job_cleanup.delay_on_commit(refs)

@@ -1,0 +1,106 @@
+"""Celery tasks: thin, idempotent, keyed by ids (see reconcile.py for the logic)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from celery import shared_task
+
+from deploy.types import TransientError
+
+log = logging.getLogger(__name__)
+
+RETRY = {
+    "autoretry_for": (TransientError, ConnectionError, TimeoutError),
+    "retry_backoff": 2,
+    "retry_backoff_max": 60,
+    "max_retries": 20,
+    "acks_late": True,
+    "reject_on_worker_lost": True,
+}
+
+
+@shared_task(**RETRY)
+def project_admit(project_id: int) -> None:
+    """Admit queued jobs of a project that fit its GPU quota; reconcile the admitted ones."""
+    from controlpanel.workloads.admission import admit_jobs
+
+    for job_id in admit_jobs(project_id=project_id):
+        job_reconcile.delay(job_id)
+
+
+@shared_task(**RETRY)
+def job_reconcile(job_id: str) -> None:
+    from controlpanel.workloads.reconcile import reconcile
+
+    reconcile(job_id)
+
+
+@shared_task(**RETRY)
+def job_retry_push(job_id: str) -> None:
+    from controlpanel.workloads.backend import get_backend, job_request
+    from controlpanel.workloads.models import Job
+
+    job = Job.objects.select_related("project", "flavor").filter(pk=job_id).first()
+    if job is None:
+        return
+    get_backend().retry_push(job=job_request(job))
+    job_reconcile.apply_async((job_id,), countdown=2)
+
+
+@shared_task(**RETRY)
+def job_finalize(job_id: str, run: int) -> None:
+    """After a final state: archive the log, notify once per run, free the quota."""
+    from controlpanel.workloads.logs import archive_logs
+    from controlpanel.workloads.models import Job
+
+    job = Job.objects.filter(pk=job_id, run=run).first()
+    if job is None:
+        return
+    archive_logs(job_id=job_id)
+    # Claimed with a conditional update: a duplicate task never notifies twice.
+    if Job.objects.filter(pk=job_id, run=run, notified_run__lt=run).update(notified_run=run):
+        job_notify.delay(job_id)
+    project_admit.delay(job.project_id)
+
+
+@shared_task(**RETRY)
+def job_notify(job_id: str) -> None:
+    from controlpanel.workloads.models import Job
+    from controlpanel.workloads.notifications import send_job_email
+
+    job = Job.objects.select_related("owner", "project").filter(pk=job_id).first()
+    if job is None:
+        return
+    job_webhook.delay(job_id)  # first: a mail failure must not cost the webhook
+    send_job_email(job)
+
+
+@shared_task(**{**RETRY, "autoretry_for": (Exception,), "max_retries": 8})
+def job_webhook(job_id: str) -> None:
+    from controlpanel.workloads.models import Job
+    from controlpanel.workloads.notifications import post_webhook
+
+    job = Job.objects.select_related("project").filter(pk=job_id).first()
+    if job is not None:
+        post_webhook(job)
+
+
+@shared_task(**RETRY)
+def job_cleanup(refs: list[Any]) -> None:
+    """Delete the objects of a deleted job's runs (404 = already gone)."""
+    from controlpanel.workloads.backend import get_backend
+    from deploy.types import WorkloadKind, WorkloadRef
+
+    backend = get_backend()
+    for project, namespace, job_id, run in refs:
+        backend.delete_job(ref=WorkloadRef(WorkloadKind.JOB, project, namespace, job_id, run))
+
+
+@shared_task(acks_late=True, ignore_result=True)
+def jobs_sweep() -> dict[str, int]:
+    """Level-triggered observation: list everything, record what changed (beat, periodic)."""
+    from controlpanel.workloads.sweep import sweep
+
+    return sweep()

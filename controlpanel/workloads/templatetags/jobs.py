@@ -1,0 +1,78 @@
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from django import template
+from django.utils import timezone
+from django.utils.html import format_html
+from django.utils.safestring import SafeString, mark_safe
+
+register = template.Library()
+
+STATE_CLASSES = {
+    "DONE": "badge-ok", "RUNNING": "badge-info", "FAILED": "badge-err", "ERROR": "badge-err",
+    "SYNC_FAILED": "badge-err", "INTERRUPTED": "badge-muted", "TIMEOUT": "badge-warn",
+    "QUEUED": "badge-muted", "PENDING": "badge-warn", "INITIALIZING": "badge-warn",
+    "INTERRUPTING": "badge-warn", "FINALIZING": "badge-info",
+}
+
+
+@register.filter
+def state_class(state: str) -> str:
+    return STATE_CLASSES.get(state, "")
+
+
+@register.filter
+def seconds(value: Any) -> str:
+    """A number of seconds as `1 h 02 min`, `3 min 04 s` or `12 s`."""
+    if value in (None, ""):
+        return "—"
+    if isinstance(value, timedelta):
+        value = value.total_seconds()
+    total = int(float(value))
+    hours, rest = divmod(max(total, 0), 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours} h {minutes:02d} min"
+    if minutes:
+        return f"{minutes} min {secs:02d} s"
+    return f"{secs} s"
+
+
+@register.simple_tag
+def run_time(started: datetime | None, finished: datetime | None) -> str:
+    if started is None:
+        return "—"
+    return seconds(((finished or timezone.now()) - started).total_seconds())
+
+
+@register.filter
+def percent(progress: dict[str, Any]) -> int:
+    step, total = progress.get("step") or 0, progress.get("max_steps") or 0
+    return int(100 * step / total) if total else 0
+
+
+@register.simple_tag
+def loss_chart(curve: list[list[float]], width: int = 600, height: int = 160) -> SafeString:
+    """The loss curve as inline SVG (markup, not script: fine under the strict CSP)."""
+    points = [(float(s), float(v)) for s, v in curve if v is not None]
+    if len(points) < 2:
+        return mark_safe("")  # noqa: S308 (constant)
+    xs, ys = [p[0] for p in points], [p[1] for p in points]
+    x0, x1, y0, y1 = min(xs), max(xs), min(ys), max(ys)
+    span_x, span_y = (x1 - x0) or 1.0, (y1 - y0) or 1.0
+    pad = 8
+    coords = " ".join(
+        f"{pad + (x - x0) / span_x * (width - 2 * pad):.1f},"
+        f"{height - pad - (y - y0) / span_y * (height - 2 * pad):.1f}"
+        for x, y in points
+    )
+    return format_html(
+        '<svg class="chart" viewBox="0 0 {} {}" role="img" aria-label="Loss from {} to {}">'
+        '<polyline fill="none" stroke="currentColor" stroke-width="2" points="{}"/>'
+        '<text x="{}" y="14" class="chart-label">{}</text>'
+        '<text x="{}" y="{}" class="chart-label">{}</text></svg>',
+        width, height, f"{ys[0]:.3f}", f"{ys[-1]:.3f}", coords,
+        pad, f"{y1:.3f}", pad, height - 2, f"{y0:.3f} (step {int(x1)})",
+    )

@@ -1,0 +1,242 @@
+"""Checks on a job submission, shared by the form, the API and (through the API) the CLI.
+
+Each problem is reported under the field it concerns, with a message that says what is wrong;
+nothing is saved unless everything is valid.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+
+from controlpanel.flavors.models import Flavor
+from controlpanel.projects.models import Project
+from controlpanel.workloads.datastores import check_volume_access
+from controlpanel.workloads.models import DEFAULT_TIMEOUT_S, Preset
+from controlpanel.workloads.presets import clean_finetune
+from storage.volumes import (
+    VolumeSpec,
+    VolumeSpecError,
+    check_mount_paths,
+    parse_volume_spec,
+    render_volume_spec,
+)
+
+IMAGE_RE = re.compile(r"^[a-z0-9][a-z0-9._\-/:@]*$", re.IGNORECASE)
+ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+LABEL_RE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
+RESERVED_ENV_PREFIXES = ("AJUSTE_DATASTORE_", "AWS_")
+MAX_TIMEOUT_S = 30 * 24 * 3600
+MAX_ARGS = 200
+
+
+@dataclass
+class JobInput:
+    """A submission after cleaning: what services.job_submit stores."""
+
+    name: str
+    image: str
+    command: list[str]
+    flavor: Flavor
+    gpu: int
+    volumes: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+    labels: dict[str, str] = field(default_factory=dict)
+    timeout: int = DEFAULT_TIMEOUT_S
+    preset: str = ""
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+class _Errors:
+    def __init__(self) -> None:
+        self.by_field: dict[str, list[str]] = {}
+
+    def add(self, name: str, message: str) -> None:
+        self.by_field.setdefault(name, []).append(message)
+
+    def check(self, name: str, call: Any, *args: Any) -> Any:
+        try:
+            return call(*args)
+        except ValidationError as exc:
+            for message in exc.messages:
+                self.add(name, message)
+        return None
+
+
+def clean_job(*, project: Project, data: dict[str, Any]) -> JobInput:
+    """Validate raw submission data (form or API) for `project`; raise ValidationError."""
+    errors = _Errors()
+    preset = data.get("preset") or ""
+    if preset not in Preset.values:
+        errors.add("preset", f"Unknown preset {preset!r}; use 'finetune' or leave it empty.")
+    flavor = errors.check("flavor", _flavor, data.get("flavor"))
+    gpu = errors.check("gpu", _gpu, data.get("gpu", 1), flavor, project)
+    specs = errors.check("volumes", _volumes, data.get("volumes") or [], project) or []
+    image = settings.AJUSTE_FINETUNE_IMAGE if preset == Preset.FINETUNE else data.get("image")
+    cleaned = {
+        "name": errors.check("name", _name, data.get("name"), image),
+        "image": errors.check("image", _image, image),
+        "command": errors.check("command", _command, data.get("command") or [], preset),
+        "env": errors.check("env", _env, data.get("env") or {}),
+        "labels": errors.check("labels", _labels, data.get("labels") or {}),
+        "timeout": errors.check("timeout", _timeout, data.get("timeout")),
+    }
+    params: dict[str, Any] = {}
+    if preset == Preset.FINETUNE and "volumes" not in errors.by_field:
+        try:
+            params = clean_finetune(params=data.get("params") or {}, volumes=specs)
+        except ValidationError as exc:
+            for key, messages in exc.message_dict.items():
+                for message in messages:
+                    errors.add(key, message)
+    elif data.get("params") and preset != Preset.FINETUNE:
+        errors.add("params", "Parameters are only taken by a preset.")
+    if errors.by_field:
+        raise ValidationError(errors.by_field)
+    return JobInput(flavor=flavor, gpu=gpu, volumes=[_render(s) for s in specs],
+                    preset=preset, params=params, **cleaned)
+
+
+def _render(spec: VolumeSpec) -> str:
+    return render_volume_spec(spec)
+
+
+def _flavor(name: Any) -> Flavor:
+    if not name or not isinstance(name, str):
+        raise ValidationError("Choose a flavor.")
+    flavor = Flavor.objects.filter(name=name, enabled=True).first()
+    if flavor is None:
+        raise ValidationError(f"Unknown flavor {name!r}; `ajuste flavor list` shows them.")
+    return flavor
+
+
+def _gpu(value: Any, flavor: Flavor | None, project: Project) -> int:
+    units = _integer(value, "The GPU count")
+    if units < 1:
+        raise ValidationError("Ask for at least 1 unit.")
+    if flavor is None:
+        return units
+    if units > flavor.max_units:
+        raise ValidationError(f"{flavor.name} allows at most {flavor.max_units} units per job.")
+    gpus = units * flavor.gpus_per_unit
+    if gpus > settings.MAX_GPUS_PER_JOB:
+        raise ValidationError(f"At most {settings.MAX_GPUS_PER_JOB} GPUs per job "
+                              f"(asked for {gpus}).")
+    if gpus > project.gpu_quota:
+        raise ValidationError(f"This job needs {gpus} GPUs but the project's quota is "
+                              f"{project.gpu_quota}: it could never start.")
+    return units
+
+
+def _integer(value: Any, what: str) -> int:
+    if isinstance(value, bool):
+        raise ValidationError(f"{what} must be a whole number.")
+    try:
+        return int(str(value).strip())
+    except (TypeError, ValueError):
+        raise ValidationError(f"{what} must be a whole number, not {value!r}.") from None
+
+
+def _volumes(raw: Any, project: Project) -> list[VolumeSpec]:
+    if not isinstance(raw, list) or not all(isinstance(v, str) for v in raw):
+        raise ValidationError("Give volumes as a list of specs like "
+                              "bucket@ALIAS/prefix:/workspace/data:ro.")
+    specs, messages = [], []
+    for index, text in enumerate(raw, start=1):
+        try:
+            spec = parse_volume_spec(text)
+            check_volume_access(project=project, spec=spec)
+            specs.append(spec)
+        except VolumeSpecError as exc:
+            where = f" at character {exc.position + 1}" if exc.position is not None else ""
+            messages.append(f"Volume {index} ({text!r}){where}: {exc.message}")
+        except ValidationError as exc:
+            messages.append(f"Volume {index} ({text!r}): {' '.join(exc.messages)}")
+    if not messages:
+        try:
+            check_mount_paths(specs)
+        except VolumeSpecError as exc:
+            messages.append(exc.message)
+    if messages:
+        raise ValidationError(messages)
+    return specs
+
+
+def _name(value: Any, image: Any) -> str:
+    name = (value or "").strip() if isinstance(value, str) or value is None else None
+    if name is None:
+        raise ValidationError("The name must be text.")
+    if not name:
+        name = str(image or "job").rsplit("/", 1)[-1].split(":")[0][:100] or "job"
+    if len(name) > 100 or any(ord(c) < 32 for c in name):
+        raise ValidationError("Use at most 100 printable characters.")
+    return name
+
+
+def _image(value: Any) -> str:
+    if not value or not isinstance(value, str):
+        raise ValidationError("Give a container image, e.g. my-registry/my-image:latest.")
+    value = value.strip()
+    if len(value) > 300 or not IMAGE_RE.match(value):
+        raise ValidationError(f"{value!r} is not a valid image reference (no spaces; letters, "
+                              "digits, . _ - / : @).")
+    return value
+
+
+def _command(value: Any, preset: str) -> list[str]:
+    if preset == Preset.FINETUNE:
+        if value:
+            raise ValidationError("The fine-tune preset sets the command; use params instead.")
+        return []
+    if not isinstance(value, list) or not all(isinstance(a, str) for a in value):
+        raise ValidationError("Give the command as a list of arguments (strings).")
+    if len(value) > MAX_ARGS or any(len(a) > 10_000 or "\x00" in a for a in value):
+        raise ValidationError(f"At most {MAX_ARGS} arguments of up to 10,000 characters.")
+    return list(value)
+
+
+def _env(value: Any) -> dict[str, str]:
+    if not isinstance(value, dict):
+        raise ValidationError("Give env as NAME=value pairs.")
+    problems = []
+    for key, val in value.items():
+        if not isinstance(key, str) or not ENV_KEY_RE.match(key):
+            problems.append(f"{key!r} is not a valid variable name (letters, digits, _).")
+        elif key.startswith(RESERVED_ENV_PREFIXES):
+            problems.append(f"{key} is reserved: credentials reach jobs only through volumes.")
+        elif not isinstance(val, str) or len(val) > 32_768 or "\x00" in val:
+            problems.append(f"The value of {key} must be text of at most 32,768 characters.")
+    if problems:
+        raise ValidationError(problems)
+    return dict(value)
+
+
+def _labels(value: Any) -> dict[str, str]:
+    if not isinstance(value, dict):
+        raise ValidationError("Give labels as key=value pairs.")
+    problems = [
+        f"Label {key!r}={val!r}: keys and values are up to 63 letters, digits, - _ . "
+        "starting and ending with a letter or digit."
+        for key, val in value.items()
+        if not (isinstance(key, str) and key and LABEL_RE.match(key)
+                and isinstance(val, str) and LABEL_RE.match(val))
+    ]
+    if len(value) > 32:
+        problems.append("At most 32 labels.")
+    if problems:
+        raise ValidationError(problems)
+    return dict(value)
+
+
+def _timeout(value: Any) -> int:
+    if value in (None, ""):
+        return DEFAULT_TIMEOUT_S
+    seconds = _integer(value, "The timeout")
+    if not 60 <= seconds <= MAX_TIMEOUT_S:
+        raise ValidationError(f"The timeout must be between 60 s and {MAX_TIMEOUT_S} s "
+                              "(30 days).")
+    return seconds

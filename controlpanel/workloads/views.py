@@ -1,0 +1,217 @@
+"""Job pages and their htmx fragments. Every view starts with the project access helper."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.contrib import messages
+from django.core.cache import cache
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.paginator import Paginator
+from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
+
+from controlpanel.buckets.selectors import buckets_for_project
+from controlpanel.flavors.models import Flavor
+from controlpanel.projects.access import project_view
+from controlpanel.workloads import logs, selectors, services
+from controlpanel.workloads.ansi import ansi_to_html
+from controlpanel.workloads.forms import CustomJobForm, FinetuneForm
+from controlpanel.workloads.models import Job, JobState
+from controlpanel.workloads.reconcile import observe
+from deploy.types import DeployError
+
+log = logging.getLogger(__name__)
+PAGE_SIZE = 50
+LOG_TAIL = 500
+
+
+def _access(request: HttpRequest) -> Any:
+    return request.access  # type: ignore[attr-defined]
+
+
+def _filters(request: HttpRequest) -> selectors.JobFilters:
+    get = request.GET
+    return selectors.JobFilters(state=get.get("state", ""), owner=get.get("owner", ""),
+                                label=get.get("label", ""), q=get.get("q", "")[:100],
+                                sort=get.get("sort", "-created"))
+
+
+@project_view()
+def job_list(request: HttpRequest) -> HttpResponse:
+    project = _access(request).project
+    filters = _filters(request)
+    page = Paginator(selectors.jobs_for_project(project=project, filters=filters), PAGE_SIZE) \
+        .get_page(request.GET.get("page"))
+    context = {
+        "project": project, "page": page, "filters": filters, "states": JobState.values,
+        "owners": project.members.order_by("username").values_list("username", flat=True),
+        "live": any(job.is_live for job in page), "query": request.GET.urlencode(),
+    }
+    template = "jobs/list.html#job-table" if request.htmx else "jobs/list.html"
+    return render(request, template, context)
+
+
+def _forms(request: HttpRequest, preset: str) -> tuple[FinetuneForm, CustomJobForm]:
+    data = request.POST if request.method == "POST" else None
+    finetune = FinetuneForm(data if preset == "finetune" else None, prefix="ft")
+    custom = CustomJobForm(data if preset != "finetune" else None, prefix="c")
+    return finetune, custom
+
+
+def _form_context(request: HttpRequest, preset: str, finetune: FinetuneForm,
+                  custom: CustomJobForm) -> dict[str, Any]:
+    project = _access(request).project
+    form = finetune if preset == "finetune" else custom
+    estimate = None
+    if form.is_bound and form.cleaned_data.get("flavor") and form.cleaned_data.get("gpu"):
+        estimate = selectors.hourly_price(flavor=form.cleaned_data["flavor"],
+                                          units=form.cleaned_data["gpu"])
+    return {"project": project, "preset": preset, "finetune": finetune, "custom": custom,
+            "form": form, "estimate": estimate,
+            "buckets": buckets_for_project(project=project),
+            "flavors": Flavor.objects.filter(enabled=True)}
+
+
+@project_view()
+def job_new(request: HttpRequest) -> HttpResponse:
+    access = _access(request)
+    preset = "custom" if request.GET.get("tab", request.POST.get("tab")) == "custom" \
+        else "finetune"
+    finetune, custom = _forms(request, preset)
+    form = finetune if preset == "finetune" else custom
+    if request.method == "POST" and form.is_valid():
+        try:
+            if request.POST.get("validate"):  # htmx inline validation: check, save nothing
+                from controlpanel.workloads.validation import clean_job
+
+                clean_job(project=access.project, data=form.to_job_data())
+            else:
+                job = services.job_submit(access=access, user=request.user,
+                                          data=form.to_job_data())
+                messages.success(request, f"Job {job.name} submitted.")
+                return redirect("job-detail", slug=access.project.slug, job_id=job.pk)
+        except ValidationError as exc:
+            form.add_service_errors(exc)
+    context = _form_context(request, preset, finetune, custom)
+    status = 400 if form.is_bound and form.errors else 200
+    if request.htmx and request.POST.get("validate"):
+        return render(request, "jobs/new.html#job-form", context, status=status)
+    return render(request, "jobs/new.html", context, status=status)
+
+
+def _refresh(job: Job) -> Job:
+    """While someone watches a live job, look at it at most once a second (a cheap observe:
+    the sweep and the tasks do the rest)."""
+    if job.is_live and job.launched_run >= job.run and cache.add(f"job-refresh:{job.pk}", 1, 1):
+        try:
+            observe(str(job.pk))
+            job.refresh_from_db()
+        except DeployError as exc:
+            log.warning("refreshing job %s failed: %s", job.pk, exc)
+    return job
+
+
+def _detail_context(job: Job) -> dict[str, Any]:
+    return {
+        "job": job, "project": job.project,
+        "events": job.events.order_by("at", "pk"),
+        "cost": selectors.job_cost_estimate(job=job),
+        "hourly": selectors.hourly_price(flavor=job.flavor, units=job.gpu),
+        "queue_position": selectors.queue_position(job=job),
+    }
+
+
+@project_view()
+def job_detail(request: HttpRequest, job_id: str) -> HttpResponse:
+    job = _refresh(selectors.job_get(project=_access(request).project, job_id=job_id))
+    if job.is_live or not job.logs_archived:
+        _collect(job)
+    lines = logs.tail(job=job, count=LOG_TAIL)
+    context = _detail_context(job) | _log_context(job, lines) | {
+        "truncated": job.log_lines > len(lines)}
+    return render(request, "jobs/detail.html", context)
+
+
+@project_view()
+def job_status(request: HttpRequest, job_id: str) -> HttpResponse:
+    job = _refresh(selectors.job_get(project=_access(request).project, job_id=job_id))
+    return render(request, "jobs/detail.html#job-status", _detail_context(job))
+
+
+def _collect(job: Job) -> None:
+    try:
+        logs.collect_logs(job_id=job.pk)
+        job.refresh_from_db(fields=["log_lines", "log_cursor", "progress", "loss_curve",
+                                    "logs_archived"])
+    except DeployError as exc:
+        log.warning("collecting logs of job %s failed: %s", job.pk, exc)
+
+
+def _log_context(job: Job, lines: list[Any]) -> dict[str, Any]:
+    rendered = [{"seq": line.seq, "html": ansi_to_html(line.text)} for line in lines]
+    last = lines[-1].seq if lines else 0
+    following = job.is_live or not job.logs_archived or last < job.log_lines
+    return {"lines": rendered, "last_seq": last, "following": following}
+
+
+@project_view()
+def job_logs(request: HttpRequest, job_id: str) -> HttpResponse:
+    """New lines after `?after=` (htmx: appended out of band, with the next poller)."""
+    job = selectors.job_get(project=_access(request).project, job_id=job_id)
+    try:
+        after = max(int(request.GET.get("after", 0)), 0)
+    except ValueError:
+        after = 0
+    if job.is_live or not job.logs_archived:
+        _collect(job)
+    context = {"job": job, "project": job.project} | _log_context(
+        job, logs.lines_after(job=job, after=after, limit=LOG_TAIL))
+    if not context["lines"]:
+        context["last_seq"] = after
+    if request.htmx:
+        return render(request, "jobs/detail.html#log-append", context)
+    return render(request, "jobs/logs.html", context)
+
+
+@project_view()
+def job_log_download(request: HttpRequest, job_id: str) -> HttpResponse:
+    job = selectors.job_get(project=_access(request).project, job_id=job_id)
+    if job.is_live or not job.logs_archived:
+        _collect(job)
+    response = StreamingHttpResponse(logs.iter_log_text(job=job),
+                                     content_type="text/plain; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="job-{job.short_id}-run{job.run}.log"'
+    return response
+
+
+ACTIONS = {
+    "stop": (services.job_stop, "Stop requested."),
+    "rerun": (services.job_rerun, "Queued again."),
+    "retry-push": (services.job_retry_push, "Retrying the push."),
+    "delete": (services.job_delete, "Job deleted."),
+}
+
+
+@require_POST
+@project_view()
+def job_action(request: HttpRequest, job_id: str, action: str) -> HttpResponse:
+    access = _access(request)
+    job = selectors.job_get(project=access.project, job_id=job_id)
+    if action not in ACTIONS:
+        return HttpResponse("Unknown action.", status=404)
+    service, done = ACTIONS[action]
+    try:
+        service(access=access, user=request.user, job=job)
+    except ValidationError as exc:
+        messages.error(request, " ".join(exc.messages))
+    except PermissionDenied as exc:
+        messages.error(request, str(exc))
+        return redirect("job-detail", slug=access.project.slug, job_id=job.pk)
+    else:
+        messages.success(request, done)
+        if action == "delete":
+            return redirect("job-list", slug=access.project.slug)
+    return redirect("job-detail", slug=access.project.slug, job_id=job.pk)
