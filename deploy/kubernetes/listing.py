@@ -43,8 +43,19 @@ def pod_events(api: KubeApi, pod: Obj | None) -> list[Obj]:
     """Events of a pod that has no node yet (the scheduler explains itself there)."""
     if pod is None or unscheduled_reason(pod, []) is None:
         return []
-    meta = pod["metadata"]
-    fields = f"involvedObject.kind=Pod,involvedObject.name={meta['name']}"
+    return _events(api, "Pod", pod)
+
+
+def job_events(api: KubeApi, job: Obj | None) -> list[Obj]:
+    """Events of a running Job without a pod: the Job controller says why (quota...)."""
+    if job is None or (job.get("spec") or {}).get("suspend"):
+        return []
+    return _events(api, "Job", job)
+
+
+def _events(api: KubeApi, kind: str, obj: Obj) -> list[Obj]:
+    meta = obj["metadata"]
+    fields = f"involvedObject.kind={kind},involvedObject.name={meta['name']}"
     items, _ = api.list("Event", meta["namespace"], field_selector=fields)
     return items
 
@@ -60,12 +71,13 @@ def job_objects(api: KubeApi, ref: WorkloadRef) -> JobObjects:
 def group_job(api: KubeApi, jobs: list[Obj], pods: list[Obj]) -> JobObjects:
     """Split one run's objects by component and fetch events for an unscheduled pod."""
     main_pods = [p for p in pods if component(p) == "main"]
+    job = newest(j for j in jobs if component(j) == "main")
     return JobObjects(
-        job=newest(j for j in jobs if component(j) == "main"),
+        job=job,
         pods=main_pods,
         push_jobs=[j for j in jobs if component(j) == "push"],
         push_pods=[p for p in pods if component(p) == "push"],
-        events=pod_events(api, newest(main_pods)),
+        events=pod_events(api, newest(main_pods)) if main_pods else job_events(api, job),
     )
 
 

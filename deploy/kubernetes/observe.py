@@ -18,6 +18,7 @@ from deploy.kubernetes.pods import (
     container_status,
     is_true,
     last_line,
+    latest_event,
     newest,
     parse_time,
     unscheduled_reason,
@@ -57,7 +58,8 @@ def observe_job(ref: WorkloadRef, objects: JobObjects) -> ObservedWorkload:
     outcome = _finished(job, pod, observed)
     if outcome is None:
         return _in_progress(job, pod, observed, objects.events)
-    if not _pushes(job) or pod is None:
+    never_started = pod is None and not (job.get("status") or {}).get("startTime")
+    if not _pushes(job) or never_started:
         return outcome
     return _after_push(outcome, objects)
 
@@ -134,7 +136,9 @@ def _in_progress(
         where = f"Kueue queue {queue}" if queue else "the cluster's queue"
         return replace(observed, phase=Phase.QUEUED, reason=f"waiting for admission by {where}")
     if pod is None:
-        return replace(observed, phase=Phase.PENDING, reason="waiting for the pod to be created")
+        refused = latest_event(events, "FailedCreate")
+        reason = clip(f"cannot create the pod: {refused}") if refused else "creating the pod"
+        return replace(observed, phase=Phase.PENDING, reason=reason)
     if ((pod.get("status") or {}).get("phase")) == "Unknown":
         return replace(observed, phase=Phase.ERROR, reason="the pod's node stopped reporting")
     unscheduled = unscheduled_reason(pod, events)

@@ -93,7 +93,7 @@ def unscheduled_reason(pod: Obj, events: Iterable[Obj]) -> str | None:
     scheduled = condition(pod, "PodScheduled")
     if (pod.get("spec") or {}).get("nodeName") or (scheduled and scheduled["status"] == "True"):
         return None
-    message = (scheduled or {}).get("message") or _latest_event(events, "FailedScheduling")
+    message = (scheduled or {}).get("message") or latest_event(events, "FailedScheduling")
     return clip(message or "waiting for a node")
 
 
@@ -116,7 +116,8 @@ def clip(text: str) -> str:
     return text if len(text) <= MAX_REASON else text[: MAX_REASON - 1] + "…"
 
 
-def _latest_event(events: Iterable[Obj], reason: str) -> str | None:
+def latest_event(events: Iterable[Obj], reason: str) -> str | None:
+    """The message of the newest event with this reason."""
     matching = [e for e in events if e.get("reason") == reason]
     if not matching:
         return None

@@ -1,0 +1,249 @@
+"""The Kubernetes backend runs jobs against the emulated API server, through the official client."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import replace
+
+import pytest
+
+from deploy.kubernetes import KubernetesBackend
+from deploy.types import JobRequest, Phase, ProjectRequest
+from tests.deploy.conftest import CPU, DATASET, make_job_request, validate
+from tests.fixtures.k8s_emulator import EmulatedCluster
+
+pytestmark = pytest.mark.k8s
+
+NS = "ajuste-vision"
+JOB = "job-42-r1"
+
+
+def start(cluster: EmulatedCluster, backend: KubernetesBackend, job: JobRequest) -> str:
+    """Submit the job and get its pod running; the pod's name."""
+    backend.apply_job(job=job)
+    pod = cluster.pod_of(NS, JOB)
+    cluster.kubelet.run(NS, pod)
+    return pod
+
+
+def test_h100_job_with_ro_and_rw_volumes_end_to_end(
+    k8s_cluster: EmulatedCluster, k8s_backend: KubernetesBackend, job_request: JobRequest
+) -> None:
+    kubelet = k8s_cluster.kubelet
+    assert k8s_backend.apply_job(job=job_request).phase is Phase.PENDING
+    stored = k8s_cluster.get("jobs", NS, JOB)
+    assert stored is not None and k8s_cluster.get("persistentvolumeclaims", NS, "job-42-r1-ws")
+    stored.pop("status", None)
+    validate(stored)  # what reached the API server, server-set fields included
+    pod = k8s_cluster.pod_of(NS, JOB)
+
+    message = "0/12 nodes are available: 12 Insufficient nvidia.com/gpu."
+    kubelet.unschedulable(NS, pod, message)
+    assert k8s_backend.observe_job(ref=job_request.ref).reason == message
+
+    kubelet.start_init(NS, pod, "pull")
+    assert k8s_backend.observe_job(ref=job_request.ref).phase is Phase.INITIALIZING
+
+    kubelet.run(NS, pod)
+    running = k8s_backend.observe_job(ref=job_request.ref)
+    uid = k8s_cluster.get("pods", NS, pod)["metadata"]["uid"]  # type: ignore[index]
+    assert (running.phase, running.run_uid, running.node) == (Phase.RUNNING, uid, "gpu-node-1")
+    assert running.started_at is not None and running.finished_at is None
+
+    kubelet.finish(NS, pod, exit_code=0)
+    ended = k8s_backend.observe_job(ref=job_request.ref)
+    assert (ended.phase, ended.needs_apply, ended.exit_code) == (Phase.FINALIZING, True, 0)
+    assert ended.finished_at is not None and ended.finished_at >= running.started_at
+
+    pushing = k8s_backend.apply_job(job=job_request)
+    assert (pushing.phase, pushing.needs_apply, pushing.push_attempt) == (
+        Phase.FINALIZING,
+        False,
+        1,
+    )
+    kubelet.finish(NS, k8s_cluster.pod_of(NS, "job-42-r1-push-1"), exit_code=0)
+    done = k8s_backend.observe_job(ref=job_request.ref)
+    assert (done.phase, done.exit_code, done.push_attempt) == (Phase.SUCCEEDED, 0, 1)
+    assert (done.started_at, done.finished_at, done.run_uid) == (
+        running.started_at,
+        ended.finished_at,
+        uid,
+    )
+
+    k8s_backend.delete_job(ref=job_request.ref)
+    assert k8s_backend.observe_job(ref=job_request.ref).phase is Phase.GONE
+    assert k8s_cluster.list("jobs") == k8s_cluster.list("pods") == []
+    assert k8s_cluster.list("persistentvolumeclaims") == []
+
+
+def test_duplicate_and_concurrent_applies_create_nothing_twice(
+    k8s_cluster: EmulatedCluster, k8s_backend: KubernetesBackend, job_request: JobRequest
+) -> None:
+    threads = [
+        threading.Thread(target=k8s_backend.apply_job, kwargs={"job": job_request})
+        for _ in range(4)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    k8s_backend.apply_job(job=job_request)
+    assert [j["metadata"]["name"] for j in k8s_cluster.list("jobs")] == [JOB]
+    assert len(k8s_cluster.list("persistentvolumeclaims")) == 1
+    assert len(k8s_cluster.list("pods")) == 1
+
+
+def test_pending_reasons_quote_the_kubelet_and_the_quota(
+    k8s_cluster: EmulatedCluster, k8s_backend: KubernetesBackend, job_request: JobRequest
+) -> None:
+    k8s_backend.apply_job(job=job_request)
+    pod = k8s_cluster.pod_of(NS, JOB)
+    k8s_cluster.kubelet.run(NS, pod)
+    pulled = 'Back-off pulling image "registry.example/train:1.0"'
+    k8s_cluster.kubelet.waiting(NS, pod, "main", "ImagePullBackOff", pulled)
+    observed = k8s_backend.observe_job(ref=job_request.ref)
+    assert (observed.phase, observed.reason) == (Phase.PENDING, f"ImagePullBackOff: {pulled}")
+
+    project = ProjectRequest(slug="vision", namespace=NS, gpu_quota=2)
+    k8s_backend.ensure_project(project=project)
+    second = replace(job_request, id="43")
+    assert k8s_backend.apply_job(job=second).phase is Phase.PENDING
+    reason = k8s_backend.observe_job(ref=second.ref).reason
+    assert reason.startswith("cannot create the pod: Error creating: pods is forbidden")
+    assert "exceeded quota: ajuste-quota, requested: requests.nvidia.com/gpu=2" in reason
+
+
+def test_failure_reports_exit_code_and_last_words(
+    k8s_cluster: EmulatedCluster, k8s_backend: KubernetesBackend
+) -> None:
+    job = make_job_request(flavor=CPU, units=1, volumes=())
+    pod = start(k8s_cluster, k8s_backend, job)
+    k8s_cluster.kubelet.finish(NS, pod, exit_code=3, message="epoch 1\nValueError: bad row 17\n")
+    observed = k8s_backend.observe_job(ref=job.ref)
+    assert (observed.phase, observed.exit_code) == (Phase.FAILED, 3)
+    assert observed.reason == "exit code 3: ValueError: bad row 17"
+    assert not observed.needs_apply  # no rw volume: nothing to push
+
+
+def test_failed_pull_fails_before_the_users_code(
+    k8s_cluster: EmulatedCluster, k8s_backend: KubernetesBackend, job_request: JobRequest
+) -> None:
+    k8s_backend.apply_job(job=job_request)
+    pod = k8s_cluster.pod_of(NS, JOB)
+    k8s_cluster.kubelet.fail_init(NS, pod, "pull", 2, "bad volume spec: bucket missing\n")
+    observed = k8s_backend.observe_job(ref=job_request.ref)
+    assert (observed.phase, observed.reason) == (
+        Phase.FINALIZING,
+        "the final push of rw volumes is about to start",
+    )
+    k8s_backend.apply_job(job=job_request)
+    k8s_cluster.kubelet.finish(NS, k8s_cluster.pod_of(NS, "job-42-r1-push-1"))
+    observed = k8s_backend.observe_job(ref=job_request.ref)
+    assert (observed.phase, observed.reason) == (
+        Phase.FAILED,
+        "volume pull failed: bad volume spec: bucket missing",
+    )
+
+
+def test_timeout_kills_the_pod_and_still_pushes(
+    k8s_cluster: EmulatedCluster, k8s_backend: KubernetesBackend, job_request: JobRequest
+) -> None:
+    start(k8s_cluster, k8s_backend, job_request)
+    k8s_cluster.advance(job_request.timeout_s + 1)
+    observed = k8s_backend.observe_job(ref=job_request.ref)
+    assert (observed.phase, observed.needs_apply) == (Phase.FINALIZING, True)
+    k8s_backend.apply_job(job=job_request)
+    k8s_cluster.kubelet.finish(NS, k8s_cluster.pod_of(NS, "job-42-r1-push-1"))
+    observed = k8s_backend.observe_job(ref=job_request.ref)
+    assert (observed.phase, observed.timed_out, observed.reason) == (
+        Phase.FAILED,
+        True,
+        "timed out after 3600 s",
+    )
+
+
+def test_stop_ends_a_running_job_as_stopped(
+    k8s_cluster: EmulatedCluster, k8s_backend: KubernetesBackend
+) -> None:
+    job = make_job_request(volumes=(DATASET,))
+    pod = start(k8s_cluster, k8s_backend, job)
+    k8s_backend.stop_job(job=job)
+    stored = k8s_cluster.get("jobs", NS, JOB)
+    assert stored is not None and stored["spec"]["activeDeadlineSeconds"] == 1
+    k8s_cluster.advance(2)
+    observed = k8s_backend.observe_job(ref=job.ref)
+    assert (observed.phase, observed.reason) == (Phase.STOPPED, "stopped at the user's request")
+    assert k8s_cluster.get("pods", NS, pod) is None
+    k8s_backend.stop_job(job=job)  # stopping a stopped job changes nothing
+    assert k8s_backend.observe_job(ref=job.ref).phase is Phase.STOPPED
+
+
+def test_kueue_job_waits_queued_and_can_be_stopped_before_admission(
+    k8s_cluster: EmulatedCluster, k8s_backend: KubernetesBackend
+) -> None:
+    job = make_job_request(queue_name="team-gpu")
+    observed = k8s_backend.apply_job(job=job)
+    assert (observed.phase, observed.reason) == (
+        Phase.QUEUED,
+        "waiting for admission by Kueue queue team-gpu",
+    )
+    assert k8s_cluster.list("pods") == []
+    k8s_backend.stop_job(job=job)
+    assert k8s_backend.observe_job(ref=job.ref).phase is Phase.STOPPED
+
+
+def test_failed_push_keeps_the_data_and_can_be_retried(
+    k8s_cluster: EmulatedCluster, k8s_backend: KubernetesBackend, job_request: JobRequest
+) -> None:
+    pod = start(k8s_cluster, k8s_backend, job_request)
+    k8s_cluster.kubelet.finish(NS, pod, exit_code=0)
+    k8s_backend.retry_push(job=job_request)  # not SYNC_FAILED: nothing to retry
+    assert k8s_cluster.get("jobs", NS, "job-42-r1-push-1") is None
+    k8s_backend.apply_job(job=job_request)
+    failing = k8s_cluster.pod_of(NS, "job-42-r1-push-1")
+    k8s_cluster.kubelet.finish(NS, failing, exit_code=1, message="1 file(s) failed: ck.pt")
+    failed = k8s_backend.observe_job(ref=job_request.ref)
+    assert (failed.phase, failed.reason) == (
+        Phase.SYNC_FAILED,
+        "final push failed: 1 file(s) failed: ck.pt",
+    )
+    assert k8s_backend.apply_job(job=job_request).phase is Phase.SYNC_FAILED  # no auto-retry
+    assert k8s_cluster.get("persistentvolumeclaims", NS, "job-42-r1-ws") is not None
+
+    k8s_backend.retry_push(job=job_request)
+    k8s_cluster.kubelet.finish(NS, k8s_cluster.pod_of(NS, "job-42-r1-push-2"))
+    done = k8s_backend.observe_job(ref=job_request.ref)
+    assert (done.phase, done.push_attempt) == (Phase.SUCCEEDED, 2)
+
+
+def test_evicted_pod_is_a_platform_error(
+    k8s_cluster: EmulatedCluster, k8s_backend: KubernetesBackend
+) -> None:
+    job = make_job_request(volumes=())
+    pod = start(k8s_cluster, k8s_backend, job)
+    status = {"phase": "Failed", "reason": "Evicted", "message": "The node was low on memory."}
+    status["containerStatuses"] = []
+    k8s_cluster.store.patch("pods", NS, pod, {"status": status})
+    k8s_cluster.reconcile()
+    observed = k8s_backend.observe_job(ref=job.ref)
+    assert (observed.phase, observed.reason) == (
+        Phase.ERROR,
+        "pod failed: Evicted: The node was low on memory.",
+    )
+
+
+def test_observe_all_reports_each_run_once(
+    k8s_cluster: EmulatedCluster, k8s_backend: KubernetesBackend, job_request: JobRequest
+) -> None:
+    second_run = replace(job_request, run=2)
+    other = replace(job_request, id="99", namespace="ajuste-nlp", project="nlp")
+    for job in (job_request, second_run, other):
+        k8s_backend.apply_job(job=job)
+    k8s_cluster.kubelet.run(NS, k8s_cluster.pod_of(NS, JOB))
+    everything = {(o.namespace, o.id, o.run): o.phase for o in k8s_backend.observe_all()}
+    assert everything == {
+        (NS, "42", 1): Phase.RUNNING,
+        (NS, "42", 2): Phase.PENDING,
+        ("ajuste-nlp", "99", 1): Phase.PENDING,
+    }
+    assert [o.id for o in k8s_backend.observe_all(namespace="ajuste-nlp")] == ["99"]
