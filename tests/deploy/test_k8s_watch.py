@@ -1,0 +1,119 @@
+"""List, then watch from the list's resourceVersion; relist on 410, on errors, on a timer."""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from deploy.kubernetes import KubernetesBackend
+from deploy.types import JobRequest, ObservedWorkload, Phase
+from tests.fixtures.k8s_emulator import EmulatedCluster
+
+pytestmark = pytest.mark.k8s
+
+NS = "ajuste-vision"
+WAIT_S = 10.0
+
+
+class Watching:
+    """The backend's watch in a thread, its observations in a queue."""
+
+    def __init__(self, backend: KubernetesBackend, resync_s: float) -> None:
+        self.stop = threading.Event()
+        self.seen: queue.Queue[ObservedWorkload] = queue.Queue()
+        self.thread = threading.Thread(target=self._run, args=(backend, resync_s), daemon=True)
+        self.thread.start()
+
+    def _run(self, backend: KubernetesBackend, resync_s: float) -> None:
+        for observed in backend.watch(stop=self.stop, resync_s=resync_s):
+            self.seen.put(observed)
+
+    def wait_for(self, test: Callable[[ObservedWorkload], bool]) -> ObservedWorkload:
+        while True:
+            observed = self.seen.get(timeout=WAIT_S)
+            if test(observed):
+                return observed
+
+
+@pytest.fixture
+def watching(k8s_backend: KubernetesBackend) -> Iterator[Callable[[float], Watching]]:
+    started: list[Watching] = []
+
+    def start(resync_s: float = 300.0) -> Watching:
+        started.append(Watching(k8s_backend, resync_s))
+        return started[-1]
+
+    yield start
+    for watch in started:
+        watch.stop.set()
+        watch.thread.join(WAIT_S)
+        assert not watch.thread.is_alive()
+
+
+def test_changes_arrive_as_they_happen(
+    k8s_cluster: EmulatedCluster,
+    k8s_backend: KubernetesBackend,
+    job_request: JobRequest,
+    watching: Callable[[float], Watching],
+) -> None:
+    k8s_backend.apply_job(job=job_request)
+    watch = watching(300.0)
+    assert watch.wait_for(lambda o: o.id == "42").phase is Phase.PENDING  # from the list
+    pod = k8s_cluster.pod_of(NS, "job-42-r1")
+    k8s_cluster.kubelet.run(NS, pod)
+    running = watch.wait_for(lambda o: o.phase is Phase.RUNNING)
+    assert running.run_uid is not None and running.started_at is not None
+
+
+def test_a_deleted_pod_still_tells_how_the_run_ended(
+    k8s_cluster: EmulatedCluster,
+    k8s_backend: KubernetesBackend,
+    job_request: JobRequest,
+    watching: Callable[[float], Watching],
+) -> None:
+    k8s_backend.apply_job(job=job_request)
+    k8s_cluster.kubelet.run(NS, k8s_cluster.pod_of(NS, "job-42-r1"))
+    watch = watching(300.0)
+    watch.wait_for(lambda o: o.phase is Phase.RUNNING)
+    k8s_cluster.advance(job_request.timeout_s + 1)  # the Job controller kills and deletes it
+    ended = watch.wait_for(lambda o: o.phase is Phase.FINALIZING and o.exit_code == 143)
+    assert ended.started_at is not None and ended.finished_at is not None
+
+
+def test_410_gone_makes_it_relist(
+    k8s_cluster: EmulatedCluster,
+    k8s_backend: KubernetesBackend,
+    job_request: JobRequest,
+    watching: Callable[[float], Watching],
+) -> None:
+    k8s_backend.apply_job(job=job_request)
+    watch = watching(300.0)
+    watch.wait_for(lambda o: o.phase is Phase.PENDING)
+    k8s_cluster.compact()  # the watch's resourceVersion is now too old
+    k8s_cluster.kubelet.run(NS, k8s_cluster.pod_of(NS, "job-42-r1"))
+    assert watch.wait_for(lambda o: o.phase is Phase.RUNNING).id == "42"
+    lists = [
+        r
+        for r in k8s_cluster.requests()
+        if r.url.path == "/api/v1/pods" and r.params.get("watch") != "true"
+    ]
+    assert len(lists) == 2  # the first list, and the relist after 410 Gone
+
+
+def test_errors_and_the_timer_make_it_relist(
+    k8s_cluster: EmulatedCluster,
+    k8s_backend: KubernetesBackend,
+    job_request: JobRequest,
+    watching: Callable[[float], Watching],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("deploy.kubernetes.api.RETRY_DELAYS_S", (0.01,))
+    k8s_backend.apply_job(job=job_request)
+    k8s_cluster.fail_next("GET", "jobs", status=500, times=3)  # the first list fails
+    watch = watching(1.0)
+    first = watch.wait_for(lambda o: o.id == "42")
+    again = watch.wait_for(lambda o: o.id == "42")  # no change: the resync timer relisted
+    assert first == again
