@@ -1,4 +1,5 @@
 pytest_plugins = [
+    "tests.fixtures.jobs",
     "tests.fixtures.k8s",
     "tests.fixtures.llm",
     "tests.fixtures.panel",

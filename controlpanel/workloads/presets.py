@@ -66,15 +66,20 @@ def clean_finetune(*, params: Any, volumes: list[VolumeSpec]) -> dict[str, Any]:
     unknown = set(params) - VALUE_PARAMS - set(BOOLEAN_FLAGS) - {"base_model"}
     if unknown:
         raise ValidationError({"params": f"Unknown parameter(s): {', '.join(sorted(unknown))}."})
+    errors: dict[str, str] = {}
     try:
         parse_options(finetune_command(params=params)[3:])
     except OptionsError as exc:
-        raise ValidationError({"params": str(exc)}) from exc
-    _check_preset_volumes(params, volumes)
+        errors["params"] = str(exc)
+    problem = _preset_volume_problem(params, volumes)
+    if problem:
+        errors["volumes"] = problem
+    if errors:
+        raise ValidationError(errors)
     return params
 
 
-def _check_preset_volumes(params: dict[str, Any], volumes: list[VolumeSpec]) -> None:
+def _preset_volume_problem(params: dict[str, Any], volumes: list[VolumeSpec]) -> str | None:
     mounts = {v.mount_path: v for v in volumes}
     errors = []
     if DATA_PATH not in mounts:
@@ -87,4 +92,5 @@ def _check_preset_volumes(params: dict[str, Any], volumes: list[VolumeSpec]) -> 
         errors.append(f"give either a model volume at {MODEL_PATH} or params.base_model "
                       "(a hub id), not both")
     if errors:
-        raise ValidationError({"volumes": "The fine-tune preset needs: " + "; ".join(errors) + "."})
+        return "The fine-tune preset needs: " + "; ".join(errors) + "."
+    return None

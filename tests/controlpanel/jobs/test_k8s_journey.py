@@ -1,0 +1,199 @@
+"""The panel's job lifecycle against the Kubernetes emulator, step by step (services, admission,
+reconcile, sweep, logs), with the test kubelet moving pods through their phases."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from controlpanel.buckets.models import Bucket
+from controlpanel.projects.models import Project
+from controlpanel.workloads import logs
+from controlpanel.workloads.admission import admit_jobs
+from controlpanel.workloads.backend import job_ref
+from controlpanel.workloads.models import Job, JobRun, JobState
+from controlpanel.workloads.reconcile import reconcile
+from controlpanel.workloads.services import job_stop
+from controlpanel.workloads.sweep import sweep
+from deploy import names
+from tests.fixtures.jobs import access_for, project_bucket, submit
+
+pytestmark = pytest.mark.k8s
+NS = "ajuste-alpha"
+S = JobState
+
+
+def start(job: Job) -> Job:
+    assert admit_jobs(project_id=job.project_id) == [str(job.pk)]
+    reconcile(str(job.pk))
+    job.refresh_from_db()
+    return job
+
+
+def pod_of(cluster: Any, job: Job) -> str:
+    return cluster.pod_of(NS, names.job_name(job_ref(job)))
+
+
+def states(job: Job) -> list[str]:
+    return list(job.events.order_by("at", "pk").values_list("state", flat=True))
+
+
+@pytest.fixture
+def volumes(project: Project, panel_s3: Any, data_bucket: Bucket) -> list[str]:
+    out = project_bucket(project, panel_s3)
+    return [f"{data_bucket.name}@LOCAL/dataset:/workspace/data:ro",
+            f"{out.name}@LOCAL/output:/workspace/output:rw"]
+
+
+def test_pending_running_finalizing_done(k8s_cluster: Any, k8s_jobs: Any, project: Project,
+                                         owner: Any, volumes: list[str]) -> None:
+    job = start(submit(project, owner, gpu=2, volumes=volumes))
+    k8s_job = k8s_cluster.get("jobs", NS, names.job_name(job_ref(job)))
+    assert k8s_job["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "ajuste"
+    assert k8s_cluster.get("namespaces", None, NS) is not None  # ensure_project ran
+    kubelet, pod = k8s_cluster.kubelet, pod_of(k8s_cluster, job)
+
+    kubelet.unschedulable(NS, pod, "0/12 nodes are available: 12 Insufficient nvidia.com/gpu.")
+    sweep()
+    job.refresh_from_db()
+    assert job.state == S.PENDING and "Insufficient nvidia.com/gpu" in job.state_reason
+
+    kubelet.start_init(NS, pod)
+    sweep()
+    assert Job.objects.get(pk=job.pk).state == S.INITIALIZING
+
+    kubelet.run(NS, pod)
+    kubelet.log(NS, pod, "epoch 1", "\x1b[32mok\x1b[0m")
+    sweep()
+    job.refresh_from_db()
+    assert job.state == S.RUNNING and job.started_at is not None
+    assert logs.collect_logs(job_id=job.pk) == (2, False)
+    assert logs.collect_logs(job_id=job.pk) == (0, False)  # no duplicates
+    kubelet.log(NS, pod, "epoch 2")
+    assert logs.collect_logs(job_id=job.pk)[0] == 1
+
+    kubelet.finish(NS, pod, exit_code=0)
+    sweep()  # FINALIZING with the push to start: the sweep starts it
+    job.refresh_from_db()
+    assert job.state == S.FINALIZING
+    kubelet.finish(NS, k8s_cluster.pod_of(NS, names.push_job_name(job_ref(job), 1)))
+    sweep()
+    job.refresh_from_db()
+    assert job.state == S.DONE and job.exit_code == 0
+    assert states(job) == [S.QUEUED, S.PENDING, S.INITIALIZING, S.RUNNING, S.FINALIZING, S.DONE]
+    assert logs.archive_logs(job_id=job.pk)
+    assert [line.text for line in logs.tail(job=job)] == ["epoch 1", "\x1b[32mok\x1b[0m",
+                                                          "epoch 2"]
+    run = JobRun.objects.get(job=job)
+    assert (run.started_at, run.finished_at, run.units) == (job.started_at, job.finished_at, 2)
+
+
+def test_failure_records_the_exit_code(k8s_cluster: Any, k8s_jobs: Any, project: Project,
+                                       owner: Any, panel_s3: Any) -> None:
+    job = start(submit(project, owner))
+    pod = pod_of(k8s_cluster, job)
+    k8s_cluster.kubelet.run(NS, pod)
+    k8s_cluster.kubelet.finish(NS, pod, exit_code=3, message="ValueError: bad row 17")
+    sweep()
+    job.refresh_from_db()
+    assert (job.state, job.exit_code) == (S.FAILED, 3)
+    assert job.state_reason == "exit code 3: ValueError: bad row 17"
+
+
+def test_stop_interrupts(k8s_cluster: Any, k8s_jobs: Any, project: Project, owner: Any,
+                         panel_s3: Any) -> None:
+    job = start(submit(project, owner))
+    pod = pod_of(k8s_cluster, job)
+    k8s_cluster.kubelet.run(NS, pod)
+    job_stop(access=access_for(project), user=owner, job=job)
+    assert Job.objects.get(pk=job.pk).state == S.INTERRUPTING
+    reconcile(str(job.pk))  # what the enqueued task does: ask the cluster to stop
+    k8s_cluster.advance(2)
+    sweep()
+    job.refresh_from_db()
+    assert job.state == S.INTERRUPTED, job.state_reason
+    assert states(job)[-2:] == [S.INTERRUPTING, S.INTERRUPTED]
+
+
+def test_stop_before_launch_needs_no_cluster(k8s_cluster: Any, k8s_jobs: Any, project: Project,
+                                             owner: Any, panel_s3: Any) -> None:
+    job = submit(project, owner)
+    job_stop(access=access_for(project), user=owner, job=job)
+    job.refresh_from_db()
+    assert job.state == S.INTERRUPTED and "before it started" in job.state_reason
+    assert k8s_cluster.list("jobs") == []
+
+
+def test_timeout(k8s_cluster: Any, k8s_jobs: Any, project: Project, owner: Any,
+                 panel_s3: Any) -> None:
+    job = start(submit(project, owner, timeout=600))
+    k8s_cluster.kubelet.run(NS, pod_of(k8s_cluster, job))
+    k8s_cluster.advance(601)
+    sweep()
+    job.refresh_from_db()
+    assert states(job)[-2:] == [S.TIMEOUT, S.INTERRUPTED]
+    assert job.state == S.INTERRUPTED
+
+
+def test_duplicate_reconcile_creates_one_job(k8s_cluster: Any, k8s_jobs: Any, project: Project,
+                                             owner: Any, panel_s3: Any) -> None:
+    job = start(submit(project, owner))
+    for _ in range(3):
+        reconcile(str(job.pk))
+    assert len(k8s_cluster.list("jobs", NS)) == 1
+    assert len(k8s_cluster.list("pods", NS)) == 1
+
+
+def test_worker_killed_after_create_before_save(k8s_cluster: Any, k8s_jobs: Any,
+                                                project: Project, owner: Any,
+                                                panel_s3: Any) -> None:
+    """The objects exist but the row never learnt it: the next reconcile adopts them."""
+    job = start(submit(project, owner))
+    Job.objects.filter(pk=job.pk).update(launched_run=0, state=S.QUEUED)
+    reconcile(str(job.pk))
+    assert len(k8s_cluster.list("pods", NS)) == 1
+    assert Job.objects.get(pk=job.pk).launched_run == 1
+
+
+def test_quota_queues_first_in_first_out(k8s_cluster: Any, k8s_jobs: Any, project: Project,
+                                         owner: Any, panel_s3: Any) -> None:
+    project.gpu_quota = 4
+    project.save()
+    first = submit(project, owner, gpu=3)
+    second = submit(project, owner, gpu=2)
+    third = submit(project, owner, gpu=1)
+    assert admit_jobs(project_id=project.pk) == [str(first.pk)]
+    second.refresh_from_db()
+    third.refresh_from_db()
+    assert "3 of 4 GPUs in use, needs 2; position 1" in second.state_reason
+    assert "position 2" in third.state_reason  # a small job does not overtake the queue
+    reconcile(str(first.pk))
+    pod = pod_of(k8s_cluster, first)
+    k8s_cluster.kubelet.run(NS, pod)
+    k8s_cluster.kubelet.finish(NS, pod, exit_code=0)
+    sweep()
+    assert Job.objects.get(pk=first.pk).state == S.DONE
+    assert set(admit_jobs(project_id=project.pk)) == {str(second.pk), str(third.pk)}
+
+
+def test_lost_workload_is_an_error(k8s_cluster: Any, k8s_jobs: Any, project: Project,
+                                   owner: Any, panel_s3: Any) -> None:
+    job = start(submit(project, owner))
+    k8s_jobs.delete_job(ref=job_ref(job))
+    sweep()
+    job.refresh_from_db()
+    assert (job.state, job.state_reason) == (S.ERROR, "the workload disappeared from the cluster")
+
+
+def test_transient_api_error_is_retried(k8s_cluster: Any, k8s_jobs: Any, project: Project,
+                                        owner: Any, panel_s3: Any) -> None:
+    from deploy.types import TransientError
+
+    job = submit(project, owner)
+    admit_jobs(project_id=project.pk)
+    k8s_cluster.fail_next("POST", "jobs", status=500, times=5)
+    with pytest.raises(TransientError):
+        reconcile(str(job.pk))
+    reconcile(str(job.pk))  # the retried task
+    assert len(k8s_cluster.list("jobs", NS)) == 1

@@ -1,0 +1,105 @@
+"""Bad input on every submission field gets a precise error under that field and saves nothing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.core.exceptions import ValidationError
+
+from controlpanel.buckets.models import Bucket
+from controlpanel.projects.models import Project
+from controlpanel.workloads.models import Job
+from controlpanel.workloads.validation import clean_job
+from tests.fixtures.jobs import submit
+
+GOOD = {"image": "registry.example.com/train:1", "command": ["python", "train.py"],
+        "flavor": "h100-1-gpu", "gpu": 2}
+
+
+def errors_for(project: Project, **changes: Any) -> dict[str, list[str]]:
+    with pytest.raises(ValidationError) as caught:
+        clean_job(project=project, data=GOOD | changes)
+    return caught.value.message_dict
+
+
+def test_a_good_submission_is_cleaned(project: Project, data_bucket: Bucket) -> None:
+    spec = f"{data_bucket.name}@LOCAL/sets/v1:/workspace/data"
+    job = clean_job(project=project, data=GOOD | {"volumes": [spec], "env": {"A": "1"},
+                                                  "labels": {"team": "nlp"}, "timeout": "3600"})
+    assert job.volumes == [f"{data_bucket.name}@LOCAL/sets/v1:/workspace/data:ro"]
+    assert (job.gpu, job.timeout, job.name) == (2, 3600, "train")
+
+
+@pytest.mark.parametrize(
+    ("changes", "field", "message"),
+    [
+        ({"flavor": "nope"}, "flavor", "Unknown flavor 'nope'"),
+        ({"flavor": None}, "flavor", "Choose a flavor"),
+        ({"gpu": 0}, "gpu", "at least 1"),
+        ({"gpu": "two"}, "gpu", "whole number"),
+        ({"gpu": True}, "gpu", "whole number"),
+        ({"gpu": 5}, "gpu", "at most 4 units"),
+        ({"image": ""}, "image", "Give a container image"),
+        ({"image": "bad image"}, "image", "not a valid image reference"),
+        ({"command": "python train.py"}, "command", "list of arguments"),
+        ({"command": ["ok", 3]}, "command", "list of arguments"),
+        ({"env": {"1BAD": "x"}}, "env", "not a valid variable name"),
+        ({"env": {"AWS_SECRET_ACCESS_KEY": "x"}}, "env", "reserved"),
+        ({"env": ["A=1"]}, "env", "NAME=value"),
+        ({"labels": {"bad key!": "v"}}, "labels", "up to 63"),
+        ({"timeout": 5}, "timeout", "between 60 s"),
+        ({"timeout": "soon"}, "timeout", "whole number"),
+        ({"volumes": "x"}, "volumes", "list of specs"),
+        ({"volumes": ["nobucket"]}, "volumes", "Volume 1 ('nobucket') at character"),
+        ({"volumes": ["data@MARS:/workspace/d"]}, "volumes", "unknown datastore alias 'MARS'"),
+        ({"volumes": ["theirs@LOCAL:/workspace/d"]}, "volumes", "not one of this project's"),
+        ({"volumes": ["data@LOCAL:/etc/passwd"]}, "volumes", "/workspace"),
+        ({"preset": "magic"}, "preset", "Unknown preset"),
+        ({"params": {"rank": 8}}, "params", "only taken by a preset"),
+        ({"name": "x" * 101}, "name", "at most 100"),
+    ],
+)
+def test_bad_field(project: Project, panel_s3: Any, changes: dict[str, Any], field: str,
+                   message: str) -> None:
+    errors = errors_for(project, **changes)
+    assert field in errors, errors
+    assert any(message in text for text in errors[field]), errors[field]
+
+
+def test_gpus_over_the_project_quota_are_refused(project: Project, panel_s3: Any) -> None:
+    project.gpu_quota = 1
+    project.save()
+    assert "quota is 1: it could never start" in errors_for(project, gpu=2)["gpu"][0]
+
+
+def test_duplicate_mount_paths(project: Project, data_bucket: Bucket) -> None:
+    spec = f"{data_bucket.name}@LOCAL:/workspace/data"
+    errors = errors_for(project, volumes=[spec, spec])
+    assert "volumes" in errors
+
+
+def test_another_projects_bucket_cannot_be_mounted(project: Project, other_project: Project,
+                                                   panel_s3: Any) -> None:
+    Bucket.objects.create(project=other_project, datastore="LOCAL", name="secret-data")
+    errors = errors_for(project, volumes=["secret-data@LOCAL:/workspace/data"])
+    assert "not one of this project's buckets" in errors["volumes"][0]
+
+
+def test_finetune_preset_checks(project: Project, data_bucket: Bucket) -> None:
+    b = data_bucket.name
+    data = {"preset": "finetune", "command": [], "image": "", "flavor": "ai1-1-cpu", "gpu": 1}
+    errors = errors_for(project, **data, volumes=[f"{b}@LOCAL:/workspace/data"],
+                        params={"rank": 0})
+    assert "volumes" in errors and "output bucket" in errors["volumes"][0]
+    errors = errors_for(project, **data, params={"rank": 0, "base_model": "x/y"},
+                        volumes=[f"{b}@LOCAL:/workspace/data", f"{b}@LOCAL/o:/workspace/output:rw"])
+    assert errors["params"] == ["--rank must be at least 1"]
+    errors = errors_for(project, **data, params={"wat": 1}, volumes=[])
+    assert "Unknown parameter(s): wat" in errors["params"][0]
+
+
+def test_invalid_submission_saves_nothing(project: Project, owner: Any, panel_s3: Any) -> None:
+    with pytest.raises(ValidationError):
+        submit(project, owner, gpu=99)
+    assert not Job.objects.exists()
