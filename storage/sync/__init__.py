@@ -28,7 +28,28 @@ Rules (safe by default):
   `SyncStats.failures`, and local data is never modified by a push.
 """
 
-from storage.sync.engine import key_prefix, pull, push
-from storage.sync.stats import ProgressCallback, SyncFailure, SyncStats
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from storage.sync.engine import key_prefix, pull, push
+    from storage.sync.stats import ProgressCallback, SyncFailure, SyncStats
 
 __all__ = ["ProgressCallback", "SyncFailure", "SyncStats", "key_prefix", "pull", "push"]
+
+_ENGINE = {"key_prefix", "pull", "push"}
+
+
+def __getattr__(name: str) -> Any:
+    # Imported lazily: `python -m storage.sync` imports this package before its __main__, and
+    # the checkpoint sidecar must install its signal handlers before boto3 loads (~1 s).
+    if name in _ENGINE:
+        from storage.sync import engine
+
+        return getattr(engine, name)
+    if name in __all__:
+        from storage.sync import stats
+
+        return getattr(stats, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,7 +1,16 @@
 """`python -m storage.sync`: see storage/sync/cli.py."""
 
+import signal
 import sys
+import threading
 
-from storage.sync.cli import main
+# A checkpoint sidecar may be told to stop while Python is still importing boto3 (~1 s):
+# remember the signal now, so the final push still happens.
+stop = threading.Event()
+if "--every" in sys.argv:
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
 
-sys.exit(main())
+from storage.sync.cli import main  # noqa: E402 - after the handlers, on purpose
+
+sys.exit(main(stop=stop))

@@ -210,9 +210,15 @@ def _sync_volume(
     return push(volume.config, volume.spec, volume.local_dir, workers=workers, progress=progress)
 
 
-def push_every(volumes: Sequence[Volume], reporter: Reporter, workers: int, every: float) -> int:
+def push_every(
+    volumes: Sequence[Volume],
+    reporter: Reporter,
+    workers: int,
+    every: float,
+    stop: threading.Event | None = None,
+) -> int:
     """The checkpoint sidecar: push every `every` seconds; on SIGTERM/SIGINT, a final push."""
-    stop = threading.Event()
+    stop = stop or threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
     while not stop.wait(every):
@@ -220,7 +226,12 @@ def push_every(volumes: Sequence[Volume], reporter: Reporter, workers: int, ever
     return sync_once(volumes, "push", reporter, workers, final=True)
 
 
-def main(argv: Sequence[str] | None = None, environ: dict[str, str] | None = None) -> int:
+def main(
+    argv: Sequence[str] | None = None,
+    environ: dict[str, str] | None = None,
+    stop: threading.Event | None = None,
+) -> int:
+    """Run the command; `stop` (set by a signal) ends an `--every` loop."""
     args = build_parser().parse_args(argv)
     try:
         _check_arguments(args)
@@ -230,7 +241,7 @@ def main(argv: Sequence[str] | None = None, environ: dict[str, str] | None = Non
         return EXIT_USAGE
     reporter = Reporter(args.direction, args.progress_file, sys.stdout)
     if args.every is not None:
-        return push_every(volumes, reporter, args.workers, args.every)
+        return push_every(volumes, reporter, args.workers, args.every, stop)
     return sync_once(volumes, args.direction, reporter, args.workers)
 
 

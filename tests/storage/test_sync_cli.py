@@ -1,0 +1,207 @@
+"""`python -m storage.sync` as deploy/ runs it: subprocesses, JSON lines, exit codes."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from storage.datastore import DatastoreConfig
+from storage.objects import iter_objects, put_object
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def run_sync(
+    config: DatastoreConfig | None, *args: str, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "storage.sync", *args],
+        cwd=REPO,
+        env=_env(config),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def _env(config: DatastoreConfig | None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AJUSTE_DATASTORE_")}
+    return {**env, **(config.to_env() if config else {})}
+
+
+def lines(stdout: str) -> list[dict[str, Any]]:
+    """The JSON lines other than progress (which come at most once a second)."""
+    parsed = [json.loads(line) for line in stdout.splitlines()]
+    assert all(line["event"] in ("progress", "result", "skip") for line in parsed)
+    return [line for line in parsed if line["event"] != "progress"]
+
+
+@contextmanager
+def sync_process(config: DatastoreConfig, *args: str) -> Iterator[subprocess.Popen[str]]:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "storage.sync", *args],
+        cwd=REPO,
+        env=_env(config),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        yield process
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        if process.stdout:
+            process.stdout.close()
+
+
+def next_result(process: subprocess.Popen[str]) -> dict[str, Any]:
+    assert process.stdout is not None
+    while True:
+        line = json.loads(process.stdout.readline())
+        if line["event"] == "result":
+            return line
+
+
+def test_pull_then_push_round_trip(s3_server: DatastoreConfig, bucket: str, tmp_path: Path) -> None:
+    put_object(s3_server, bucket=bucket, key="dataset/train.jsonl", data=b'{"a": 1}\n')
+    put_object(s3_server, bucket=bucket, key="dataset/sub/ü.txt", data=b"u")
+    data = f"{bucket}@LOCAL/dataset:/workspace/data:ro"
+    output = f"{bucket}@LOCAL/output:/workspace/output:rw"
+    pulled = run_sync(s3_server, "pull", data, output, "--root", str(tmp_path), "--workers", "2")
+    assert pulled.returncode == 0, pulled.stderr
+    results = [line for line in lines(pulled.stdout) if line["event"] == "result"]
+    assert [r["spec"] for r in results] == [data, output]
+    assert results[0]["transferred"] == 2
+    assert results[0]["local_dir"] == str(tmp_path / "workspace/data")
+    assert results[0]["failures"] == []
+    assert results[1]["total"] == 0
+    assert (tmp_path / "workspace/data/sub/ü.txt").read_bytes() == b"u"
+
+    (tmp_path / "workspace/output/model.bin").write_bytes(b"weights")
+    (tmp_path / "workspace/data/new.txt").write_bytes(b"never pushed: ro")
+    pushed = run_sync(s3_server, "push", data, output, "--root", str(tmp_path))
+    assert pushed.returncode == 0, pushed.stderr
+    skip, result = lines(pushed.stdout)
+    assert (skip["event"], skip["spec"], skip["reason"]) == ("skip", data, "read-only volume")
+    assert (result["event"], result["transferred"], result["final"]) == ("result", 1, True)
+    assert set(result) >= {
+        "total",
+        "processed",
+        "failed",
+        "skipped",
+        "deleted",
+        "transferred_bytes",
+        "direction",
+    }
+    keys = [info.key for info in iter_objects(s3_server, bucket=bucket)]
+    assert keys == ["dataset/sub/ü.txt", "dataset/train.jsonl", "output/model.bin"]
+
+
+def test_failed_files_exit_1_and_are_listed(
+    s3_server: DatastoreConfig, bucket: str, tmp_path: Path
+) -> None:
+    deep = tmp_path.joinpath("workspace", "out", *["d" * 200] * 6)
+    deep.mkdir(parents=True)
+    (deep / "x").write_bytes(b"x")
+    (tmp_path / "workspace/out/ok").write_bytes(b"ok")
+    progress_file = tmp_path / "progress.json"
+    spec = f"{bucket}@LOCAL:/workspace/out:rwd"
+    pushed = run_sync(
+        s3_server, "push", spec, "--root", str(tmp_path), "--progress-file", str(progress_file)
+    )
+    assert pushed.returncode == 1
+    [result] = lines(pushed.stdout)
+    assert (result["transferred"], result["failed"]) == (1, 1)
+    assert "S3 allows 1024" in result["failures"][0]["error"]
+    document = json.loads(progress_file.read_text())
+    assert document["direction"] == "push"
+    assert [volume["event"] for volume in document["volumes"]] == ["result"]
+    assert document["volumes"][0]["failures"] == result["failures"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["pull", "Bad@LOCAL:/workspace/x", "--root", "/tmp"], "uppercase letter 'B'"),
+        (["pull", "abc@LOCAL:/etc", "--root", "/tmp"], "outside /workspace"),
+        (
+            ["pull", "abc@LOCAL:/workspace/a", "abd@LOCAL:/workspace/a/b", "--root", "/tmp"],
+            "nested mount paths",
+        ),
+        (["pull", "abc@NOPE:/workspace/x", "--root", "/tmp"], "AJUSTE_DATASTORE_NOPE_ENDPOINT_URL"),
+        (
+            ["pull", "abc@LOCAL:/workspace/x", "--root", "/tmp", "--every", "5"],
+            "only applies to push",
+        ),
+        (["push", "abc@LOCAL:/workspace/x:rw", "--root", "/tmp", "--every", "0"], "positive"),
+        (["push", "abc@LOCAL:/workspace/x:rw", "--root", "/tmp", "--workers", "0"], "at least 1"),
+        (["push", "abc@LOCAL:/workspace/x:rw"], "--root"),
+        (["sync", "abc@LOCAL:/workspace/x", "--root", "/tmp"], "invalid choice"),
+    ],
+)
+def test_usage_errors_exit_2(s3_server: DatastoreConfig, args: list[str], message: str) -> None:
+    result = run_sync(s3_server, *args)
+    assert result.returncode == 2
+    assert message in result.stderr
+    assert result.stdout == ""
+
+
+def test_bad_spec_message_points_at_the_problem(s3_server: DatastoreConfig) -> None:
+    result = run_sync(s3_server, "pull", "abc@LOCAL:/workspace/x:rx", "--root", "/tmp")
+    assert result.stderr.splitlines()[1:] == [
+        "  abc@LOCAL:/workspace/x:rx",
+        "                         ^",
+    ]
+
+
+@pytest.mark.slow
+def test_every_pushes_periodically_and_once_more_on_sigterm(
+    s3_server: DatastoreConfig, bucket: str, tmp_path: Path
+) -> None:
+    out = tmp_path / "workspace/out"
+    out.mkdir(parents=True)
+    (out / "step-1").write_bytes(b"1")
+    spec = f"{bucket}@LOCAL:/workspace/out:rw"
+    with sync_process(
+        s3_server, "push", spec, "--root", str(tmp_path), "--every", "0.3"
+    ) as process:
+        periodic = next_result(process)
+        assert (periodic["final"], periodic["transferred"]) == (False, 1)
+        assert next_result(process)["skipped"] == 1  # the next round finds nothing new
+        (out / "step-2").write_bytes(b"2")
+        process.send_signal(signal.SIGTERM)
+        remaining, _ = process.communicate(timeout=30)
+    assert process.returncode == 0
+    final = lines(remaining)[-1]
+    assert final["final"] is True
+    assert all(line["final"] is False for line in lines(remaining)[:-1])
+    keys = [info.key for info in iter_objects(s3_server, bucket=bucket)]
+    assert keys == ["step-1", "step-2"]
+
+
+def test_sigint_while_starting_still_ends_with_a_final_push(
+    s3_server: DatastoreConfig, bucket: str, tmp_path: Path
+) -> None:
+    out = tmp_path / "workspace/out"
+    out.mkdir(parents=True)
+    (out / "last").write_bytes(b"L")
+    spec = f"{bucket}@LOCAL:/workspace/out:rw"
+    with sync_process(
+        s3_server, "push", spec, "--root", str(tmp_path), "--every", "3600"
+    ) as process:
+        time.sleep(0.5)  # boto3 still loading: the signal is remembered until the loop starts
+        process.send_signal(signal.SIGINT)
+        stdout, _ = process.communicate(timeout=30)
+    assert process.returncode == 0
+    [final] = lines(stdout)
+    assert (final["final"], final["transferred"]) == (True, 1)
