@@ -17,6 +17,8 @@ import threading
 import time
 from pathlib import Path
 
+from controlpanel.buckets.embedded_store import start_object_store
+
 ROOT = Path(__file__).resolve().parent.parent
 EMBEDDED_REDIS_PORT = 6389
 
@@ -138,8 +140,8 @@ def main() -> None:
         _stop(children)
 
 
-# Further embedded services (object storage) register a starter here: (var, env, children).
-_EMBEDDED_SERVICES: list = []
+# Further embedded services register a starter here: (var, env, children).
+_EMBEDDED_SERVICES: list = [start_object_store]
 
 if __name__ == "__main__":
     main()

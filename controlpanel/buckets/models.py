@@ -1,0 +1,119 @@
+"""Datastores (S3 endpoints an admin adds) and the buckets projects own on them."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.db import models
+from django.utils import timezone
+
+from controlpanel.buckets.crypto import EncryptedTextField, secret_hint
+from controlpanel.projects.models import Project
+from storage.datastore import DatastoreConfig
+from storage.names import AliasError, validate_alias
+
+
+def _check_alias(value: str) -> None:
+    try:
+        validate_alias(value)
+    except AliasError as error:
+        raise ValidationError(error.message) from None
+
+
+class Datastore(models.Model):
+    """A named S3 endpoint with credentials, added by an admin (the default one comes from the
+    S3_* settings and is not stored). Credentials are encrypted at rest and only ever shown as
+    hints; nothing but `config()` hands them out, to code that talks to S3."""
+
+    alias = models.CharField(
+        max_length=32,
+        unique=True,
+        validators=[_check_alias],
+        help_text="Short name used in volume specs (bucket@ALIAS), e.g. GRA.",
+    )
+    endpoint_url = models.URLField(max_length=500, help_text="e.g. https://s3.gra.example.net")
+    region = models.CharField(max_length=64, default="us-east-1")
+    access_key = EncryptedTextField()
+    secret_key = EncryptedTextField()
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["alias"]
+
+    def __str__(self) -> str:
+        return self.alias
+
+    def __repr__(self) -> str:
+        return f"<Datastore {self.alias} {self.endpoint_url}>"
+
+    @property
+    def access_key_hint(self) -> str:
+        return secret_hint(self.access_key)
+
+    @property
+    def secret_key_hint(self) -> str:
+        return secret_hint(self.secret_key, head=0)
+
+    def config(self) -> DatastoreConfig:
+        return DatastoreConfig(
+            alias=self.alias,
+            endpoint_url=self.endpoint_url.rstrip("/"),
+            region=self.region or "us-east-1",
+            access_key=self.access_key,
+            secret_key=self.secret_key,
+        )
+
+
+class Origin(models.TextChoices):
+    CREATED = "created", "Created in Ajuste"
+    ATTACHED = "attached", "Attached"
+
+
+class BucketState(models.TextChoices):
+    READY = "ready", "Ready"
+    EMPTYING = "emptying", "Emptying"
+    FAILED = "failed", "Deletion failed"
+
+
+class Bucket(models.Model):
+    """A bucket one project owns on one datastore: created through Ajuste, or an existing one
+    attached by name after an access check. Deleting a created bucket deletes it on S3;
+    deleting an attached one only detaches it (its data was never ours).
+
+    The object figures are a snapshot refreshed by a task (listing 100k keys takes seconds);
+    `empty_done`/`empty_total` show the progress of an "empty then delete" task."""
+
+    project = models.ForeignKey(Project, on_delete=models.PROTECT, related_name="buckets")
+    datastore = models.CharField(max_length=32, help_text="The datastore's alias.")
+    name = models.CharField(max_length=63)
+    origin = models.CharField(max_length=10, choices=Origin.choices, default=Origin.CREATED)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+    object_count = models.BigIntegerField(null=True, blank=True)
+    total_size = models.BigIntegerField(null=True, blank=True)
+    stats_at = models.DateTimeField(null=True, blank=True)
+    state = models.CharField(max_length=10, choices=BucketState.choices, default=BucketState.READY)
+    state_message = models.TextField(blank=True)
+    empty_done = models.BigIntegerField(default=0)
+    empty_total = models.BigIntegerField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.UniqueConstraint(fields=["datastore", "name"], name="one_bucket_per_datastore")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name}@{self.datastore}"
+
+    @property
+    def is_busy(self) -> bool:
+        return self.state == BucketState.EMPTYING
+
+    @property
+    def empty_percent(self) -> int:
+        if not self.empty_total:
+            return 0
+        return min(100, int(self.empty_done * 100 / self.empty_total))

@@ -1,0 +1,289 @@
+"""Writes: datastores, bucket create / attach / delete, object deletion and usage refresh.
+
+Storage failures the user can act on become ValidationError (with the field they concern);
+StorageUnavailable and other StorageError propagate, for the view to answer 502/503.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+from urllib.parse import urlsplit
+
+from django.conf import settings
+from django.core.cache import cache
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from controlpanel.buckets.models import Bucket, BucketState, Datastore, Origin
+from controlpanel.buckets.selectors import (
+    DatastoreNotFound,
+    bucket_config,
+    datastore_config,
+    default_datastore_alias,
+)
+from controlpanel.projects.access import ProjectAccess
+from storage import objects
+from storage.datastore import DatastoreConfig
+from storage.errors import AccessDenied, BucketAlreadyExists, BucketNotFound, StorageError
+from storage.errors import BucketNotEmpty as S3BucketNotEmpty
+from storage.names import BucketNameError, validate_bucket_name
+
+log = logging.getLogger(__name__)
+
+MAX_PREFIX_DELETE = 10_000  # a bigger folder is deleted through the API/CLI in batches
+STATS_DEBOUNCE_S = 30
+
+
+class BucketNotEmptyError(Exception):
+    """Deleting a bucket that still holds objects without confirming it should be emptied."""
+
+    def __init__(self, bucket: Bucket) -> None:
+        super().__init__(
+            f"{bucket.name} is not empty: confirm that its objects should be deleted too"
+        )
+        self.bucket = bucket
+
+
+def datastore_create(
+    *,
+    by: Any,
+    alias: str,
+    endpoint_url: str,
+    region: str = "us-east-1",
+    access_key: str,
+    secret_key: str,
+) -> Datastore:
+    """Site admins add datastores; the default one's alias (S3_ALIAS) stays reserved."""
+    if not by.is_staff:
+        raise PermissionDenied("Only site admins can add datastores.")
+    if alias == settings.S3_ALIAS and settings.S3_ENDPOINT_URL:
+        raise ValidationError({"alias": f"{alias} is the default datastore (S3_ALIAS)."})
+    datastore = Datastore(
+        alias=alias,
+        endpoint_url=endpoint_url.rstrip("/"),
+        region=region,
+        access_key=access_key,
+        secret_key=secret_key,
+    )
+    datastore.full_clean()
+    datastore.save()
+    return datastore
+
+
+def _resolve(datastore: str | None) -> tuple[str, DatastoreConfig]:
+    alias = datastore or default_datastore_alias()
+    if not alias:
+        raise ValidationError({"datastore": "No datastore is configured; ask an admin."})
+    try:
+        return alias, datastore_config(alias)
+    except DatastoreNotFound as error:
+        raise ValidationError({"datastore": f"No datastore is named {alias!r}."}) from error
+
+
+def _check_name(name: str) -> None:
+    try:
+        validate_bucket_name(name)
+    except BucketNameError as error:
+        raise ValidationError({"name": error.message}) from None
+
+
+def _cors_origins() -> list[str]:
+    """S3_CORS_ORIGINS, with 127.0.0.1 and localhost standing in for each other (make run)."""
+    origins: list[str] = []
+    for origin in settings.S3_CORS_ORIGINS:
+        parts = urlsplit(origin)
+        base = f"{parts.scheme}://{parts.netloc}" if parts.netloc else origin
+        origins.append(base)
+        for a, b in (("127.0.0.1", "localhost"), ("localhost", "127.0.0.1")):
+            if parts.hostname == a:
+                origins.append(base.replace(a, b, 1))
+    return list(dict.fromkeys(origins))
+
+
+def bucket_create(
+    *, access: ProjectAccess, by: Any, name: str, datastore: str | None = None
+) -> Bucket:
+    """Create `name` on the datastore (default: S3_ALIAS) for the project."""
+    _check_name(name)
+    alias, config = _resolve(datastore)
+    try:
+        with transaction.atomic():
+            bucket = Bucket.objects.create(
+                project=access.project,
+                datastore=alias,
+                name=name,
+                origin=Origin.CREATED,
+                created_by=by,
+                object_count=0,
+                total_size=0,
+                stats_at=timezone.now(),
+            )
+            objects.create_bucket(config, bucket=name)
+    except IntegrityError:
+        raise ValidationError({"name": f"{name} is already in use on {alias}."}) from None
+    except BucketAlreadyExists:
+        raise ValidationError(
+            {
+                "name": (
+                    f"A bucket named {name} already exists on {alias} (names are shared by "
+                    "everyone on a datastore): choose another name, or attach it if it is yours."
+                )
+            }
+        ) from None
+    _allow_browser_uploads(config, name)
+    return bucket
+
+
+def _allow_browser_uploads(config: DatastoreConfig, name: str) -> None:
+    origins = _cors_origins()
+    if not origins:
+        return
+    try:
+        objects.set_bucket_cors(config, bucket=name, origins=origins)
+    except StorageError as error:
+        # The bucket is usable without it (API, CLI, boto3); only browser uploads need CORS.
+        log.warning("could not set CORS on %s@%s: %s", name, config.alias, error.code)
+
+
+def bucket_attach(
+    *, access: ProjectAccess, by: Any, name: str, datastore: str | None = None
+) -> Bucket:
+    """Attach an existing bucket once the datastore's credentials are seen to reach it."""
+    _check_name(name)
+    alias, config = _resolve(datastore)
+    if Bucket.objects.filter(datastore=alias, name=name).exists():
+        raise ValidationError({"name": f"{name} is already attached to a project on {alias}."})
+    try:
+        objects.head_bucket(config, bucket=name)
+    except BucketNotFound:
+        raise ValidationError({"name": f"There is no bucket named {name} on {alias}."}) from None
+    except AccessDenied:
+        raise ValidationError(
+            {"name": f"The credentials of {alias} are not allowed to use {name}."}
+        ) from None
+    try:
+        bucket = Bucket.objects.create(
+            project=access.project,
+            datastore=alias,
+            name=name,
+            origin=Origin.ATTACHED,
+            created_by=by,
+        )
+    except IntegrityError:
+        raise ValidationError({"name": f"{name} is already attached to a project."}) from None
+    bucket_stats_request(bucket=bucket)
+    return bucket
+
+
+def bucket_delete(*, access: ProjectAccess, bucket: Bucket, empty: bool = False) -> bool:
+    """Delete a created bucket (attached ones are only detached: their data stays).
+
+    A bucket that holds objects raises BucketNotEmptyError unless `empty`, which starts a
+    task that deletes them all, then the bucket (progress on the row). Returns True when
+    the bucket is gone now, False when the task was started."""
+    if bucket.project_id != access.project.pk:
+        raise PermissionDenied("Not this project's bucket.")
+    if bucket.origin == Origin.ATTACHED:
+        bucket.delete()
+        return True
+    if bucket.is_busy:
+        raise ValidationError("This bucket is already being emptied.")
+    config = bucket_config(bucket=bucket)
+    has_objects = bool(
+        objects.list_objects(config, bucket=bucket.name, delimiter="", page_size=1).objects
+    )
+    if has_objects and not empty:
+        raise BucketNotEmptyError(bucket)
+    if has_objects:
+        _start_emptying(bucket)
+        return False
+    try:
+        objects.delete_bucket(config, bucket=bucket.name)
+    except BucketNotFound:
+        pass  # deleted behind our back: forgetting it is all that is left
+    except S3BucketNotEmpty:
+        raise BucketNotEmptyError(bucket) from None
+    bucket.delete()
+    return True
+
+
+def _start_emptying(bucket: Bucket) -> None:
+    from controlpanel.buckets.tasks import empty_and_delete_bucket
+
+    claimed = Bucket.objects.filter(
+        pk=bucket.pk, state__in=[BucketState.READY, BucketState.FAILED]
+    ).update(state=BucketState.EMPTYING, empty_done=0, empty_total=None, state_message="")
+    if not claimed:
+        raise ValidationError("This bucket is already being emptied.")
+    bucket.refresh_from_db()
+    empty_and_delete_bucket.delay_on_commit(bucket.pk)
+
+
+def bucket_empty_and_delete(*, bucket_id: int) -> None:
+    """The task's body: count, delete every object (progress on the row), delete the
+    bucket, forget it. A failure is kept on the row (state FAILED) for the page to show."""
+    bucket = Bucket.objects.filter(pk=bucket_id, state=BucketState.EMPTYING).first()
+    if bucket is None:
+        return
+    config = bucket_config(bucket=bucket)
+    try:
+        total = objects.bucket_stats(config, bucket=bucket.name).object_count
+        Bucket.objects.filter(pk=bucket_id).update(empty_total=total)
+        objects.delete_bucket(
+            config,
+            bucket=bucket.name,
+            force=True,
+            on_progress=lambda done: Bucket.objects.filter(pk=bucket_id).update(empty_done=done),
+        )
+    except BucketNotFound:
+        pass
+    except StorageError as error:
+        Bucket.objects.filter(pk=bucket_id).update(
+            state=BucketState.FAILED, state_message=error.message[:1000]
+        )
+        return
+    Bucket.objects.filter(pk=bucket_id).delete()
+
+
+def bucket_refresh_stats(*, bucket_id: int) -> None:
+    """Count the bucket's objects and bytes now and keep the figures on the row."""
+    bucket = Bucket.objects.filter(pk=bucket_id, state=BucketState.READY).first()
+    if bucket is None:
+        return
+    stats = objects.bucket_stats(bucket_config(bucket=bucket), bucket=bucket.name)
+    Bucket.objects.filter(pk=bucket_id).update(
+        object_count=stats.object_count, total_size=stats.total_size, stats_at=timezone.now()
+    )
+
+
+def bucket_stats_request(*, bucket: Bucket) -> None:
+    """Ask for a usage refresh soon (at most one queued per bucket every 30 s)."""
+    from controlpanel.buckets.tasks import refresh_bucket_stats
+
+    if cache.add(f"bucket-stats:{bucket.pk}", 1, STATS_DEBOUNCE_S):
+        refresh_bucket_stats.delay_on_commit(bucket.pk)
+
+
+def objects_delete(
+    *, bucket: Bucket, keys: Sequence[str], prefixes: Sequence[str] = ()
+) -> objects.DeleteResult:
+    """Delete `keys`, and every object under each of `prefixes` (folders, up to 10,000
+    objects in all: bigger folders go through the API or the CLI in batches)."""
+    config = bucket_config(bucket=bucket)
+    wanted = list(dict.fromkeys(keys))
+    for prefix in prefixes:
+        if not prefix:
+            raise ValidationError("Delete the bucket to delete everything in it.")
+        for info in objects.iter_objects(config, bucket=bucket.name, prefix=prefix):
+            wanted.append(info.key)
+            if len(wanted) > MAX_PREFIX_DELETE:
+                raise ValidationError(
+                    f"More than {MAX_PREFIX_DELETE} objects selected: delete big folders with "
+                    "`ajuste bucket object delete --recursive`."
+                )
+    result = objects.delete_objects(config, bucket=bucket.name, keys=wanted)
+    bucket_stats_request(bucket=bucket)
+    return result

@@ -1,0 +1,141 @@
+"""Presigned transfers: bytes go straight between the client (browser, CLI) and S3, never
+through Django. The caller has already resolved `bucket` through the project access helper,
+so a URL is only ever signed for one of the caller's project's buckets."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from django.core.exceptions import ValidationError
+
+from controlpanel.buckets.models import Bucket
+from controlpanel.buckets.selectors import bucket_config
+from controlpanel.buckets.services import bucket_stats_request
+from storage import objects, presign
+
+MAX_KEY_BYTES = 1024
+MAX_PARTS_PER_REQUEST = 1000
+URL_LIFETIME_S = 3600
+
+
+@dataclass(frozen=True)
+class UploadPlan:
+    """A started multipart upload and how to cut the file."""
+
+    key: str
+    upload_id: str
+    part_size: int
+    part_count: int
+
+
+def validate_key(key: str) -> None:
+    """Any key S3 stores and lists (1 to 1024 UTF-8 bytes, no control characters: XML
+    listings cannot carry them)."""
+    if not key:
+        raise ValidationError({"key": "The object key is empty."})
+    for index, char in enumerate(key):
+        code = ord(char)
+        if code < 32 or code == 127 or 0xD800 <= code <= 0xDFFF:
+            raise ValidationError(
+                {"key": f"The key has the control character {char!r} at position {index}."}
+            )
+    size = len(key.encode("utf-8"))
+    if size > MAX_KEY_BYTES:
+        raise ValidationError(
+            {"key": f"The key is {size} bytes long in UTF-8; S3 allows {MAX_KEY_BYTES}."}
+        )
+
+
+def download_url(*, bucket: Bucket, key: str) -> str:
+    """A URL that downloads `key` under its own name (ObjectNotFound if it is absent)."""
+    config = bucket_config(bucket=bucket)
+    objects.head_object(config, bucket=bucket.name, key=key)
+    return presign.presign_get(config, bucket=bucket.name, key=key, expires_in=URL_LIFETIME_S)
+
+
+def upload_url(*, bucket: Bucket, key: str, content_type: str = "") -> str:
+    """A single-PUT upload URL (small files; the client sends `content_type` if given)."""
+    validate_key(key)
+    return presign.presign_put(
+        bucket_config(bucket=bucket),
+        bucket=bucket.name,
+        key=key,
+        expires_in=URL_LIFETIME_S,
+        content_type=content_type or None,
+    )
+
+
+def upload_start(
+    *, bucket: Bucket, key: str, size: int, content_type: str = "", part_size: int | None = None
+) -> UploadPlan:
+    """Start a multipart upload of `size` bytes; parts are 16 MiB unless asked otherwise
+    (at least 5 MiB, at most 10,000 parts)."""
+    validate_key(key)
+    try:
+        plan = presign.plan_parts(size=size, part_size=part_size or presign.DEFAULT_PART_SIZE)
+    except ValueError as error:
+        raise ValidationError({"size": str(error)}) from None
+    upload_id = presign.create_multipart_upload(
+        bucket_config(bucket=bucket),
+        bucket=bucket.name,
+        key=key,
+        content_type=content_type or None,
+    )
+    return UploadPlan(
+        key=key, upload_id=upload_id, part_size=plan.part_size, part_count=plan.part_count
+    )
+
+
+def upload_parts(
+    *, bucket: Bucket, key: str, upload_id: str, part_numbers: Iterable[int]
+) -> list[presign.PresignedPart]:
+    """PUT URLs for some parts (up to 1,000 per call: clients ask as they go)."""
+    validate_key(key)
+    numbers = list(part_numbers)
+    if not numbers or len(numbers) > MAX_PARTS_PER_REQUEST:
+        raise ValidationError(
+            {"part_numbers": f"Ask for 1 to {MAX_PARTS_PER_REQUEST} parts at a time."}
+        )
+    try:
+        return presign.presign_upload_parts(
+            bucket_config(bucket=bucket),
+            bucket=bucket.name,
+            key=key,
+            upload_id=upload_id,
+            part_numbers=numbers,
+            expires_in=URL_LIFETIME_S,
+        )
+    except ValueError as error:
+        raise ValidationError({"part_numbers": str(error)}) from None
+
+
+def upload_complete(
+    *, bucket: Bucket, key: str, upload_id: str, parts: Sequence[presign.CompletedPart]
+) -> str:
+    """Assemble the parts into the object; return its ETag."""
+    validate_key(key)
+    if not parts:
+        raise ValidationError({"parts": "List the uploaded parts with their ETags."})
+    etag = presign.complete_multipart_upload(
+        bucket_config(bucket=bucket),
+        bucket=bucket.name,
+        key=key,
+        upload_id=upload_id,
+        parts=parts,
+    )
+    bucket_stats_request(bucket=bucket)
+    return etag
+
+
+def upload_abort(*, bucket: Bucket, key: str, upload_id: str) -> None:
+    """Cancel an upload; the store drops the parts already sent."""
+    validate_key(key)
+    presign.abort_multipart_upload(
+        bucket_config(bucket=bucket), bucket=bucket.name, key=key, upload_id=upload_id
+    )
+
+
+def upload_done(*, bucket: Bucket) -> None:
+    """A single-PUT upload finished (the client says so): refresh the usage figures."""
+    bucket_stats_request(bucket=bucket)

@@ -1,0 +1,49 @@
+"""Pages under /p/<project>/buckets/ and the API under /api/v1/ (datastores, buckets)."""
+
+from django.urls import path, register_converter
+
+from controlpanel.buckets import api, views
+
+
+class AliasConverter:
+    regex = "[A-Za-z][A-Za-z0-9_-]{0,31}"
+
+    def to_python(self, value: str) -> str:
+        return value
+
+    def to_url(self, value: str) -> str:
+        return value
+
+
+class BucketNameConverter(AliasConverter):
+    regex = "[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]"
+
+
+register_converter(AliasConverter, "alias")
+register_converter(BucketNameConverter, "bucket")
+
+BUCKET = "<alias:datastore>/<bucket:name>"
+PAGE = f"p/<slug:slug>/buckets/{BUCKET}"
+API = f"api/v1/buckets/{BUCKET}"
+
+urlpatterns = [
+    path("p/<slug:slug>/buckets/", views.bucket_list, name="bucket-list"),
+    path(f"{PAGE}/", views.bucket_browse, name="bucket-browse"),
+    path(f"{PAGE}/row/", views.bucket_row, name="bucket-row"),
+    path(f"{PAGE}/delete/", views.bucket_delete, name="bucket-delete"),
+    path(f"{PAGE}/download/", views.object_download, name="object-download"),
+    path(f"{PAGE}/objects/delete/", views.object_delete, name="object-delete"),
+    path("api/v1/datastores/", api.DatastoreListView.as_view(), name="api-datastore-list"),
+    path("api/v1/buckets/", api.BucketListView.as_view(), name="api-bucket-list"),
+    path("api/v1/buckets/attach/", api.BucketAttachView.as_view(), name="api-bucket-attach"),
+    path(f"{API}/", api.BucketDetailView.as_view(), name="api-bucket-detail"),
+    path(f"{API}/objects/", api.ObjectListView.as_view(), name="api-object-list"),
+    path(f"{API}/objects/delete/", api.ObjectDeleteView.as_view(), name="api-object-delete"),
+    path(f"{API}/download-url/", api.DownloadUrlView.as_view(), name="api-download-url"),
+    path(f"{API}/upload-url/", api.UploadUrlView.as_view(), name="api-upload-url"),
+    path(f"{API}/upload-done/", api.UploadDoneView.as_view(), name="api-upload-done"),
+    path(f"{API}/uploads/", api.UploadStartView.as_view(), name="api-upload-start"),
+    path(f"{API}/uploads/parts/", api.UploadPartsView.as_view(), name="api-upload-parts"),
+    path(f"{API}/uploads/complete/", api.UploadCompleteView.as_view(), name="api-upload-complete"),
+    path(f"{API}/uploads/abort/", api.UploadAbortView.as_view(), name="api-upload-abort"),
+]

@@ -1,0 +1,123 @@
+"""The HTTP side of the CLI: one httpx client per invocation, API errors as click errors."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import click
+import httpx
+
+DEFAULT_URL = "http://127.0.0.1:8000"
+TIMEOUT = httpx.Timeout(30.0, connect=10.0)
+
+
+class ApiError(click.ClickException):
+    """An HTTP failure, shown as `Error: HTTP 404: No such bucket.` with exit code 1."""
+
+    def __init__(self, status: int, detail: str) -> None:
+        super().__init__(f"HTTP {status}: {detail}" if status else detail)
+        self.status = status
+
+
+def describe(response: httpx.Response) -> str:
+    """The API's own words for a failure: `detail`, or `field: message` pairs."""
+    try:
+        body = response.json()
+    except ValueError:
+        return response.reason_phrase or "error"
+    if isinstance(body, dict):
+        if "detail" in body:
+            return str(body["detail"])
+        parts = []
+        for name, messages in body.items():
+            text = " ".join(map(str, messages)) if isinstance(messages, list) else str(messages)
+            parts.append(text if name == "non_field_errors" else f"{name}: {text}")
+        return "; ".join(parts) or "error"
+    return str(body)
+
+
+@dataclass
+class State:
+    """What the root group read (options and AJUSTE_* variables); `ctx.obj` everywhere."""
+
+    url: str = DEFAULT_URL
+    token: str | None = None
+    project: str | None = None
+    output: str = "table"
+    transport: httpx.BaseTransport | None = None
+    _api: Api | None = field(default=None, repr=False)
+
+    def api(self) -> Api:
+        """The API client, made on first use (so `--help` needs no token)."""
+        if self._api is None:
+            if not self.token:
+                raise click.UsageError(
+                    "No API token: set AJUSTE_TOKEN (or --token); create one on your settings "
+                    "page or with `python manage.py apitoken <username>`."
+                )
+            self._api = Api(
+                url=self.url, token=self.token, project=self.project, transport=self.transport
+            )
+        return self._api
+
+
+def state() -> State:
+    return click.get_current_context().ensure_object(State)
+
+
+@dataclass
+class Api:
+    """Calls /api/v1/... with the bearer token and the project header."""
+
+    url: str
+    token: str
+    project: str | None = None
+    transport: httpx.BaseTransport | None = None
+    _http: httpx.Client | None = field(default=None, repr=False)
+
+    @property
+    def http(self) -> httpx.Client:
+        if self._http is None:
+            headers = {"Authorization": f"Bearer {self.token}", "Accept": "application/json"}
+            if self.project:
+                headers["X-Ajuste-Project"] = self.project
+            self._http = httpx.Client(
+                base_url=self.url.rstrip("/") + "/api/v1/",
+                headers=headers,
+                timeout=TIMEOUT,
+                transport=self.transport,
+            )
+        return self._http
+
+    def call(self, method: str, path: str, **kwargs: Any) -> Any:
+        """JSON of a successful answer (None for 204); ApiError otherwise."""
+        try:
+            response = self.http.request(method, path.lstrip("/"), **kwargs)
+        except httpx.TransportError as error:
+            raise ApiError(0, f"cannot reach {self.url}: {error}") from None
+        if response.status_code >= 400:
+            raise ApiError(response.status_code, describe(response))
+        if response.status_code == 204 or not response.content:
+            return None
+        return response.json()
+
+    def get(self, path: str, **params: Any) -> Any:
+        return self.call("GET", path, params={k: v for k, v in params.items() if v is not None})
+
+    def post(self, path: str, body: dict[str, Any]) -> Any:
+        return self.call("POST", path, json=body)
+
+    def paginate(self, path: str, **params: Any) -> list[Any]:
+        """Every item of a paginated list (`results` + `next`)."""
+        items: list[Any] = []
+        page = self.get(path, **params)
+        while True:
+            items.extend(page["results"])
+            if not page.get("next"):
+                return items
+            page = self.call("GET", page["next"])
+
+    def close(self) -> None:
+        if self._http is not None:
+            self._http.close()
