@@ -5,6 +5,7 @@ event or a worker crash is repaired within one sweep period."""
 from __future__ import annotations
 
 import logging
+import uuid
 from datetime import timedelta
 
 from django.db.models import Q
@@ -38,6 +39,22 @@ def sweep() -> dict[str, int]:
     _admit_waiting()
     _refinalize()
     return counts
+
+
+def record_observation(observed: ObservedWorkload) -> bool:
+    """Handle one observation from a watch: reconcile the job if it differs from its row."""
+    if observed.kind is not WorkloadKind.JOB:
+        return False
+    try:
+        job_id = uuid.UUID(observed.id)
+    except ValueError:
+        return False  # not one of ours (a foreign id under our labels)
+    job = Job.objects.select_related("project", "flavor").filter(
+        pk=job_id, run=observed.run, state__in=LIVE_STATES).first()
+    if job is None or not _differs(job, observed):
+        return False
+    observe(str(job.pk), observed)
+    return True
 
 
 def _live_jobs() -> list[Job]:

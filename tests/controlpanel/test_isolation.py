@@ -33,6 +33,25 @@ def _membership(ctx: dict[str, Any]) -> int:
     return Membership.objects.get(user=ctx["member"]).pk
 
 
+def _job(ctx: dict[str, Any]) -> str:
+    """A job of the owner's project (created directly: no backend is involved)."""
+    from controlpanel.flavors.models import Flavor
+    from controlpanel.workloads.models import Job
+
+    job = Job.objects.filter(owner=ctx["owner"]).first() or Job.objects.create(
+        project=Membership.objects.get(user=ctx["owner"]).project, owner=ctx["owner"],
+        name="secret-job", image="x/y:1", flavor=Flavor.objects.get(name="ai1-1-cpu"))
+    return str(job.pk)
+
+
+def _job_url(suffix: str = "") -> Callable[[dict[str, Any]], str]:
+    return lambda c: f"/p/alpha/jobs/{_job(c)}/{suffix}"
+
+
+def _api_job_url(suffix: str = "") -> Callable[[dict[str, Any]], str]:
+    return lambda c: f"/api/v1/jobs/{_job(c)}/{suffix}?project=alpha"
+
+
 CASES: list[Case] = [
     Case("project-home", lambda c: "/p/alpha/"),
     Case("member-list", lambda c: "/p/alpha/members/", ("get", "post")),
@@ -41,12 +60,27 @@ CASES: list[Case] = [
     Case("api-member-list", lambda c: "/api/v1/projects/alpha/members/", ("get", "post"), api=True),
     Case("api-member-detail", lambda c: f"/api/v1/projects/alpha/members/{_membership(c)}/",
          ("patch", "delete"), api=True),
+    Case("job-list", lambda c: "/p/alpha/jobs/"),
+    Case("job-new", lambda c: "/p/alpha/jobs/new/", ("get", "post")),
+    Case("job-detail", _job_url()),
+    Case("job-status", _job_url("status/")),
+    Case("job-logs", _job_url("logs/")),
+    Case("job-log-download", _job_url("logs/download/")),
+    Case("job-action", _job_url("stop/"), ("post",)),
+    Case("api-job-list", lambda c: "/api/v1/jobs/?project=alpha", ("get", "post"), api=True),
+    Case("api-job-detail", _api_job_url(), ("get", "delete"), api=True),
+    Case("api-job-stop", _api_job_url("stop/"), ("post",), api=True),
+    Case("api-job-rerun", _api_job_url("rerun/"), ("post",), api=True),
+    Case("api-job-retry-push", _api_job_url("retry-push/"), ("post",), api=True),
+    Case("api-job-logs", _api_job_url("logs/"), ("get",), api=True),
 ]
 
 # Routes that hold no project data: public, or the user's own things (tested in test_accounts).
 PUBLIC = {"home", "healthz", "readyz", "login", "logout", "api-schema", "api-docs", "api-root"}
 PERSONAL = {"password_change", "password_change_done", "user-settings", "token-revoke", "api-me",
-            "api-token-list", "api-token-detail", "project-create", "api-project-list"}
+            "api-token-list", "api-token-detail", "project-create", "api-project-list",
+            # the flavor catalogue is the same for everyone logged in
+            "api-flavor-list", "api-flavor-detail"}
 
 
 def _route_names(patterns: list[Any]) -> Iterator[str]:

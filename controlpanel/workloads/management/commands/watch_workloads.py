@@ -1,0 +1,52 @@
+"""`manage.py watch_workloads`: follow the backend's workloads and record changes as they
+happen (the Procfile's `watcher`). The Kubernetes backend lists then watches pods; a backend
+without a watch is polled. The beat sweep stays the safety net: either alone converges."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandParser
+from django.db import close_old_connections
+
+from controlpanel.workloads.backend import get_backend
+from controlpanel.workloads.sweep import record_observation
+from deploy.types import DeployError
+
+log = logging.getLogger(__name__)
+
+
+class Command(BaseCommand):
+    help = "Follow workloads on the compute backend and record their state changes."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--poll-seconds", type=float, default=1.0,
+                            help="Polling period for backends without a watch.")
+        parser.add_argument("--resync-seconds", type=float, default=300.0)
+
+    def handle(self, *args: Any, poll_seconds: float, resync_seconds: float,
+               **options: Any) -> None:
+        stop = threading.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stop.set())
+        backend = get_backend()
+        if hasattr(backend, "watch"):
+            for observed in backend.watch(stop=stop, resync_s=resync_seconds):
+                self._record(observed)
+        else:
+            while not stop.wait(poll_seconds):
+                try:
+                    for observed in backend.observe_all():
+                        self._record(observed)
+                except DeployError as exc:
+                    log.warning("listing workloads failed: %s", exc)
+
+    def _record(self, observed: Any) -> None:
+        close_old_connections()
+        try:
+            record_observation(observed)
+        except DeployError as exc:
+            log.warning("recording %s failed: %s", observed.id, exc)
