@@ -286,6 +286,8 @@ def _port(previous: object) -> int:
 
 def _free(port: int) -> bool:
     with socket.socket() as probe:
+        # Like the servers themselves: a port in TIME_WAIT after a stop is free to reuse.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind(("127.0.0.1", port))
         except OSError:

@@ -144,11 +144,14 @@ class Supervisor:
 
     def push(self, outcome: dict[str, Any]) -> None:
         attempt = int((read_state(self.run) or {}).get("push_attempt") or 0) + 1
+        # The run's own facts are known now: billing and the panel see them while pushing.
+        facts = {k: outcome[k] for k in ("exit_code", "finished_at", "timed_out") if k in outcome}
         self.announce(
             phase=Phase.FINALIZING.value,
             reason=f"pushing rw volumes (attempt {attempt})",
             push_attempt=attempt,
             outcome=outcome,
+            **facts,
         )
         code, why = self.sync("push", self.plan["push"])
         if code == 0:
@@ -207,10 +210,14 @@ def sync_failure(log: Path, start: int, code: int) -> str:
             event = json.loads(line)
         except ValueError:
             continue
-        if isinstance(event, dict) and event.get("event") == "result" and event.get("failed"):
+        if not isinstance(event, dict) or event.get("event") != "result":
+            continue
+        if event.get("failed") or event.get("failures"):
             first = (event.get("failures") or [{}])[0]
             detail = f"{first.get('key', '?')}: {first.get('error', 'failed')}"
-            return _clip(f"{event['failed']} file(s) of {event.get('spec')} failed ({detail})")
+            if event.get("failed"):
+                detail = f"{event['failed']} file(s) failed, first {detail}"
+            return _clip(f"{event.get('spec')}: {detail}")
     plain = [line for line in lines if not line.lstrip().startswith("{")]
     return _clip(plain[-1]) if plain else f"the sync engine exited with {code}"
 
