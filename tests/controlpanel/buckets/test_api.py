@@ -1,0 +1,245 @@
+"""REST API: buckets, objects and presigned transfers, with httpx PUT/GET against the real
+S3 server for the bytes (they never pass through Django)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import httpx
+import pytest
+from rest_framework.test import APIClient
+
+from controlpanel.buckets.models import Bucket
+from storage import objects
+from storage.datastore import DatastoreConfig
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def made(datastore: DatastoreConfig, owner_api: APIClient, name: str) -> str:
+    """A bucket of project alpha, created through the API: its API path."""
+    response = owner_api.post("/api/v1/buckets/", {"name": name}, format="json")
+    assert response.status_code == 201, response.content
+    return f"/api/v1/buckets/LOCAL/{name}/"
+
+
+def test_create_list_and_read_a_bucket(
+    made: str, name: str, owner_api: APIClient, outsider_api: APIClient
+) -> None:
+    listed = owner_api.get("/api/v1/buckets/?project=alpha").json()
+    assert listed["count"] == 1
+    row = listed["results"][0]
+    assert {
+        k: row[k] for k in ("name", "datastore", "project", "origin", "created_by", "volume")
+    } == {
+        "name": name,
+        "datastore": "LOCAL",
+        "project": "alpha",
+        "origin": "created",
+        "created_by": "owner",
+        "volume": f"{name}@LOCAL",
+    }
+    assert owner_api.get(made).json()["name"] == name
+    assert outsider_api.get("/api/v1/buckets/").json()["count"] == 0  # their own project: none
+    assert outsider_api.get("/api/v1/buckets/?project=alpha").status_code == 404
+
+
+def test_create_answers_the_naming_rule(datastore: DatastoreConfig, owner_api: APIClient) -> None:
+    response = owner_api.post("/api/v1/buckets/", {"name": "Bad_Name"}, format="json")
+    assert response.status_code == 400
+    assert response.json() == {
+        "name": ["uppercase letter 'B' at position 0: bucket names are lowercase"]
+    }
+
+
+def test_attach_and_attach_missing(
+    datastore: DatastoreConfig, owner_api: APIClient, name: str
+) -> None:
+    missing = owner_api.post("/api/v1/buckets/attach/", {"name": name}, format="json")
+    assert missing.status_code == 400
+    assert missing.json() == {"name": [f"There is no bucket named {name} on LOCAL."]}
+    objects.create_bucket(datastore, bucket=name)
+    attached = owner_api.post(
+        "/api/v1/buckets/attach/", {"name": name, "datastore": "LOCAL"}, format="json"
+    )
+    assert attached.status_code == 201
+    assert attached.json()["origin"] == "attached"
+
+
+def test_delete_non_empty_is_409_then_empty_true_empties(
+    made: str,
+    name: str,
+    datastore: DatastoreConfig,
+    owner_api: APIClient,
+    eager_tasks: None,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    objects.put_object(datastore, bucket=name, key="x", data=b"1")
+    refused = owner_api.delete(made)
+    assert refused.status_code == 409
+    assert "not empty" in refused.json()["detail"]
+    with django_capture_on_commit_callbacks(execute=True):
+        started = owner_api.delete(made + "?empty=true")
+    assert started.status_code == 202
+    assert started.json()["state"] == "emptying"
+    assert owner_api.get(made).status_code == 404
+    assert not objects.bucket_exists(datastore, bucket=name)
+
+
+def test_delete_an_empty_bucket_is_204(made: str, owner_api: APIClient) -> None:
+    assert owner_api.delete(made).status_code == 204
+    assert not Bucket.objects.exists()
+
+
+def test_list_objects_by_prefix_with_pagination(
+    made: str, name: str, datastore: DatastoreConfig, owner_api: APIClient
+) -> None:
+    for key in ("a/1", "a/2", "a/3", "b/x", "top.txt"):
+        objects.put_object(datastore, bucket=name, key=key, data=b"abc")
+    root = owner_api.get(made + "objects/").json()
+    assert root["prefixes"] == ["a/", "b/"]
+    assert [o["key"] for o in root["objects"]] == ["top.txt"]
+    assert root["objects"][0]["size"] == 3 and root["objects"][0]["etag"]
+    keys: list[str] = []
+    token = None
+    while True:
+        page = owner_api.get(
+            made + "objects/", {"prefix": "a/", "limit": 2, **({"token": token} if token else {})}
+        ).json()
+        keys += [o["key"] for o in page["objects"]]
+        token = page["next_token"]
+        if token is None:
+            break
+    assert keys == ["a/1", "a/2", "a/3"]
+    flat = owner_api.get(made + "objects/", {"delimiter": ""}).json()
+    assert len(flat["objects"]) == 5 and flat["prefixes"] == []
+
+
+def test_delete_many_objects(
+    made: str, name: str, datastore: DatastoreConfig, owner_api: APIClient
+) -> None:
+    for key in ("keep", "gone/1", "gone/2", "x"):
+        objects.put_object(datastore, bucket=name, key=key, data=b"")
+    response = owner_api.post(
+        made + "objects/delete/", {"keys": ["x"], "prefixes": ["gone/"]}, format="json"
+    )
+    assert response.status_code == 200
+    assert sorted(response.json()["deleted"]) == ["gone/1", "gone/2", "x"]
+    assert [o.key for o in objects.iter_objects(datastore, bucket=name)] == ["keep"]
+
+
+def test_single_put_upload_and_download(
+    made: str, name: str, datastore: DatastoreConfig, owner_api: APIClient
+) -> None:
+    key = "dir/ünï cödé <b>.txt"
+    put = owner_api.post(made + "upload-url/", {"key": key}, format="json").json()
+    assert httpx.put(put["url"], content=b"hello").status_code == 200
+    assert owner_api.post(made + "upload-done/", {"key": key}, format="json").status_code == 204
+    url = owner_api.get(made + "download-url/", {"key": key}).json()["url"]
+    got = httpx.get(url)
+    assert got.content == b"hello"
+    assert (
+        "filename*=UTF-8''%C3%BCn%C3%AF%20c%C3%B6d%C3%A9%20%3Cb%3E.txt"
+        in got.headers["content-disposition"]
+    )
+    missing = owner_api.get(made + "download-url/", {"key": "nope"})
+    assert missing.status_code == 404
+
+
+def test_multipart_upload_in_parts(
+    made: str, name: str, datastore: DatastoreConfig, owner_api: APIClient
+) -> None:
+    data = os.urandom(11 * 1024 * 1024)
+    plan = owner_api.post(
+        made + "uploads/",
+        {"key": "big.bin", "size": len(data), "part_size": 5 * 1024 * 1024},
+        format="json",
+    ).json()
+    assert (plan["part_size"], plan["part_count"]) == (5 * 1024 * 1024, 3)
+    upload = {"key": "big.bin", "upload_id": plan["upload_id"]}
+    urls = owner_api.post(
+        made + "uploads/parts/", {**upload, "part_numbers": [1, 2, 3]}, format="json"
+    ).json()["parts"]
+    parts = []
+    for part in urls:
+        start = (part["part_number"] - 1) * plan["part_size"]
+        answer = httpx.put(part["url"], content=data[start : start + plan["part_size"]])
+        parts.append({"part_number": part["part_number"], "etag": answer.headers["ETag"]})
+    done = owner_api.post(made + "uploads/complete/", {**upload, "parts": parts}, format="json")
+    assert done.status_code == 200
+    assert done.json()["key"] == "big.bin" and done.json()["etag"]
+    assert objects.read_object(datastore, bucket=name, key="big.bin", max_bytes=len(data)) == data
+
+
+def test_abort_a_multipart_upload(
+    made: str, name: str, datastore: DatastoreConfig, owner_api: APIClient
+) -> None:
+    plan = owner_api.post(
+        made + "uploads/", {"key": "cancelled.bin", "size": 10}, format="json"
+    ).json()
+    upload = {"key": "cancelled.bin", "upload_id": plan["upload_id"]}
+    assert owner_api.post(made + "uploads/abort/", upload, format="json").status_code == 204
+    complete = owner_api.post(
+        made + "uploads/complete/",
+        {**upload, "parts": [{"part_number": 1, "etag": "x"}]},
+        format="json",
+    )
+    assert complete.status_code in (404, 502)
+    assert not objects.object_exists(datastore, bucket=name, key="cancelled.bin")
+
+
+@pytest.mark.parametrize(
+    ("body", "field", "text"),
+    [
+        ({"key": ""}, "key", "blank"),
+        ({"key": "a\x01b"}, "key", "control character '\\x01' at position 1"),
+        ({"key": "é" * 600}, "key", "1200 bytes long in UTF-8; S3 allows 1024"),
+    ],
+)
+def test_bad_keys_are_refused(
+    made: str, owner_api: APIClient, body: dict, field: str, text: str
+) -> None:
+    response = owner_api.post(made + "upload-url/", body, format="json")
+    assert response.status_code == 400
+    assert text in " ".join(response.json()[field])
+
+
+def test_bad_upload_requests_are_400(made: str, owner_api: APIClient) -> None:
+    too_big = owner_api.post(made + "uploads/", {"key": "k", "size": 6 * 1024**4}, format="json")
+    assert too_big.status_code == 400 and "size" in too_big.json()
+    plan = owner_api.post(made + "uploads/", {"key": "k", "size": 1}, format="json").json()
+    bad_part = owner_api.post(
+        made + "uploads/parts/",
+        {"key": "k", "upload_id": plan["upload_id"], "part_numbers": [0]},
+        format="json",
+    )
+    assert bad_part.status_code == 400
+    assert "part numbers run from 1 to 10000" in bad_part.json()["part_numbers"][0]
+
+
+def test_an_outsider_gets_no_presigned_url_for_another_projects_object(
+    made: str, name: str, datastore: DatastoreConfig, outsider_api: APIClient
+) -> None:
+    objects.put_object(datastore, bucket=name, key="secret.txt", data=b"alpha only")
+    for project in ("", "?project=beta", "?project=alpha"):
+        download = outsider_api.get(made + "download-url/" + project, {"key": "secret.txt"})
+        assert download.status_code == 404, project
+    for path, body in [
+        ("upload-url/", {"key": "x"}),
+        ("uploads/", {"key": "x", "size": 1}),
+        ("uploads/parts/", {"key": "x", "upload_id": "u", "part_numbers": [1]}),
+    ]:
+        assert outsider_api.post(made + path, body, format="json").status_code == 404
+    assert objects.read_object(datastore, bucket=name, key="secret.txt", max_bytes=99)
+
+
+def test_a_down_datastore_answers_503(made: str, owner_api: APIClient, settings: Any) -> None:
+    settings.S3_ENDPOINT_URL = "http://127.0.0.1:9"  # discard port: nothing listens
+    from storage.client import clear_client_cache
+
+    clear_client_cache()
+    response = owner_api.get(made + "objects/")
+    assert response.status_code == 503
+    assert response.json() == {"detail": "The datastore is unreachable."}

@@ -1,0 +1,200 @@
+"""Datastores: credentials encrypted at rest and never shown back; the default one from the
+S3_* settings; `datastore_config(alias)` for the rest of the panel; admin and API."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from cryptography.fernet import Fernet
+from django.core.exceptions import ImproperlyConfigured, PermissionDenied, ValidationError
+from django.db import connection
+from rest_framework.test import APIClient
+
+from controlpanel.buckets import crypto, services
+from controlpanel.buckets.models import Datastore
+from controlpanel.buckets.selectors import (
+    DatastoreNotFound,
+    datastore_config,
+    datastore_list,
+    datastore_origins,
+)
+from storage.datastore import DatastoreConfig
+from tests.fixtures.panel import logged_in
+
+pytestmark = pytest.mark.django_db
+ACCESS = "AKIAEXAMPLE0001234"
+SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYSECRETKEY"
+
+
+def _gra(admin_user: Any) -> Datastore:
+    return services.datastore_create(
+        by=admin_user,
+        alias="GRA",
+        endpoint_url="https://s3.gra.example.net/",
+        region="gra",
+        access_key=ACCESS,
+        secret_key=SECRET,
+    )
+
+
+def _raw_columns(pk: int) -> tuple[str, str]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT access_key, secret_key FROM buckets_datastore WHERE id = %s", [pk])
+        return cursor.fetchone()
+
+
+def test_credentials_are_encrypted_at_rest(admin_user: Any) -> None:
+    datastore = _gra(admin_user)
+    raw_access, raw_secret = _raw_columns(datastore.pk)
+    assert ACCESS not in raw_access and SECRET not in raw_secret
+    assert raw_secret.startswith("gAAAA")  # a Fernet token
+    stored = Datastore.objects.get(pk=datastore.pk)
+    assert (stored.access_key, stored.secret_key) == (ACCESS, SECRET)
+    assert (stored.access_key_hint, stored.secret_key_hint) == ("AKIA…1234", "…TKEY")
+    assert SECRET not in repr(stored) and ACCESS not in repr(stored) and ACCESS not in str(stored)
+
+
+def test_keys_rotate_through_the_field_encryption_key_list(admin_user: Any, settings: Any) -> None:
+    old, new = Fernet.generate_key().decode(), Fernet.generate_key().decode()
+    settings.FIELD_ENCRYPTION_KEY = [old]
+    pk = _gra(admin_user).pk
+    settings.FIELD_ENCRYPTION_KEY = [new, old]  # new key first: old rows still open
+    assert Datastore.objects.get(pk=pk).secret_key == SECRET
+    settings.FIELD_ENCRYPTION_KEY = [new]
+    with pytest.raises(crypto.DecryptionError, match="FIELD_ENCRYPTION_KEY") as error:
+        Datastore.objects.get(pk=pk)
+    assert SECRET not in str(error.value)
+
+
+def test_the_derived_key_follows_secret_key_fallbacks(admin_user: Any, settings: Any) -> None:
+    pk = _gra(admin_user).pk
+    settings.SECRET_KEY_FALLBACKS = [settings.SECRET_KEY]
+    settings.SECRET_KEY = "a-brand-new-secret-key-after-rotation-0123456789-abcdefghij"
+    assert Datastore.objects.get(pk=pk).access_key == ACCESS
+
+
+def test_a_bad_field_encryption_key_stops_start_up(settings: Any) -> None:
+    settings.FIELD_ENCRYPTION_KEY = ["not-a-fernet-key"]
+    with pytest.raises(ImproperlyConfigured, match="FIELD_ENCRYPTION_KEY: key #1"):
+        crypto.check_keys()
+
+
+def test_only_admins_add_datastores_and_aliases_are_checked(
+    admin_user: Any, owner: Any, settings: Any
+) -> None:
+    with pytest.raises(PermissionDenied):
+        _gra(owner)
+    with pytest.raises(ValidationError) as error:
+        services.datastore_create(
+            by=admin_user,
+            alias="9bad",
+            endpoint_url="https://x.example",
+            access_key="a",
+            secret_key="b",
+        )
+    assert "must start with a letter" in str(error.value.message_dict["alias"])
+    settings.S3_ENDPOINT_URL, settings.S3_ALIAS = "http://127.0.0.1:9", "LOCAL"
+    with pytest.raises(ValidationError, match="default datastore"):
+        services.datastore_create(
+            by=admin_user,
+            alias="LOCAL",
+            endpoint_url="https://x.example",
+            access_key="a",
+            secret_key="b",
+        )
+
+
+def test_datastore_config_reads_settings_then_the_database(admin_user: Any, settings: Any) -> None:
+    settings.S3_ENDPOINT_URL, settings.S3_ALIAS = "http://127.0.0.1:9100", "LOCAL"
+    settings.S3_ACCESS_KEY, settings.S3_SECRET_KEY, settings.S3_REGION = "ak", "sk", "us-east-1"
+    _gra(admin_user)
+    assert datastore_config("LOCAL") == DatastoreConfig(
+        "LOCAL", "http://127.0.0.1:9100", "us-east-1", "ak", "sk"
+    )
+    assert datastore_config("GRA") == DatastoreConfig(
+        "GRA", "https://s3.gra.example.net", "gra", ACCESS, SECRET
+    )
+    with pytest.raises(DatastoreNotFound):
+        datastore_config("SBG")
+    assert [(d.alias, d.is_default) for d in datastore_list()] == [("LOCAL", True), ("GRA", False)]
+    assert datastore_origins() == ["http://127.0.0.1:9100", "https://s3.gra.example.net"]
+
+
+def test_api_lists_datastores_without_credentials(admin_user: Any, owner_api: APIClient) -> None:
+    _gra(admin_user)
+    response = owner_api.get("/api/v1/datastores/")
+    assert response.status_code == 200
+    assert response.json() == [
+        {
+            "alias": "GRA",
+            "endpoint_url": "https://s3.gra.example.net",
+            "region": "gra",
+            "is_default": False,
+        }
+    ]
+    assert SECRET not in response.content.decode() and ACCESS not in response.content.decode()
+
+
+def test_api_creates_datastores_for_admins_only(admin_user: Any, owner_api: APIClient) -> None:
+    body = {
+        "alias": "SBG",
+        "endpoint_url": "https://s3.sbg.example.net",
+        "region": "sbg",
+        "access_key": ACCESS,
+        "secret_key": SECRET,
+    }
+    assert owner_api.post("/api/v1/datastores/", body, format="json").status_code == 403
+    admin = APIClient()
+    admin.force_authenticate(admin_user)
+    response = admin.post("/api/v1/datastores/", body, format="json")
+    assert response.status_code == 201
+    assert response.json() == {
+        "alias": "SBG",
+        "endpoint_url": "https://s3.sbg.example.net",
+        "region": "sbg",
+        "access_key_hint": "AKIA…1234",
+        "secret_key_hint": "…TKEY",
+    }
+    assert datastore_config("SBG").secret_key == SECRET
+    assert admin.post("/api/v1/datastores/", body, format="json").status_code == 400
+
+
+def test_admin_pages_never_render_the_credentials(admin_user: Any) -> None:
+    datastore = _gra(admin_user)
+    client = logged_in(admin_user)
+    page = client.get(f"/admin/buckets/datastore/{datastore.pk}/change/").content.decode()
+    listing = client.get("/admin/buckets/datastore/").content.decode()
+    for html in (page, listing):
+        assert SECRET not in html and ACCESS not in html
+    assert "AKIA…1234" in page
+    # Saving without retyping the credentials keeps them.
+    response = client.post(
+        f"/admin/buckets/datastore/{datastore.pk}/change/",
+        {
+            "alias": "GRA",
+            "endpoint_url": "https://s3.gra2.example.net",
+            "region": "gra",
+            "access_key": "",
+            "secret_key": "",
+        },
+    )
+    assert response.status_code == 302
+    assert datastore_config("GRA").secret_key == SECRET
+    assert datastore_config("GRA").endpoint_url == "https://s3.gra2.example.net"
+
+
+def test_admin_requires_credentials_for_a_new_datastore(admin_user: Any) -> None:
+    response = logged_in(admin_user).post(
+        "/admin/buckets/datastore/add/",
+        {
+            "alias": "BHS",
+            "endpoint_url": "https://s3.bhs.example.net",
+            "region": "bhs",
+            "access_key": "",
+            "secret_key": "",
+        },
+    )
+    assert response.status_code == 200
+    assert "Required for a new datastore." in response.content.decode()
+    assert not Datastore.objects.filter(alias="BHS").exists()
