@@ -100,13 +100,14 @@ def start_embedded_s3(
     cors_origins: Sequence[str] = ("*",),
     node_modules: Path = DEFAULT_NODE_MODULES,
     log_path: Path | None = None,
+    verbose: bool = False,
     timeout: float = 30.0,
 ) -> EmbeddedS3:
     """Start s3rver on `host:port` (0 picks a free port) over `directory`; return once it
-    answers HTTP. Its log goes to `log_path` (verbose) or nowhere."""
+    answers HTTP. Errors (and every request when `verbose`) are logged to `log_path`."""
     command = _command(directory, host, port, cors_origins, node_modules)
     env = dict(os.environ, AJUSTE_S3_ACCESS_KEY=access_key, AJUSTE_S3_SECRET_KEY=secret_key)
-    env["AJUSTE_S3_VERBOSE"] = "1" if log_path else "0"
+    env["AJUSTE_S3_VERBOSE"] = "1" if verbose else "0"
     log = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115
     try:
         process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log, env=env)
@@ -116,9 +117,11 @@ def start_embedded_s3(
     try:
         bound_port = _wait_listening(process, timeout)
         _wait_answering(host, bound_port, timeout)
+    except EmbeddedS3Error as error:
+        _kill(process)
+        raise EmbeddedS3Error(f"{error}{_log_tail(log_path)}") from None
     except BaseException:
-        process.kill()
-        process.wait()
+        _kill(process)
         raise
     return EmbeddedS3(
         endpoint_url=f"http://{host}:{bound_port}",
@@ -127,6 +130,23 @@ def start_embedded_s3(
         secret_key=secret_key,
         process=process,
     )
+
+
+def _kill(process: subprocess.Popen[bytes]) -> None:
+    process.kill()
+    process.wait()
+    if process.stdout:
+        process.stdout.close()
+
+
+def _log_tail(log_path: Path | None) -> str:
+    if log_path is None:
+        return "; pass log_path to see why"
+    try:
+        lines = log_path.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return ""
+    return ":\n" + "\n".join(lines[-8:]) if lines else ""
 
 
 def _command(
@@ -146,14 +166,12 @@ def _wait_listening(process: subprocess.Popen[bytes], timeout: float) -> int:
     stdout: IO[bytes] | None = process.stdout
     assert stdout is not None
     ready, _, _ = select.select([stdout], [], [], timeout)
-    line = stdout.readline() if ready else b""
-    if not line:
-        code = process.poll()
-        raise EmbeddedS3Error(
-            f"embedded S3 did not start (exit code {code}); pass log_path to see why"
-            if code is not None
-            else f"embedded S3 did not report its port within {timeout:.0f} s"
-        )
+    if not ready:
+        raise EmbeddedS3Error(f"embedded S3 did not report its port within {timeout:.0f} s")
+    line = stdout.readline()
+    if not line:  # end of output: the launcher exited (port taken, bad directory, ...)
+        code = process.wait(timeout)
+        raise EmbeddedS3Error(f"embedded S3 did not start (exit code {code})")
     return int(json.loads(line)["port"])
 
 
@@ -180,7 +198,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=9000)
     parser.add_argument("--access-key", default=os.environ.get("S3_ACCESS_KEY", DEFAULT_ACCESS_KEY))
     parser.add_argument("--cors-origin", action="append", dest="cors_origins")
-    parser.add_argument("--log", type=Path, default=None)
+    parser.add_argument("--log", type=Path, default=None, help="error log (and requests: -v)")
+    parser.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args(argv)
     server = start_embedded_s3(
         directory=args.directory,
@@ -190,6 +209,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         secret_key=os.environ.get("S3_SECRET_KEY", DEFAULT_SECRET_KEY),
         cors_origins=args.cors_origins or ["*"],
         log_path=args.log,
+        verbose=args.verbose,
     )
     print(f"embedded S3 on {server.endpoint_url} (data in {args.directory})", flush=True)
     signal.signal(signal.SIGTERM, lambda *_: server.stop())

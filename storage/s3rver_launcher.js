@@ -34,7 +34,7 @@ const fs = require('fs');
 const path = require('path');
 
 const [modulesDir, directory, address, portText, ...corsOrigins] = process.argv.slice(2);
-const s3rverDir = path.join(modulesDir, 's3rver');
+const s3rverDir = path.resolve(modulesDir, 's3rver');
 const S3rver = require(s3rverDir);
 const FilesystemStore = require(path.join(s3rverDir, 'lib/stores/filesystem'));
 const bucketCtrl = require(path.join(s3rverDir, 'lib/controllers/bucket'));
@@ -491,9 +491,10 @@ async function main() {
     vhostBuckets: false,
   });
   server.middleware.unshift(guard());
-  // One bad request must not take the store down for everyone: log and carry on.
-  process.on('uncaughtException', err => console.error('s3rver: uncaught error:', err));
   const listening = await server.run();
+  // Once serving, one bad request must not take the store down for everyone: log and carry
+  // on. (Not before: a port already in use must end the process, not leave it idle.)
+  process.on('uncaughtException', err => console.error('s3rver: uncaught error:', err));
   writeStdout(
     JSON.stringify({ event: 'listening', address: listening.address, port: listening.port }) + '\n',
   );

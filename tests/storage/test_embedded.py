@@ -57,5 +57,7 @@ def test_missing_s3rver_is_a_clear_error(tmp_path: Path) -> None:
 
 
 def test_a_taken_port_is_a_clear_error(embedded_s3: EmbeddedS3, tmp_path: Path) -> None:
-    with pytest.raises(EmbeddedS3Error, match="did not start"):
-        start_embedded_s3(directory=tmp_path / "d", port=embedded_s3.port, timeout=10)
+    with pytest.raises(EmbeddedS3Error, match=r"did not start \(exit code 1\)(.|\n)*EADDRINUSE"):
+        start_embedded_s3(
+            directory=tmp_path / "d", port=embedded_s3.port, log_path=tmp_path / "log", timeout=10
+        )
