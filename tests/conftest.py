@@ -3,6 +3,7 @@ pytest_plugins = [
     "tests.fixtures.k8s",
     "tests.fixtures.llm",
     "tests.fixtures.panel",
+    "tests.fixtures.processes",
     "tests.fixtures.browser",
     "tests.fixtures.s3",
 ]

@@ -1,0 +1,45 @@
+"""The default flavors of a new install (admins edit them afterwards)."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+GPU_TOLERATION = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+PRODUCT = "nvidia.com/gpu.product"
+PRICES_FROM = "2020-01-01T00:00:00Z"
+
+# name, gpu model, product label, vCPU, memory GiB, GPU memory GiB, price per unit-hour
+DEFAULTS = [
+    ("ai1-1-cpu", "", "", 1, 4, 0, "0.0400"),
+    ("l4-1-gpu", "L4", "NVIDIA-L4", 22, 90, 24, "0.7500"),
+    ("v100s-1-gpu", "V100S", "Tesla-V100S-PCIE-32GB", 13, 40, 32, "1.7600"),
+    ("a100-1-gpu", "A100", "NVIDIA-A100-SXM4-80GB", 15, 180, 80, "2.7500"),
+    ("l40s-1-gpu", "L40S", "NVIDIA-L40S", 15, 90, 48, "1.4000"),
+    ("h100-1-gpu", "H100", "NVIDIA-H100-80GB-HBM3", 30, 200, 80, "2.8000"),
+    ("h200-1-gpu", "H200", "NVIDIA-H200", 30, 240, 141, "3.6000"),
+]
+
+
+def ensure_default_flavors(flavor_model: Any, price_model: Any) -> None:
+    """Create the defaults that are missing (models passed in: migrations use historical ones)."""
+    for order, (name, model, product, vcpu, mem, gpu_mem, price) in enumerate(DEFAULTS):
+        is_gpu = bool(model)
+        flavor, created = flavor_model.objects.get_or_create(
+            name=name,
+            defaults={
+                "description": f"1 × {model} {gpu_mem} GB" if is_gpu else "CPU only",
+                "gpu_model": model,
+                "gpus_per_unit": 1 if is_gpu else 0,
+                "vcpu_per_unit": vcpu,
+                "memory_gib_per_unit": mem,
+                "gpu_memory_gib": gpu_mem,
+                "node_selector": {PRODUCT: product} if is_gpu else {},
+                "tolerations": GPU_TOLERATION if is_gpu else [],
+                "max_units": 4 if is_gpu else 12,
+                "sort_order": order,
+            },
+        )
+        if created:
+            price_model.objects.create(flavor=flavor, valid_from=PRICES_FROM,
+                                       price_per_hour=Decimal(price))
