@@ -25,6 +25,7 @@ log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
 T = TypeVar("T")
+Query = list[tuple[str, str]]
 MERGE_PATCH = "application/merge-patch+json"
 RETRIED_STATUSES = frozenset({429, 500, 502, 503, 504})
 RETRY_DELAYS_S = (0.2, 0.5, 1.0)
@@ -160,7 +161,7 @@ class KubeApi:
         method: str,
         path: str,
         *,
-        query: list[tuple[str, str]] | None = None,
+        query: Query | None = None,
         body: Obj | None = None,
         content_type: str = "application/json",
     ) -> Obj:
@@ -173,7 +174,7 @@ class KubeApi:
         method: str,
         path: str,
         *,
-        query: list[tuple[str, str]] | None = None,
+        query: Query | None = None,
         body: Obj | None = None,
         content_type: str = "application/json",
         accept: str = "application/json",
@@ -227,5 +228,5 @@ def _describe(error: Exception) -> str:
     return str(error) or type(error).__name__
 
 
-def _query(**params: str | None) -> list[tuple[str, str]]:
+def _query(**params: str | None) -> Query:
     return [(key, value) for key, value in params.items() if value is not None]

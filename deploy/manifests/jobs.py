@@ -80,21 +80,6 @@ def make_job(*, job: JobRequest) -> Manifest:
 
 def make_push_job(*, job: JobRequest, attempt: int) -> Manifest:
     """The finalize Job: one push of the rw volumes from the kept workspace claim."""
-    push = sync_container(
-        name="push",
-        image=job.sync_image or images.SYNC_IMAGE,
-        action="push",
-        volumes=job.pushed_volumes,
-        secret=job.datastore_secret,
-    )
-    pod: Manifest = {
-        "restartPolicy": "Never",
-        "automountServiceAccountToken": False,
-        "enableServiceLinks": False,
-        "securityContext": pod_security_context(),
-        "containers": [push],
-        "volumes": [_workspace_volume(job)],
-    }
     meta = _meta(job, names.push_job_name(job.ref, attempt), "push")
     return {
         "apiVersion": "batch/v1",
@@ -108,9 +93,27 @@ def make_push_job(*, job: JobRequest, attempt: int) -> Manifest:
                     "labels": dict(meta["labels"]),
                     "annotations": dict(meta["annotations"]),
                 },
-                "spec": pod,
+                "spec": _push_pod_spec(job),
             },
         },
+    }
+
+
+def _push_pod_spec(job: JobRequest) -> Manifest:
+    push = sync_container(
+        name="push",
+        image=job.sync_image or images.SYNC_IMAGE,
+        action="push",
+        volumes=job.pushed_volumes,
+        secret=job.datastore_secret,
+    )
+    return {
+        "restartPolicy": "Never",
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "securityContext": pod_security_context(),
+        "containers": [push],
+        "volumes": [_workspace_volume(job)],
     }
 
 

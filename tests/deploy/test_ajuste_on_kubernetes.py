@@ -179,16 +179,30 @@ def full_scenario(
     notebook: NotebookRequest,
 ) -> Iterator[None]:
     """Everything the panel makes the backend do, upgrades and races included."""
+    project_steps(cluster, backend, project, notebook)
+    yield
+    job_steps(cluster, backend, job)
+    yield
+    notebook_steps(cluster, backend, notebook)
+    yield
+
+
+def project_steps(
+    cluster: EmulatedCluster,
+    backend: KubernetesBackend,
+    project: ProjectRequest,
+    notebook: NotebookRequest,
+) -> None:
     # Objects an older Ajuste made (a different spec hash): applying them again patches them.
     stale = {"metadata": {"annotations": {"ajuste.io/spec-hash": "older-release"}}}
-    for manifest in make_project_objects(
+    first_two = make_project_objects(
         project=project, service_account="ajuste-controller", service_account_namespace="ajuste"
-    )[:2]:
+    )[:2]
+    for manifest in first_two:
         plural = "namespaces" if manifest["kind"] == "Namespace" else "rolebindings"
         cluster.store.create(plural, manifest["metadata"].get("namespace"), merge(manifest, stale))
     cluster.store.create("services", NS, merge(make_notebook_service(notebook=notebook), stale))
     cluster.emulator._requests.clear()
-
     backend.ensure_project(project=project)
     changed = replace(
         project,
@@ -199,8 +213,9 @@ def full_scenario(
         datastores=(DatastoreConfig("GRA", "https://s3.gra", "gra", "new-key", "new-secret"),),
     )
     backend.ensure_project(project=changed)
-    yield
 
+
+def job_steps(cluster: EmulatedCluster, backend: KubernetesBackend, job: JobRequest) -> None:
     backend.apply_job(job=job)
     apply(backend.api, make_job(job=job))  # a racing duplicate task: 409, then read
     pod = cluster.pod_of(NS, "job-42-r1")
@@ -214,8 +229,6 @@ def full_scenario(
     cluster.kubelet.finish(NS, cluster.pod_of(NS, "job-42-r1-push-1"), exit_code=1)
     backend.retry_push(job=job)
     backend.delete_job(ref=job.ref)
-    yield
-
     # A crashed task left the workspace claim without its Job: the next apply adopts it.
     second = replace(job, id="43")
     orphan = make_workspace_claim(job=second)
@@ -224,8 +237,11 @@ def full_scenario(
     backend.apply_job(job=second)
     cluster.kubelet.run(NS, cluster.pod_of(NS, "job-43-r1"))
     backend.stop_job(job=second)
-    yield
 
+
+def notebook_steps(
+    cluster: EmulatedCluster, backend: KubernetesBackend, notebook: NotebookRequest
+) -> None:
     backend.apply_notebook(notebook=notebook)
     backend.observe_notebook(ref=notebook.ref)
     stop = threading.Event()
@@ -237,7 +253,6 @@ def full_scenario(
     stop.set()
     backend.apply_notebook(notebook=replace(notebook, running=False, host="nb2.example"))
     backend.delete_notebook(ref=notebook.ref)
-    yield
 
 
 def merge(manifest: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
