@@ -12,6 +12,7 @@ from django.http import QueryDict
 
 from controlpanel.buckets import selectors
 from controlpanel.buckets.models import Bucket
+from controlpanel.buckets.transfers import has_dot_segment
 from storage.objects import ObjectInfo
 
 PAGE_SIZE = 100
@@ -32,6 +33,10 @@ class Entry:
     name: str
     key: str
     info: ObjectInfo | None = None
+
+    @property
+    def downloadable(self) -> bool:
+        return not has_dot_segment(self.key)
 
 
 @dataclass

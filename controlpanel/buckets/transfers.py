@@ -29,9 +29,20 @@ class UploadPlan:
     part_count: int
 
 
+DOT_SEGMENT_MESSAGE = (
+    "The key has a '.' or '..' path segment, which browsers and HTTP clients rewrite in a "
+    "URL, so it cannot travel through a presigned URL: use boto3 or the AWS CLI for it."
+)
+
+
+def has_dot_segment(key: str) -> bool:
+    """True for `../x`, `a/./b`...: URL normalisation turns `/bucket/../x` into `/x`."""
+    return any(segment in (".", "..") for segment in key.split("/"))
+
+
 def validate_key(key: str) -> None:
-    """Any key S3 stores and lists (1 to 1024 UTF-8 bytes, no control characters: XML
-    listings cannot carry them)."""
+    """A key we sign URLs for: 1 to 1024 UTF-8 bytes, no control characters (S3 stores
+    them, but they make keys unreadable in pages and shells), no '.' or '..' segment."""
     if not key:
         raise ValidationError({"key": "The object key is empty."})
     for index, char in enumerate(key):
@@ -45,10 +56,14 @@ def validate_key(key: str) -> None:
         raise ValidationError(
             {"key": f"The key is {size} bytes long in UTF-8; S3 allows {MAX_KEY_BYTES}."}
         )
+    if has_dot_segment(key):
+        raise ValidationError({"key": DOT_SEGMENT_MESSAGE})
 
 
 def download_url(*, bucket: Bucket, key: str) -> str:
     """A URL that downloads `key` under its own name (ObjectNotFound if it is absent)."""
+    if has_dot_segment(key):
+        raise ValidationError({"key": DOT_SEGMENT_MESSAGE})
     config = bucket_config(bucket=bucket)
     objects.head_object(config, bucket=bucket.name, key=key)
     return presign.presign_get(config, bucket=bucket.name, key=key, expires_in=URL_LIFETIME_S)

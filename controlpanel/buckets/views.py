@@ -18,6 +18,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.cache import patch_vary_headers
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from controlpanel.buckets import selectors, services, transfers
@@ -47,6 +48,21 @@ def storage_errors(view: Callable[..., HttpResponse]) -> Callable[..., HttpRespo
     return wrapper
 
 
+def _fragment(request: HttpRequest) -> bool:
+    """An htmx swap wants the fragment; a history restore (cache miss) wants the page."""
+    htmx = getattr(request, "htmx", None)
+    return bool(htmx) and not htmx.history_restore_request  # type: ignore[union-attr]
+
+
+def _render(
+    request: HttpRequest, template: str, partial: str, context: dict[str, Any], status: int = 200
+) -> HttpResponse:
+    name = f"{template}#{partial}" if _fragment(request) else template
+    response = render(request, name, context, status=status)
+    patch_vary_headers(response, ["HX-Request"])
+    return response
+
+
 def _bucket(request: HttpRequest, datastore: str, name: str) -> Bucket:
     return selectors.bucket_get(
         project=request.access.project,  # type: ignore[attr-defined]
@@ -60,7 +76,7 @@ def _bucket(request: HttpRequest, datastore: str, name: str) -> Bucket:
 @storage_errors
 def bucket_list(request: HttpRequest) -> HttpResponse:
     access = request.access  # type: ignore[attr-defined]
-    form = BucketForm(request.POST or None)
+    form = BucketForm(request.POST if request.method == "POST" else None)
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
         action = services.bucket_attach if data["action"] == "attach" else services.bucket_create
@@ -77,8 +93,9 @@ def bucket_list(request: HttpRequest) -> HttpResponse:
     buckets = list(selectors.buckets_for_project(project=access.project))
     _refresh_stale(buckets)
     context = {"project": access.project, "buckets": buckets, "form": form}
-    template = "buckets/list.html#panel" if request.htmx else "buckets/list.html"  # type: ignore[attr-defined]
-    return render(request, template, context, status=400 if form.errors else 200)
+    return _render(
+        request, "buckets/list.html", "panel", context, status=400 if form.errors else 200
+    )
 
 
 def _form_errors(form: BucketForm, error: ValidationError) -> None:
@@ -125,8 +142,7 @@ def bucket_browse(request: HttpRequest, datastore: str, name: str) -> HttpRespon
         "listing": listing,
         "api_base": reverse("api-bucket-detail", kwargs={"datastore": datastore, "name": name}),
     }
-    template = "buckets/browse.html#listing" if request.htmx else "buckets/browse.html"  # type: ignore[attr-defined]
-    return render(request, template, context)
+    return _render(request, "buckets/browse.html", "listing", context)
 
 
 @require_http_methods(["GET", "POST"])
@@ -135,7 +151,7 @@ def bucket_browse(request: HttpRequest, datastore: str, name: str) -> HttpRespon
 def bucket_delete(request: HttpRequest, datastore: str, name: str) -> HttpResponse:
     access = request.access  # type: ignore[attr-defined]
     bucket = _bucket(request, datastore, name)
-    form = DeleteBucketForm(request.POST or None)
+    form = DeleteBucketForm(request.POST if request.method == "POST" else None)
     not_empty = False
     if request.method == "POST" and form.is_valid():
         try:
@@ -173,7 +189,10 @@ def object_download(request: HttpRequest, datastore: str, name: str) -> HttpResp
     key = request.GET.get("key", "")
     if not key:
         return HttpResponse("Name the object with ?key=.", status=400)
-    return HttpResponseRedirect(transfers.download_url(bucket=bucket, key=key))
+    try:
+        return HttpResponseRedirect(transfers.download_url(bucket=bucket, key=key))
+    except ValidationError as error:
+        return HttpResponse(" ".join(error.messages), status=400, content_type="text/plain")
 
 
 @require_POST

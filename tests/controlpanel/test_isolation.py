@@ -52,6 +52,23 @@ def _api_job_url(suffix: str = "") -> Callable[[dict[str, Any]], str]:
     return lambda c: f"/api/v1/jobs/{_job(c)}/{suffix}?project=alpha"
 
 
+def _bucket(ctx: dict[str, Any]) -> str:
+    """A bucket of the owner's project (a row only: access is checked before S3 is called)."""
+    from controlpanel.buckets.models import Bucket
+
+    project = Membership.objects.get(user=ctx["owner"]).project
+    Bucket.objects.get_or_create(project=project, datastore="LOCAL", name="alpha-data")
+    return "LOCAL/alpha-data"
+
+
+def _bucket_url(suffix: str = "") -> Callable[[dict[str, Any]], str]:
+    return lambda c: f"/p/alpha/buckets/{_bucket(c)}/{suffix}"
+
+
+def _api_bucket_url(suffix: str = "") -> Callable[[dict[str, Any]], str]:
+    return lambda c: f"/api/v1/buckets/{_bucket(c)}/{suffix}"
+
+
 CASES: list[Case] = [
     Case("project-home", lambda c: "/p/alpha/"),
     Case("member-list", lambda c: "/p/alpha/members/", ("get", "post")),
@@ -73,6 +90,26 @@ CASES: list[Case] = [
     Case("api-job-rerun", _api_job_url("rerun/"), ("post",), api=True),
     Case("api-job-retry-push", _api_job_url("retry-push/"), ("post",), api=True),
     Case("api-job-logs", _api_job_url("logs/"), ("get",), api=True),
+    Case("bucket-list", lambda c: "/p/alpha/buckets/", ("get", "post")),
+    Case("bucket-browse", _bucket_url()),
+    Case("bucket-row", _bucket_url("row/")),
+    Case("bucket-delete", _bucket_url("delete/"), ("get", "post")),
+    Case("object-download", lambda c: _bucket_url("download/")(c) + "?key=a.txt"),
+    Case("object-delete", _bucket_url("objects/delete/"), ("post",)),
+    Case("api-bucket-list", lambda c: "/api/v1/buckets/?project=alpha", ("get", "post"), api=True),
+    Case("api-bucket-attach", lambda c: "/api/v1/buckets/attach/?project=alpha", ("post",),
+         api=True),
+    Case("api-bucket-detail", _api_bucket_url(), ("get", "delete"), api=True),
+    Case("api-object-list", _api_bucket_url("objects/"), ("get",), api=True),
+    Case("api-object-delete", _api_bucket_url("objects/delete/"), ("post",), api=True),
+    Case("api-download-url", lambda c: _api_bucket_url("download-url/")(c) + "?key=a.txt",
+         ("get",), api=True),
+    Case("api-upload-url", _api_bucket_url("upload-url/"), ("post",), api=True),
+    Case("api-upload-done", _api_bucket_url("upload-done/"), ("post",), api=True),
+    Case("api-upload-start", _api_bucket_url("uploads/"), ("post",), api=True),
+    Case("api-upload-parts", _api_bucket_url("uploads/parts/"), ("post",), api=True),
+    Case("api-upload-complete", _api_bucket_url("uploads/complete/"), ("post",), api=True),
+    Case("api-upload-abort", _api_bucket_url("uploads/abort/"), ("post",), api=True),
 ]
 
 # Routes that hold no project data: public, or the user's own things (tested in test_accounts).
@@ -80,7 +117,9 @@ PUBLIC = {"home", "healthz", "readyz", "login", "logout", "api-schema", "api-doc
 PERSONAL = {"password_change", "password_change_done", "user-settings", "token-revoke", "api-me",
             "api-token-list", "api-token-detail", "project-create", "api-project-list",
             # the flavor catalogue is the same for everyone logged in
-            "api-flavor-list", "api-flavor-detail"}
+            "api-flavor-list", "api-flavor-detail",
+            # datastore aliases and endpoints (never credentials) are site-wide: test_datastores
+            "api-datastore-list"}
 
 
 def _route_names(patterns: list[Any]) -> Iterator[str]:
