@@ -1,0 +1,207 @@
+"""Storage benchmark: `storage.sync` pull/push against a plain sequential boto3 loop.
+
+    .venv/bin/python bench/bench_storage.py [--small-files 1000] [--small-size 16384]
+                                            [--big-mib 1024] [--workers 8]
+
+Both sides talk to the same embedded S3 server (s3rver on loopback, storage/embedded.py) with
+the same client settings (storage/client.py). Cases:
+- 1,000 small files: the baseline is a `for` loop of `put_object` / `get_object` (the fastest
+  sequential calls: no TransferManager per file); sync runs with `--workers` threads.
+- one large file: the baseline is boto3's own `upload_file` / `download_file` with its default
+  TransferConfig (already multipart and threaded), against sync's 16 MiB parts.
+- a repeated sync with nothing changed (what a periodic checkpoint pays).
+Prints one line per measure and the ratio (sync throughput / baseline throughput).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from storage.client import make_s3_client  # noqa: E402
+from storage.datastore import DatastoreConfig  # noqa: E402
+from storage.embedded import start_embedded_s3  # noqa: E402
+from storage.objects import create_bucket  # noqa: E402
+from storage.sync import SyncStats, pull, push  # noqa: E402
+from storage.volumes import Mode, VolumeSpec  # noqa: E402
+
+MiB = 1024 * 1024
+BUCKET = "bench"
+
+
+def timed(action: Callable[[], object]) -> float:
+    started = time.perf_counter()
+    action()
+    return time.perf_counter() - started
+
+
+def make_small_files(root: Path, count: int, size: int) -> None:
+    for index in range(count):
+        path = root / f"shard-{index // 100:02}" / f"file-{index:04}.bin"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(os.urandom(size))
+
+
+def make_big_file(path: Path, mib: int) -> None:
+    block = os.urandom(64 * MiB)  # repeated: S3 stores bytes, content does not matter here
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("wb") as out:
+        for offset in range(0, mib, 64):
+            out.write(block[: min(64, mib - offset) * MiB])
+
+
+def files_under(root: Path) -> list[Path]:
+    return sorted(p for p in root.rglob("*") if p.is_file())
+
+
+def sequential_put(config: DatastoreConfig, root: Path, prefix: str) -> None:
+    client = make_s3_client(config)
+    for path in files_under(root):
+        key = f"{prefix}/{path.relative_to(root).as_posix()}"
+        client.put_object(Bucket=BUCKET, Key=key, Body=path.read_bytes())
+
+
+def sequential_get(config: DatastoreConfig, prefix: str, root: Path) -> None:
+    client = make_s3_client(config)
+    paginator = client.get_paginator("list_objects_v2")
+    for page in paginator.paginate(Bucket=BUCKET, Prefix=f"{prefix}/"):
+        for entry in page.get("Contents", []):
+            path = root / entry["Key"][len(prefix) + 1 :]
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(client.get_object(Bucket=BUCKET, Key=entry["Key"])["Body"].read())
+
+
+def report(label: str, seconds: float, size: int, count: int) -> float:
+    rate = size / MiB / seconds
+    print(f"{label:<44} {seconds:8.2f} s {rate:9.1f} MiB/s {count / seconds:9.1f} files/s")
+    return rate
+
+
+def check(stats: SyncStats) -> None:
+    if not stats.ok:
+        raise SystemExit(f"sync failed: {stats.failures[:3]}")
+
+
+def small_files_case(
+    config: DatastoreConfig, work: Path, count: int, size: int, workers: int
+) -> None:
+    source = work / "small-src"
+    make_small_files(source, count, size)
+    total = count * size
+    print(f"\n{count} files of {size // 1024} KiB ({total / MiB:.1f} MiB), {workers} workers")
+    spec = VolumeSpec(BUCKET, "LOCAL", "small-sync", "/workspace/small", Mode.RW)
+    base = report(
+        "push: sequential put_object loop",
+        timed(lambda: sequential_put(config, source, "small-seq")),
+        total,
+        count,
+    )
+    ours = report(
+        "push: storage.sync.push",
+        timed(lambda: check(push(config, spec, source, workers=workers))),
+        total,
+        count,
+    )
+    print(f"{'push ratio (sync / sequential)':<44} {ours / base:8.2f}x")
+    base = report(
+        "pull: sequential get_object loop",
+        timed(lambda: sequential_get(config, "small-sync", work / "small-seq")),
+        total,
+        count,
+    )
+    ours = report(
+        "pull: storage.sync.pull",
+        timed(lambda: check(pull(config, spec, work / "small-pull", workers=workers))),
+        total,
+        count,
+    )
+    print(f"{'pull ratio (sync / sequential)':<44} {ours / base:8.2f}x")
+    report(
+        "push again, nothing changed (all skipped)",
+        timed(lambda: check(push(config, spec, source, workers=workers))),
+        total,
+        count,
+    )
+    report(
+        "pull again, nothing changed (all skipped)",
+        timed(lambda: check(pull(config, spec, work / "small-pull", workers=workers))),
+        total,
+        count,
+    )
+
+
+def big_file_case(config: DatastoreConfig, work: Path, mib: int, workers: int) -> None:
+    source = work / "big-src"
+    make_big_file(source / "model.bin", mib)
+    size = mib * MiB
+    print(f"\none file of {mib} MiB")
+    client = make_s3_client(config)
+    spec = VolumeSpec(BUCKET, "LOCAL", "big-sync", "/workspace/big", Mode.RW)
+    base = report(
+        "push: boto3 upload_file (default config)",
+        timed(lambda: client.upload_file(str(source / "model.bin"), BUCKET, "big-seq/model.bin")),
+        size,
+        1,
+    )
+    ours = report(
+        "push: storage.sync.push",
+        timed(lambda: check(push(config, spec, source, workers=workers))),
+        size,
+        1,
+    )
+    print(f"{'push ratio (sync / boto3)':<44} {ours / base:8.2f}x")
+    (work / "big-seq").mkdir()
+    base = report(
+        "pull: boto3 download_file (default config)",
+        timed(
+            lambda: client.download_file(
+                BUCKET, "big-sync/model.bin", str(work / "big-seq/model.bin")
+            )
+        ),
+        size,
+        1,
+    )
+    shutil.rmtree(work / "big-seq")  # keep the disk footprint down
+    ours = report(
+        "pull: storage.sync.pull",
+        timed(lambda: check(pull(config, spec, work / "big-pull", workers=workers))),
+        size,
+        1,
+    )
+    print(f"{'pull ratio (sync / boto3)':<44} {ours / base:8.2f}x")
+    report(
+        "push again, unchanged (MD5 of the file)",
+        timed(lambda: check(push(config, spec, source, workers=workers))),
+        size,
+        1,
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--small-files", type=int, default=1000)
+    parser.add_argument("--small-size", type=int, default=16 * 1024)
+    parser.add_argument("--big-mib", type=int, default=1024)
+    parser.add_argument("--workers", type=int, default=8)
+    args = parser.parse_args()
+    print(f"storage benchmark: {os.cpu_count()} CPUs, embedded s3rver on loopback")
+    with tempfile.TemporaryDirectory(prefix="ajuste-bench-") as temporary:
+        work = Path(temporary)
+        with start_embedded_s3(directory=work / "s3", log_path=work / "s3rver.log") as server:
+            config = server.config()
+            create_bucket(config, bucket=BUCKET)
+            small_files_case(config, work, args.small_files, args.small_size, args.workers)
+            big_file_case(config, work, args.big_mib, args.workers)
+
+
+if __name__ == "__main__":
+    main()
