@@ -58,8 +58,7 @@ def observe_job(ref: WorkloadRef, objects: JobObjects) -> ObservedWorkload:
     outcome = _finished(job, pod, observed)
     if outcome is None:
         return _in_progress(job, pod, observed, objects.events)
-    never_started = pod is None and not (job.get("status") or {}).get("startTime")
-    if not _pushes(job) or never_started:
+    if not _pushes(job) or _never_pulled(job, pod):
         return outcome
     return _after_push(outcome, objects)
 
@@ -194,6 +193,15 @@ def push_attempt(push_job: Obj) -> int:
     """The attempt number at the end of a push Job's name."""
     suffix = push_job["metadata"]["name"].rsplit("-", 1)[-1]
     return int(suffix) if suffix.isdigit() else 0
+
+
+def _never_pulled(job: Obj, pod: Obj | None) -> bool:
+    """Nothing to push: the Job never started, or its pull failed (a partial workspace must
+    not be pushed; the finalize Job also checks, for pods that are gone)."""
+    if pod is None:
+        return not (job.get("status") or {}).get("startTime")
+    pull = container_run(container_status(pod, "pull", init=True))
+    return pull.state == "terminated" and bool(pull.exit_code)
 
 
 def _pushes(job: Obj) -> bool:

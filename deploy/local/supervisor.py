@@ -62,6 +62,9 @@ class Supervisor:
         )
         if pulling:
             code, why = self.sync("pull", self.plan["pull"])
+            if code != 0 and self.stopping():
+                self.finish({"phase": Phase.STOPPED.value, "reason": "stopped before it started"})
+                return
             if code != 0:
                 self.finish({"phase": Phase.FAILED.value, "reason": f"volume pull failed: {why}"})
                 return

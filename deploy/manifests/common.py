@@ -17,6 +17,8 @@ WORKSPACE = "/workspace"
 RUN_AS = 1000
 SHM_PATH = "/dev/shm"  # noqa: S108 - a mount point for a memory volume, not a temp file
 SYNC_MODULE = ("python", "-m", "storage.sync")
+# Written by the pull; the finalize push reads it to know the pull was complete.
+PULL_PROGRESS = "/workspace/.ajuste-pull.json"
 
 
 def metadata(
@@ -104,11 +106,18 @@ def sync_container(
     volumes: Iterable[VolumeSpec],
     secret: str,
     every_s: int | None = None,
+    progress_file: str | None = None,
+    guarded: bool = False,
 ) -> Manifest:
-    """A container running the storage sync engine; only it sees the S3 credentials."""
+    """A container running the storage sync engine; only it sees the S3 credentials.
+    `guarded` runs it through `deploy.finalize`, which pushes only after a complete pull."""
     command = [*SYNC_MODULE, action, *(render_volume_spec(v) for v in volumes), "--root", "/"]
     if every_s is not None:
         command += ["--every", str(every_s)]
+    if progress_file is not None:
+        command += ["--progress-file", progress_file]
+    if guarded:
+        command = ["python", "-m", "deploy.finalize", PULL_PROGRESS, "--", *command[3:]]
     return {
         "name": name,
         "image": image,

@@ -10,15 +10,18 @@ How rw volumes survive the pod (the design, also in docs/deploy-kubernetes.md):
   `storage.sync push ... --every S`, so checkpoints reach the bucket during the run; it ends
   (with a last push) when the user's container has exited, and never holds the Job open.
 - Once the Job is finished, the backend creates a finalize Job (`...-push-<attempt>`) that
-  mounts the same claim and pushes once more. Its success ends the run; its failure is
-  SYNC_FAILED and leaves the claim in place, so `retry_push` starts attempt n+1 on the same
-  data. The claim is deleted only with the run (`delete_job`).
+  mounts the same claim and pushes once more, through `deploy.finalize`, which skips the push
+  when the pull never completed (an `rwd` push of a partial workspace would delete data).
+  Its success ends the run; its failure is SYNC_FAILED and leaves the claim in place, so
+  `retry_push` starts attempt n+1 on the same data. The claim is deleted only with the run
+  (`delete_job`).
 """
 
 from __future__ import annotations
 
 from deploy import images, names
 from deploy.manifests.common import (
+    PULL_PROGRESS,
     WORKSPACE,
     Manifest,
     container_security_context,
@@ -106,6 +109,7 @@ def _push_pod_spec(job: JobRequest) -> Manifest:
         action="push",
         volumes=job.pushed_volumes,
         secret=job.datastore_secret,
+        guarded=True,
     )
     return {
         "restartPolicy": "Never",
@@ -159,6 +163,7 @@ def _init_containers(job: JobRequest) -> list[Manifest]:
                 action="pull",
                 volumes=job.volumes,
                 secret=job.datastore_secret,
+                progress_file=PULL_PROGRESS,
             )
         )
     if job.pushed_volumes:

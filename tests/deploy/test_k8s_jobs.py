@@ -125,24 +125,19 @@ def test_failure_reports_exit_code_and_last_words(
     assert not observed.needs_apply  # no rw volume: nothing to push
 
 
-def test_failed_pull_fails_before_the_users_code(
+def test_failed_pull_fails_before_the_users_code_and_pushes_nothing(
     k8s_cluster: EmulatedCluster, k8s_backend: KubernetesBackend, job_request: JobRequest
 ) -> None:
     k8s_backend.apply_job(job=job_request)
     pod = k8s_cluster.pod_of(NS, JOB)
     k8s_cluster.kubelet.fail_init(NS, pod, "pull", 2, "bad volume spec: bucket missing\n")
-    observed = k8s_backend.observe_job(ref=job_request.ref)
-    assert (observed.phase, observed.reason) == (
-        Phase.FINALIZING,
-        "the final push of rw volumes is about to start",
-    )
-    k8s_backend.apply_job(job=job_request)
-    k8s_cluster.kubelet.finish(NS, k8s_cluster.pod_of(NS, "job-42-r1-push-1"))
-    observed = k8s_backend.observe_job(ref=job_request.ref)
-    assert (observed.phase, observed.reason) == (
+    observed = k8s_backend.apply_job(job=job_request)
+    assert (observed.phase, observed.reason, observed.started_at) == (
         Phase.FAILED,
         "volume pull failed: bad volume spec: bucket missing",
+        None,
     )
+    assert k8s_cluster.get("jobs", NS, "job-42-r1-push-1") is None  # a partial pull is not pushed
 
 
 def test_timeout_kills_the_pod_and_still_pushes(

@@ -60,6 +60,8 @@ def test_job_with_two_volumes_and_two_h100(job_request: JobRequest) -> None:
             "corpus@GRA/output:/workspace/output:rw",
             "--root",
             "/",
+            "--progress-file",
+            "/workspace/.ajuste-pull.json",
         ],
     )
     push = sync_container(
@@ -135,8 +137,9 @@ def test_workspace_claim_kept_for_the_push(job_request: JobRequest) -> None:
 
 def test_push_job_mounts_the_claim_and_pushes_only_rw(job_request: JobRequest) -> None:
     labels = {**LABELS, "ajuste.io/component": "push"}
+    guarded = ["python", "-m", "deploy.finalize", "/workspace/.ajuste-pull.json", "--"]
     push = sync_container(
-        "push", [*SYNC, "push", "corpus@GRA/output:/workspace/output:rw", "--root", "/"]
+        "push", [*guarded, "push", "corpus@GRA/output:/workspace/output:rw", "--root", "/"]
     )
     assert make_push_job(job=job_request, attempt=2) == {
         "apiVersion": "batch/v1",
