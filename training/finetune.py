@@ -14,6 +14,7 @@ import os
 import signal
 import sys
 import traceback
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,8 @@ def _quiet() -> None:
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     os.environ.setdefault("TQDM_DISABLE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    # Deprecation notices of transformers/peft are for their developers, not for a job's log.
+    warnings.filterwarnings("ignore", category=FutureWarning)
     if hasattr(sys.stdout, "reconfigure"):
         sys.stdout.reconfigure(line_buffering=True)  # pods pipe stdout: flush each line
 
@@ -73,11 +76,12 @@ def _resume_point(opts: Options, fingerprint: dict[str, Any], log: Reporter) -> 
 
 
 def _train(opts: Options, argv: list[str], reporter: Reporter) -> int:
-    from training import distributed, modeling
-
-    modeling.offline_if_local(opts.model)
-    modeling.check_environment(opts)
+    if Path(opts.model).is_dir():
+        os.environ["HF_HUB_OFFLINE"] = "1"  # a model from a volume never needs the hub
     records = load_records(opts.data, opts.eval_data, opts.eval_split, opts.seed)
+    from training import distributed, modeling  # torch: only once the data is known good
+
+    modeling.check_environment(opts)
     nproc = distributed.gpus_to_launch(opts.distributed)
     if nproc:
         reporter.log(f"{nproc} GPUs visible: relaunching under torchrun, one process per GPU")
@@ -94,14 +98,16 @@ def _train_ranked(opts: Options, records: Any, ranks: Any, reporter: Reporter) -
     from training import checkpoint, modeling
     from training.checkpoint import TrainState
     from training.loop import Run, train
-    from training.prepare import build_trainable, prepare_data
+    from training.prepare import build_trainable, prepare_data, seed_everything
 
     where = modeling.place(opts, ranks.local_rank)
     tok = modeling.load_tokenizer(opts)
     data = prepare_data(opts, tok, records, ranks, reporter)
     resume = _resume_point(opts, data.fingerprint, reporter)
     reporter.log(f"loading {opts.model} on {where.device} ({str(where.dtype)[6:]}, {where.attn})")
+    seed_everything(opts.seed)  # the same LoRA init on every rank and every run
     parts = build_trainable(opts, where, ranks, data.max_steps)
+    seed_everything(opts.seed + ranks.rank)  # distinct dropout masks per rank
     output = Path(opts.output)
     run = Run(
         opts,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib.util
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -63,12 +62,6 @@ def place(opts: Options, local_rank: int) -> Placement:
         opts.gradient_checkpointing == "auto" and cuda
     )
     return Placement(device, dtype, attn, checkpointing)
-
-
-def offline_if_local(model: str) -> None:
-    """A model from a volume must never trigger a hub request (pods may have no egress)."""
-    if Path(model).is_dir():
-        os.environ["HF_HUB_OFFLINE"] = "1"
 
 
 def load_tokenizer(opts: Options) -> Any:

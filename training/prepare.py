@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import random
 from array import array
 from dataclasses import dataclass
 from pathlib import Path
@@ -133,6 +134,11 @@ def _schedule(optimizer: torch.optim.Optimizer, opts: Options, max_steps: int) -
         opts.warmup_steps if opts.warmup_steps >= 0 else math.ceil(opts.warmup_ratio * max_steps)
     )
     return get_cosine_schedule_with_warmup(optimizer, warmup, max_steps)
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    torch.manual_seed(seed)  # seeds every CUDA device too
 
 
 def build_trainable(opts: Options, where: Placement, ranks: Ranks, max_steps: int) -> Trainable:
