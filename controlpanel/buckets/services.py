@@ -34,7 +34,8 @@ from storage.names import BucketNameError, validate_bucket_name
 log = logging.getLogger(__name__)
 
 MAX_PREFIX_DELETE = 10_000  # a bigger folder is deleted through the API/CLI in batches
-STATS_DEBOUNCE_S = 30
+STATS_PENDING_TTL_S = 300
+STATS_DELAY_S = 2  # lets a burst of uploads finish before one recount
 
 
 class BucketNotEmptyError(Exception):
@@ -250,6 +251,7 @@ def bucket_empty_and_delete(*, bucket_id: int) -> None:
 
 def bucket_refresh_stats(*, bucket_id: int) -> None:
     """Count the bucket's objects and bytes now and keep the figures on the row."""
+    cache.delete(_stats_key(bucket_id))
     bucket = Bucket.objects.filter(pk=bucket_id, state=BucketState.READY).first()
     if bucket is None:
         return
@@ -259,12 +261,18 @@ def bucket_refresh_stats(*, bucket_id: int) -> None:
     )
 
 
+def _stats_key(bucket_id: int) -> str:
+    return f"bucket-stats-pending:{bucket_id}"
+
+
 def bucket_stats_request(*, bucket: Bucket) -> None:
-    """Ask for a usage refresh soon (at most one queued per bucket every 30 s)."""
+    """Ask for a usage recount. One is queued at a time: the task clears the pending mark
+    when it starts, so a change made before it starts is counted by it, and a change made
+    after that queues the next one (the mark expires if a worker loses the task)."""
     from controlpanel.buckets.tasks import refresh_bucket_stats
 
-    if cache.add(f"bucket-stats:{bucket.pk}", 1, STATS_DEBOUNCE_S):
-        refresh_bucket_stats.delay_on_commit(bucket.pk)
+    if cache.add(_stats_key(bucket.pk), 1, STATS_PENDING_TTL_S):
+        refresh_bucket_stats.apply_async_on_commit((bucket.pk,), countdown=STATS_DELAY_S)
 
 
 def objects_delete(

@@ -9,7 +9,7 @@ import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import suppress
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 
@@ -20,6 +20,7 @@ from controlpanel.cli.client import Api, ApiError
 
 CHUNK = 1024 * 1024
 SINGLE_PUT_MAX = 16 * CHUNK
+PART_SIZE = 16 * CHUNK  # the server raises it for huge files (10,000 parts at most)
 PART_WORKERS = 4
 PRESIGN_BATCH = 100
 ATTEMPTS = 3
@@ -122,7 +123,7 @@ def upload_file(api: Api, bucket: str, path: Path, key: str, progress: Progress)
             etag = _put(s3, url, path, 0, size, progress)
             api.post(bucket + "upload-done/", {"key": key})
             return {"key": key, "size": size, "etag": etag}
-        plan = api.post(bucket + "uploads/", {"key": key, "size": size})
+        plan = api.post(bucket + "uploads/", {"key": key, "size": size, "part_size": PART_SIZE})
         upload = {"key": key, "upload_id": plan["upload_id"]}
         try:
             parts = _upload_parts(api, s3, bucket, path, plan, progress)
@@ -174,14 +175,10 @@ def download_object(api: Api, bucket: str, key: str, dest: Path, progress: Progr
 
 
 def local_path(root: Path, relative_key: str) -> Path | None:
-    """Where a key lands under `root`, or None if it could escape it (`..`, `/x`, `a//b`)."""
-    parts = PurePosixPath(relative_key).parts
-    if (
-        not relative_key
-        or relative_key.startswith("/")
-        or any(part in ("", ".", "..") or "\\" in part or "\0" in part for part in parts)
-        or "//" in relative_key
-    ):
+    """Where a key lands under `root`, or None if it could escape it or name no plain path
+    (`..`, `.`, `/x`, `a//b`, a backslash or NUL)."""
+    parts = relative_key.split("/")
+    if any(part in ("", ".", "..") or "\\" in part or "\0" in part for part in parts):
         return None
     return root.joinpath(*parts)
 
