@@ -97,7 +97,7 @@ class DatastoreListView(StorageAPIView):
         return Response(body, status=status.HTTP_201_CREATED)
 
 
-class BucketListView(generics.GenericAPIView, StorageAPIView):
+class BucketListView(generics.ListAPIView, StorageAPIView):
     """Your project's buckets (`?project=`); POST creates one on a datastore."""
 
     serializer_class = s.BucketSerializer
@@ -108,9 +108,8 @@ class BucketListView(generics.GenericAPIView, StorageAPIView):
         return selectors.buckets_for_project(project=api_project(self.request).project)
 
     @extend_schema(parameters=[PROJECT_PARAM])
-    def get(self, request: Request) -> Response:
-        page = self.paginate_queryset(self.get_queryset())
-        return self.get_paginated_response(s.BucketSerializer(page, many=True).data)
+    def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        return self.list(request, *args, **kwargs)
 
     @extend_schema(
         request=s.BucketCreateSerializer,

@@ -243,3 +243,18 @@ def test_a_down_datastore_answers_503(made: str, owner_api: APIClient, settings:
     response = owner_api.get(made + "objects/")
     assert response.status_code == 503
     assert response.json() == {"detail": "The datastore is unreachable."}
+
+
+def test_openapi_schema_is_clean_and_describes_the_bucket_routes(tmp_path: Any) -> None:
+    from django.core.management import call_command
+
+    target = tmp_path / "schema.yml"
+    call_command("spectacular", "--validate", "--fail-on-warn", "--file", str(target))
+    schema = target.read_text()
+    for path in (
+        "/api/v1/buckets/{datastore}/{name}/uploads/parts/",
+        "/api/v1/datastores/",
+        "/api/v1/buckets/{datastore}/{name}/download-url/",
+    ):
+        assert path in schema
+    assert "PaginatedBucketList" in schema
