@@ -175,8 +175,20 @@ def main() -> int:
     p.add_argument("--batch-size", type=int, default=4)
     p.add_argument("--max-length", type=int, default=512)
     p.add_argument("--rounds", type=int, default=2, help="interleaved repetitions; best is kept")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        help="torch threads on both sides (0: torch's default, one per core); 1 is steadier "
+        "when other work shares the CPU (OpenMP threads spin against each other)",
+    )
     args = p.parse_args()
     os.environ.setdefault("TQDM_DISABLE", "1")
+    if args.threads:
+        os.environ["OMP_NUM_THREADS"] = str(args.threads)  # read by the finetune subprocess
+        import torch
+
+        torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         model, data = make_assets(root, args)
@@ -194,7 +206,11 @@ def main() -> int:
             max(col, key=lambda x: x["tokens_per_s"]) for col in zip(*rounds, strict=True)
         )
     ratio = ours["tokens_per_s"] / base["tokens_per_s"]
-    print(f"machine: {os.cpu_count()} CPU cores; best of {args.rounds} interleaved rounds")
+    threads = args.threads or "default"
+    print(
+        f"machine: {os.cpu_count()} CPU cores, torch threads {threads}; "
+        f"best of {args.rounds} interleaved rounds"
+    )
     print(
         f"model: Llama hidden {args.hidden}, {args.layers} layers, random weights; "
         f"{args.examples} chat examples; LoRA r=16 all-linear; 1 epoch"
