@@ -23,6 +23,7 @@ SORTS = {
     "gpus": "gpus_total", "-gpus": "-gpus_total",
 }
 CENT = Decimal("0.01")
+MILLI_CENT = Decimal("0.0001")  # a CPU minute costs fractions of a cent
 
 
 @dataclass(frozen=True)
@@ -85,7 +86,7 @@ def job_cost_estimate(*, job: Job) -> Decimal | None:
         return None
     end = job.finished_at or timezone.now()
     minutes = max(1, math.ceil((end - job.started_at).total_seconds() / 60))
-    return (price * job.gpu * minutes / 60).quantize(CENT, ROUND_HALF_UP)
+    return (price * job.gpu * minutes / 60).quantize(MILLI_CENT, ROUND_HALF_UP)
 
 
 def queue_position(*, job: Job) -> int | None:

@@ -150,9 +150,9 @@ def _collect(job: Job) -> None:
         log.warning("collecting logs of job %s failed: %s", job.pk, exc)
 
 
-def _log_context(job: Job, lines: list[Any]) -> dict[str, Any]:
+def _log_context(job: Job, lines: list[Any], after: int = 0) -> dict[str, Any]:
     rendered = [{"seq": line.seq, "html": ansi_to_html(line.text)} for line in lines]
-    last = lines[-1].seq if lines else 0
+    last = lines[-1].seq if lines else after
     following = job.is_live or not job.logs_archived or last < job.log_lines
     return {"lines": rendered, "last_seq": last, "following": following}
 
@@ -168,9 +168,7 @@ def job_logs(request: HttpRequest, job_id: str) -> HttpResponse:
     if job.is_live or not job.logs_archived:
         _collect(job)
     context = {"job": job, "project": job.project} | _log_context(
-        job, logs.lines_after(job=job, after=after, limit=LOG_TAIL))
-    if not context["lines"]:
-        context["last_seq"] = after
+        job, logs.lines_after(job=job, after=after, limit=LOG_TAIL), after)
     if request.htmx:
         return render(request, "jobs/detail.html#log-append", context)
     return render(request, "jobs/logs.html", context)
