@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import sys
 import tempfile
 import time
@@ -91,99 +90,70 @@ def check(stats: SyncStats) -> None:
         raise SystemExit(f"sync failed: {stats.failures[:3]}")
 
 
+def compare(
+    what: str,
+    baseline: tuple[str, Callable[[], object]],
+    ours: Callable[[], object],
+    size: int,
+    count: int,
+) -> None:
+    """Time the baseline, then storage.sync, and print both and their throughput ratio."""
+    base = report(f"{what}: {baseline[0]}", timed(baseline[1]), size, count)
+    mine = report(f"{what}: storage.sync.{what}", timed(ours), size, count)
+    print(f"{what + ' ratio (sync / baseline)':<44} {mine / base:8.2f}x")
+
+
 def small_files_case(
     config: DatastoreConfig, work: Path, count: int, size: int, workers: int
 ) -> None:
-    source = work / "small-src"
+    source, pulled, total = work / "small-src", work / "small-pull", count * size
     make_small_files(source, count, size)
-    total = count * size
     print(f"\n{count} files of {size // 1024} KiB ({total / MiB:.1f} MiB), {workers} workers")
     spec = VolumeSpec(BUCKET, "LOCAL", "small-sync", "/workspace/small", Mode.RW)
-    base = report(
-        "push: sequential put_object loop",
-        timed(lambda: sequential_put(config, source, "small-seq")),
+    compare(
+        "push",
+        ("sequential put_object loop", lambda: sequential_put(config, source, "small-seq")),
+        lambda: check(push(config, spec, source, workers=workers)),
         total,
         count,
     )
-    ours = report(
-        "push: storage.sync.push",
-        timed(lambda: check(push(config, spec, source, workers=workers))),
+    compare(
+        "pull",
+        ("sequential get_object loop", lambda: sequential_get(config, "small-sync", work / "seq")),
+        lambda: check(pull(config, spec, pulled, workers=workers)),
         total,
         count,
     )
-    print(f"{'push ratio (sync / sequential)':<44} {ours / base:8.2f}x")
-    base = report(
-        "pull: sequential get_object loop",
-        timed(lambda: sequential_get(config, "small-sync", work / "small-seq")),
-        total,
-        count,
-    )
-    ours = report(
-        "pull: storage.sync.pull",
-        timed(lambda: check(pull(config, spec, work / "small-pull", workers=workers))),
-        total,
-        count,
-    )
-    print(f"{'pull ratio (sync / sequential)':<44} {ours / base:8.2f}x")
-    report(
-        "push again, nothing changed (all skipped)",
-        timed(lambda: check(push(config, spec, source, workers=workers))),
-        total,
-        count,
-    )
-    report(
-        "pull again, nothing changed (all skipped)",
-        timed(lambda: check(pull(config, spec, work / "small-pull", workers=workers))),
-        total,
-        count,
-    )
+    again = timed(lambda: check(push(config, spec, source, workers=workers)))
+    report("push again, nothing changed (all skipped)", again, total, count)
+    again = timed(lambda: check(pull(config, spec, pulled, workers=workers)))
+    report("pull again, nothing changed (all skipped)", again, total, count)
 
 
 def big_file_case(config: DatastoreConfig, work: Path, mib: int, workers: int) -> None:
-    source = work / "big-src"
+    source, size = work / "big-src", mib * MiB
     make_big_file(source / "model.bin", mib)
-    size = mib * MiB
     print(f"\none file of {mib} MiB")
     client = make_s3_client(config)
     spec = VolumeSpec(BUCKET, "LOCAL", "big-sync", "/workspace/big", Mode.RW)
-    base = report(
-        "push: boto3 upload_file (default config)",
-        timed(lambda: client.upload_file(str(source / "model.bin"), BUCKET, "big-seq/model.bin")),
+    upload = lambda: client.upload_file(str(source / "model.bin"), BUCKET, "big-seq/model.bin")  # noqa: E731
+    compare(
+        "push",
+        ("boto3 upload_file (default config)", upload),
+        lambda: check(push(config, spec, source, workers=workers)),
         size,
         1,
     )
-    ours = report(
-        "push: storage.sync.push",
-        timed(lambda: check(push(config, spec, source, workers=workers))),
+    download = lambda: client.download_file(BUCKET, "big-sync/model.bin", str(work / "big.bin"))  # noqa: E731
+    compare(
+        "pull",
+        ("boto3 download_file (default config)", download),
+        lambda: check(pull(config, spec, work / "big-pull", workers=workers)),
         size,
         1,
     )
-    print(f"{'push ratio (sync / boto3)':<44} {ours / base:8.2f}x")
-    (work / "big-seq").mkdir()
-    base = report(
-        "pull: boto3 download_file (default config)",
-        timed(
-            lambda: client.download_file(
-                BUCKET, "big-sync/model.bin", str(work / "big-seq/model.bin")
-            )
-        ),
-        size,
-        1,
-    )
-    shutil.rmtree(work / "big-seq")  # keep the disk footprint down
-    ours = report(
-        "pull: storage.sync.pull",
-        timed(lambda: check(pull(config, spec, work / "big-pull", workers=workers))),
-        size,
-        1,
-    )
-    print(f"{'pull ratio (sync / boto3)':<44} {ours / base:8.2f}x")
-    report(
-        "push again, unchanged (MD5 of the file)",
-        timed(lambda: check(push(config, spec, source, workers=workers))),
-        size,
-        1,
-    )
+    again = timed(lambda: check(push(config, spec, source, workers=workers)))
+    report("push again, unchanged (MD5 of the file)", again, size, 1)
 
 
 def main() -> None:

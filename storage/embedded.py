@@ -1,6 +1,6 @@
 """The embedded object store for `make run` and the tests: s3rver (npm) on loopback.
 
-`start_embedded_s3()` starts `node storage/s3rver_launcher.js` (s3rver from node_modules with
+`start_embedded_s3()` starts `node storage/s3rver/main.js` (s3rver from node_modules with
 Ajuste's fixes, see that file), waits until it answers and returns a handle to stop it. Data
 lives in plain files under `directory`, so it survives restarts. Every bucket, including ones
 created later, allows browser uploads (PUT/GET/HEAD, ETag exposed) from `cors_origins`.
@@ -28,7 +28,7 @@ from typing import IO
 
 from storage.datastore import DatastoreConfig
 
-LAUNCHER = Path(__file__).with_name("s3rver_launcher.js")
+LAUNCHER = Path(__file__).with_name("s3rver") / "main.js"
 DEFAULT_NODE_MODULES = Path(__file__).resolve().parent.parent / "node_modules"
 DEFAULT_ACCESS_KEY = "ajuste-local"
 DEFAULT_SECRET_KEY = "ajuste-local-secret"  # noqa: S105 - loopback-only dev store
@@ -108,12 +108,7 @@ def start_embedded_s3(
     command = _command(directory, host, port, cors_origins, node_modules)
     env = dict(os.environ, AJUSTE_S3_ACCESS_KEY=access_key, AJUSTE_S3_SECRET_KEY=secret_key)
     env["AJUSTE_S3_VERBOSE"] = "1" if verbose else "0"
-    log = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115
-    try:
-        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log, env=env)
-    finally:
-        if log_path:
-            log.close()  # type: ignore[union-attr]
+    process = _spawn(command, env, log_path)
     try:
         bound_port = _wait_listening(process, timeout)
         _wait_answering(host, bound_port, timeout)
@@ -130,6 +125,16 @@ def start_embedded_s3(
         secret_key=secret_key,
         process=process,
     )
+
+
+def _spawn(
+    command: list[str], env: dict[str, str], log_path: Path | None
+) -> subprocess.Popen[bytes]:
+    """Start the launcher: stdout is ours (its port), stderr goes to the log or nowhere."""
+    if log_path is None:
+        return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+    with open(log_path, "ab") as log:  # the child keeps its own descriptor
+        return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log, env=env)
 
 
 def _kill(process: subprocess.Popen[bytes]) -> None:

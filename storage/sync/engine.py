@@ -115,20 +115,10 @@ def push(
     incomplete. A read-only spec is refused (ValueError)."""
     if spec.mode is Mode.RO:
         raise ValueError(f"volume {spec.bucket}@{spec.alias} is read-only: it is never pushed")
-    delete = spec.mode is Mode.RWD if delete is None else delete
     sync = _start("push", config, spec, local_dir, workers, progress)
-    if not sync.root.is_dir():
-        sync.tracker.failed(str(sync.root), "local directory does not exist", counts_as_file=False)
-        return sync.tracker.finish()
-    local = scan(sync.root)
-    for failure in local.errors:
-        sync.tracker.failed(failure.key, failure.error, counts_as_file=False)
-    try:
-        remote = {
-            obj.key: obj for obj in iter_objects(config, bucket=spec.bucket, prefix=sync.prefix)
-        }
-    except StorageError as error:
-        sync.tracker.failed(_where(spec), _describe(error), counts_as_file=False)
+    local = _scan_local(sync)
+    remote = _list_remote(config, spec, sync) if local is not None else None
+    if local is None or remote is None:
         return sync.tracker.finish()
     sync.tracker.add_total(len(local.files) + len(local.symlinks))
     for _ in local.symlinks:
@@ -138,9 +128,34 @@ def push(
         lambda file: _push_one(sync, file, remote.get(sync.prefix + file.relative)),
         local.files.values(),
     )
-    if delete:
+    mirror_deletions = spec.mode is Mode.RWD if delete is None else delete
+    if mirror_deletions:
         _delete_absent(config, sync, local, remote)
     return sync.tracker.finish()
+
+
+def _scan_local(sync: _Sync) -> LocalScan | None:
+    """The local files, or None (and a failure) when the directory is missing."""
+    if not sync.root.is_dir():
+        sync.tracker.failed(str(sync.root), "local directory does not exist", counts_as_file=False)
+        return None
+    local = scan(sync.root)
+    for failure in local.errors:
+        sync.tracker.failed(failure.key, failure.error, counts_as_file=False)
+    return local
+
+
+def _list_remote(
+    config: DatastoreConfig, spec: VolumeSpec, sync: _Sync
+) -> dict[str, ObjectInfo] | None:
+    """The volume's objects by key, or None (and a failure) when they cannot be listed."""
+    try:
+        return {
+            obj.key: obj for obj in iter_objects(config, bucket=spec.bucket, prefix=sync.prefix)
+        }
+    except StorageError as error:
+        sync.tracker.failed(_where(spec), _describe(error), counts_as_file=False)
+        return None
 
 
 def _start(
