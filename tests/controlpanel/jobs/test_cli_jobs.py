@@ -1,0 +1,104 @@
+"""`ajuste job ...` and `ajuste flavor list` against a live panel with a real token."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from click.testing import CliRunner, Result
+
+from controlpanel.accounts.services import token_create
+from controlpanel.buckets.models import Bucket
+from controlpanel.cli.main import cli
+from controlpanel.flavors.models import Flavor
+from controlpanel.workloads.models import Job, JobLogLine, JobState
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def run(live_server: Any, owner: Any, panel_s3: Any) -> Any:
+    _, token = token_create(user=owner, name="cli")
+    env = {"AJUSTE_URL": live_server.url, "AJUSTE_TOKEN": token, "AJUSTE_PROJECT": "alpha"}
+
+    def invoke(*args: str) -> Result:
+        return CliRunner().invoke(cli, list(args), env=env)
+
+    return invoke
+
+
+def ok_json(result: Result) -> Any:
+    assert result.exit_code == 0, (result.output, result.exception)
+    return json.loads(result.stdout)
+
+
+def test_job_run_takes_the_ovhai_flags(run: Any, data_bucket: Bucket) -> None:
+    spec = f"{data_bucket.name}@LOCAL/dataset:/workspace/data:ro"
+    job = ok_json(run("job", "run", "--gpu", "2", "--flavor", "h100-1-gpu", "--volume", spec,
+                      "--env", "SEED=1", "--label", "team=nlp", "--timeout", "3600",
+                      "--name", "bert", "-o", "json", "my-registry/train:latest", "--",
+                      "python", "train.py", "--lr", "3e-4", "--note", "a b; rm -rf /"))
+    assert job["state"] == "QUEUED" and job["gpu"] == 2 and job["flavor"] == "h100-1-gpu"
+    assert job["command"] == ["python", "train.py", "--lr", "3e-4", "--note", "a b; rm -rf /"]
+    assert (job["env"], job["labels"], job["timeout"]) == ({"SEED": "1"}, {"team": "nlp"}, 3600)
+    assert job["volumes"] == [spec]
+    listed = ok_json(run("job", "list", "-o", "json"))
+    assert [j["id"] for j in listed] == [job["id"]]
+    got = ok_json(run("job", "get", job["id"][:8], "-o", "json"))
+    assert got["history"][0]["state"] == "QUEUED"
+    table = run("job", "list")
+    assert table.exit_code == 0 and "bert" in table.output and "QUEUED" in table.output
+
+
+def test_preset_params_and_lifecycle(run: Any, data_bucket: Bucket) -> None:
+    b = data_bucket.name
+    job = ok_json(run("job", "run", "--preset", "finetune", "--param", "max_steps=5",
+                      "--param", "base_model=org/tiny", "--volume",
+                      f"{b}@LOCAL/data:/workspace/data", "--volume",
+                      f"{b}@LOCAL/out:/workspace/output:rw", "-o", "json"))
+    assert job["preset"] == "finetune" and job["params"] == {"max_steps": 5,
+                                                             "base_model": "org/tiny"}
+    stopped = ok_json(run("job", "stop", job["id"], "-o", "json"))
+    assert stopped["state"] == "INTERRUPTED"  # never launched: stopped at once
+    rerun = ok_json(run("job", "rerun", job["id"], "-o", "json"))
+    assert (rerun["state"], rerun["run"]) == ("QUEUED", 2)
+    Job.objects.filter(pk=job["id"]).update(state=JobState.FAILED)
+    deleted = run("job", "delete", job["id"])
+    assert deleted.exit_code == 0 and "Deleted" in deleted.output
+    assert not Job.objects.exists()
+
+
+def test_logs_prints_the_archived_log(run: Any, owner: Any, project: Any) -> None:
+    job = Job.objects.create(project=project, owner=owner, name="j", image="x/y:1",
+                             flavor=Flavor.objects.get(name="ai1-1-cpu"), state=JobState.DONE, logs_archived=True, log_lines=3)
+    JobLogLine.objects.bulk_create(JobLogLine(job=job, run=1, seq=i, text=f"line {i} <ok>")
+                                   for i in (1, 2, 3))
+    result = run("job", "logs", "--follow", str(job.pk))
+    assert result.exit_code == 0
+    assert result.output.splitlines() == ["line 1 <ok>", "line 2 <ok>", "line 3 <ok>"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["job", "run", "--env", "NOEQUALS", "x/y:1"], "'NOEQUALS' is not KEY=VALUE"),
+        (["job", "run", "--gpu", "9", "--flavor", "h100-1-gpu", "x/y:1"], "gpu:"),
+        (["job", "run", "--flavor", "nope", "x/y:1"], "Unknown flavor 'nope'"),
+        (["job", "run", "--volume", "bad", "x/y:1"], "Volume 1 ('bad')"),
+        (["job", "run"], "Give an IMAGE"),
+        (["job", "get", "deadbeef"], "no job 'deadbeef'"),
+    ],
+)
+def test_bad_flags_say_what_is_wrong(run: Any, args: list[str], message: str) -> None:
+    result = run(*args)
+    assert result.exit_code != 0
+    assert message in result.output, result.output
+    assert not Job.objects.exists()
+
+
+def test_flavor_list(run: Any) -> None:
+    flavors = ok_json(run("flavor", "list", "-o", "json"))
+    assert {"ai1-1-cpu", "h100-1-gpu", "h200-1-gpu"} <= {f["name"] for f in flavors}
+    table = run("flavor", "list")
+    assert "1x H100" in table.output and "2.8000" in table.output
