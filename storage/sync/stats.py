@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -10,6 +11,8 @@ from typing import Any
 
 # Byte-level progress (large files) reaches the callback at most this often.
 PROGRESS_INTERVAL_S = 0.5
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -103,8 +106,7 @@ class Tracker:
 
     def finish(self) -> SyncStats:
         stats = self.snapshot()
-        if self._progress is not None:
-            self._progress(stats)
+        self._call(stats)
         return stats
 
     def _report(self, *, throttled: bool = False) -> None:
@@ -114,4 +116,13 @@ class Tracker:
         if throttled and now - self._last_report < PROGRESS_INTERVAL_S:
             return
         self._last_report = now
-        self._progress(self.snapshot())
+        self._call(self.snapshot())
+
+    def _call(self, stats: SyncStats) -> None:
+        if self._progress is None:
+            return
+        try:
+            self._progress(stats)
+        except Exception:
+            # A broken progress consumer (a closed pipe...) must not fail the transfer itself.
+            logger.exception("sync progress callback failed")

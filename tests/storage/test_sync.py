@@ -261,3 +261,15 @@ def test_an_interrupted_push_keeps_local_data_and_reports(
     assert retry.transferred == stats.failed
     assert retry.skipped == stats.transferred
     assert len(remote_keys(config, "ckpt")) == 12
+
+
+def test_a_failing_progress_callback_does_not_fail_the_sync(
+    s3_server: DatastoreConfig, bucket: str, tmp_path: Path
+) -> None:
+    write(tmp_path / "f", b"data")
+
+    def broken(stats: SyncStats) -> None:
+        raise BrokenPipeError("the reader went away")
+
+    stats = push(s3_server, spec(bucket, mode=Mode.RW), tmp_path, progress=broken)
+    assert (stats.ok, stats.transferred) == (True, 1)

@@ -15,6 +15,7 @@ import pytest
 
 from storage.datastore import DatastoreConfig
 from storage.objects import iter_objects, put_object
+from storage.sync.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -149,15 +150,24 @@ def test_failed_files_exit_1_and_are_listed(
         (["sync", "abc@LOCAL:/workspace/x", "--root", "/tmp"], "invalid choice"),
     ],
 )
-def test_usage_errors_exit_2(s3_server: DatastoreConfig, args: list[str], message: str) -> None:
-    result = run_sync(s3_server, *args)
-    assert result.returncode == 2
-    assert message in result.stderr
-    assert result.stdout == ""
+def test_usage_errors_exit_2(
+    s3_server: DatastoreConfig, capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
+    # in-process: the same main() as `python -m storage.sync`, without a Python start per case
+    try:
+        code = main(args, environ=s3_server.to_env())
+    except SystemExit as exit_:  # argparse's own usage errors
+        code = exit_.code
+    assert code == 2
+    captured = capsys.readouterr()
+    assert message in captured.err
+    assert captured.out == ""
 
 
-def test_bad_spec_message_points_at_the_problem(s3_server: DatastoreConfig) -> None:
+def test_bad_spec_exits_2_and_points_at_the_problem(s3_server: DatastoreConfig) -> None:
     result = run_sync(s3_server, "pull", "abc@LOCAL:/workspace/x:rx", "--root", "/tmp")
+    assert result.returncode == 2
+    assert result.stdout == ""
     assert result.stderr.splitlines()[1:] == [
         "  abc@LOCAL:/workspace/x:rx",
         "                         ^",
