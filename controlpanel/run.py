@@ -124,7 +124,7 @@ def main() -> None:
             hook(var, env, children)
         _manage(env, "migrate", "--noinput", "-v", "0")
         _manage(env, "collectstatic", "--noinput", "-v", "0")
-        _manage(env, "bootstrap")
+        _manage(env, "bootstrap", "--demo")
         threading.Thread(target=_announce_when_up, args=("127.0.0.1", 8000), daemon=True).start()
         honcho = subprocess.Popen([sys.executable, "-m", "honcho", "start", "-f",
                                    str(ROOT / "Procfile")], env=env, cwd=ROOT)

@@ -117,7 +117,7 @@ class FinetuneForm(_JobForm):
     field_map = {"volumes": "data_volume"}
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        kwargs.setdefault("initial", {}).update(MAIN_PARAMS)
+        kwargs["initial"] = MAIN_PARAMS | (kwargs.get("initial") or {})
         super().__init__(*args, **kwargs)
 
     def to_job_data(self) -> dict[str, Any]:

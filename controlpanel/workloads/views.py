@@ -18,6 +18,7 @@ from controlpanel.flavors.models import Flavor
 from controlpanel.projects.access import project_view
 from controlpanel.workloads import logs, selectors, services
 from controlpanel.workloads.ansi import ansi_to_html
+from controlpanel.workloads.demo import demo_form_initial
 from controlpanel.workloads.forms import CustomJobForm, FinetuneForm
 from controlpanel.workloads.models import Job, JobState
 from controlpanel.workloads.reconcile import observe
@@ -56,7 +57,8 @@ def job_list(request: HttpRequest) -> HttpResponse:
 
 def _forms(request: HttpRequest, preset: str) -> tuple[FinetuneForm, CustomJobForm]:
     data = request.POST if request.method == "POST" else None
-    finetune = FinetuneForm(data if preset == "finetune" else None, prefix="ft")
+    demo = demo_form_initial(project=_access(request).project)
+    finetune = FinetuneForm(data if preset == "finetune" else None, prefix="ft", initial=demo)
     custom = CustomJobForm(data if preset != "finetune" else None, prefix="c")
     return finetune, custom
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandParser
 from django.db import transaction
 
 from controlpanel.projects.models import Membership, Project, Role
@@ -18,9 +18,32 @@ from controlpanel.projects.models import Membership, Project, Role
 class Command(BaseCommand):
     help = "Create the first admin (and a 'demo' project) if no admin exists yet."
 
-    def handle(self, *args: Any, **options: Any) -> None:
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--demo", action="store_true",
+                            help="Also fill a 'demo' bucket with a tiny model and a dataset.")
+
+    def handle(self, *args: Any, demo: bool = False, **options: Any) -> None:
         with transaction.atomic():
             self._first_admin()
+        if demo:
+            self._demo()
+
+    def _demo(self) -> None:
+        from controlpanel.workloads.demo import seed_demo
+
+        project = Project.objects.filter(slug="demo").first()
+        admin = get_user_model().objects.filter(is_superuser=True).order_by("pk").first()
+        if project is None or admin is None:
+            return
+        try:
+            bucket = seed_demo(project=project, admin=admin)
+        except Exception as exc:  # the demo is a nicety: never block start-up on it
+            self.stderr.write(f"• the demo bucket could not be filled: {exc}")
+            return
+        if bucket is not None:
+            self.stdout.write(self.style.SUCCESS(
+                "• filled the demo bucket: a tiny model and a chat dataset — open Jobs → "
+                "New job in the Demo project and submit the pre-filled fine-tune"))
 
     def _first_admin(self) -> None:
         users = get_user_model()
