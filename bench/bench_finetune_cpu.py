@@ -64,61 +64,22 @@ def run_ours(model: Path, data: Path, out: Path, args: argparse.Namespace) -> di
     """The real entry point, in its own process; its `done` event has the loop's tokens/s."""
     from training.protocol import parse_line
 
-    cmd = [
-        sys.executable,
-        "-m",
-        "training.finetune",
-        "--model",
-        str(model),
-        "--data",
-        str(data),
-        "--output",
-        str(out),
-        "--epochs",
-        "1",
-        "--batch-size",
-        str(args.batch_size),
-        "--max-length",
-        str(args.max_length),
-        "--save-steps",
-        "1000000",
-        "--log-steps",
-        "1000000",
-        "--no-resume",
-    ]
+    options = (
+        f"--epochs 1 --batch-size {args.batch_size} --max-length {args.max_length} "
+        "--save-steps 1000000 --log-steps 1000000 --no-resume"
+    ).split()
+    paths = ["--model", str(model), "--data", str(data), "--output", str(out)]
+    cmd = [sys.executable, "-m", "training.finetune", *paths, *options]
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, check=False)
-    events = [e for e in map(parse_line, proc.stdout.splitlines()) if e]
-    done = [e for e in events if e["event"] == "done"]
+    done = [e for e in map(parse_line, proc.stdout.splitlines()) if e and e["event"] == "done"]
     if proc.returncode or not done:
         raise SystemExit(f"finetune failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
-    start = next(e for e in events if e["event"] == "start")
-    return {
-        "tokens_per_s": done[0]["tokens_per_s"],
-        "steps": done[0]["step"],
-        "tokens": done[0]["tokens_seen"],
-        "start": start,
-    }
+    return {"tokens_per_s": done[0]["tokens_per_s"], "steps": done[0]["step"]}
 
 
-def baseline_batch_size(examples: list[Any], args: argparse.Namespace) -> int:
-    mean = sum(len(ex.input_ids) for ex in examples) / len(examples)
-    return max(1, round(args.batch_size * args.max_length * 0.97 / mean))
-
-
-def run_trainer(
-    model_dir: Path, data: Path, out: Path, args: argparse.Namespace, grouped: bool = False
-) -> dict[str, Any]:
-    """transformers.Trainer + peft as its docs show it, on the same tokenized examples;
-    `grouped` batches examples of similar length (Trainer's own remedy for padding)."""
-    import torch
-    from peft import LoraConfig, get_peft_model
-    from transformers import (
-        AutoModelForCausalLM,
-        AutoTokenizer,
-        DataCollatorForSeq2Seq,
-        Trainer,
-        TrainingArguments,
-    )
+def trainer_rows(model_dir: Path, data: Path, args: argparse.Namespace) -> tuple[Any, list[Any]]:
+    """(tokenizer, rows): the examples exactly as the entry point tokenizes them."""
+    from transformers import AutoTokenizer
 
     from training.data.jsonl import read_files
     from training.data.tokenize import tokenize_records
@@ -129,45 +90,59 @@ def run_trainer(
         {"input_ids": e.input_ids, "labels": e.labels, "attention_mask": [1] * len(e.input_ids)}
         for e in examples
     ]
-    batch = baseline_batch_size(examples, args)
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    return tok, rows
+
+
+def baseline_batch_size(rows: list[Any], args: argparse.Namespace) -> int:
+    """Examples per batch holding about as many real tokens as one of our packed batches."""
+    mean = sum(len(r["input_ids"]) for r in rows) / len(rows)
+    return max(1, round(args.batch_size * args.max_length * 0.97 / mean))
+
+
+def trainer_args(out: Path, batch: int, grouped: bool) -> Any:
+    """The entry point's defaults (lr, cosine, warmup, clipping, seed), in Trainer's terms."""
+    from transformers import TrainingArguments
+
+    return TrainingArguments(
+        output_dir=str(out), per_device_train_batch_size=batch, num_train_epochs=1,
+        learning_rate=2e-4, lr_scheduler_type="cosine", warmup_steps=0.03, max_grad_norm=1.0,
+        logging_steps=1_000_000, save_strategy="no", report_to=[], disable_tqdm=True,
+        use_cpu=True, dataloader_num_workers=0, remove_unused_columns=False, seed=42,
+        train_sampling_strategy="group_by_length" if grouped else "random",
+    )  # fmt: skip
+
+
+def run_trainer(
+    model_dir: Path, data: Path, out: Path, args: argparse.Namespace, grouped: bool = False
+) -> dict[str, Any]:
+    """transformers.Trainer + peft as their docs show them, on the same tokenized examples;
+    `grouped` batches examples of similar length (Trainer's own remedy for padding)."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM, DataCollatorForSeq2Seq, Trainer
+
+    tok, rows = trainer_rows(model_dir, data, args)
+    batch = baseline_batch_size(rows, args)
     lora = LoraConfig(
         r=16, lora_alpha=32, lora_dropout=0.05, target_modules="all-linear", task_type="CAUSAL_LM"
     )
-    model = get_peft_model(model, lora)
-    targs = TrainingArguments(
-        output_dir=str(out),
-        per_device_train_batch_size=batch,
-        num_train_epochs=1,
-        learning_rate=2e-4,
-        lr_scheduler_type="cosine",
-        warmup_steps=0.03,
-        max_grad_norm=1.0,
-        logging_steps=1_000_000,
-        save_strategy="no",
-        report_to=[],
-        disable_tqdm=True,
-        use_cpu=True,
-        dataloader_num_workers=0,
-        remove_unused_columns=False,
-        seed=42,
-        train_sampling_strategy="group_by_length" if grouped else "random",
+    model = get_peft_model(
+        AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32), lora
     )
     collator = DataCollatorForSeq2Seq(tok, padding=True, label_pad_token_id=-100)
-    trainer = Trainer(model=model, args=targs, train_dataset=rows, data_collator=collator)
+    trainer = Trainer(
+        model=model, args=trainer_args(out, batch, grouped), train_dataset=rows,
+        data_collator=collator,
+    )  # fmt: skip
     started = time.perf_counter()
     trainer.train()
     seconds = time.perf_counter() - started
     tokens = sum(len(r["input_ids"]) for r in rows)
-    return {
-        "tokens_per_s": round(tokens / seconds, 1),
-        "steps": trainer.state.global_step,
-        "tokens": tokens,
-        "batch_size": batch,
-    }
+    return {"tokens_per_s": round(tokens / seconds, 1), "steps": trainer.state.global_step,
+            "batch_size": batch}  # fmt: skip
 
 
-def main() -> int:
+def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--examples", type=int, default=240)
     p.add_argument("--hidden", type=int, default=128)
@@ -176,64 +151,58 @@ def main() -> int:
     p.add_argument("--max-length", type=int, default=512)
     p.add_argument("--rounds", type=int, default=2, help="interleaved repetitions; best is kept")
     p.add_argument(
-        "--threads",
-        type=int,
-        default=0,
+        "--threads", type=int, default=0,
         help="torch threads on both sides (0: torch's default, one per core); 1 is steadier "
         "when other work shares the CPU (OpenMP threads spin against each other)",
-    )
-    args = p.parse_args()
-    os.environ.setdefault("TQDM_DISABLE", "1")
-    if args.threads:
-        os.environ["OMP_NUM_THREADS"] = str(args.threads)  # read by the finetune subprocess
-        import torch
+    )  # fmt: skip
+    return p.parse_args()
 
-        torch.set_num_threads(args.threads)
+
+def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """[ours, Trainer, Trainer grouped]: the best of interleaved rounds (a shared CPU's other
+    load hits each side alike this way)."""
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         model, data = make_assets(root, args)
         rounds = []
-        for r in range(args.rounds):  # interleaved, best of each: other load on a shared box
-            rounds.append(
-                (
-                    run_ours(model, data, root / f"ours{r}", args),
-                    run_trainer(model, data, root / f"trainer{r}", args),
-                    run_trainer(model, data, root / f"grouped{r}", args, grouped=True),
-                )
-            )
+        for r in range(args.rounds):
+            rounds.append([
+                run_ours(model, data, root / f"ours{r}", args),
+                run_trainer(model, data, root / f"trainer{r}", args),
+                run_trainer(model, data, root / f"grouped{r}", args, grouped=True),
+            ])  # fmt: skip
             print("round", r + 1, [x["tokens_per_s"] for x in rounds[-1]], flush=True)
-        ours, base, grouped = (
-            max(col, key=lambda x: x["tokens_per_s"]) for col in zip(*rounds, strict=True)
-        )
+    return [max(col, key=lambda x: x["tokens_per_s"]) for col in zip(*rounds, strict=True)]
+
+
+def print_results(args: argparse.Namespace, ours: Any, base: Any, grouped: Any) -> None:
     ratio = ours["tokens_per_s"] / base["tokens_per_s"]
-    threads = args.threads or "default"
-    print(
-        f"machine: {os.cpu_count()} CPU cores, torch threads {threads}; "
-        f"best of {args.rounds} interleaved rounds"
-    )
-    print(
-        f"model: Llama hidden {args.hidden}, {args.layers} layers, random weights; "
-        f"{args.examples} chat examples; LoRA r=16 all-linear; 1 epoch"
-    )
-    print(
-        f"training.finetune : {ours['tokens_per_s']:>10.1f} tokens/s "
-        f"({ours['steps']} steps of {args.batch_size} packed rows x {args.max_length})"
-    )
-    print(
-        f"Trainer + peft    : {base['tokens_per_s']:>10.1f} tokens/s "
-        f"({base['steps']} steps of {base['batch_size']} padded examples)"
-    )
-    print(
-        f"  grouped by length: {grouped['tokens_per_s']:>10.1f} tokens/s "
-        f"({grouped['steps']} steps of {grouped['batch_size']} padded examples)"
-    )
-    print(
-        f"ratio             : {ratio:.2f} (vs grouped: "
-        f"{ours['tokens_per_s'] / grouped['tokens_per_s']:.2f})"
-    )
+    vs_grouped = ours["tokens_per_s"] / grouped["tokens_per_s"]
+    print(f"machine: {os.cpu_count()} CPU cores, torch threads {args.threads or 'default'}; "
+          f"best of {args.rounds} interleaved rounds")  # fmt: skip
+    print(f"model: Llama hidden {args.hidden}, {args.layers} layers, random weights; "
+          f"{args.examples} chat examples; LoRA r=16 all-linear; 1 epoch")  # fmt: skip
+    rows = f"{args.batch_size} packed rows x {args.max_length}"
+    print(f"training.finetune  : {ours['tokens_per_s']:>9.1f} tokens/s "
+          f"({ours['steps']} steps of {rows})")  # fmt: skip
+    for name, r in (("Trainer + peft", base), ("  grouped by length", grouped)):
+        print(f"{name:<19}: {r['tokens_per_s']:>9.1f} tokens/s "
+              f"({r['steps']} steps of {r['batch_size']} padded examples)")  # fmt: skip
+    print(f"ratio              : {ratio:.2f} (vs grouped by length: {vs_grouped:.2f})")
     summary = {"ours": ours["tokens_per_s"], "trainer": base["tokens_per_s"]}
     summary |= {"trainer_grouped": grouped["tokens_per_s"], "ratio": round(ratio, 3)}
     print(json.dumps(summary))
+
+
+def main() -> int:
+    args = parse_args()
+    os.environ.setdefault("TQDM_DISABLE", "1")
+    if args.threads:
+        import torch
+
+        os.environ["OMP_NUM_THREADS"] = str(args.threads)  # read by the finetune subprocess
+        torch.set_num_threads(args.threads)
+    print_results(args, *measure(args))
     return 0
 
 

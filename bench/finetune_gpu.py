@@ -118,7 +118,7 @@ def make_run(args: argparse.Namespace) -> Any:
     from training.loop import Run
     from training.loss import CausalLMLoss
     from training.modeling import add_lora, count_params, place
-    from training.prepare import _schedule
+    from training.prepare import make_schedule
     from training.reporting import Reporter
 
     opts = options(args)
@@ -132,7 +132,7 @@ def make_run(args: argparse.Namespace) -> Any:
     layout = Layout(len(data), args.batch_size, args.grad_accum, 1, 0)
     run = Run(
         opts, Ranks(), where, Reporter(None, enabled=False), Path("."), model, CausalLMLoss(model),
-        optimizer, _schedule(optimizer, opts, steps), data, layout, None, steps, TrainState(),
+        optimizer, make_schedule(optimizer, opts, steps), data, layout, None, steps, TrainState(),
     )  # fmt: skip
     return run, trainable, total
 

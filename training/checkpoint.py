@@ -126,10 +126,9 @@ def load(path: Path, model: Any, optimizer: Any, scheduler: Any, ranks: Ranks) -
 
     device = next(p.device for p in model.parameters() if p.requires_grad)
     result = set_peft_model_state_dict(model, load_file(path / "adapter_model.safetensors"))
-    if getattr(result, "unexpected_keys", None):
-        raise RuntimeError(
-            f"checkpoint {path} does not fit this adapter: {result.unexpected_keys[:3]}"
-        )
+    unexpected = list(getattr(result, "unexpected_keys", None) or [])
+    if unexpected:
+        raise RuntimeError(f"checkpoint {path} does not fit this adapter: {unexpected[:3]}")
     optimizer.load_state_dict(torch.load(path / "optimizer.pt", map_location=device))
     scheduler.load_state_dict(torch.load(path / "scheduler.pt"))
     rng = path / f"rng-{ranks.rank}.pt"

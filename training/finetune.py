@@ -94,10 +94,11 @@ def _train(opts: Options, argv: list[str], reporter: Reporter) -> int:
         distributed.shutdown(ranks)
 
 
-def _train_ranked(opts: Options, records: Any, ranks: Any, reporter: Reporter) -> int:
+def _build_run(opts: Options, records: Any, ranks: Any, reporter: Reporter) -> tuple[Any, Any]:
+    """(Run, tokenizer): data tokenized and packed, model loaded, state resumed if any."""
     from training import checkpoint, modeling
     from training.checkpoint import TrainState
-    from training.loop import Run, train
+    from training.loop import Run
     from training.prepare import build_trainable, prepare_data, seed_everything
 
     where = modeling.place(opts, ranks.local_rank)
@@ -108,45 +109,41 @@ def _train_ranked(opts: Options, records: Any, ranks: Any, reporter: Reporter) -
     seed_everything(opts.seed)  # the same LoRA init on every rank and every run
     parts = build_trainable(opts, where, ranks, data.max_steps)
     seed_everything(opts.seed + ranks.rank)  # distinct dropout masks per rank
-    output = Path(opts.output)
     run = Run(
-        opts,
-        ranks,
-        where,
-        reporter,
-        output,
-        parts.model,
-        parts.module,
-        parts.optimizer,
-        parts.scheduler,
-        data.train,
-        data.layout,
-        data.evalset,
-        data.max_steps,
+        opts, ranks, where, reporter, Path(opts.output), parts.model, parts.module,
+        parts.optimizer, parts.scheduler, data.train, data.layout, data.evalset, data.max_steps,
         TrainState(fingerprint=data.fingerprint),
-    )
+    )  # fmt: skip
     if resume is not None:
         run.state = checkpoint.load(resume, run.model, run.optimizer, run.scheduler, ranks)
         run.state.fingerprint = data.fingerprint
         if ranks.is_main:
-            rewind_metrics(output, run.state.step)
-    reporter.emit(
-        "start",
-        model=opts.model,
-        method=opts.method,
-        device=where.device.type,
-        dtype=str(where.dtype)[6:],
-        world_size=ranks.world_size,
-        max_steps=data.max_steps,
-        epochs=round(data.max_steps / data.layout.steps_per_epoch, 4),
-        resumed_from_step=run.state.step,
-        train_examples=data.train_examples,
-        eval_examples=data.eval_examples,
-        train_tokens=data.train_tokens,
-        trainable_params=parts.trainable_params,
-        total_params=parts.total_params,
-    )
-    if not train(run, _stop_flag_for(ranks, where)):
+            rewind_metrics(run.output, run.state.step)
+    return run, tok
+
+
+def _emit_start(run: Any) -> None:
+    from training.modeling import count_params
+
+    opts, where, train = run.opts, run.where, run.train
+    trainable, total = count_params(run.model)
+    run.reporter.emit(
+        "start", model=opts.model, method=opts.method, device=where.device.type,
+        dtype=str(where.dtype)[6:], world_size=run.ranks.world_size, max_steps=run.max_steps,
+        epochs=round(run.max_steps / run.layout.steps_per_epoch, 4),
+        resumed_from_step=run.state.step, train_examples=len(train.examples),
+        eval_examples=len(run.evalset.examples) if run.evalset else 0,
+        train_tokens=sum(len(ex.input_ids) for ex in train.examples),
+        trainable_params=trainable, total_params=total,
+    )  # fmt: skip
+
+
+def _train_ranked(opts: Options, records: Any, ranks: Any, reporter: Reporter) -> int:
+    from training.loop import train
+
+    run, tok = _build_run(opts, records, ranks, reporter)
+    _emit_start(run)
+    if not train(run, _stop_flag_for(ranks, run.where)):
         message = f"stopped by SIGTERM at step {run.state.step}; the next run resumes from it"
         return _fail(reporter, "interrupted", message, EXIT_INTERRUPTED)
     return _finish(run, tok)
@@ -160,38 +157,41 @@ def _stop_flag_for(ranks: Any, where: Any) -> Callable[[], bool]:
     return lambda: ranks.all_sum([float(local())], where.device)[0] > 0
 
 
-def _finish(run: Any, tok: Any) -> int:
+def _merge(run: Any, adapter: Path) -> Path:
+    """Free the training copy of the model, then write base + adapter as one model."""
     import gc
 
     import torch
 
     from training.modeling import merge_adapter
+
+    run.model = run.module = run.optimizer = None
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    merged = run.output / "merged"
+    merge_adapter(run.opts, adapter, merged, run.where)
+    return merged
+
+
+def _finish(run: Any, tok: Any) -> int:
+    """Write the adapter (and merged model), then the `done` event."""
     from training.prepare import save_adapter
 
     adapter, merged = run.output / "adapter", None
+    speed = run.window.process_tokens / max(1e-9, run.window.process_seconds())
     if run.ranks.is_main:
         save_adapter(run.model, tok, adapter)
-    window = run.window
-    speed = window.process_tokens / max(1e-9, window.process_seconds())
-    if run.opts.merge and run.ranks.is_main:
-        run.model = run.module = run.optimizer = None  # free the training copy first
-        gc.collect()
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
-        merged = run.output / "merged"
-        merge_adapter(run.opts, adapter, merged, run.where)
-        tok.save_pretrained(merged)
+        if run.opts.merge:
+            merged = _merge(run, adapter)
+            tok.save_pretrained(merged)
     run.ranks.barrier()
     run.reporter.emit(
-        "done",
-        step=run.state.step,
-        train_loss=run.state.mean_loss,
-        tokens_seen=run.state.tokens_seen,
-        tokens_per_s=round(speed, 1),
-        elapsed_s=round(run.state.elapsed_s, 2),
-        adapter_path=str(adapter),
+        "done", step=run.state.step, train_loss=run.state.mean_loss,
+        tokens_seen=run.state.tokens_seen, tokens_per_s=round(speed, 1),
+        elapsed_s=round(run.state.elapsed_s, 2), adapter_path=str(adapter),
         merged_path=str(merged) if merged else None,
-    )
+    )  # fmt: skip
     return 0
 
 

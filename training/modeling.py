@@ -92,7 +92,7 @@ def load_model(opts: Options, where: Placement) -> Any:
     from transformers import AutoModelForCausalLM
 
     quant = _quantization(opts)
-    model = AutoModelForCausalLM.from_pretrained(
+    model: Any = AutoModelForCausalLM.from_pretrained(
         opts.model,
         dtype=where.dtype,
         attn_implementation=where.attn,
@@ -151,7 +151,7 @@ def merge_adapter(opts: Options, adapter_dir: Path, out_dir: Path, where: Placem
     from transformers import AutoModelForCausalLM
 
     dtype = torch.bfloat16 if where.dtype == torch.bfloat16 else torch.float32
-    base = AutoModelForCausalLM.from_pretrained(
+    base: Any = AutoModelForCausalLM.from_pretrained(
         opts.model, dtype=dtype, trust_remote_code=opts.trust_remote_code
     )
     merged = PeftModel.from_pretrained(base.to(where.device), str(adapter_dir)).merge_and_unload()

@@ -21,7 +21,7 @@ class Options:
     output: str
     method: str = "lora"
     rank: int = 16
-    alpha: float = 32.0
+    alpha: int = 32
     dropout: float = 0.05
     target_modules: str = "all-linear"
     learning_rate: float = 2e-4
@@ -54,6 +54,17 @@ class Options:
         return asdict(self)
 
 
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Show "(default: X)" where a value has a default; flags and required options say it in
+    their own words (argparse would print "(default: None)" or "(default: True)")."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if action.default is None or isinstance(action.default, bool) or "default" in text:
+            return text
+        return str(super()._get_help_string(action))
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse exits 2 on a usage error; we raise instead so the caller can emit an event."""
 
@@ -75,7 +86,9 @@ def _add_io(p: argparse.ArgumentParser) -> None:
     g.add_argument("--output", required=True, help="output directory (created if missing)")
     g.add_argument("--eval-data", default=None, help="JSONL file or directory for evaluation")
     g.add_argument(
-        "--merge", action="store_true", help="also write the base model merged with the adapter"
+        "--merge",
+        action="store_true",
+        help="also write base model + adapter merged into OUTPUT/merged (default: off)",
     )
     g.add_argument(
         "--no-resume",
@@ -94,7 +107,7 @@ def _add_adapter(p: argparse.ArgumentParser) -> None:
         help="lora, or qlora (4-bit nf4 base, double quantization, bf16 compute; needs CUDA)",
     )
     g.add_argument("--rank", type=int, default=16, help="LoRA rank r")
-    g.add_argument("--alpha", type=float, default=32.0, help="LoRA alpha (scale = alpha / r)")
+    g.add_argument("--alpha", type=int, default=32, help="LoRA alpha (scale = alpha / r)")
     g.add_argument("--dropout", type=float, default=0.05, help="dropout on the LoRA input")
     g.add_argument(
         "--target-modules",
@@ -125,7 +138,7 @@ def _add_optimisation(p: argparse.ArgumentParser) -> None:
 
 
 def _add_sequence(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("sequences and speed")
+    g = p.add_argument_group("sequences")
     g.add_argument(
         "--max-length", type=int, default=2048, help="tokens per sequence; longer are truncated"
     )
@@ -136,6 +149,10 @@ def _add_sequence(p: argparse.ArgumentParser) -> None:
         help="one example per sequence, padded (default: pack several examples per "
         "sequence, each attending only to itself)",
     )
+
+
+def _add_speed(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("memory and speed")
     g.add_argument(
         "--gradient-checkpointing",
         choices=["auto", "on", "off"],
@@ -155,13 +172,16 @@ def _add_sequence(p: argparse.ArgumentParser) -> None:
         help="attention kernel; auto = flash_attention_2 when installed on CUDA, else sdpa",
     )
     g.add_argument(
-        "--trust-remote-code", action="store_true", help="allow model code from the model dir"
+        "--trust-remote-code",
+        action="store_true",
+        help="run model code shipped with the model (default: off)",
     )
     g.add_argument(
         "--no-distributed",
         dest="distributed",
         action="store_false",
-        help="do not relaunch with torchrun when several GPUs are visible",
+        help="stay one process when several GPUs are visible (default: relaunch under torchrun, "
+        "one process per GPU)",
     )
 
 
@@ -186,12 +206,13 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m training.finetune",
         description="LoRA/QLoRA fine-tune of a causal LM on a JSONL dataset. Prints one JSON "
         "progress event per line on stdout (see training/protocol.py).",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=_HelpFormatter,
     )
     _add_io(p)
     _add_adapter(p)
     _add_optimisation(p)
     _add_sequence(p)
+    _add_speed(p)
     _add_reporting(p)
     return p
 

@@ -17,7 +17,7 @@ from training.data.jsonl import DatasetError, Record
 from training.data.packing import Layout, fill_ratio, pack, unpacked
 from training.data.tokenize import Example, tokenize_records
 from training.distributed import Ranks
-from training.modeling import Placement, add_lora, count_params, load_model
+from training.modeling import Placement, add_lora, load_model
 from training.options import Options
 from training.reporting import Reporter
 
@@ -44,9 +44,6 @@ class Data:
     evalset: RowData | None
     layout: Layout
     max_steps: int
-    train_examples: int
-    eval_examples: int
-    train_tokens: int
     fingerprint: dict[str, Any]
 
 
@@ -106,9 +103,8 @@ def prepare_data(
     )
     fingerprint = {name: getattr(opts, name) for name in FINGERPRINT_OPTIONS}
     fingerprint |= {"world_size": ranks.world_size, "data": data_digest(train_ex)}
-    tokens = sum(len(ex.input_ids) for ex in train_ex)
     evalset = _rows(eval_ex, opts, pad) if eval_ex else None
-    return Data(train, evalset, layout, max_steps, len(train_ex), len(eval_ex), tokens, fingerprint)
+    return Data(train, evalset, layout, max_steps, fingerprint)
 
 
 def fingerprint_changes(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
@@ -123,11 +119,9 @@ class Trainable:
     module: Any
     optimizer: torch.optim.Optimizer
     scheduler: Any
-    trainable_params: int
-    total_params: int
 
 
-def _schedule(optimizer: torch.optim.Optimizer, opts: Options, max_steps: int) -> Any:
+def make_schedule(optimizer: torch.optim.Optimizer, opts: Options, max_steps: int) -> Any:
     from transformers import get_cosine_schedule_with_warmup
 
     warmup = (
@@ -145,7 +139,6 @@ def build_trainable(opts: Options, where: Placement, ranks: Ranks, max_steps: in
     from training.loss import CausalLMLoss
 
     model = add_lora(load_model(opts, where), opts)
-    trainable, total = count_params(model)
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(
         params,
@@ -158,9 +151,7 @@ def build_trainable(opts: Options, where: Placement, ranks: Ranks, max_steps: in
         from torch.nn.parallel import DistributedDataParallel
 
         module = DistributedDataParallel(module, device_ids=[ranks.local_rank])
-    return Trainable(
-        model, module, optimizer, _schedule(optimizer, opts, max_steps), trainable, total
-    )
+    return Trainable(model, module, optimizer, make_schedule(optimizer, opts, max_steps))
 
 
 def save_adapter(model: Any, tok: Any, target: Path) -> None:

@@ -69,6 +69,7 @@ def test_a_bad_dataset_fails_before_the_model_is_loaded(tmp_path: Path, case: st
     assert time.monotonic() - started < 30  # no torch import on this path
 
 
+@pytest.mark.slow  # imports torch to ask for CUDA: seconds, unlike the other checks here
 def test_qlora_without_cuda_is_refused_before_loading_anything(
     tiny_llm: TinyLLM, tmp_path: Path
 ) -> None:
@@ -105,7 +106,7 @@ def test_help_documents_every_option_with_its_default() -> None:
     assert result.returncode == 0
     text = " ".join(" ".join(result.lines).split())  # argparse wraps lines anywhere
     for option, default in [
-        ("--method", "lora"), ("--rank", "16"), ("--alpha", "32.0"), ("--dropout", "0.05"),
+        ("--method", "lora"), ("--rank", "16"), ("--alpha", "32"), ("--dropout", "0.05"),
         ("--target-modules", "all-linear"), ("--learning-rate", "0.0002"), ("--epochs", "1.0"),
         ("--max-steps", "-1"), ("--batch-size", "4"), ("--grad-accum", "1"),
         ("--max-length", "2048"), ("--warmup-ratio", "0.03"), ("--seed", "42"),

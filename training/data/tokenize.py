@@ -196,13 +196,13 @@ def tokenize_records(
     stats = DatasetStats(formats=Counter(r.format for r in records))
     for fmt in stats.formats:
         idx = [i for i, r in enumerate(records) if r.format == fmt]
-        for i, ex in zip(
-            idx, _by_format(tok, fmt, [records[i] for i in idx], max_length), strict=True
-        ):
-            slots[i] = ex
+        tokenized = _by_format(tok, fmt, [records[i] for i in idx], max_length)
+        for i, example in zip(idx, tokenized, strict=True):
+            slots[i] = example
     kept = []
-    for ex in slots:
-        assert ex is not None
+    for slot in slots:
+        assert slot is not None  # every record was tokenized by its format's function
+        ex = slot
         stats.truncated += ex.truncated
         if ex.supervised == 0:
             stats.dropped += 1
