@@ -6,9 +6,10 @@
   tokenizer trained here on the demo corpus, with a small chat template;
 - `DIR/data/train.jsonl`: chat examples in the `messages` format.
 
-The fine-tune preset then runs on CPU in about a minute:
-`python -m training.finetune --model DIR/model --data DIR/data --output OUT`.
-The tests build their model the same way (see tests/fixtures/llm.py).
+The fine-tune preset then runs on CPU in about a minute with DEMO_PARAMS as its options
+(`demo_command()` spells the command out); the loss falls from ~6.1 to ~5.2, about what
+LoRA can do against this model's random, frozen output head. The tests build their model the
+same way (see tests/fixtures/llm.py).
 """
 
 from __future__ import annotations
@@ -36,6 +37,14 @@ COUNTRIES = {
     "Austria": "Vienna",
     "Poland": "Warsaw",
     "Greece": "Athens",
+}
+# The preset's `params` for the demo: ~80 optimizer steps of ~1k tokens.
+DEMO_PARAMS: dict[str, Any] = {
+    "epochs": 10,
+    "max_length": 256,
+    "batch_size": 4,
+    "learning_rate": 5e-3,
+    "log_steps": 5,
 }
 WORDS = ["cat", "river", "cloud", "bread", "garden", "window", "silver", "planet", "music"]
 
@@ -120,6 +129,9 @@ def build_model(tokenizer: Any, hidden: int = 64, layers: int = 2, seed: int = 0
     """A Llama with random weights shaped like the real thing (GQA, SwiGLU, RoPE), only tiny."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers.utils import logging
+
+    logging.disable_progress_bar()  # "Writing model shards" bars on save
 
     config = LlamaConfig(
         vocab_size=len(tokenizer),
@@ -158,6 +170,16 @@ def make_demo_assets(root: str | Path, examples: int = 200, seed: int = 0) -> De
     return DemoAssets(root, model_dir, data_file)
 
 
+def demo_command(root: str | Path, output: str | Path) -> list[str]:
+    """The entry point's command line for the demo assets under root."""
+    root = Path(root)
+    command = ["python", "-m", "training.finetune", "--model", str(root / "model")]
+    command += ["--data", str(root / "data"), "--output", str(output)]
+    for key, value in DEMO_PARAMS.items():
+        command += [f"--{key.replace('_', '-')}", str(value)]
+    return command
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m training.demo", description=__doc__)
     parser.add_argument("--output", required=True, help="directory to write model/ and data/")
@@ -166,6 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     assets = make_demo_assets(args.output, args.examples, args.seed)
     print(f"model: {assets.model_dir}\ndata: {assets.data_file}")
+    print("fine-tune: " + " ".join(demo_command(assets.root, assets.root / "output")))
     return 0
 
 

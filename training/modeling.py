@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -48,9 +49,27 @@ def _flash_attn_usable() -> bool:
     return torch.cuda.is_available() and importlib.util.find_spec("flash_attn") is not None
 
 
+def cpu_budget() -> int:
+    """CPUs this process may really use: its affinity mask, capped by a cgroup v2 CPU quota.
+
+    torch sizes its thread pool from the node's core count; in a pod limited to 2 CPUs on a
+    64-core node, 64 OpenMP threads then spin against the quota and run 10x slower or worse.
+    """
+    n = len(os.sched_getaffinity(0))
+    try:
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]
+        if quota != "max":
+            n = min(n, max(1, int(quota) // int(period)))
+    except (OSError, ValueError):
+        pass  # no cgroup v2 quota to honour
+    return n
+
+
 def place(opts: Options, local_rank: int) -> Placement:
     """Pick device, dtype, attention kernel and checkpointing from the options and hardware."""
     cuda = torch.cuda.is_available()
+    if not cuda and "OMP_NUM_THREADS" not in os.environ:
+        torch.set_num_threads(cpu_budget())
     device = torch.device("cuda", local_rank) if cuda else torch.device("cpu")
     bf16_ok = cuda and torch.cuda.is_bf16_supported()
     use_bf16 = opts.bf16 == "on" or (opts.bf16 == "auto" and bf16_ok) or opts.method == "qlora"
