@@ -7,7 +7,7 @@ import os
 import tempfile
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -41,6 +41,7 @@ SINGLE_REQUEST_LIMIT = 8 * MiB
 # A local file newer than the object by more than this is kept by pull (clock slack).
 NEWER_LOCAL_SLACK_S = 2.0
 DEFAULT_WORKERS = 8
+MAX_PARTS_IN_FLIGHT = 40  # stays under the client's 64 pooled connections
 
 _hashes = HashCache()  # shared by every sync of the process, so periodic pushes hash once
 T = TypeVar("T")
@@ -67,12 +68,14 @@ def key_prefix(spec: VolumeSpec) -> str:
     return f"{spec.prefix}/" if spec.prefix else ""
 
 
-def transfer_config(workers: int) -> TransferConfig:
-    """boto3 settings for large files: 16 MiB parts, a few parts in flight per file."""
+def transfer_config(workers: int, large_files: int) -> TransferConfig:
+    """boto3 settings for large files: 16 MiB parts; about 40 parts in flight in all, shared
+    by the large files that can move at once (10 for a lone file, as boto3's default)."""
+    at_once = max(1, min(workers, large_files))
     return TransferConfig(
         multipart_threshold=SINGLE_REQUEST_LIMIT,
         multipart_chunksize=PART_SIZE,
-        max_concurrency=max(2, min(8, 32 // max(1, workers))),
+        max_concurrency=max(2, min(10, MAX_PARTS_IN_FLIGHT // at_once)),
         use_threads=True,
     )
 
@@ -95,6 +98,8 @@ def pull(
         sync.tracker.failed(_where(spec), _describe(error), counts_as_file=False)
         return sync.tracker.finish()
     files = [obj for obj in remote if _is_file_key(obj.key, sync)]
+    large = sum(1 for obj in files if obj.size > SINGLE_REQUEST_LIMIT)
+    sync = replace(sync, transfer=transfer_config(workers, large))
     _make_folders(sync, [obj.key for obj in remote if not _is_file_key(obj.key, sync)])
     sync.tracker.add_total(len(files))
     _run(workers, lambda obj: _pull_one(sync, obj), files)
@@ -120,6 +125,8 @@ def push(
     remote = _list_remote(config, spec, sync) if local is not None else None
     if local is None or remote is None:
         return sync.tracker.finish()
+    large = sum(1 for file in local.files.values() if file.stat.st_size > SINGLE_REQUEST_LIMIT)
+    sync = replace(sync, transfer=transfer_config(workers, large))
     sync.tracker.add_total(len(local.files) + len(local.symlinks))
     for _ in local.symlinks:
         sync.tracker.skipped()  # never followed: a link could point anywhere on this machine
@@ -174,7 +181,7 @@ def _start(
         prefix=key_prefix(spec),
         root=Path(local_dir),
         tracker=Tracker(direction, progress),
-        transfer=transfer_config(workers),
+        transfer=transfer_config(workers, 1),
     )
 
 
