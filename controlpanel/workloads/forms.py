@@ -107,7 +107,7 @@ class FinetuneForm(_JobForm):
                                     help_text=f"bucket@ALIAS/prefix for the adapter ({OUTPUT_PATH}).")
     method = forms.ChoiceField(choices=[("lora", "LoRA"), ("qlora", "QLoRA (4-bit, GPU)")])
     rank = forms.IntegerField(min_value=1, max_value=1024)
-    alpha = forms.FloatField(min_value=0.0)
+    alpha = forms.IntegerField(min_value=1)
     learning_rate = forms.FloatField(min_value=0.0)
     epochs = forms.FloatField(min_value=0.0, required=False)
     max_steps = forms.IntegerField(required=False, help_text="Overrides epochs when > 0.")

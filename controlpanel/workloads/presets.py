@@ -22,7 +22,7 @@ ENTRY_POINT = ["python", "-m", "training.finetune"]
 MAIN_PARAMS: dict[str, Any] = {
     "method": "lora",
     "rank": 16,
-    "alpha": 32.0,
+    "alpha": 32,
     "learning_rate": 2e-4,
     "epochs": 1.0,
     "max_steps": -1,

@@ -100,7 +100,8 @@ def job_new(request: HttpRequest) -> HttpResponse:
     context = _form_context(request, preset, finetune, custom)
     status = 400 if form.is_bound and form.errors else 200
     if request.htmx and request.POST.get("validate"):
-        return render(request, "jobs/new.html#job-form", context, status=status)
+        # A validation answer, errors included, is a successful response for htmx.
+        return render(request, "jobs/new.html#job-form", context)
     return render(request, "jobs/new.html", context, status=status)
 
 

@@ -54,6 +54,9 @@ def test_finetune_through_the_form(page: Any, live_server: Any, processes: Any, 
     page.wait_for_selector("[data-testid=estimate] strong")  # htmx validation: cost per hour
     assert "0.04" in page.inner_text("[data-testid=estimate]")
     page.click("#job-form button[type=submit]")
+    page.wait_for_load_state()
+    errors = page.locator(".field-error, .error").all_inner_texts()
+    assert errors == [], errors
     page.wait_for_url("**/jobs/*-*/")
     assert page.inner_text("h1").startswith("demo <b>tune</b>")  # escaped, shown as text
 
