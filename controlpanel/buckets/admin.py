@@ -42,7 +42,7 @@ class DatastoreAdmin(admin.ModelAdmin):
     readonly_fields = ["access_key_hint", "secret_key_hint", "created_at"]
     search_fields = ["alias", "endpoint_url"]
 
-    def get_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
         fields = ["alias", "endpoint_url", "region", "access_key", "secret_key"]
         return fields + (["access_key_hint", "secret_key_hint", "created_at"] if obj else [])
 

@@ -24,21 +24,11 @@ class BucketForm(forms.Form):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        choices = [(d.alias, f"{d.alias} ({d.endpoint_url})") for d in datastore_list()]
-        self.fields["datastore"].choices = choices
-        self.fields["datastore"].initial = default_datastore_alias()
+        field = self.fields["datastore"]
+        assert isinstance(field, forms.ChoiceField)
+        field.choices = [(d.alias, f"{d.alias} ({d.endpoint_url})") for d in datastore_list()]
+        field.initial = default_datastore_alias()
 
 
 class DeleteBucketForm(forms.Form):
     empty = forms.BooleanField(required=False, label="Also delete every object in it")
-
-
-class ObjectDeleteForm(forms.Form):
-    """Keys and folders ticked in the browser; `prefix` is the folder shown, to go back to."""
-
-    prefix = forms.CharField(required=False, max_length=1024)
-
-    def selection(self, data: Any) -> tuple[list[str], list[str]]:
-        keys = [key for key in data.getlist("key") if key]
-        folders = [folder for folder in data.getlist("folder") if folder]
-        return keys, folders

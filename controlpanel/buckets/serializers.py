@@ -27,8 +27,12 @@ class DatastoreCreateSerializer(serializers.Serializer):
 
 
 class BucketSerializer(serializers.ModelSerializer):
-    project = serializers.SlugRelatedField(slug_field="slug", read_only=True)
-    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    project: serializers.SlugRelatedField = serializers.SlugRelatedField(
+        slug_field="slug", read_only=True
+    )
+    created_by: serializers.SlugRelatedField = serializers.SlugRelatedField(
+        slug_field="username", read_only=True
+    )
     volume = serializers.SerializerMethodField(help_text="How a job or notebook names it.")
 
     class Meta:
@@ -94,7 +98,8 @@ class ObjectDeleteSerializer(serializers.Serializer):
 
 class ObjectDeleteResultSerializer(serializers.Serializer):
     deleted = serializers.ListField(child=serializers.CharField())
-    errors = serializers.ListField(child=serializers.DictField())
+    # A declared field named like Serializer.errors: DRF's metaclass moves it to _declared_fields.
+    errors = serializers.ListField(child=serializers.DictField())  # type: ignore[assignment]
 
 
 class UrlSerializer(serializers.Serializer):

@@ -126,14 +126,11 @@ def bucket_create(
     except IntegrityError:
         raise ValidationError({"name": f"{name} is already in use on {alias}."}) from None
     except BucketAlreadyExists:
-        raise ValidationError(
-            {
-                "name": (
-                    f"A bucket named {name} already exists on {alias} (names are shared by "
-                    "everyone on a datastore): choose another name, or attach it if it is yours."
-                )
-            }
-        ) from None
+        taken = (
+            f"A bucket named {name} already exists on {alias} (names are shared by everyone "
+            "on a datastore): choose another name, or attach it if it is yours."
+        )
+        raise ValidationError({"name": taken}) from None
     _allow_browser_uploads(config, name)
     return bucket
 
@@ -230,15 +227,14 @@ def bucket_empty_and_delete(*, bucket_id: int) -> None:
     if bucket is None:
         return
     config = bucket_config(bucket=bucket)
+
+    def progress(done: int) -> None:  # once per batch of 1,000 deletions
+        Bucket.objects.filter(pk=bucket_id).update(empty_done=done)
+
     try:
         total = objects.bucket_stats(config, bucket=bucket.name).object_count
         Bucket.objects.filter(pk=bucket_id).update(empty_total=total)
-        objects.delete_bucket(
-            config,
-            bucket=bucket.name,
-            force=True,
-            on_progress=lambda done: Bucket.objects.filter(pk=bucket_id).update(empty_done=done),
-        )
+        objects.delete_bucket(config, bucket=bucket.name, force=True, on_progress=progress)
     except BucketNotFound:
         pass
     except StorageError as error:

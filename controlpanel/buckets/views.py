@@ -23,7 +23,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from controlpanel.buckets import selectors, services, transfers
 from controlpanel.buckets.csp import allow_datastores
-from controlpanel.buckets.forms import BucketForm, DeleteBucketForm, ObjectDeleteForm
+from controlpanel.buckets.forms import BucketForm, DeleteBucketForm
 from controlpanel.buckets.listing import build_listing
 from controlpanel.buckets.models import Bucket
 from controlpanel.projects.access import project_view
@@ -200,9 +200,10 @@ def object_download(request: HttpRequest, datastore: str, name: str) -> HttpResp
 @storage_errors
 def object_delete(request: HttpRequest, datastore: str, name: str) -> HttpResponse:
     bucket = _bucket(request, datastore, name)
-    form = ObjectDeleteForm(request.POST)
-    prefix = form.data.get("prefix", "")
-    keys, folders = form.selection(request.POST)
+    # Ticked objects (`key`) and folders (`folder`), and the folder shown (`prefix`).
+    prefix = request.POST.get("prefix", "")
+    keys = [key for key in request.POST.getlist("key") if key]
+    folders = [folder for folder in request.POST.getlist("folder") if folder]
     try:
         result = services.objects_delete(bucket=bucket, keys=keys, prefixes=folders)
     except ValidationError as error:
