@@ -56,6 +56,8 @@ class StorageAPIView(APIView):
             exc = StorageDown()
         elif isinstance(exc, StorageError):
             exc = StorageFailed(exc.message)
+        elif isinstance(exc, selectors.DatastoreNotFound):
+            exc = StorageFailed(f"The datastore {exc.alias} is no longer configured.")
         elif isinstance(exc, services.BucketNotEmptyError):
             exc = Conflict(str(exc))
         elif isinstance(exc, DjangoPermissionDenied):

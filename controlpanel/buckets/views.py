@@ -39,6 +39,9 @@ def storage_errors(view: Callable[..., HttpResponse]) -> Callable[..., HttpRespo
     def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
         try:
             return view(request, *args, **kwargs)
+        except selectors.DatastoreNotFound as missing:
+            error = StorageError(f"The datastore {missing.alias} is no longer configured.")
+            return render(request, "buckets/error.html", {"error": error}, status=502)
         except StorageError as error:
             status = 503 if isinstance(error, StorageUnavailable) else 502
             if isinstance(error, ObjectNotFound):

@@ -198,3 +198,47 @@ def test_admin_requires_credentials_for_a_new_datastore(admin_user: Any) -> None
     assert response.status_code == 200
     assert "Required for a new datastore." in response.content.decode()
     assert not Datastore.objects.filter(alias="BHS").exists()
+
+
+def test_a_bucket_whose_datastore_was_removed_says_so(
+    owner_client: Any, owner_api: APIClient
+) -> None:
+    from controlpanel.buckets.models import Bucket
+    from controlpanel.projects.models import Project
+
+    Bucket.objects.create(project=Project.objects.get(slug="alpha"), datastore="OLD", name="gone")
+    page = owner_client.get("/p/alpha/buckets/OLD/gone/")
+    assert page.status_code == 502
+    assert "The datastore OLD is no longer configured." in page.content.decode()
+    api = owner_api.get("/api/v1/buckets/OLD/gone/objects/")
+    assert (api.status_code, api.json()) == (
+        502,
+        {"detail": "The datastore OLD is no longer configured."},
+    )
+
+
+@pytest.mark.parametrize(
+    ("env", "named"),
+    [
+        ({"S3_ENDPOINT_URL": "s3.example.net"}, "S3_ENDPOINT_URL"),
+        ({"S3_ENDPOINT_URL": "https://s3.example.net"}, "S3_ACCESS_KEY"),
+        ({"FIELD_ENCRYPTION_KEY": "short"}, "FIELD_ENCRYPTION_KEY"),
+    ],
+)
+def test_bad_storage_settings_stop_start_up(env: dict[str, str], named: str) -> None:
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("S3_", "FIELD_"))}
+    result = subprocess.run(
+        [sys.executable, "manage.py", "check"],
+        env=base | {"DEBUG": "1"} | env,
+        cwd=Path(__file__).resolve().parents[3],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode != 0
+    assert named in result.stderr
