@@ -137,8 +137,8 @@ def upload(cli_env: dict[str, str], path: Path, web: psutil.Process) -> dict[str
         "bucket",
         "object",
         "upload",
-        str(path),
         "bench-data",
+        str(path),
     ]
     started = time.monotonic()
     cli = subprocess.Popen(command, cwd=REPO, env=cli_env, stdout=subprocess.DEVNULL)

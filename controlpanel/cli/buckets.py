@@ -168,11 +168,18 @@ def object_list(ref: str, recursive: bool) -> None:
 
 
 @object_group.command("upload")
-@click.argument("sources", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
 @click.argument("dest", metavar="NAME[@ALIAS][/PREFIX]")
+@click.argument(
+    "sources",
+    nargs=-1,
+    required=True,
+    metavar="PATH...",
+    type=click.Path(exists=True, path_type=Path),
+)
 @output_option
-def object_upload(sources: tuple[Path, ...], dest: str) -> None:
-    """Upload files and folders under PREFIX (a folder keeps its name: dir/a.txt)."""
+def object_upload(dest: str, sources: tuple[Path, ...]) -> None:
+    """Upload files and folders under PREFIX (a folder keeps its name: PREFIX/dir/a.txt).
+    The bucket comes first, as in `ovhai bucket object upload`."""
     api = state().api()
     name, alias, prefix = split_ref(dest)
     path = resolve(api, name, alias)
@@ -209,8 +216,8 @@ def object_download(source: str, dest: Path, recursive: bool) -> None:
     api = state().api()
     name, alias, key = split_ref(source)
     path = resolve(api, name, alias)
-    if recursive or key.endswith("/") or not key:
-        plan, skipped = _download_plan(api, path, key, dest)
+    if recursive or key.endswith("/") or not key or _is_folder(api, path, key):
+        plan, skipped = _download_plan(api, path, key.rstrip("/") + "/" if key else "", dest)
     else:
         target = dest / key.rsplit("/", 1)[-1] if dest.is_dir() else dest
         plan, skipped = [(key, target, None)], []
@@ -222,6 +229,14 @@ def object_download(source: str, dest: Path, recursive: bool) -> None:
     for bad in skipped:
         click.echo(f"skipped {bad!r}: it would land outside {dest}", err=True)
     emit(done, message=f"downloaded {len(done)} object(s) to {dest}")
+
+
+def _is_folder(api: Api, path: str, key: str) -> bool:
+    """`runs/1/adapter` names a folder when no object has that exact key but some lie
+    under `runs/1/adapter/`."""
+    page = api.get(path + "objects/", prefix=key, delimiter="/", limit=1000)
+    exact = any(item["key"] == key for item in page["objects"])
+    return not exact and key + "/" in page["prefixes"]
 
 
 def _download_plan(

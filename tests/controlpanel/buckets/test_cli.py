@@ -69,7 +69,7 @@ def test_upload_list_download_and_delete_files_and_folders(
     single = tmp_path / "notes.md"
     single.write_text("# notes")
     uploaded = _json(
-        run("bucket", "object", "upload", str(tree), str(single), f"{name}/data", "-o", "json")
+        run("bucket", "object", "upload", f"{name}/data", str(tree), str(single), "-o", "json")
     )
     assert sorted(item["key"] for item in uploaded) == [
         "data/corpus/a.txt",
@@ -87,6 +87,12 @@ def test_upload_list_download_and_delete_files_and_folders(
     out = tmp_path / "out"
     _ok(run("bucket", "object", "download", f"{name}/data/corpus/", str(out), "-r"))
     assert (out / "sub" / "ü b.txt").read_text() == "beta" and (out / "a.txt").exists()
+    named = tmp_path / "named"  # a folder named without '/' or -r is still a folder
+    _ok(run("bucket", "object", "download", f"{name}/data/corpus", str(named)))
+    assert sorted(p.relative_to(named).as_posix() for p in named.rglob("*.txt")) == [
+        "a.txt",
+        "sub/ü b.txt",
+    ]
     deleted = _json(run("bucket", "object", "delete", f"{name}/data/corpus/", "-r", "-o", "json"))
     assert sorted(deleted["deleted"]) == ["data/corpus/a.txt", "data/corpus/sub/ü b.txt"]
     assert [o.key for o in objects.iter_objects(datastore, bucket=name)] == ["data/notes.md"]
@@ -104,7 +110,7 @@ def test_multipart_upload_of_a_big_file(
     data = os.urandom(11 * 1024 * 1024 + 7)
     big.write_bytes(data)
     _ok(run("bucket", "create", name))
-    _ok(run("bucket", "object", "upload", str(big), name))
+    _ok(run("bucket", "object", "upload", name, str(big)))
     assert objects.read_object(datastore, bucket=name, key="big.bin", max_bytes=len(data)) == data
     back = tmp_path / "back.bin"
     _ok(run("bucket", "object", "download", f"{name}/big.bin", str(back)))
@@ -148,7 +154,7 @@ ERRORS = [
         "your project has no bucket named missing-bucket",
     ),
     (("bucket", "object", "list", "@LOCAL"), {}, 2, "names no bucket"),
-    (("bucket", "object", "upload", "/nonexistent/file", "b"), {}, 2, "does not exist"),
+    (("bucket", "object", "upload", "b", "/nonexistent/file"), {}, 2, "does not exist"),
     (
         ("bucket", "list"),
         {"AJUSTE_URL": "http://127.0.0.1:9"},
