@@ -3,7 +3,9 @@ PostgreSQL and Redis on loopback unless the environment names others."""
 
 import os
 
-os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/ajuste")
+# One database per run (pytest-django creates test_ajuste_<pid> and drops it at the end), so
+# runs started side by side never share one.
+os.environ.setdefault("DATABASE_URL", f"postgres://postgres@127.0.0.1:5432/ajuste_{os.getpid()}")
 os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/15")
 os.environ.setdefault("DEBUG", "0")
 os.environ.setdefault("HTTPS", "0")

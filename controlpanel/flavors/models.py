@@ -58,9 +58,13 @@ class Flavor(models.Model):
         )
 
     def price_at(self, moment: datetime) -> Decimal | None:
-        """The unit price per hour in effect at `moment`, or None before the first price."""
-        price = self.prices.filter(valid_from__lte=moment).order_by("-valid_from").first()
-        return price.price_per_hour if price else None
+        """The unit price per hour in effect at `moment`, or None before the first price.
+
+        Reads `prices.all()`, so a list prefetching `flavor__prices` costs no query per row."""
+        in_effect = [p for p in self.prices.all() if p.valid_from <= moment]
+        if not in_effect:
+            return None
+        return max(in_effect, key=lambda p: p.valid_from).price_per_hour
 
     @property
     def current_price(self) -> Decimal | None:

@@ -55,8 +55,11 @@ class _JobForm(forms.Form):
         """Show each API-level error beside the form field it concerns."""
         for key, messages in error.message_dict.items():
             target = self.field_map.get(key, key)
+            target = target if target in self.fields else None
+            if target and target in self.errors:
+                continue  # the form already says what is wrong with this field
             for message in messages:
-                self.add_error(target if target in self.fields else None, message)
+                self.add_error(target, message)
 
 
 class CustomJobForm(_JobForm):
@@ -125,8 +128,8 @@ class FinetuneForm(_JobForm):
         params = {name: data[name] for name in MAIN_PARAMS if data.get(name) not in (None, "")}
         if data.get("base_model"):
             params["base_model"] = data["base_model"].strip()
-        volumes = [f"{data['data_volume'].strip()}:{DATA_PATH}:ro",
-                   f"{data['output_volume'].strip()}:{OUTPUT_PATH}:rw"]
+        volumes = [f"{(data.get('data_volume') or '').strip()}:{DATA_PATH}:ro",
+                   f"{(data.get('output_volume') or '').strip()}:{OUTPUT_PATH}:rw"]
         if data.get("model_volume"):
             volumes.insert(0, f"{data['model_volume'].strip()}:{MODEL_PATH}:ro")
         return self.common_data() | {"preset": "finetune", "params": params, "volumes": volumes}

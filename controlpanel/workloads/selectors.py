@@ -41,6 +41,7 @@ def jobs_for_project(*, project: Project, filters: JobFilters = JobFilters()) ->
     jobs = (
         Job.objects.filter(project=project)
         .select_related("owner", "flavor")
+        .prefetch_related("flavor__prices")
         .annotate(gpus_total=F("gpu") * F("flavor__gpus_per_unit"),
                   duration=Coalesce(F("finished_at"), Now()) - F("started_at"))
         .defer("progress", "loss_curve", "log_cursor", "env", "params")

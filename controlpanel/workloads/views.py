@@ -22,6 +22,7 @@ from controlpanel.workloads.demo import demo_form_initial
 from controlpanel.workloads.forms import CustomJobForm, FinetuneForm
 from controlpanel.workloads.models import Job, JobState
 from controlpanel.workloads.reconcile import observe
+from controlpanel.workloads.validation import clean_job
 from deploy.types import DeployError
 
 log = logging.getLogger(__name__)
@@ -84,24 +85,24 @@ def job_new(request: HttpRequest) -> HttpResponse:
         else "finetune"
     finetune, custom = _forms(request, preset)
     form = finetune if preset == "finetune" else custom
-    if request.method == "POST" and form.is_valid():
+    validating = bool(request.POST.get("validate"))
+    if request.method == "POST":
+        valid = form.is_valid()
         try:
-            if request.POST.get("validate"):  # htmx inline validation: check, save nothing
-                from controlpanel.workloads.validation import clean_job
-
-                clean_job(project=access.project, data=form.to_job_data())
-            else:
+            if valid and not validating:
                 job = services.job_submit(access=access, user=request.user,
                                           data=form.to_job_data())
                 messages.success(request, f"Job {job.name} submitted.")
                 return redirect("job-detail", slug=access.project.slug, job_id=job.pk)
+            # Also check what the form itself accepted, so every problem shows at once.
+            clean_job(project=access.project, data=form.to_job_data())
         except ValidationError as exc:
             form.add_service_errors(exc)
     context = _form_context(request, preset, finetune, custom)
-    status = 400 if form.is_bound and form.errors else 200
-    if request.htmx and request.POST.get("validate"):
+    if request.htmx and validating:
         # A validation answer, errors included, is a successful response for htmx.
         return render(request, "jobs/new.html#job-form", context)
+    status = 400 if form.is_bound and form.errors else 200
     return render(request, "jobs/new.html", context, status=status)
 
 

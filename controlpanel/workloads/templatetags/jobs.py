@@ -48,6 +48,14 @@ def run_time(started: datetime | None, finished: datetime | None) -> str:
 
 
 @register.filter
+def job_cost(job: Any) -> str:
+    from controlpanel.workloads.selectors import job_cost_estimate
+
+    cost = job_cost_estimate(job=job)
+    return "—" if cost is None else f"{cost:.2f}" if cost >= 1 else f"{cost:.4f}"
+
+
+@register.filter
 def percent(progress: dict[str, Any]) -> int:
     step, total = progress.get("step") or 0, progress.get("max_steps") or 0
     return int(100 * step / total) if total else 0

@@ -53,6 +53,7 @@ def test_finetune_through_the_form(page: Any, live_server: Any, processes: Any, 
     page.select_option("#id_ft-flavor", "ai1-1-cpu")
     page.wait_for_selector("[data-testid=estimate] strong")  # htmx validation: cost per hour
     assert "0.04" in page.inner_text("[data-testid=estimate]")
+    page.screenshot(path=str(SCREENSHOTS / "job-form.png"), full_page=False)
     page.click("#job-form button[type=submit]")
     page.wait_for_load_state()
     errors = page.locator(".field-error, .error").all_inner_texts()
