@@ -60,13 +60,15 @@ def make_assets(root: Path, args: argparse.Namespace) -> tuple[Path, Path]:
     return root / "model", data
 
 
-def run_ours(model: Path, data: Path, out: Path, args: argparse.Namespace) -> dict[str, Any]:
+def run_ours(
+    model: Path, data: Path, out: Path, args: argparse.Namespace, packing: str = "auto"
+) -> dict[str, Any]:
     """The real entry point, in its own process; its `done` event has the loop's tokens/s."""
     from training.protocol import parse_line
 
     options = (
         f"--epochs 1 --batch-size {args.batch_size} --max-length {args.max_length} "
-        "--save-steps 1000000 --log-steps 1000000 --no-resume"
+        f"--save-steps 1000000 --log-steps 1000000 --no-resume --packing {packing}"
     ).split()
     paths = ["--model", str(model), "--data", str(data), "--output", str(out)]
     cmd = [sys.executable, "-m", "training.finetune", *paths, *options]
@@ -159,8 +161,8 @@ def parse_args() -> argparse.Namespace:
 
 
 def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
-    """[ours, Trainer, Trainer grouped]: the best of interleaved rounds (a shared CPU's other
-    load hits each side alike this way)."""
+    """[ours, ours packed, Trainer, Trainer grouped]: the best of interleaved rounds (a shared
+    CPU's other load hits each side alike this way)."""
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         model, data = make_assets(root, args)
@@ -168,6 +170,7 @@ def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
         for r in range(args.rounds):
             rounds.append([
                 run_ours(model, data, root / f"ours{r}", args),
+                run_ours(model, data, root / f"packed{r}", args, packing="on"),
                 run_trainer(model, data, root / f"trainer{r}", args),
                 run_trainer(model, data, root / f"grouped{r}", args, grouped=True),
             ])  # fmt: skip
@@ -175,23 +178,28 @@ def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
     return [max(col, key=lambda x: x["tokens_per_s"]) for col in zip(*rounds, strict=True)]
 
 
-def print_results(args: argparse.Namespace, ours: Any, base: Any, grouped: Any) -> None:
+def print_results(
+    args: argparse.Namespace, ours: Any, packed: Any, base: Any, grouped: Any
+) -> None:
     ratio = ours["tokens_per_s"] / base["tokens_per_s"]
     vs_grouped = ours["tokens_per_s"] / grouped["tokens_per_s"]
     print(f"machine: {os.cpu_count()} CPU cores, torch threads {args.threads or 'default'}; "
           f"best of {args.rounds} interleaved rounds")  # fmt: skip
     print(f"model: Llama hidden {args.hidden}, {args.layers} layers, random weights; "
           f"{args.examples} chat examples; LoRA r=16 all-linear; 1 epoch")  # fmt: skip
-    rows = f"{args.batch_size} packed rows x {args.max_length}"
-    print(f"training.finetune  : {ours['tokens_per_s']:>9.1f} tokens/s "
-          f"({ours['steps']} steps of {rows})")  # fmt: skip
-    for name, r in (("Trainer + peft", base), ("  grouped by length", grouped)):
-        print(f"{name:<19}: {r['tokens_per_s']:>9.1f} tokens/s "
-              f"({r['steps']} steps of {r['batch_size']} padded examples)")  # fmt: skip
+    budget = f"{args.batch_size} x {args.max_length} tokens"
+    lines = [
+        ("training.finetune", ours, f"micro-batches of <= {budget}, grouped by length"),
+        ("  --packing on", packed, f"{args.batch_size} packed rows x {args.max_length}"),
+        ("Trainer + peft", base, f"{base.get('batch_size')} padded examples"),
+        ("  grouped by length", grouped, f"{grouped.get('batch_size')} padded examples"),
+    ]
+    for name, r, what in lines:
+        print(f"{name:<19}: {r['tokens_per_s']:>9.1f} tokens/s ({r['steps']} steps; {what})")
     print(f"ratio              : {ratio:.2f} (vs grouped by length: {vs_grouped:.2f})")
-    summary = {"ours": ours["tokens_per_s"], "trainer": base["tokens_per_s"]}
-    summary |= {"trainer_grouped": grouped["tokens_per_s"], "ratio": round(ratio, 3)}
-    print(json.dumps(summary))
+    summary = {"ours": ours["tokens_per_s"], "ours_packed": packed["tokens_per_s"]}
+    summary |= {"trainer": base["tokens_per_s"], "trainer_grouped": grouped["tokens_per_s"]}
+    print(json.dumps(summary | {"ratio": round(ratio, 3)}))
 
 
 def main() -> int:

@@ -103,7 +103,7 @@ def _build_run(opts: Options, records: Any, ranks: Any, reporter: Reporter) -> t
 
     where = modeling.place(opts, ranks.local_rank)
     tok = modeling.load_tokenizer(opts)
-    data = prepare_data(opts, tok, records, ranks, reporter)
+    data = prepare_data(opts, tok, records, ranks, reporter, where.attn)
     resume = _resume_point(opts, data.fingerprint, reporter)
     reporter.log(f"loading {opts.model} on {where.device} ({str(where.dtype)[6:]}, {where.attn})")
     seed_everything(opts.seed)  # the same LoRA init on every rank and every run

@@ -21,7 +21,7 @@ import torch
 from training import checkpoint
 from training.checkpoint import TrainState
 from training.data.batches import RowData
-from training.data.packing import Layout
+from training.data.packing import Layout, group_by_length
 from training.distributed import Ranks
 from training.modeling import Placement
 from training.options import Options
@@ -40,6 +40,7 @@ class Window:
     process_start: float = field(default_factory=time.perf_counter)
     process_steps: int = 0
     process_tokens: int = 0
+    reported: bool = False
 
     def add(self, loss_sum: torch.Tensor, learned: int, tokens: int) -> None:
         self.loss_sum = loss_sum if self.loss_sum is None else self.loss_sum + loss_sum
@@ -120,15 +121,21 @@ def train_step(run: Run, micro: list[list[int]], learned: int) -> tuple[torch.Te
 
 def steps(run: Run) -> Iterator[tuple[int, list[list[int]], int, int]]:
     """(step index, this rank's micro-batches, learned tokens and real tokens of all ranks)."""
-    order: list[int] = []
+    batches: list[list[int]] = []
     epoch = -1
     for step in range(run.state.step, run.max_steps):
         if step // run.layout.steps_per_epoch != epoch:
             epoch = step // run.layout.steps_per_epoch
-            order = run.layout.epoch_order(epoch)
-        per_rank = run.layout.step_batches(order, step % run.layout.steps_per_epoch)
+            batches = run.layout.epoch_batches(epoch)
+        per_rank = run.layout.step_batches(batches, step % run.layout.steps_per_epoch)
         tokens, learned = run.train.count([r for rank in per_rank for mb in rank for r in mb])
         yield step, per_rank[run.ranks.rank], learned, tokens
+
+
+def _duration(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
 
 
 def report_progress(run: Run, grad_norm: torch.Tensor) -> None:
@@ -156,6 +163,11 @@ def report_progress(run: Run, grad_norm: torch.Tensor) -> None:
     if run.where.device.type == "cuda":
         fields["gpu_mem_gb"] = round(torch.cuda.max_memory_allocated(run.where.device) / 2**30, 2)
     run.reporter.emit("progress", **fields)
+    if not w.reported:  # once per process, for whoever reads the log rather than the events
+        w.reported = True
+        run.reporter.log(
+            f"step {state.step}/{run.max_steps}: about {_duration(fields['eta_s'])} to go"
+        )
     w.reset()
 
 
@@ -167,10 +179,10 @@ def evaluate(run: Run) -> None:
     started = time.perf_counter()
     inner = run.module.module if run.ranks.distributed else run.module  # no DDP collectives
     inner.eval()
-    mine = list(range(run.ranks.rank, len(run.evalset), run.ranks.world_size))
+    lengths = [run.evalset.row_tokens(r) for r in range(len(run.evalset))]
+    batches = group_by_length(lengths, run.opts.batch_size * run.opts.max_length)
     loss_sum, learned = 0.0, 0
-    for start in range(0, len(mine), run.opts.batch_size):
-        rows = mine[start : start + run.opts.batch_size]
+    for rows in batches[run.ranks.rank :: run.ranks.world_size]:
         with run.autocast():
             loss_sum += inner(**run.to_device(run.evalset.collate(rows))).item()
         learned += run.evalset.count(rows)[1]

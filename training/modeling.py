@@ -116,7 +116,8 @@ def load_model(opts: Options, where: Placement) -> Any:
         dtype=where.dtype,
         attn_implementation=where.attn,
         quantization_config=quant,
-        device_map={"": where.device} if quant is not None else None,
+        # bitsandbytes quantizes while loading, straight onto this rank's GPU
+        device_map={"": where.device.index or 0} if quant is not None else None,
         trust_remote_code=opts.trust_remote_code,
     )
     if quant is None:

@@ -34,7 +34,7 @@ class Options:
     batch_size: int = 4
     grad_accum: int = 1
     max_length: int = 2048
-    packing: bool = True
+    packing: str = "auto"
     gradient_checkpointing: str = "auto"
     bf16: str = "auto"
     attn_implementation: str = "auto"
@@ -132,7 +132,12 @@ def _add_optimisation(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--max-steps", type=int, default=-1, help="optimizer steps; overrides --epochs when > 0"
     )
-    g.add_argument("--batch-size", type=int, default=4, help="sequences per device per micro-batch")
+    g.add_argument(
+        "--batch-size",
+        type=int,
+        default=4,
+        help="per device and micro-batch: this many --max-length sequences' worth of tokens",
+    )
     g.add_argument("--grad-accum", type=int, default=1, help="micro-batches per optimizer step")
     g.add_argument("--seed", type=int, default=42, help="seed for data order, split and init")
 
@@ -143,11 +148,12 @@ def _add_sequence(p: argparse.ArgumentParser) -> None:
         "--max-length", type=int, default=2048, help="tokens per sequence; longer are truncated"
     )
     g.add_argument(
-        "--no-packing",
-        dest="packing",
-        action="store_false",
-        help="one example per sequence, padded (default: pack several examples per "
-        "sequence, each attending only to itself)",
+        "--packing",
+        choices=["auto", "on", "off"],
+        default="auto",
+        help="on: pack whole examples into --max-length sequences, each attending only to "
+        "itself (best with flash_attention_2); off: one example per sequence, micro-batches of "
+        "similar lengths (best with sdpa); auto: on with flash_attention_2, else off",
     )
 
 

@@ -14,7 +14,14 @@ import torch
 
 from training.data.batches import RowData
 from training.data.jsonl import DatasetError, Record
-from training.data.packing import Layout, fill_ratio, pack, unpacked
+from training.data.packing import (
+    Layout,
+    fill_ratio,
+    group_by_length,
+    pack,
+    padded_ratio,
+    unpacked,
+)
 from training.data.tokenize import Example, tokenize_records
 from training.distributed import Ranks
 from training.modeling import Placement, add_lora, load_model
@@ -47,10 +54,37 @@ class Data:
     fingerprint: dict[str, Any]
 
 
-def _rows(examples: list[Example], opts: Options, pad_id: int) -> RowData:
+def packing_mode(opts: Options, attn: str) -> str:
+    """ "on" (packed rows) or "off" (length-grouped batches); see data/packing.py for why."""
+    if opts.packing != "auto":
+        return opts.packing
+    return "on" if attn == "flash_attention_2" else "off"
+
+
+def _layout(
+    examples: list[Example], opts: Options, mode: str, world: int, pad_id: int
+) -> tuple[RowData, Layout, str]:
+    """Rows, their micro-batch layout, and a line for the log saying how full they are."""
     lengths = [len(ex.input_ids) for ex in examples]
-    rows = pack(lengths, opts.max_length) if opts.packing else unpacked(len(examples))
-    return RowData(examples, rows, pad_id)
+    steps = (opts.batch_size, opts.grad_accum, world, opts.seed)
+    if mode == "on":
+        rows = pack(lengths, opts.max_length)
+        fill = fill_ratio(rows, examples, opts.max_length)
+        note = (
+            f"packed in {len(rows)} sequences of up to {opts.max_length} tokens ({fill:.0%} full)"
+        )
+        return RowData(examples, rows, pad_id), Layout(len(rows), *steps), note
+    batches = group_by_length(lengths, opts.batch_size * opts.max_length)
+    fill = padded_ratio(batches, lengths)
+    note = (
+        f"in {len(batches)} micro-batches grouped by length ({fill:.0%} real tokens, not padding)"
+    )
+    fixed = tuple(tuple(b) for b in batches)
+    return (
+        RowData(examples, unpacked(len(examples)), pad_id),
+        Layout(len(examples), *steps, fixed),
+        note,
+    )
 
 
 def data_digest(examples: list[Example]) -> str:
@@ -84,26 +118,28 @@ def _tokenize(
 
 
 def prepare_data(
-    opts: Options, tok: Any, records: tuple[list[Record], list[Record]], ranks: Ranks, log: Reporter
+    opts: Options,
+    tok: Any,
+    records: tuple[list[Record], list[Record]],
+    ranks: Ranks,
+    log: Reporter,
+    attn: str,
 ) -> Data:
     train_ex = _tokenize(tok, records[0], opts, "train set", log)
     eval_ex = _tokenize(tok, records[1], opts, "eval set", log) if records[1] else []
-    pad = tok.pad_token_id
-    train = _rows(train_ex, opts, pad)
-    layout = Layout(len(train), opts.batch_size, opts.grad_accum, ranks.world_size, opts.seed)
+    mode = packing_mode(opts, attn)
+    train, layout, note = _layout(train_ex, opts, mode, ranks.world_size, tok.pad_token_id)
     if opts.max_steps > 0:
         max_steps = opts.max_steps
     else:
         max_steps = max(1, math.ceil(opts.epochs * layout.steps_per_epoch))
     log.log(
-        f"{len(train_ex)} examples in {len(train)} sequences of up to {opts.max_length} tokens "
-        f"({fill_ratio(train.rows, train_ex, opts.max_length):.0%} full); "
-        f"{layout.rows_per_step} sequences per step, {layout.steps_per_epoch} steps per epoch, "
+        f"{len(train_ex)} examples {note}; {layout.steps_per_epoch} steps per epoch, "
         f"{max_steps} steps"
     )
     fingerprint = {name: getattr(opts, name) for name in FINGERPRINT_OPTIONS}
-    fingerprint |= {"world_size": ranks.world_size, "data": data_digest(train_ex)}
-    evalset = _rows(eval_ex, opts, pad) if eval_ex else None
+    fingerprint |= {"packing": mode, "world_size": ranks.world_size, "data": data_digest(train_ex)}
+    evalset = _layout(eval_ex, opts, mode, 1, tok.pad_token_id)[0] if eval_ex else None
     return Data(train, evalset, layout, max_steps, fingerprint)
 
 

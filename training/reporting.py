@@ -23,6 +23,7 @@ class Reporter:
         self.enabled = enabled
         self.stream = stream or sys.stdout
         self.max_steps = 0
+        self.step: int | None = None
 
     def log(self, message: str) -> None:
         if self.enabled:
@@ -44,6 +45,8 @@ class Reporter:
                 fh.write(format_event(obj) + "\n")
         if obj["event"] == "start":
             self.max_steps = obj["max_steps"]
+            self.step = obj["resumed_from_step"]
+        self.step = obj.get("step", self.step)
         if obj["event"] == "error":
             state = "interrupted" if obj["kind"] == "interrupted" else "failed"
         else:
@@ -54,7 +57,7 @@ class Reporter:
         """status.json, replaced atomically so a reader never sees half a file."""
         status = {
             "state": state,
-            "step": last.get("step"),
+            "step": self.step,
             "max_steps": self.max_steps or None,
             "updated": last["time"],
             "last_event": last,

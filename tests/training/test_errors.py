@@ -111,8 +111,8 @@ def test_help_documents_every_option_with_its_default() -> None:
         ("--max-steps", "-1"), ("--batch-size", "4"), ("--grad-accum", "1"),
         ("--max-length", "2048"), ("--warmup-ratio", "0.03"), ("--seed", "42"),
         ("--eval-split", "0.0"), ("--save-steps", "200"), ("--gradient-checkpointing", "auto"),
-        ("--bf16", "auto"),
+        ("--bf16", "auto"), ("--packing", "auto"),
     ]:  # fmt: skip
         assert option in text
         assert f"(default: {default})" in text
-    assert "--no-packing" in text and "--merge" in text and "--no-resume" in text
+    assert "--merge" in text and "--no-resume" in text

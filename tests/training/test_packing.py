@@ -10,7 +10,14 @@ import torch
 
 from training import loss as loss_module
 from training.data.batches import RowData
-from training.data.packing import Layout, fill_ratio, pack, unpacked
+from training.data.packing import (
+    Layout,
+    fill_ratio,
+    group_by_length,
+    pack,
+    padded_ratio,
+    unpacked,
+)
 from training.data.tokenize import IGNORE, Example, finish, tokenize_texts
 from training.loss import CausalLMLoss, chunked_loss
 
@@ -29,20 +36,33 @@ def test_unpacked_is_one_example_per_row() -> None:
     assert unpacked(3) == [[0], [1], [2]]
 
 
-def test_layout_gives_each_rank_distinct_full_micro_batches_every_step() -> None:
+def test_layout_gives_each_rank_its_micro_batches_every_step() -> None:
     layout = Layout(num_rows=10, batch_size=2, grad_accum=2, world_size=2, seed=1)
-    assert layout.steps_per_epoch == 2  # 10 rows / 8 per step, rounded up
-    order = layout.epoch_order(0)
-    assert len(order) == 16 and set(order) == set(range(10))  # wrapped around to fill
+    assert layout.num_batches == 5 and layout.steps_per_epoch == 2  # 5 / 4 per step, rounded up
+    batches = layout.epoch_batches(0)
+    assert len(batches) == 8  # wrapped around so that the last step is full too
+    assert sorted(row for b in batches[:5] for row in b) == list(range(10))
     seen = []
     for step in range(layout.steps_per_epoch):
-        per_rank = layout.step_batches(order, step)
+        per_rank = layout.step_batches(batches, step)
         assert [len(r) for r in per_rank] == [2, 2]  # grad_accum micro-batches per rank
-        assert all(len(mb) == 2 for rank in per_rank for mb in rank)
-        seen += [row for rank in per_rank for mb in rank for row in mb]
-    assert sorted(seen) == sorted(order)  # each row of the epoch exactly once
-    assert layout.epoch_order(1) != order  # reshuffled each epoch
-    assert layout.epoch_order(0) == order  # and reproducible (resume finds its place)
+        seen += [b for rank in per_rank for b in rank]
+    assert sorted(seen) == sorted(batches)  # each micro-batch of the epoch exactly once
+    assert layout.epoch_batches(1) != batches  # reshuffled each epoch
+    assert layout.epoch_batches(0) == batches  # and reproducible (resume finds its place)
+
+
+def test_grouped_batches_stay_within_the_token_budget_and_are_shuffled_whole() -> None:
+    rng = random.Random(0)
+    lengths = [rng.randint(5, 400) for _ in range(300)] + [512]
+    batches = group_by_length(lengths, budget=1024)
+    assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
+    assert all(len(b) * max(lengths[i] for i in b) <= 1024 for b in batches)
+    assert padded_ratio(batches, lengths) > 0.9  # similar lengths together: little padding
+    fixed = tuple(tuple(b) for b in batches)
+    layout = Layout(len(lengths), 4, 1, 1, seed=0, fixed=fixed)
+    assert layout.steps_per_epoch == len(batches)
+    assert sorted(map(tuple, layout.epoch_batches(3))) == sorted(fixed)
 
 
 def _examples() -> list[Example]:
