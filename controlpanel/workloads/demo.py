@@ -10,7 +10,7 @@ from typing import Any
 
 from controlpanel.buckets.models import Bucket
 from controlpanel.buckets.selectors import datastore_config, default_datastore_alias
-from controlpanel.buckets.services import bucket_create
+from controlpanel.buckets.services import bucket_create, bucket_stats_request
 from controlpanel.projects.access import ProjectAccess
 from controlpanel.projects.models import Project, Role
 from storage.sync import push
@@ -58,4 +58,5 @@ def seed_demo(*, project: Project, admin: Any) -> Bucket | None:
             stats = push(config, spec, directory)
             if stats.failed:
                 raise RuntimeError(f"uploading the demo {prefix} failed: {stats.failures}")
+    bucket_stats_request(bucket=bucket)  # the page then counts what was just uploaded
     return bucket

@@ -106,7 +106,7 @@ def test_kubernetes_journey(
     kubelet.finish(NS, pod, exit_code=0)
     push = names.push_job_name(job_ref(job), 1)
     wait_for(lambda: k8s_cluster.pods_of(NS, push), 30, "the push pod", procs)
-    assert state_of(job_id)[0] == S.FINALIZING
+    wait_for(lambda: state_of(job_id)[0] == S.FINALIZING, 30, "FINALIZING", procs)
     kubelet.finish(NS, k8s_cluster.pod_of(NS, push))
     wait_for(lambda: state_of(job_id)[0] == S.DONE, 30, "DONE", procs)
     wait_for(lambda: Job.objects.get(pk=job_id).logs_archived, 30, "the log archive", procs)
