@@ -59,7 +59,10 @@ def record_observation(observed: ObservedWorkload) -> bool:
 
 def _live_jobs() -> list[Job]:
     admitted = Q(state__in=LIVE_STATES) & ~Q(state=JobState.QUEUED, admitted_at=None)
-    return list(Job.objects.filter(admitted).select_related("project", "flavor"))
+    # Only what comparing with an observation needs: observe() re-reads a job it acts on.
+    return list(Job.objects.filter(admitted).only(
+        "state", "state_reason", "run", "launched_run", "stop_requested", "timeout",
+        "started_at", "finished_at", "admitted_at", "project_id"))
 
 
 def _missing(job: Job, counts: dict[str, int]) -> None:

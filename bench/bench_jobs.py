@@ -1,0 +1,384 @@
+"""Job figures against the Kubernetes emulator, through the real web, API and Celery workers:
+
+1. submit-to-pod-created latency (p50/p95), one job at a time through the REST API;
+2. sustained submissions per second through the API (8 client threads), and how long until
+   every one of their pods exists;
+3. log latency: a line printed by the pod (the test kubelet) to the line visible in Chromium,
+   p50/p95 (the page polls a self-replacing htmx fragment every second);
+4. the reconcile sweep with 1,000 and 10,000 live jobs: first sweep (every job changed) and a
+   steady-state sweep (nothing changed), and how it grows.
+
+    .venv/bin/python bench/bench_jobs.py [--jobs 100] [--burst 300] [--skip-browser]
+
+Uses PostgreSQL (database `ajuste_bench`, recreated) and Redis database 14 on loopback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+DB_NAME = "ajuste_bench"
+NS = "ajuste-alpha"
+os.environ.update(
+    {
+        "DATABASE_URL": f"postgres://postgres@127.0.0.1:5432/{DB_NAME}",
+        "REDIS_URL": "redis://127.0.0.1:6379/14",
+        "DEBUG": "0",
+        "HTTPS": "0",
+        "SECRET_KEY": "bench-only-secret-key-0123456789-abcdefghijklmnopqrstuvwxyz",
+        "ALLOWED_HOSTS": "127.0.0.1,localhost",
+        "STATIC_MANIFEST": "0",
+        "COMPUTE_BACKEND": "kubernetes",
+        "DJANGO_SETTINGS_MODULE": "controlpanel.settings",
+        "DJANGO_ALLOW_ASYNC_UNSAFE": "true",
+        "JOB_SWEEP_SECONDS": "5",
+    }
+)
+
+
+def percentile(values: list[float], share: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(share * (len(ordered) - 1))))]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def fresh_database() -> None:
+    import psycopg
+
+    with psycopg.connect("postgres://postgres@127.0.0.1:5432/postgres", autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {DB_NAME} WITH (FORCE)")
+        conn.execute(f"CREATE DATABASE {DB_NAME}")
+    subprocess.run([sys.executable, "manage.py", "migrate", "-v", "0"], cwd=REPO, check=True)
+    import redis
+
+    redis.Redis.from_url(os.environ["REDIS_URL"]).flushdb()
+
+
+def setup_panel() -> tuple[Any, str]:
+    """Django in this process; an owner of project `alpha` with a token."""
+    import django
+
+    django.setup()
+    from controlpanel.accounts.models import User
+    from controlpanel.accounts.services import token_create
+    from controlpanel.projects.models import Membership, Project
+
+    project = Project.objects.create(slug="alpha", name="Alpha", gpu_quota=100_000)
+    owner = User.objects.create_user("owner", password="bench-password-123")  # noqa: S106
+    Membership.objects.create(project=project, user=owner, role="manager")
+    return project, token_create(user=owner, name="bench")[1]
+
+
+def start_panel(cluster_url: str, port: int, logs: Path) -> list[subprocess.Popen[bytes]]:
+    env = os.environ | {"KUBERNETES_API_HOST": cluster_url, "PYTHONUNBUFFERED": "1"}
+    commands = {
+        "web": [
+            "gunicorn",
+            "controlpanel.wsgi:application",
+            "--bind",
+            f"127.0.0.1:{port}",
+            "--workers",
+            "2",
+            "--threads",
+            "8",
+        ],
+        "worker": [
+            "celery",
+            "-A",
+            "controlpanel",
+            "worker",
+            "--pool=threads",
+            "--concurrency=8",
+            "--without-gossip",
+            "--without-mingle",
+            "-l",
+            "WARNING",
+        ],
+        "watcher": [sys.executable, "manage.py", "watch_workloads"],
+    }
+    bindir = Path(sys.executable).parent
+    procs = []
+    for name, argv in commands.items():
+        if not argv[0].startswith("/"):
+            argv = [str(bindir / argv[0]), *argv[1:]]
+        out = (logs / f"{name}.log").open("wb")
+        procs.append(
+            subprocess.Popen(
+                argv,
+                cwd=REPO,
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        )
+    return procs
+
+
+def wait_http(url: str, seconds: float = 60) -> None:
+    import httpx
+
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise SystemExit(f"{url} did not answer")
+
+
+class PodClock:
+    """Notes when each job's pod first appears, polling the emulator's store every 2 ms."""
+
+    def __init__(self, cluster: Any) -> None:
+        self.cluster = cluster
+        self.seen: dict[str, float] = {}
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            now = time.perf_counter()
+            for pod in self.cluster.list("pods", NS):
+                job_id = pod["metadata"]["labels"].get("ajuste.io/id")
+                if job_id and job_id not in self.seen:
+                    self.seen[job_id] = now
+            time.sleep(0.002)
+
+
+def submit(http: Any, index: int) -> tuple[str, float]:
+    started = time.perf_counter()
+    response = http.post(
+        "/api/v1/jobs/",
+        json={
+            "name": f"bench-{index}",
+            "image": "registry.example.com/train:1",
+            "command": ["python", "train.py"],
+            "flavor": "h100-1-gpu",
+            "gpu": 1,
+        },
+    )
+    response.raise_for_status()
+    return response.json()["id"], started
+
+
+def wait_pods(clock: PodClock, ids: list[str], seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and not all(i in clock.seen for i in ids):
+        time.sleep(0.01)
+    missing = [i for i in ids if i not in clock.seen]
+    if missing:
+        raise SystemExit(f"{len(missing)} pods never appeared")
+
+
+def bench_latency(http: Any, clock: PodClock, count: int) -> None:
+    latencies = []
+    for index in range(count):
+        job_id, started = submit(http, index)
+        wait_pods(clock, [job_id], 30)
+        latencies.append((clock.seen[job_id] - started) * 1000)
+    print(
+        f"submit-to-pod-created latency over {count} jobs: "
+        f"p50 {percentile(latencies, 0.5):.0f} ms, p95 {percentile(latencies, 0.95):.0f} ms"
+    )
+
+
+def bench_burst(http_factory: Any, clock: PodClock, count: int) -> None:
+    requests_before = len(clock.cluster.requests())
+    started = time.perf_counter()
+    with ThreadPoolExecutor(8) as pool:
+        clients = [http_factory() for _ in range(8)]
+        results = list(pool.map(lambda i: submit(clients[i % 8], 10_000 + i), range(count)))
+    submitted = time.perf_counter()
+    wait_pods(clock, [job_id for job_id, _ in results], 600)
+    created = max(clock.seen[job_id] for job_id, _ in results)
+    print(
+        f"sustained submissions through the API: {count / (submitted - started):.1f} jobs/s "
+        f"({count} jobs, 8 client threads); every pod created after "
+        f"{created - started:.1f} s ({count / (created - started):.1f} pods/s end to end)"
+    )
+
+
+def bench_log_latency(base: str, http: Any, cluster: Any, clock: PodClock, lines: int) -> None:
+    from playwright.sync_api import sync_playwright
+
+    from tests.fixtures.browser import CHROMIUM, CHROMIUM_ARGS
+
+    job_id, _ = submit(http, 99_999)
+    wait_pods(clock, [job_id], 30)
+    pod = next(
+        p["metadata"]["name"]
+        for p in cluster.list("pods", NS)
+        if p["metadata"]["labels"].get("ajuste.io/id") == job_id
+    )
+    cluster.kubelet.run(NS, pod)
+    latencies = []
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_page()
+        page.goto(f"{base}/login/")
+        page.fill("input[name=username]", "owner")
+        page.fill("input[name=password]", "bench-password-123")
+        page.click("button[type=submit]")
+        page.goto(f"{base}/p/alpha/jobs/{job_id}/")
+        page.wait_for_selector("#log-poller[hx-get]", state="attached")
+        for index in range(lines):
+            time.sleep(0.37)  # land at different points of the poll period
+            marker = f"bench-line-{index}"
+            printed = time.perf_counter()
+            cluster.kubelet.log(NS, pod, marker)
+            page.wait_for_selector(f"#log-lines .ln:text-is('{marker}')", timeout=15_000)
+            latencies.append((time.perf_counter() - printed) * 1000)
+        browser.close()
+    print(
+        f"log latency, line printed to line visible in Chromium ({lines} lines): "
+        f"p50 {percentile(latencies, 0.5):.0f} ms, p95 {percentile(latencies, 0.95):.0f} ms"
+    )
+
+
+def bench_sweep(cluster: Any, project: Any, sizes: list[int]) -> None:
+    from django.contrib.auth import get_user_model
+
+    from controlpanel.flavors.models import Flavor
+    from controlpanel.workloads import backend as job_backend
+    from controlpanel.workloads.backend import job_request
+    from controlpanel.workloads.models import Job, JobLogLine, JobState
+    from controlpanel.workloads.sweep import sweep
+    from deploy.kubernetes.backend import KubernetesBackend
+    from deploy.manifests import make_job
+
+    job_backend.set_backend(KubernetesBackend(api_client=cluster.api_client()))
+    owner = get_user_model().objects.get(username="owner")
+    flavor = Flavor.objects.get(name="h100-1-gpu")
+    previous = None
+    for size in sizes:
+        JobLogLine.objects.all().delete()
+        Job.objects.all().delete()
+        cluster.reset()
+        jobs = Job.objects.bulk_create(
+            Job(
+                project=project,
+                owner=owner,
+                name=f"sweep-{i}",
+                image="x/y:1",
+                flavor=flavor,
+                state=JobState.RUNNING,
+                launched_run=1,
+                admitted_at=project.created_at,
+            )
+            for i in range(size)
+        )
+        for job in Job.objects.select_related("project", "flavor").filter(
+            pk__in=[j.pk for j in jobs]
+        ):
+            cluster.store.create("jobs", NS, make_job(job=job_request(job)))
+        cluster.reconcile()  # the emulated Job controller creates every pod
+        running_all(cluster)
+        first = timed(sweep)
+        steady = timed(sweep)
+        growth = f", x{steady[0] / previous:.1f} for x{size // sizes[0]} jobs" if previous else ""
+        previous = previous or steady[0]
+        print(
+            f"sweep with {size} live jobs: first {first[0]:.2f} s ({first[1]['changed']} "
+            f"changed), steady state {steady[0]:.2f} s ({steady[1]['changed']} changed){growth}"
+        )
+
+
+def running_all(cluster: Any) -> None:
+    """Every pod running, written straight into the store (no per-pod controller pass)."""
+    from tests.fixtures.k8s_emulator.store import stamp
+
+    now = stamp(cluster.store.now())
+    for pod in cluster.list("pods", NS):
+        status = {
+            "phase": "Running",
+            "startTime": now,
+            "containerStatuses": [
+                {"name": c["name"], "ready": True, "state": {"running": {"startedAt": now}}}
+                for c in pod["spec"]["containers"]
+            ],
+        }
+        cluster.store.patch("pods", NS, pod["metadata"]["name"],
+                            {"spec": {"nodeName": "gpu-node-1"}, "status": status})
+
+
+def timed(call: Any) -> tuple[float, Any]:
+    started = time.perf_counter()
+    result = call()
+    return time.perf_counter() - started, result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--jobs", type=int, default=100)
+    parser.add_argument("--burst", type=int, default=300)
+    parser.add_argument("--log-lines", type=int, default=30)
+    parser.add_argument("--sweep-sizes", default="1000,10000")
+    parser.add_argument("--skip-browser", action="store_true")
+    args = parser.parse_args()
+    import httpx
+
+    from tests.fixtures.k8s_emulator import EmulatedCluster
+
+    fresh_database()
+    project, token = setup_panel()
+    cluster = EmulatedCluster()
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    logs = Path(tempfile.mkdtemp(prefix="bench-jobs-"))
+    procs = start_panel(cluster.url, port, logs)
+    clock = PodClock(cluster)
+    try:
+        wait_http(f"{base}/healthz")
+
+        def client() -> httpx.Client:
+            return httpx.Client(
+                base_url=base,
+                timeout=30,
+                headers={"Authorization": f"Bearer {token}", "X-Ajuste-Project": "alpha"},
+            )
+
+        http = client()
+        submit(http, -1)  # warm up every process
+        time.sleep(2)
+        bench_latency(http, clock, args.jobs)
+        bench_burst(client, clock, args.burst)
+        if not args.skip_browser:
+            bench_log_latency(base, http, cluster, clock, args.log_lines)
+    finally:
+        clock.stop.set()
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+    bench_sweep(cluster, project, [int(s) for s in args.sweep_sizes.split(",")])
+    cluster.close()
+    print(f"(process logs in {logs})")
+
+
+if __name__ == "__main__":
+    main()
