@@ -35,7 +35,7 @@ test-fast: $(STAMP) services
 lint: $(STAMP)
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/mypy controlpanel storage deploy training
+	DEBUG=1 $(VENV)/bin/mypy controlpanel storage deploy training
 
 format: $(STAMP)
 	$(VENV)/bin/ruff format .

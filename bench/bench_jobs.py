@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import os
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -51,7 +50,7 @@ os.environ.update(
 
 def percentile(values: list[float], share: float) -> float:
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(share * (len(ordered) - 1))))]
+    return ordered[min(len(ordered) - 1, round(share * (len(ordered) - 1)))]
 
 
 def free_port() -> int:
@@ -99,6 +98,8 @@ def start_panel(cluster_url: str, port: int, logs: Path) -> list[subprocess.Pope
             "2",
             "--threads",
             "8",
+            "--keep-alive",
+            "75",
         ],
         "worker": [
             "celery",
@@ -218,6 +219,8 @@ def bench_burst(http_factory: Any, clock: PodClock, count: int) -> None:
         f"({count} jobs, 8 client threads); every pod created after "
         f"{created - started:.1f} s ({count / (created - started):.1f} pods/s end to end)"
     )
+    calls = (len(clock.cluster.requests()) - requests_before) / count
+    print(f"  Kubernetes API requests per submitted job (create, observe, watch): {calls:.1f}")
 
 
 def bench_log_latency(base: str, http: Any, cluster: Any, clock: PodClock, lines: int) -> None:
@@ -319,8 +322,12 @@ def running_all(cluster: Any) -> None:
                 for c in pod["spec"]["containers"]
             ],
         }
-        cluster.store.patch("pods", NS, pod["metadata"]["name"],
-                            {"spec": {"nodeName": "gpu-node-1"}, "status": status})
+        cluster.store.patch(
+            "pods",
+            NS,
+            pod["metadata"]["name"],
+            {"spec": {"nodeName": "gpu-node-1"}, "status": status},
+        )
 
 
 def timed(call: Any) -> tuple[float, Any]:

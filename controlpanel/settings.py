@@ -6,6 +6,7 @@ A bad value stops start-up with a message naming the variable.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
@@ -90,7 +91,7 @@ TEMPLATES = [
 ]
 
 
-def _database() -> dict:
+def _database() -> dict[str, Any]:
     url = env_str("DATABASE_URL")
     if not url:
         # Embedded default for `make run`: SQLite in WAL mode with a busy timeout, since web,
@@ -112,7 +113,7 @@ def _database() -> dict:
     if not config.get("ENGINE"):
         raise ImproperlyConfigured("DATABASE_URL names an unsupported database scheme.")
     config["CONN_HEALTH_CHECKS"] = True
-    return config
+    return dict(config)
 
 
 DATABASES = {"default": _database()}
@@ -120,7 +121,9 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = env_str("REDIS_URL") or "redis://127.0.0.1:6379/0"
 if not REDIS_URL.startswith(("redis://", "rediss://", "unix://")):
-    raise ImproperlyConfigured(f"REDIS_URL={REDIS_URL!r} must start with redis://, rediss:// or unix://.")
+    raise ImproperlyConfigured(
+        f"REDIS_URL={REDIS_URL!r} must start with redis://, rediss:// or unix://."
+    )
 
 CACHES = {
     "default": {
@@ -155,7 +158,10 @@ USE_TZ = True
 
 STATIC_URL = "/static/"
 STATIC_ROOT = BASE_DIR / "var" / "staticfiles"
-STATICFILES_DIRS = [BASE_DIR / "static", ("vendor/htmx", BASE_DIR / "node_modules" / "htmx.org" / "dist")]
+STATICFILES_DIRS = [
+    BASE_DIR / "static",
+    ("vendor/htmx", BASE_DIR / "node_modules" / "htmx.org" / "dist"),
+]
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},
@@ -207,7 +213,9 @@ REST_FRAMEWORK = {
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Ajuste API",
-    "DESCRIPTION": "GPU notebooks, training jobs and object storage on your own Kubernetes cluster.",
+    "DESCRIPTION": (
+        "GPU notebooks, training jobs and object storage on your own Kubernetes cluster."
+    ),
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
     "SWAGGER_UI_DIST": "SIDECAR",

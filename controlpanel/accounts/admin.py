@@ -8,6 +8,14 @@ admin.site.register(User, UserAdmin)
 
 @admin.register(ApiToken)
 class ApiTokenAdmin(admin.ModelAdmin):
-    list_display = ["name", "user", "hint", "created_at", "last_used_at", "expires_at", "revoked_at"]
+    list_display = [
+        "name",
+        "user",
+        "hint",
+        "created_at",
+        "last_used_at",
+        "expires_at",
+        "revoked_at",
+    ]
     readonly_fields = ["digest", "hint", "created_at", "last_used_at"]
     search_fields = ["name", "user__username"]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.http import HttpRequest
 from rest_framework import authentication, exceptions
+from rest_framework.request import Request
 
 from controlpanel.accounts.services import token_authenticate
 
@@ -13,7 +13,7 @@ from controlpanel.accounts.services import token_authenticate
 class BearerTokenAuthentication(authentication.BaseAuthentication):
     keyword = "Bearer"
 
-    def authenticate(self, request: HttpRequest) -> tuple[Any, Any] | None:
+    def authenticate(self, request: Request) -> tuple[Any, Any] | None:
         header = authentication.get_authorization_header(request).decode("latin-1")
         if not header:
             return None
@@ -29,6 +29,6 @@ class BearerTokenAuthentication(authentication.BaseAuthentication):
             raise exceptions.AuthenticationFailed("Invalid, expired or revoked token.")
         return token.user, token
 
-    def authenticate_header(self, request: HttpRequest) -> str:
+    def authenticate_header(self, request: Request) -> str:
         # Makes DRF answer 401 (not 403) to unauthenticated API calls.
         return self.keyword

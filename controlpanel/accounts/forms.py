@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from datetime import datetime, time, timedelta
+from datetime import UTC, datetime, time, timedelta
 from typing import Any
 
 from django import forms
@@ -21,4 +21,4 @@ class TokenCreateForm(forms.Form):
             return None
         if day < timezone.now().date():
             raise forms.ValidationError("The expiry date is in the past.")
-        return datetime.combine(day, time.min, tzinfo=timezone.UTC) + timedelta(days=1)
+        return datetime.combine(day, time.min, tzinfo=UTC) + timedelta(days=1)

@@ -8,7 +8,7 @@ from django.contrib.auth.models import AbstractUser
 from django.db import models
 from django.utils import timezone
 
-TOKEN_PREFIX = "ajt_"
+TOKEN_PREFIX = "ajt_"  # noqa: S105 (a prefix, not a secret)
 
 
 def hash_token(raw: str) -> str:
@@ -27,7 +27,9 @@ class User(AbstractUser):
 class ApiToken(models.Model):
     """A personal API token, shown once at creation and stored only as its SHA-256 hash."""
 
-    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="tokens")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="tokens"
+    )
     name = models.CharField(max_length=100)
     digest = models.CharField(max_length=64, unique=True)
     # The first characters, kept to tell tokens apart in lists without revealing them.

@@ -6,10 +6,14 @@ from controlpanel.accounts import views
 urlpatterns = [
     path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
-    path("password/", auth_views.PasswordChangeView.as_view(success_url="/password/done/"),
-         name="password_change"),
-    path("password/done/", auth_views.PasswordChangeDoneView.as_view(),
-         name="password_change_done"),
+    path(
+        "password/",
+        auth_views.PasswordChangeView.as_view(success_url="/password/done/"),
+        name="password_change",
+    ),
+    path(
+        "password/done/", auth_views.PasswordChangeDoneView.as_view(), name="password_change_done"
+    ),
     path("settings/", views.user_settings, name="user-settings"),
     path("settings/tokens/<int:token_id>/revoke/", views.token_revoke_view, name="token-revoke"),
 ]

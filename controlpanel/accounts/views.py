@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
@@ -12,9 +14,11 @@ from controlpanel.accounts.models import ApiToken
 from controlpanel.accounts.services import token_create, token_revoke
 
 
-def _settings_page(request: HttpRequest, form: TokenCreateForm, raw: str | None = None,
-                   status: int = 200) -> HttpResponse:
-    tokens = ApiToken.objects.filter(user=request.user)
+def _settings_page(
+    request: HttpRequest, form: TokenCreateForm, raw: str | None = None, status: int = 200
+) -> HttpResponse:
+    user: Any = request.user  # logged in: a User
+    tokens = ApiToken.objects.filter(user=user)
     context = {"form": form, "tokens": tokens, "new_token": raw}
     return render(request, "accounts/settings.html", context, status=status)
 
@@ -27,8 +31,11 @@ def user_settings(request: HttpRequest) -> HttpResponse:
     if not form.is_valid():
         return _settings_page(request, form, status=400)
     try:
-        _, raw = token_create(user=request.user, name=form.cleaned_data["name"],
-                              expires_at=form.cleaned_data["expires_on"])
+        _, raw = token_create(
+            user=request.user,
+            name=form.cleaned_data["name"],
+            expires_at=form.cleaned_data["expires_on"],
+        )
     except ValidationError as exc:
         form.add_error(None, exc)
         return _settings_page(request, form, status=400)

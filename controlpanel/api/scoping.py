@@ -11,7 +11,9 @@ from controlpanel.projects.selectors import projects_for_user
 PROJECT_HEADER = "HTTP_X_AJUSTE_PROJECT"
 
 
-def api_project(request: Request, *, slug: str | None = None, manage: bool = False) -> ProjectAccess:
+def api_project(
+    request: Request, *, slug: str | None = None, manage: bool = False
+) -> ProjectAccess:
     """The project named by the URL, `?project=`, the body's `project`, the X-Ajuste-Project
     header, or the user's only project; anything else is 404."""
     slug = (

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib.auth import get_user_model
 from rest_framework import serializers
 
@@ -10,14 +12,22 @@ from controlpanel.projects.models import Membership, Project, Role
 class ProjectSerializer(serializers.ModelSerializer):
     class Meta:
         model = Project
-        fields = ["slug", "name", "gpu_quota", "monthly_budget", "notebook_idle_minutes",
-                  "created_at"]
+        fields = [
+            "slug",
+            "name",
+            "gpu_quota",
+            "monthly_budget",
+            "notebook_idle_minutes",
+            "created_at",
+        ]
         read_only_fields = ["created_at"]
 
 
 class MembershipSerializer(serializers.ModelSerializer):
     username = serializers.SlugRelatedField(
-        source="user", slug_field="username", queryset=get_user_model().objects.filter(is_active=True)
+        source="user",
+        slug_field="username",
+        queryset=get_user_model().objects.filter(is_active=True),
     )
     role = serializers.ChoiceField(choices=Role.choices, default=Role.MEMBER)
 
@@ -37,9 +47,11 @@ class MeSerializer(serializers.Serializer):
     is_staff = serializers.BooleanField()
     projects = serializers.SerializerMethodField()
 
-    def get_projects(self, user: object) -> list[dict[str, str]]:
-        memberships = Membership.objects.filter(user=user).select_related("project")
-        return [{"slug": m.project.slug, "name": m.project.name, "role": m.role} for m in memberships]
+    def get_projects(self, user: Any) -> list[dict[str, str]]:
+        memberships = Membership.objects.filter(user_id=user.pk).select_related("project")
+        return [
+            {"slug": m.project.slug, "name": m.project.name, "role": m.role} for m in memberships
+        ]
 
 
 class TokenSerializer(serializers.ModelSerializer):

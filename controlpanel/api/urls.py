@@ -9,8 +9,9 @@ router = DefaultRouter()
 router.include_format_suffixes = False
 router.register("projects", views.ProjectViewSet, basename="api-project")
 router.register("tokens", views.TokenViewSet, basename="api-token")
-router.register(r"projects/(?P<project_slug>[a-z0-9-]+)/members", views.MemberViewSet,
-                basename="api-member")
+router.register(
+    r"projects/(?P<project_slug>[a-z0-9-]+)/members", views.MemberViewSet, basename="api-member"
+)
 router.register("jobs", job_api.JobViewSet, basename="api-job")
 router.register("flavors", job_api.FlavorViewSet, basename="api-flavor")
 

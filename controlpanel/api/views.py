@@ -38,7 +38,7 @@ class ProjectViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     def get_object(self) -> Project:
         return api_project(self.request, slug=self.kwargs["slug"]).project
 
-    def perform_create(self, serializer: s.ProjectSerializer) -> None:
+    def perform_create(self, serializer: Any) -> None:
         if not self.request.user.is_staff:
             raise PermissionDenied("Only site admins can create projects.")
         serializer.instance = project_services.project_create(
@@ -62,7 +62,8 @@ class MemberViewSet(viewsets.ViewSet):
         serializer = s.MembershipSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         membership = project_services.member_add(
-            access=access, user=serializer.validated_data["user"],
+            access=access,
+            user=serializer.validated_data["user"],
             role=serializer.validated_data["role"],
         )
         return Response(s.MembershipSerializer(membership).data, status=status.HTTP_201_CREATED)
@@ -73,8 +74,9 @@ class MemberViewSet(viewsets.ViewSet):
         membership = get_object_or_404(Membership, pk=pk, project=access.project)
         serializer = s.MembershipRoleSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        project_services.member_set_role(access=access, membership=membership,
-                                         role=serializer.validated_data["role"])
+        project_services.member_set_role(
+            access=access, membership=membership, role=serializer.validated_data["role"]
+        )
         return Response(s.MembershipSerializer(membership).data)
 
     def destroy(self, request: Request, project_slug: str, pk: str) -> Response:
@@ -84,8 +86,12 @@ class MemberViewSet(viewsets.ViewSet):
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
-class TokenViewSet(mixins.ListModelMixin, mixins.CreateModelMixin, mixins.DestroyModelMixin,
-                   viewsets.GenericViewSet):
+class TokenViewSet(
+    mixins.ListModelMixin,
+    mixins.CreateModelMixin,
+    mixins.DestroyModelMixin,
+    viewsets.GenericViewSet,
+):
     """Your personal API tokens. The token value is returned once, by create."""
 
     serializer_class = s.TokenSerializer
@@ -93,7 +99,8 @@ class TokenViewSet(mixins.ListModelMixin, mixins.CreateModelMixin, mixins.Destro
     def get_queryset(self) -> Any:
         if getattr(self, "swagger_fake_view", False):  # schema generation, no user
             return ApiToken.objects.none()
-        return ApiToken.objects.filter(user=self.request.user)
+        user: Any = self.request.user  # authenticated: a User
+        return ApiToken.objects.filter(user=user)
 
     @extend_schema(responses=s.TokenCreatedSerializer)
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:

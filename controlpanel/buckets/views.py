@@ -26,6 +26,7 @@ from controlpanel.buckets.csp import allow_datastores
 from controlpanel.buckets.forms import BucketForm, DeleteBucketForm
 from controlpanel.buckets.listing import build_listing
 from controlpanel.buckets.models import Bucket
+from controlpanel.core.htmx import wants_fragment
 from controlpanel.projects.access import project_view
 from storage.errors import ObjectNotFound, StorageError, StorageUnavailable
 
@@ -51,16 +52,10 @@ def storage_errors(view: Callable[..., HttpResponse]) -> Callable[..., HttpRespo
     return wrapper
 
 
-def _fragment(request: HttpRequest) -> bool:
-    """An htmx swap wants the fragment; a history restore (cache miss) wants the page."""
-    htmx = getattr(request, "htmx", None)
-    return bool(htmx) and not htmx.history_restore_request  # type: ignore[union-attr]
-
-
 def _render(
     request: HttpRequest, template: str, partial: str, context: dict[str, Any], status: int = 200
 ) -> HttpResponse:
-    name = f"{template}#{partial}" if _fragment(request) else template
+    name = f"{template}#{partial}" if wants_fragment(request) else template
     response = render(request, name, context, status=status)
     patch_vary_headers(response, ["HX-Request"])
     return response

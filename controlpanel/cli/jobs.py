@@ -16,11 +16,23 @@ import click
 from controlpanel.cli.client import Api, ApiError, state
 from controlpanel.cli.output import emit, output_option, wants_json
 
-JOB_COLUMNS = [("ID", "short_id"), ("NAME", "name"), ("STATE", "state"), ("FLAVOR", "flavor"),
-               ("GPU", "gpu"), ("OWNER", "owner"), ("CREATED", "created_at")]
-FLAVOR_COLUMNS = [("NAME", "name"), ("GPU", "gpu"), ("VCPU", "vcpu_per_unit"),
-                  ("MEMORY GIB", "memory_gib_per_unit"), ("MAX UNITS", "max_units"),
-                  ("PRICE/H", "price_per_hour")]
+JOB_COLUMNS = [
+    ("ID", "short_id"),
+    ("NAME", "name"),
+    ("STATE", "state"),
+    ("FLAVOR", "flavor"),
+    ("GPU", "gpu"),
+    ("OWNER", "owner"),
+    ("CREATED", "created_at"),
+]
+FLAVOR_COLUMNS = [
+    ("NAME", "name"),
+    ("GPU", "gpu"),
+    ("VCPU", "vcpu_per_unit"),
+    ("MEMORY GIB", "memory_gib_per_unit"),
+    ("MAX UNITS", "max_units"),
+    ("PRICE/H", "price_per_hour"),
+]
 FOLLOW_PERIOD_S = 1.0
 
 
@@ -73,33 +85,58 @@ def job() -> None:
 @job.command("run", context_settings={"ignore_unknown_options": False})
 @click.option("--gpu", "gpu", type=int, default=1, show_default=True, help="Units of the flavor.")
 @click.option("--flavor", envvar="AJUSTE_FLAVOR", default="ai1-1-cpu", show_default=True)
-@click.option("--volume", "volumes", multiple=True, metavar="SPEC",
-              help="bucket@ALIAS[/prefix]:/workspace/path[:ro|rw|rwd] (repeatable).")
+@click.option(
+    "--volume",
+    "volumes",
+    multiple=True,
+    metavar="SPEC",
+    help="bucket@ALIAS[/prefix]:/workspace/path[:ro|rw|rwd] (repeatable).",
+)
 @click.option("--env", "env", multiple=True, metavar="K=V", help="Environment (repeatable).")
 @click.option("--label", "labels", multiple=True, metavar="K=V", help="Label (repeatable).")
 @click.option("--timeout", type=int, default=None, help="Seconds (default 7 days).")
 @click.option("--name", default=None)
-@click.option("--preset", type=click.Choice(["finetune"]), default=None,
-              help="Run the built-in fine-tune image (then IMAGE and COMMAND are not given).")
+@click.option(
+    "--preset",
+    type=click.Choice(["finetune"]),
+    default=None,
+    help="Run the built-in fine-tune image (then IMAGE and COMMAND are not given).",
+)
 @click.option("--param", "params", multiple=True, metavar="K=V", help="Preset parameter.")
 @click.argument("image", required=False)
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 @output_option
-def run(gpu: int, flavor: str, volumes: tuple[str, ...], env: tuple[str, ...],
-        labels: tuple[str, ...], timeout: int | None, name: str | None, preset: str | None,
-        params: tuple[str, ...], image: str | None, command: tuple[str, ...]) -> None:
+def run(
+    gpu: int,
+    flavor: str,
+    volumes: tuple[str, ...],
+    env: tuple[str, ...],
+    labels: tuple[str, ...],
+    timeout: int | None,
+    name: str | None,
+    preset: str | None,
+    params: tuple[str, ...],
+    image: str | None,
+    command: tuple[str, ...],
+) -> None:
     """Submit a job: IMAGE [-- COMMAND...] (the command is never run through a shell)."""
     if not preset and not image:
         raise click.UsageError("Give an IMAGE (or --preset finetune).")
     body: dict[str, Any] = {
-        "flavor": flavor, "gpu": gpu, "volumes": list(volumes), "env": pairs(env, "--env"),
-        "labels": pairs(labels, "--label"), "name": name or "",
+        "flavor": flavor,
+        "gpu": gpu,
+        "volumes": list(volumes),
+        "env": pairs(env, "--env"),
+        "labels": pairs(labels, "--label"),
+        "name": name or "",
     }
     if timeout is not None:
         body["timeout"] = timeout
     if preset:
-        body |= {"preset": preset,
-                 "params": {k: typed(v) for k, v in pairs(params, "--param").items()}}
+        body |= {
+            "preset": preset,
+            "params": {k: typed(v) for k, v in pairs(params, "--param").items()},
+        }
     else:
         body |= {"image": image, "command": list(command)}
     show(state().api().post("jobs/", body))
@@ -168,7 +205,8 @@ def _action(path: str, message: str) -> Any:
 
 
 job.command("stop", help="Stop a job (INTERRUPTING, then INTERRUPTED).")(
-    _action("stop/", "Stopping {key}."))
+    _action("stop/", "Stopping {key}.")
+)
 job.command("rerun", help="Run a finished job again.")(_action("rerun/", "Queued {key} again."))
 job.command("delete", help="Delete a finished job and its log.")(_action("", "Deleted {key}."))
 

@@ -41,8 +41,10 @@ def shell(request: HttpRequest) -> dict[str, Any]:
     access = getattr(request, "access", None)
     current = access.project if access else None
     sections = _section_links(request, current.slug if current else None)
-    section = next((s for s in SECTIONS if any(link["active"] and link["label"] == s[0]
-                                                for link in sections)), None)
+    section = next(
+        (s for s in SECTIONS if any(link["active"] and link["label"] == s[0] for link in sections)),
+        None,
+    )
     return {
         "currency": settings.CURRENCY,
         "current_project": current,

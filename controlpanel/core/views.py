@@ -18,8 +18,9 @@ def healthz(request: HttpRequest) -> HttpResponse:
 def readyz(request: HttpRequest) -> HttpResponse:
     checks = readiness()
     ready = all(value == "ok" for value in checks.values())
-    return JsonResponse({"status": "ok" if ready else "unavailable", "checks": checks},
-                        status=200 if ready else 503)
+    return JsonResponse(
+        {"status": "ok" if ready else "unavailable", "checks": checks}, status=200 if ready else 503
+    )
 
 
 @login_required

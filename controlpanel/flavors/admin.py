@@ -11,7 +11,14 @@ class FlavorPriceInline(admin.TabularInline):
 
 @admin.register(Flavor)
 class FlavorAdmin(admin.ModelAdmin):
-    list_display = ["name", "gpu_model", "gpus_per_unit", "vcpu_per_unit", "memory_gib_per_unit",
-                    "max_units", "enabled"]
+    list_display = [
+        "name",
+        "gpu_model",
+        "gpus_per_unit",
+        "vcpu_per_unit",
+        "memory_gib_per_unit",
+        "max_units",
+        "enabled",
+    ]
     list_editable = ["enabled"]
     inlines = [FlavorPriceInline]

@@ -41,5 +41,6 @@ def ensure_default_flavors(flavor_model: Any, price_model: Any) -> None:
             },
         )
         if created:
-            price_model.objects.create(flavor=flavor, valid_from=PRICES_FROM,
-                                       price_per_hour=Decimal(price))
+            price_model.objects.create(
+                flavor=flavor, valid_from=PRICES_FROM, price_per_hour=Decimal(price)
+            )

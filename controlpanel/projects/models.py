@@ -45,7 +45,8 @@ class Project(models.Model):
         default=120, help_text="Stop notebooks idle for this long (0 = never)."
     )
     kueue_queue = models.CharField(
-        max_length=63, blank=True,
+        max_length=63,
+        blank=True,
         help_text="Kueue LocalQueue for this project's jobs (clusters with Kueue); empty: none.",
     )
     webhook_url = models.URLField(

@@ -17,8 +17,11 @@ from controlpanel.projects.selectors import members_of
 @project_view()
 def project_home(request: HttpRequest) -> HttpResponse:
     project = request.access.project  # type: ignore[attr-defined]
-    return render(request, "projects/home.html", {"project": project,
-                                                  "member_count": project.memberships.count()})
+    return render(
+        request,
+        "projects/home.html",
+        {"project": project, "member_count": project.memberships.count()},
+    )
 
 
 @project_view()
@@ -31,15 +34,22 @@ def member_list(request: HttpRequest) -> HttpResponse:
             return HttpResponse("Only the project's managers can add members.", status=403)
         if form.is_valid():
             try:
-                services.member_add(access=access, user=form.cleaned_data["username"],
-                                    role=form.cleaned_data["role"])
+                services.member_add(
+                    access=access,
+                    user=form.cleaned_data["username"],
+                    role=form.cleaned_data["role"],
+                )
             except ValidationError as exc:
                 form.add_error(None, exc)
             else:
                 messages.success(request, f"Added {form.cleaned_data['username'].username}.")
                 return redirect("member-list", slug=access.project.slug)
-    context = {"project": access.project, "members": members_of(project=access.project),
-               "form": form, "role_form": MemberRoleForm()}
+    context = {
+        "project": access.project,
+        "members": members_of(project=access.project),
+        "form": form,
+        "role_form": MemberRoleForm(),
+    }
     return render(request, "projects/members.html", context, status=400 if form.errors else 200)
 
 
@@ -56,8 +66,9 @@ def member_update(request: HttpRequest, member_id: int) -> HttpResponse:
             form = MemberRoleForm(request.POST)
             if not form.is_valid():
                 raise ValidationError("Choose member or manager.")
-            services.member_set_role(access=access, membership=membership,
-                                     role=form.cleaned_data["role"])
+            services.member_set_role(
+                access=access, membership=membership, role=form.cleaned_data["role"]
+            )
             messages.success(request, f"{membership.user.username} is now {membership.role}.")
     except ValidationError as exc:
         messages.error(request, " ".join(exc.messages))
@@ -71,5 +82,6 @@ def project_create(request: HttpRequest) -> HttpResponse:
         project: Project = services.project_create(by=request.user, **form.cleaned_data)
         messages.success(request, f"Project {project.name} created. Add its members.")
         return redirect("member-list", slug=project.slug)
-    return render(request, "projects/create.html", {"form": form},
-                  status=400 if form.errors else 200)
+    return render(
+        request, "projects/create.html", {"form": form}, status=400 if form.errors else 200
+    )

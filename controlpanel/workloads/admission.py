@@ -54,7 +54,10 @@ def admit_jobs(*, project_id: int) -> list[str]:
             continue
         blocked = True  # strict FIFO: nothing GPU-bound overtakes the head of the queue
         position += 1
-        record_state(job, JobState.QUEUED,
-                     f"over the project's GPU quota: waiting ({used} of {project.gpu_quota} "
-                     f"GPUs in use, needs {need}; position {position} in the queue)")
+        record_state(
+            job,
+            JobState.QUEUED,
+            f"over the project's GPU quota: waiting ({used} of {project.gpu_quota} "
+            f"GPUs in use, needs {need}; position {position} in the queue)",
+        )
     return admitted

@@ -29,9 +29,11 @@ def _classes(codes: list[int], current: set[str]) -> set[str]:
 def ansi_to_html(line: str) -> str:
     """Escape the text; turn SGR colour/bold codes into spans; drop other control codes."""
     line = OTHER_ESCAPES.sub("", line)
-    parts, classes, position = [], set(), 0
+    parts: list[str] = []
+    classes: set[str] = set()
+    position = 0
     for match in SGR.finditer(line):
-        parts.append(_span(line[position:match.start()], classes))
+        parts.append(_span(line[position : match.start()], classes))
         codes = [int(c) for c in match.group(1).split(";") if c.isdigit()]
         classes = _classes(codes, classes)
         position = match.end()

@@ -18,13 +18,23 @@ from controlpanel.workloads.models import Job, JobEvent
 
 
 class FlavorSerializer(serializers.ModelSerializer):
-    price_per_hour = serializers.DecimalField(source="current_price", max_digits=12,
-                                              decimal_places=4, read_only=True, allow_null=True)
+    price_per_hour = serializers.DecimalField(
+        source="current_price", max_digits=12, decimal_places=4, read_only=True, allow_null=True
+    )
 
     class Meta:
         model = Flavor
-        fields = ["name", "description", "gpu_model", "gpus_per_unit", "gpu_memory_gib",
-                  "vcpu_per_unit", "memory_gib_per_unit", "max_units", "price_per_hour"]
+        fields = [
+            "name",
+            "description",
+            "gpu_model",
+            "gpus_per_unit",
+            "gpu_memory_gib",
+            "vcpu_per_unit",
+            "memory_gib_per_unit",
+            "max_units",
+            "price_per_hour",
+        ]
 
 
 class JobEventSerializer(serializers.ModelSerializer):
@@ -44,10 +54,34 @@ class JobSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Job
-        fields = ["id", "name", "project", "owner", "image", "command", "flavor", "gpu",
-                  "volumes", "env", "labels", "timeout", "preset", "params", "state",
-                  "state_reason", "run", "exit_code", "created_at", "queued_at", "started_at",
-                  "finished_at", "state_changed_at", "progress", "history", "cost"]
+        fields = [
+            "id",
+            "name",
+            "project",
+            "owner",
+            "image",
+            "command",
+            "flavor",
+            "gpu",
+            "volumes",
+            "env",
+            "labels",
+            "timeout",
+            "preset",
+            "params",
+            "state",
+            "state_reason",
+            "run",
+            "exit_code",
+            "created_at",
+            "queued_at",
+            "started_at",
+            "finished_at",
+            "state_changed_at",
+            "progress",
+            "history",
+            "cost",
+        ]
 
     def get_cost(self, job: Job) -> str | None:
         cost = selectors.job_cost_estimate(job=job)
@@ -90,8 +124,9 @@ class FlavorViewSet(viewsets.ReadOnlyModelViewSet):
     pagination_class = None
 
 
-PROJECT_PARAM = OpenApiParameter("project", str, description="Project slug (optional when you "
-                                 "belong to one project).")
+PROJECT_PARAM = OpenApiParameter(
+    "project", str, description="Project slug (optional when you belong to one project)."
+)
 
 
 @extend_schema(parameters=[PROJECT_PARAM])
@@ -106,15 +141,25 @@ class JobViewSet(viewsets.ViewSet):
         access = api_project(request)
         return access, selectors.job_get(project=access.project, job_id=pk)
 
-    @extend_schema(parameters=[OpenApiParameter("state", str), OpenApiParameter("owner", str),
-                               OpenApiParameter("label", str, description="key or key=value")])
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("state", str),
+            OpenApiParameter("owner", str),
+            OpenApiParameter("label", str, description="key or key=value"),
+        ]
+    )
     def list(self, request: Request) -> Response:
         access = api_project(request)
         get = request.query_params
-        filters = selectors.JobFilters(state=get.get("state", ""), owner=get.get("owner", ""),
-                                       label=get.get("label", ""), q=get.get("q", ""))
-        jobs = selectors.jobs_for_project(project=access.project, filters=filters) \
-            .prefetch_related("events")
+        filters = selectors.JobFilters(
+            state=get.get("state", ""),
+            owner=get.get("owner", ""),
+            label=get.get("label", ""),
+            q=get.get("q", ""),
+        )
+        jobs = selectors.jobs_for_project(project=access.project, filters=filters).prefetch_related(
+            "events"
+        )
         paginator = LimitOffsetPagination()
         page = paginator.paginate_queryset(jobs, request, view=self)
         return paginator.get_paginated_response(JobSerializer(page, many=True).data)
@@ -138,25 +183,30 @@ class JobViewSet(viewsets.ViewSet):
     @action(detail=True, methods=["post"])
     def stop(self, request: Request, pk: str) -> Response:
         access, job = self._job(request, pk)
-        return Response(JobSerializer(services.job_stop(access=access, user=request.user,
-                                                        job=job)).data)
+        return Response(
+            JobSerializer(services.job_stop(access=access, user=request.user, job=job)).data
+        )
 
     @extend_schema(request=None, responses=JobSerializer)
     @action(detail=True, methods=["post"])
     def rerun(self, request: Request, pk: str) -> Response:
         access, job = self._job(request, pk)
-        return Response(JobSerializer(services.job_rerun(access=access, user=request.user,
-                                                         job=job)).data)
+        return Response(
+            JobSerializer(services.job_rerun(access=access, user=request.user, job=job)).data
+        )
 
     @extend_schema(request=None, responses=JobSerializer)
     @action(detail=True, methods=["post"], url_path="retry-push")
     def retry_push(self, request: Request, pk: str) -> Response:
         access, job = self._job(request, pk)
-        return Response(JobSerializer(services.job_retry_push(access=access, user=request.user,
-                                                              job=job)).data)
+        return Response(
+            JobSerializer(services.job_retry_push(access=access, user=request.user, job=job)).data
+        )
 
-    @extend_schema(parameters=[OpenApiParameter("after", int), OpenApiParameter("limit", int)],
-                   responses=LogPageSerializer)
+    @extend_schema(
+        parameters=[OpenApiParameter("after", int), OpenApiParameter("limit", int)],
+        responses=LogPageSerializer,
+    )
     @action(detail=True, methods=["get"])
     def logs(self, request: Request, pk: str) -> Response:
         """Log lines after `?after=` (a sequence number; 0 = the start), up to `limit`."""
@@ -169,8 +219,14 @@ class JobViewSet(viewsets.ViewSet):
         lines = logs.lines_after(job=job, after=after, limit=limit)
         last = lines[-1].seq if lines else after
         eof = job.is_final and job.logs_archived and last >= job.log_lines
-        return Response({"lines": [{"seq": x.seq, "text": x.text} for x in lines],
-                         "next": last, "eof": eof, "state": job.state})
+        return Response(
+            {
+                "lines": [{"seq": x.seq, "text": x.text} for x in lines],
+                "next": last,
+                "eof": eof,
+                "state": job.state,
+            }
+        )
 
 
 def _int(value: Any, default: int) -> int:

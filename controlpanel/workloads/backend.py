@@ -66,8 +66,9 @@ def ensure_project(project: Project) -> None:
 
 
 def job_ref(job: Job) -> WorkloadRef:
-    return WorkloadRef(WorkloadKind.JOB, job.project.slug, job.project.namespace, str(job.id),
-                       job.run)
+    return WorkloadRef(
+        WorkloadKind.JOB, job.project.slug, job.project.namespace, str(job.id), job.run
+    )
 
 
 def job_request(job: Job) -> JobRequest:

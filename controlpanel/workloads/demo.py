@@ -46,15 +46,23 @@ def seed_demo(*, project: Project, admin: Any) -> Bucket | None:
     from training.demo import make_demo_assets  # torch: only when seeding
 
     access = ProjectAccess(project=project, role=Role.MANAGER, is_admin=True)
-    bucket = bucket_create(access=access, by=admin, name=DEMO_BUCKET,
-                           datastore=default_datastore_alias())
+    bucket = bucket_create(
+        access=access, by=admin, name=DEMO_BUCKET, datastore=default_datastore_alias()
+    )
     config = datastore_config(bucket.datastore)
     with tempfile.TemporaryDirectory() as tmp:
         assets = make_demo_assets(Path(tmp))
-        for prefix, directory in ((MODEL_PREFIX, assets.model_dir),
-                                  (DATA_PREFIX, assets.data_file.parent)):
-            spec = VolumeSpec(bucket=bucket.name, alias=bucket.datastore, prefix=prefix,
-                              mount_path="/workspace/demo", mode=Mode.RW)
+        for prefix, directory in (
+            (MODEL_PREFIX, assets.model_dir),
+            (DATA_PREFIX, assets.data_file.parent),
+        ):
+            spec = VolumeSpec(
+                bucket=bucket.name,
+                alias=bucket.datastore,
+                prefix=prefix,
+                mount_path="/workspace/demo",
+                mode=Mode.RW,
+            )
             stats = push(config, spec, directory)
             if stats.failed:
                 raise RuntimeError(f"uploading the demo {prefix} failed: {stats.failures}")

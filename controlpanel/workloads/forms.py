@@ -16,10 +16,12 @@ from controlpanel.workloads.presets import DATA_PATH, MAIN_PARAMS, MODEL_PATH, O
 class FlavorChoiceField(forms.ModelChoiceField):
     def label_from_instance(self, obj: Flavor) -> str:
         price = obj.current_price
-        gpu = (f"{obj.gpus_per_unit}× {obj.gpu_model} {obj.gpu_memory_gib} GB"
-               if obj.is_gpu else "CPU")
+        gpu = (
+            f"{obj.gpus_per_unit}× {obj.gpu_model} {obj.gpu_memory_gib} GB" if obj.is_gpu else "CPU"
+        )
         return f"{obj.name} — {gpu}, {obj.vcpu_per_unit} vCPU, {obj.memory_gib_per_unit} GiB" + (
-            f" — {price:.2f}/h per unit" if price is not None else "")
+            f" — {price:.2f}/h per unit" if price is not None else ""
+        )
 
 
 def _pairs(text: str, field: str) -> dict[str, str]:
@@ -37,25 +39,36 @@ def _pairs(text: str, field: str) -> dict[str, str]:
 
 class _JobForm(forms.Form):
     name = forms.CharField(max_length=100, required=False, help_text="Defaults to the image name.")
-    flavor = FlavorChoiceField(queryset=Flavor.objects.filter(enabled=True), to_field_name="name",
-                               empty_label=None)
-    gpu = forms.IntegerField(min_value=1, initial=1, label="Units (GPUs)",
-                             help_text="Units of the flavor: `--gpu N`.")
-    timeout = forms.IntegerField(min_value=60, initial=DEFAULT_TIMEOUT_S, required=False,
-                                 label="Timeout (seconds)", help_text="Default 7 days.")
+    flavor = FlavorChoiceField(
+        queryset=Flavor.objects.filter(enabled=True), to_field_name="name", empty_label=None
+    )
+    gpu = forms.IntegerField(
+        min_value=1, initial=1, label="Units (GPUs)", help_text="Units of the flavor: `--gpu N`."
+    )
+    timeout = forms.IntegerField(
+        min_value=60,
+        initial=DEFAULT_TIMEOUT_S,
+        required=False,
+        label="Timeout (seconds)",
+        help_text="Default 7 days.",
+    )
     field_map: dict[str, str] = {}
 
     def common_data(self) -> dict[str, Any]:
         data = self.cleaned_data
         flavor = data.get("flavor")
-        return {"name": data.get("name") or "", "flavor": flavor.name if flavor else None,
-                "gpu": data.get("gpu"), "timeout": data.get("timeout")}
+        return {
+            "name": data.get("name") or "",
+            "flavor": flavor.name if flavor else None,
+            "gpu": data.get("gpu"),
+            "timeout": data.get("timeout"),
+        }
 
     def add_service_errors(self, error: ValidationError) -> None:
         """Show each API-level error beside the form field it concerns."""
         for key, messages in error.message_dict.items():
-            target = self.field_map.get(key, key)
-            target = target if target in self.fields else None
+            name = self.field_map.get(key, key)
+            target = name if name in self.fields else None
             if target and target in self.errors:
                 continue  # the form already says what is wrong with this field
             for message in messages:
@@ -64,15 +77,27 @@ class _JobForm(forms.Form):
 
 class CustomJobForm(_JobForm):
     image = forms.CharField(max_length=300, help_text="e.g. my-registry/my-training-image:latest")
-    command = forms.CharField(widget=forms.Textarea(attrs={"rows": 3}), required=False,
-                              help_text="One argument per line (never run through a shell).")
-    volumes = forms.CharField(widget=forms.Textarea(attrs={"rows": 3}), required=False,
-                              help_text="One spec per line: bucket@ALIAS[/prefix]:/workspace/"
-                                        "path[:ro|rw|rwd].")
-    env = forms.CharField(widget=forms.Textarea(attrs={"rows": 2}), required=False,
-                          label="Environment", help_text="KEY=value, one per line.")
-    labels = forms.CharField(widget=forms.Textarea(attrs={"rows": 2}), required=False,
-                             help_text="key=value, one per line.")
+    command = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 3}),
+        required=False,
+        help_text="One argument per line (never run through a shell).",
+    )
+    volumes = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 3}),
+        required=False,
+        help_text="One spec per line: bucket@ALIAS[/prefix]:/workspace/path[:ro|rw|rwd].",
+    )
+    env = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 2}),
+        required=False,
+        label="Environment",
+        help_text="KEY=value, one per line.",
+    )
+    labels = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 2}),
+        required=False,
+        help_text="key=value, one per line.",
+    )
 
     def to_job_data(self) -> dict[str, Any]:
         data = self.cleaned_data
@@ -81,8 +106,9 @@ class CustomJobForm(_JobForm):
             "command": [line for line in (data.get("command") or "").splitlines() if line],
             "volumes": [v.strip() for v in (data.get("volumes") or "").splitlines() if v.strip()],
             "env": _pairs(data.get("env") or "", "Environment"),
-            "labels": {k.strip(): v.strip()
-                       for k, v in _pairs(data.get("labels") or "", "labels").items()},
+            "labels": {
+                k.strip(): v.strip() for k, v in _pairs(data.get("labels") or "", "labels").items()
+            },
         }
 
     def clean_env(self) -> str:
@@ -99,15 +125,27 @@ class FinetuneForm(_JobForm):
     hyper-parameters with the entry point's defaults."""
 
     base_model = forms.CharField(
-        max_length=200, required=False, label="Base model (hub id)",
-        help_text="e.g. mistralai/Mistral-7B-v0.3 — or leave empty and give a model volume.")
+        max_length=200,
+        required=False,
+        label="Base model (hub id)",
+        help_text="e.g. mistralai/Mistral-7B-v0.3 — or leave empty and give a model volume.",
+    )
     model_volume = forms.CharField(
-        max_length=300, required=False, label="Base model from a bucket",
-        help_text=f"bucket@ALIAS/prefix (mounted read-only at {MODEL_PATH}).")
-    data_volume = forms.CharField(max_length=300, label="Dataset",
-                                  help_text=f"bucket@ALIAS/prefix of JSONL files ({DATA_PATH}).")
-    output_volume = forms.CharField(max_length=300, label="Output",
-                                    help_text=f"bucket@ALIAS/prefix for the adapter ({OUTPUT_PATH}).")
+        max_length=300,
+        required=False,
+        label="Base model from a bucket",
+        help_text=f"bucket@ALIAS/prefix (mounted read-only at {MODEL_PATH}).",
+    )
+    data_volume = forms.CharField(
+        max_length=300,
+        label="Dataset",
+        help_text=f"bucket@ALIAS/prefix of JSONL files ({DATA_PATH}).",
+    )
+    output_volume = forms.CharField(
+        max_length=300,
+        label="Output",
+        help_text=f"bucket@ALIAS/prefix for the adapter ({OUTPUT_PATH}).",
+    )
     method = forms.ChoiceField(choices=[("lora", "LoRA"), ("qlora", "QLoRA (4-bit, GPU)")])
     rank = forms.IntegerField(min_value=1, max_value=1024)
     alpha = forms.IntegerField(min_value=1)
@@ -128,8 +166,10 @@ class FinetuneForm(_JobForm):
         params = {name: data[name] for name in MAIN_PARAMS if data.get(name) not in (None, "")}
         if data.get("base_model"):
             params["base_model"] = data["base_model"].strip()
-        volumes = [f"{(data.get('data_volume') or '').strip()}:{DATA_PATH}:ro",
-                   f"{(data.get('output_volume') or '').strip()}:{OUTPUT_PATH}:rw"]
+        volumes = [
+            f"{(data.get('data_volume') or '').strip()}:{DATA_PATH}:ro",
+            f"{(data.get('output_volume') or '').strip()}:{OUTPUT_PATH}:rw",
+        ]
         if data.get("model_volume"):
             volumes.insert(0, f"{data['model_volume'].strip()}:{MODEL_PATH}:ro")
         return self.common_data() | {"preset": "finetune", "params": params, "volumes": volumes}

@@ -59,16 +59,17 @@ def target_states(job: Job, observed: ObservedWorkload) -> list[tuple[str, str]]
     phase = observed.phase
     if phase is Phase.FAILED:
         if observed.timed_out:
-            return [(S.TIMEOUT, f"timeout of {job.timeout} s reached"),
-                    (S.INTERRUPTED, observed.reason or "stopped at the timeout")]
+            return [
+                (S.TIMEOUT, f"timeout of {job.timeout} s reached"),
+                (S.INTERRUPTED, observed.reason or "stopped at the timeout"),
+            ]
         return [(S.FAILED, observed.reason or _exit_reason(observed.exit_code))]
     if phase is Phase.GONE:
         if job.launched_run >= job.run:
             return [(S.ERROR, "the workload disappeared from the cluster")]
         return []
     if phase is Phase.FINALIZING and observed.timed_out and job.state != S.FINALIZING:
-        return [(S.TIMEOUT, f"timeout of {job.timeout} s reached"),
-                (S.FINALIZING, observed.reason)]
+        return [(S.TIMEOUT, f"timeout of {job.timeout} s reached"), (S.FINALIZING, observed.reason)]
     if phase is Phase.SUCCEEDED:
         return [(S.DONE, observed.reason or "exit code 0")]
     state = _PHASE_STATES[phase]
@@ -96,10 +97,14 @@ def apply_observation(job: Job, observed: ObservedWorkload) -> bool:
 
 def _record_times(job: Job, observed: ObservedWorkload) -> None:
     """Container start/finish and exit code from the pod status (billing meters from these)."""
-    fields = {"started_at": observed.started_at, "finished_at": observed.finished_at,
-              "exit_code": observed.exit_code}
-    changed = [name for name, value in fields.items()
-               if value is not None and getattr(job, name) != value]
+    fields = {
+        "started_at": observed.started_at,
+        "finished_at": observed.finished_at,
+        "exit_code": observed.exit_code,
+    }
+    changed = [
+        name for name, value in fields.items() if value is not None and getattr(job, name) != value
+    ]
     for name in changed:
         setattr(job, name, fields[name])
     if changed:
@@ -107,8 +112,15 @@ def _record_times(job: Job, observed: ObservedWorkload) -> None:
     if observed.run_uid and observed.started_at:
         JobRun.objects.update_or_create(
             uid=observed.run_uid,
-            defaults={"job": job, "project_id": job.project_id, "run": job.run,
-                      "flavor_id": job.flavor_id, "units": job.gpu,
-                      "started_at": observed.started_at, "finished_at": observed.finished_at,
-                      "exit_code": observed.exit_code, "node": observed.node or ""},
+            defaults={
+                "job": job,
+                "project_id": job.project_id,
+                "run": job.run,
+                "flavor_id": job.flavor_id,
+                "units": job.gpu,
+                "started_at": observed.started_at,
+                "finished_at": observed.finished_at,
+                "exit_code": observed.exit_code,
+                "node": observed.node or "",
+            },
         )

@@ -24,16 +24,23 @@ COLLECT_LIMIT = 5000
 def collect_logs(*, job_id: Any, limit: int = COLLECT_LIMIT) -> tuple[int, bool]:
     """Store new lines of the job's current run; returns (lines added, end of log reached)."""
     with transaction.atomic():
-        job = Job.objects.select_for_update(of=("self",)).select_related("project") \
-            .filter(pk=job_id).first()
+        job = (
+            Job.objects.select_for_update(of=("self",))
+            .select_related("project")
+            .filter(pk=job_id)
+            .first()
+        )
         if job is None or job.logs_archived or job.launched_run < job.run:
             return 0, True
-        chunk = get_backend().read_logs(ref=job_ref(job), cursor=job.log_cursor or None,
-                                        limit=limit)
+        chunk = get_backend().read_logs(
+            ref=job_ref(job), cursor=job.log_cursor or None, limit=limit
+        )
         start = job.log_lines
         JobLogLine.objects.bulk_create(
-            [JobLogLine(job=job, run=job.run, seq=start + i, text=line)
-             for i, line in enumerate(chunk.lines, start=1)],
+            [
+                JobLogLine(job=job, run=job.run, seq=start + i, text=line)
+                for i, line in enumerate(chunk.lines, start=1)
+            ],
             batch_size=1000,
         )
         _note_progress(job, chunk.lines)

@@ -19,8 +19,9 @@ WEBHOOK_TIMEOUT_S = 10
 
 
 def job_payload(job: Job) -> dict[str, Any]:
-    url = settings.SITE_URL + reverse("job-detail", kwargs={"slug": job.project.slug,
-                                                           "job_id": job.pk})
+    url = settings.SITE_URL + reverse(
+        "job-detail", kwargs={"slug": job.project.slug, "job_id": job.pk}
+    )
     return {
         "event": "job.finished",
         "id": str(job.pk),
@@ -46,8 +47,10 @@ def send_job_email(job: Job) -> None:
     payload = job_payload(job)
     send_mail(
         subject=f"[Ajuste] {job.name}: {job.state}",
-        message=(f"Your job {job.name} in project {job.project.name} ended: {job.state}"
-                 f"{' — ' + job.state_reason if job.state_reason else ''}.\n\n{payload['url']}\n"),
+        message=(
+            f"Your job {job.name} in project {job.project.name} ended: {job.state}"
+            f"{' — ' + job.state_reason if job.state_reason else ''}.\n\n{payload['url']}\n"
+        ),
         from_email=None,
         recipient_list=[job.owner.email],
         fail_silently=False,
@@ -60,10 +63,14 @@ def post_webhook(job: Job) -> None:
     if not project.webhook_url:
         return
     body = json.dumps(job_payload(job), separators=(",", ":")).encode()
-    headers = {"Content-Type": "application/json", "User-Agent": "Ajuste-Webhook/1",
-               "X-Ajuste-Event": "job.finished"}
+    headers = {
+        "Content-Type": "application/json",
+        "User-Agent": "Ajuste-Webhook/1",
+        "X-Ajuste-Event": "job.finished",
+    }
     if project.webhook_secret:
         headers["X-Ajuste-Signature"] = sign(project.webhook_secret, body)
-    response = httpx.post(project.webhook_url, content=body, headers=headers,
-                          timeout=WEBHOOK_TIMEOUT_S)
+    response = httpx.post(
+        project.webhook_url, content=body, headers=headers, timeout=WEBHOOK_TIMEOUT_S
+    )
     response.raise_for_status()

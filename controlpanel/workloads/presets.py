@@ -33,10 +33,28 @@ MAIN_PARAMS: dict[str, Any] = {
 # Every option the preset passes through; `base_model` is the preset's own (a hub id).
 BOOLEAN_FLAGS = {"merge": "--merge", "packing": "--no-packing"}
 VALUE_PARAMS = {
-    "method", "rank", "alpha", "dropout", "target_modules", "learning_rate", "warmup_ratio",
-    "warmup_steps", "weight_decay", "max_grad_norm", "epochs", "max_steps", "batch_size",
-    "grad_accum", "max_length", "gradient_checkpointing", "bf16", "seed", "eval_split",
-    "save_steps", "save_total_limit", "log_steps",
+    "method",
+    "rank",
+    "alpha",
+    "dropout",
+    "target_modules",
+    "learning_rate",
+    "warmup_ratio",
+    "warmup_steps",
+    "weight_decay",
+    "max_grad_norm",
+    "epochs",
+    "max_steps",
+    "batch_size",
+    "grad_accum",
+    "max_length",
+    "gradient_checkpointing",
+    "bf16",
+    "seed",
+    "eval_split",
+    "save_steps",
+    "save_total_limit",
+    "log_steps",
 }
 
 
@@ -89,8 +107,9 @@ def _preset_volume_problem(params: dict[str, Any], volumes: list[VolumeSpec]) ->
         errors.append(f"mount the output bucket at {OUTPUT_PATH} with :rw")
     has_model = MODEL_PATH in mounts
     if has_model == bool(params.get("base_model")):
-        errors.append(f"give either a model volume at {MODEL_PATH} or params.base_model "
-                      "(a hub id), not both")
+        errors.append(
+            f"give either a model volume at {MODEL_PATH} or params.base_model (a hub id), not both"
+        )
     if errors:
         return "The fine-tune preset needs: " + "; ".join(errors) + "."
     return None

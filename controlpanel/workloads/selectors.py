@@ -18,9 +18,16 @@ from controlpanel.projects.models import Project
 from controlpanel.workloads.models import Job, JobState
 
 SORTS = {
-    "created": "created_at", "-created": "-created_at", "name": "name", "-name": "-name",
-    "state": "state", "-state": "-state", "duration": "duration", "-duration": "-duration",
-    "gpus": "gpus_total", "-gpus": "-gpus_total",
+    "created": "created_at",
+    "-created": "-created_at",
+    "name": "name",
+    "-name": "-name",
+    "state": "state",
+    "-state": "-state",
+    "duration": "duration",
+    "-duration": "-duration",
+    "gpus": "gpus_total",
+    "-gpus": "-gpus_total",
 }
 CENT = Decimal("0.01")
 MILLI_CENT = Decimal("0.0001")  # a CPU minute costs fractions of a cent
@@ -42,8 +49,10 @@ def jobs_for_project(*, project: Project, filters: JobFilters = JobFilters()) ->
         Job.objects.filter(project=project)
         .select_related("owner", "flavor")
         .prefetch_related("flavor__prices")
-        .annotate(gpus_total=F("gpu") * F("flavor__gpus_per_unit"),
-                  duration=Coalesce(F("finished_at"), Now()) - F("started_at"))
+        .annotate(
+            gpus_total=F("gpu") * F("flavor__gpus_per_unit"),
+            duration=Coalesce(F("finished_at"), Now()) - F("started_at"),
+        )
         .defer("progress", "loss_curve", "log_cursor", "env", "params")
     )
     if filters.state in JobState.values:
@@ -64,8 +73,11 @@ def job_get(*, project: Project, job_id: Any) -> Job:
         key = uuid.UUID(str(job_id))
     except ValueError:
         raise Http404("No such job.") from None
-    job = Job.objects.select_related("project", "owner", "flavor").filter(
-        pk=key, project=project).first()
+    job = (
+        Job.objects.select_related("project", "owner", "flavor")
+        .filter(pk=key, project=project)
+        .first()
+    )
     if job is None:
         raise Http404("No such job.")
     return job
@@ -93,6 +105,7 @@ def job_cost_estimate(*, job: Job) -> Decimal | None:
 def queue_position(*, job: Job) -> int | None:
     if job.state != JobState.QUEUED or job.admitted_at is not None:
         return None
-    ahead = Job.objects.filter(project=job.project_id, state=JobState.QUEUED, admitted_at=None,
-                               queued_at__lt=job.queued_at).count()
+    ahead = Job.objects.filter(
+        project=job.project_id, state=JobState.QUEUED, admitted_at=None, queued_at__lt=job.queued_at
+    ).count()
     return ahead + 1

@@ -85,10 +85,14 @@ def job_retry_push(*, access: ProjectAccess, user: Any, job: Job) -> Job:
     if job.state != S.SYNC_FAILED:
         raise ValidationError("Only a job whose final push failed (SYNC_FAILED) can retry it.")
     # Back to FINALIZING by hand: a final state is otherwise never left.
-    JobEvent.objects.create(job=job, run=job.run, state=S.FINALIZING,
-                            reason=f"push retried by {user.username}")
-    Job.objects.filter(pk=job.pk).update(state=S.FINALIZING, state_changed_at=timezone.now(),
-                                         state_reason=f"push retried by {user.username}")
+    JobEvent.objects.create(
+        job=job, run=job.run, state=S.FINALIZING, reason=f"push retried by {user.username}"
+    )
+    Job.objects.filter(pk=job.pk).update(
+        state=S.FINALIZING,
+        state_changed_at=timezone.now(),
+        state_reason=f"push retried by {user.username}",
+    )
     tasks.job_retry_push.delay_on_commit(str(job.pk))
     return job
 
@@ -100,8 +104,9 @@ def job_delete(*, access: ProjectAccess, user: Any, job: Job) -> None:
     job = Job.objects.select_for_update(of=("self",)).get(pk=job.pk)
     if job.state not in FINAL_STATES:
         raise ValidationError("Stop the job before deleting it.")
-    refs = [(job.project.slug, job.project.namespace, str(job.pk), run)
-            for run in range(1, job.run + 1)]
+    refs = [
+        (job.project.slug, job.project.namespace, str(job.pk), run) for run in range(1, job.run + 1)
+    ]
     JobLogLine.objects.filter(job=job).delete()
     job.delete()
     tasks.job_cleanup.delay_on_commit(refs)

@@ -24,9 +24,7 @@ FINALIZE_GRACE = timedelta(minutes=2)
 
 
 def sweep() -> dict[str, int]:
-    observed = {
-        (o.id, o.run): o for o in get_backend().observe_all() if o.kind is WorkloadKind.JOB
-    }
+    observed = {(o.id, o.run): o for o in get_backend().observe_all() if o.kind is WorkloadKind.JOB}
     counts = {"live": 0, "changed": 0, "relaunched": 0, "missing": 0}
     for job in _live_jobs():
         counts["live"] += 1
@@ -49,8 +47,11 @@ def record_observation(observed: ObservedWorkload) -> bool:
         job_id = uuid.UUID(observed.id)
     except ValueError:
         return False  # not one of ours (a foreign id under our labels)
-    job = Job.objects.select_related("project", "flavor").filter(
-        pk=job_id, run=observed.run, state__in=LIVE_STATES).first()
+    job = (
+        Job.objects.select_related("project", "flavor")
+        .filter(pk=job_id, run=observed.run, state__in=LIVE_STATES)
+        .first()
+    )
     if job is None or not _differs(job, observed):
         return False
     observe(str(job.pk), observed)
@@ -60,9 +61,20 @@ def record_observation(observed: ObservedWorkload) -> bool:
 def _live_jobs() -> list[Job]:
     admitted = Q(state__in=LIVE_STATES) & ~Q(state=JobState.QUEUED, admitted_at=None)
     # Only what comparing with an observation needs: observe() re-reads a job it acts on.
-    return list(Job.objects.filter(admitted).only(
-        "state", "state_reason", "run", "launched_run", "stop_requested", "timeout",
-        "started_at", "finished_at", "admitted_at", "project_id"))
+    return list(
+        Job.objects.filter(admitted).only(
+            "state",
+            "state_reason",
+            "run",
+            "launched_run",
+            "stop_requested",
+            "timeout",
+            "started_at",
+            "finished_at",
+            "admitted_at",
+            "project_id",
+        )
+    )
 
 
 def _missing(job: Job, counts: dict[str, int]) -> None:
@@ -87,14 +99,20 @@ def _differs(job: Job, seen: ObservedWorkload) -> bool:
 
 
 def _admit_waiting() -> None:
-    waiting = (Job.objects.filter(state=JobState.QUEUED, admitted_at=None)
-               .values_list("project_id", flat=True).distinct())
+    waiting = (
+        Job.objects.filter(state=JobState.QUEUED, admitted_at=None)
+        .values_list("project_id", flat=True)
+        .distinct()
+    )
     for project_id in waiting:
         tasks.project_admit.delay(project_id)
 
 
 def _refinalize() -> None:
-    stale = Job.objects.filter(state__in=FINAL_STATES, logs_archived=False,
-                               state_changed_at__lt=timezone.now() - FINALIZE_GRACE)
+    stale = Job.objects.filter(
+        state__in=FINAL_STATES,
+        logs_archived=False,
+        state_changed_at__lt=timezone.now() - FINALIZE_GRACE,
+    )
     for job_id, run in stale.values_list("pk", "run")[:100]:
         tasks.job_finalize.delay(str(job_id), run)

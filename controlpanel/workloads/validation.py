@@ -97,8 +97,14 @@ def clean_job(*, project: Project, data: dict[str, Any]) -> JobInput:
         errors.add("params", "Parameters are only taken by a preset.")
     if errors.by_field:
         raise ValidationError(errors.by_field)
-    return JobInput(flavor=flavor, gpu=gpu, volumes=[_render(s) for s in specs],
-                    preset=preset, params=params, **cleaned)
+    return JobInput(
+        flavor=flavor,
+        gpu=gpu,
+        volumes=[_render(s) for s in specs],
+        preset=preset,
+        params=params,
+        **cleaned,
+    )
 
 
 def _render(spec: VolumeSpec) -> str:
@@ -124,11 +130,14 @@ def _gpu(value: Any, flavor: Flavor | None, project: Project) -> int:
         raise ValidationError(f"{flavor.name} allows at most {flavor.max_units} units per job.")
     gpus = units * flavor.gpus_per_unit
     if gpus > settings.MAX_GPUS_PER_JOB:
-        raise ValidationError(f"At most {settings.MAX_GPUS_PER_JOB} GPUs per job "
-                              f"(asked for {gpus}).")
+        raise ValidationError(
+            f"At most {settings.MAX_GPUS_PER_JOB} GPUs per job (asked for {gpus})."
+        )
     if gpus > project.gpu_quota:
-        raise ValidationError(f"This job needs {gpus} GPUs but the project's quota is "
-                              f"{project.gpu_quota}: it could never start.")
+        raise ValidationError(
+            f"This job needs {gpus} GPUs but the project's quota is "
+            f"{project.gpu_quota}: it could never start."
+        )
     return units
 
 
@@ -143,8 +152,9 @@ def _integer(value: Any, what: str) -> int:
 
 def _volumes(raw: Any, project: Project) -> list[VolumeSpec]:
     if not isinstance(raw, list) or not all(isinstance(v, str) for v in raw):
-        raise ValidationError("Give volumes as a list of specs like "
-                              "bucket@ALIAS/prefix:/workspace/data:ro.")
+        raise ValidationError(
+            "Give volumes as a list of specs like bucket@ALIAS/prefix:/workspace/data:ro."
+        )
     specs, messages = [], []
     for index, text in enumerate(raw, start=1):
         try:
@@ -182,8 +192,9 @@ def _image(value: Any) -> str:
         raise ValidationError("Give a container image, e.g. my-registry/my-image:latest.")
     value = value.strip()
     if len(value) > 300 or not IMAGE_RE.match(value):
-        raise ValidationError(f"{value!r} is not a valid image reference (no spaces; letters, "
-                              "digits, . _ - / : @).")
+        raise ValidationError(
+            f"{value!r} is not a valid image reference (no spaces; letters, digits, . _ - / : @)."
+        )
     return value
 
 
@@ -222,8 +233,13 @@ def _labels(value: Any) -> dict[str, str]:
         f"Label {key!r}={val!r}: keys and values are up to 63 letters, digits, - _ . "
         "starting and ending with a letter or digit."
         for key, val in value.items()
-        if not (isinstance(key, str) and key and LABEL_RE.match(key)
-                and isinstance(val, str) and LABEL_RE.match(val))
+        if not (
+            isinstance(key, str)
+            and key
+            and LABEL_RE.match(key)
+            and isinstance(val, str)
+            and LABEL_RE.match(val)
+        )
     ]
     if len(value) > 32:
         problems.append("At most 32 labels.")
@@ -237,6 +253,5 @@ def _timeout(value: Any) -> int:
         return DEFAULT_TIMEOUT_S
     seconds = _integer(value, "The timeout")
     if not 60 <= seconds <= MAX_TIMEOUT_S:
-        raise ValidationError(f"The timeout must be between 60 s and {MAX_TIMEOUT_S} s "
-                              "(30 days).")
+        raise ValidationError(f"The timeout must be between 60 s and {MAX_TIMEOUT_S} s (30 days).")
     return seconds

@@ -14,6 +14,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from controlpanel.buckets.selectors import buckets_for_project
+from controlpanel.core.htmx import wants_fragment
 from controlpanel.flavors.models import Flavor
 from controlpanel.projects.access import project_view
 from controlpanel.workloads import logs, selectors, services
@@ -36,23 +37,32 @@ def _access(request: HttpRequest) -> Any:
 
 def _filters(request: HttpRequest) -> selectors.JobFilters:
     get = request.GET
-    return selectors.JobFilters(state=get.get("state", ""), owner=get.get("owner", ""),
-                                label=get.get("label", ""), q=get.get("q", "")[:100],
-                                sort=get.get("sort", "-created"))
+    return selectors.JobFilters(
+        state=get.get("state", ""),
+        owner=get.get("owner", ""),
+        label=get.get("label", ""),
+        q=get.get("q", "")[:100],
+        sort=get.get("sort", "-created"),
+    )
 
 
 @project_view()
 def job_list(request: HttpRequest) -> HttpResponse:
     project = _access(request).project
     filters = _filters(request)
-    page = Paginator(selectors.jobs_for_project(project=project, filters=filters), PAGE_SIZE) \
-        .get_page(request.GET.get("page"))
+    page = Paginator(
+        selectors.jobs_for_project(project=project, filters=filters), PAGE_SIZE
+    ).get_page(request.GET.get("page"))
     context = {
-        "project": project, "page": page, "filters": filters, "states": JobState.values,
+        "project": project,
+        "page": page,
+        "filters": filters,
+        "states": JobState.values,
         "owners": project.members.order_by("username").values_list("username", flat=True),
-        "live": any(job.is_live for job in page), "query": request.GET.urlencode(),
+        "live": any(job.is_live for job in page),
+        "query": request.GET.urlencode(),
     }
-    template = "jobs/list.html#job-table" if request.htmx else "jobs/list.html"
+    template = "jobs/list.html#job-table" if wants_fragment(request) else "jobs/list.html"
     return render(request, template, context)
 
 
@@ -64,25 +74,32 @@ def _forms(request: HttpRequest, preset: str) -> tuple[FinetuneForm, CustomJobFo
     return finetune, custom
 
 
-def _form_context(request: HttpRequest, preset: str, finetune: FinetuneForm,
-                  custom: CustomJobForm) -> dict[str, Any]:
+def _form_context(
+    request: HttpRequest, preset: str, finetune: FinetuneForm, custom: CustomJobForm
+) -> dict[str, Any]:
     project = _access(request).project
     form = finetune if preset == "finetune" else custom
     estimate = None
     if form.is_bound and form.cleaned_data.get("flavor") and form.cleaned_data.get("gpu"):
-        estimate = selectors.hourly_price(flavor=form.cleaned_data["flavor"],
-                                          units=form.cleaned_data["gpu"])
-    return {"project": project, "preset": preset, "finetune": finetune, "custom": custom,
-            "form": form, "estimate": estimate,
-            "buckets": buckets_for_project(project=project),
-            "flavors": Flavor.objects.filter(enabled=True)}
+        estimate = selectors.hourly_price(
+            flavor=form.cleaned_data["flavor"], units=form.cleaned_data["gpu"]
+        )
+    return {
+        "project": project,
+        "preset": preset,
+        "finetune": finetune,
+        "custom": custom,
+        "form": form,
+        "estimate": estimate,
+        "buckets": buckets_for_project(project=project),
+        "flavors": Flavor.objects.filter(enabled=True),
+    }
 
 
 @project_view()
 def job_new(request: HttpRequest) -> HttpResponse:
     access = _access(request)
-    preset = "custom" if request.GET.get("tab", request.POST.get("tab")) == "custom" \
-        else "finetune"
+    preset = "custom" if request.GET.get("tab", request.POST.get("tab")) == "custom" else "finetune"
     finetune, custom = _forms(request, preset)
     form = finetune if preset == "finetune" else custom
     validating = bool(request.POST.get("validate"))
@@ -90,8 +107,7 @@ def job_new(request: HttpRequest) -> HttpResponse:
         valid = form.is_valid()
         try:
             if valid and not validating:
-                job = services.job_submit(access=access, user=request.user,
-                                          data=form.to_job_data())
+                job = services.job_submit(access=access, user=request.user, data=form.to_job_data())
                 messages.success(request, f"Job {job.name} submitted.")
                 return redirect("job-detail", slug=access.project.slug, job_id=job.pk)
             # Also check what the form itself accepted, so every problem shows at once.
@@ -99,7 +115,7 @@ def job_new(request: HttpRequest) -> HttpResponse:
         except ValidationError as exc:
             form.add_service_errors(exc)
     context = _form_context(request, preset, finetune, custom)
-    if request.htmx and validating:
+    if wants_fragment(request) and validating:
         # A validation answer, errors included, is a successful response for htmx.
         return render(request, "jobs/new.html#job-form", context)
     status = 400 if form.is_bound and form.errors else 200
@@ -120,7 +136,8 @@ def _refresh(job: Job) -> Job:
 
 def _detail_context(job: Job) -> dict[str, Any]:
     return {
-        "job": job, "project": job.project,
+        "job": job,
+        "project": job.project,
         "events": job.events.order_by("at", "pk"),
         "cost": selectors.job_cost_estimate(job=job),
         "hourly": selectors.hourly_price(flavor=job.flavor, units=job.gpu),
@@ -134,8 +151,9 @@ def job_detail(request: HttpRequest, job_id: str) -> HttpResponse:
     if job.is_live or not job.logs_archived:
         _collect(job)
     lines = logs.tail(job=job, count=LOG_TAIL)
-    context = _detail_context(job) | _log_context(job, lines) | {
-        "truncated": job.log_lines > len(lines)}
+    context = (
+        _detail_context(job) | _log_context(job, lines) | {"truncated": job.log_lines > len(lines)}
+    )
     return render(request, "jobs/detail.html", context)
 
 
@@ -148,8 +166,9 @@ def job_status(request: HttpRequest, job_id: str) -> HttpResponse:
 def _collect(job: Job) -> None:
     try:
         logs.collect_logs(job_id=job.pk)
-        job.refresh_from_db(fields=["log_lines", "log_cursor", "progress", "loss_curve",
-                                    "logs_archived"])
+        job.refresh_from_db(
+            fields=["log_lines", "log_cursor", "progress", "loss_curve", "logs_archived"]
+        )
     except DeployError as exc:
         log.warning("collecting logs of job %s failed: %s", job.pk, exc)
 
@@ -172,19 +191,21 @@ def job_logs(request: HttpRequest, job_id: str) -> HttpResponse:
     if job.is_live or not job.logs_archived:
         _collect(job)
     context = {"job": job, "project": job.project} | _log_context(
-        job, logs.lines_after(job=job, after=after, limit=LOG_TAIL), after)
-    if request.htmx:
+        job, logs.lines_after(job=job, after=after, limit=LOG_TAIL), after
+    )
+    if wants_fragment(request):
         return render(request, "jobs/detail.html#log-append", context)
     return render(request, "jobs/logs.html", context)
 
 
 @project_view()
-def job_log_download(request: HttpRequest, job_id: str) -> HttpResponse:
+def job_log_download(request: HttpRequest, job_id: str) -> StreamingHttpResponse:
     job = selectors.job_get(project=_access(request).project, job_id=job_id)
     if job.is_live or not job.logs_archived:
         _collect(job)
-    response = StreamingHttpResponse(logs.iter_log_text(job=job),
-                                     content_type="text/plain; charset=utf-8")
+    response = StreamingHttpResponse(
+        logs.iter_log_text(job=job), content_type="text/plain; charset=utf-8"
+    )
     response["Content-Disposition"] = f'attachment; filename="job-{job.short_id}-run{job.run}.log"'
     return response
 

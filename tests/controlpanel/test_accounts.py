@@ -44,12 +44,18 @@ def test_repeated_failures_are_throttled(owner: User, settings: Any) -> None:
 
 
 def test_password_change(owner_client: Client, owner: User) -> None:
-    bad = owner_client.post("/password/", {"old_password": "nope", "new_password1": "x",
-                                           "new_password2": "y"})
+    bad = owner_client.post(
+        "/password/", {"old_password": "nope", "new_password1": "x", "new_password2": "y"}
+    )
     assert bad.status_code == 200 and b"incorrectly" in bad.content
-    ok = owner_client.post("/password/", {"old_password": PASSWORD,
-                                          "new_password1": "a-new-long-passphrase-42",
-                                          "new_password2": "a-new-long-passphrase-42"})
+    ok = owner_client.post(
+        "/password/",
+        {
+            "old_password": PASSWORD,
+            "new_password1": "a-new-long-passphrase-42",
+            "new_password2": "a-new-long-passphrase-42",
+        },
+    )
     assert ok.status_code == 302
     owner.refresh_from_db()
     assert owner.check_password("a-new-long-passphrase-42")
@@ -98,8 +104,9 @@ def test_revoked_and_expired_tokens_are_401(owner_client: Client, owner: User) -
     response = APIClient().get("/api/v1/me/", HTTP_AUTHORIZATION=f"Bearer {raw}")
     assert response.status_code == 401
     assert response.json()["detail"] == "Invalid, expired or revoked token."
-    expiring, raw2 = token_create(user=owner, name="soon",
-                                  expires_at=timezone.now() + timedelta(seconds=60))
+    expiring, raw2 = token_create(
+        user=owner, name="soon", expires_at=timezone.now() + timedelta(seconds=60)
+    )
     ApiToken.objects.filter(pk=expiring.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
     assert APIClient().get("/api/v1/me/", HTTP_AUTHORIZATION=f"Bearer {raw2}").status_code == 401
 

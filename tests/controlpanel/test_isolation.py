@@ -39,8 +39,12 @@ def _job(ctx: dict[str, Any]) -> str:
     from controlpanel.workloads.models import Job
 
     job = Job.objects.filter(owner=ctx["owner"]).first() or Job.objects.create(
-        project=Membership.objects.get(user=ctx["owner"]).project, owner=ctx["owner"],
-        name="secret-job", image="x/y:1", flavor=Flavor.objects.get(name="ai1-1-cpu"))
+        project=Membership.objects.get(user=ctx["owner"]).project,
+        owner=ctx["owner"],
+        name="secret-job",
+        image="x/y:1",
+        flavor=Flavor.objects.get(name="ai1-1-cpu"),
+    )
     return str(job.pk)
 
 
@@ -75,8 +79,12 @@ CASES: list[Case] = [
     Case("member-update", lambda c: f"/p/alpha/members/{_membership(c)}/", ("post",)),
     Case("api-project-detail", lambda c: "/api/v1/projects/alpha/", ("get",), api=True),
     Case("api-member-list", lambda c: "/api/v1/projects/alpha/members/", ("get", "post"), api=True),
-    Case("api-member-detail", lambda c: f"/api/v1/projects/alpha/members/{_membership(c)}/",
-         ("patch", "delete"), api=True),
+    Case(
+        "api-member-detail",
+        lambda c: f"/api/v1/projects/alpha/members/{_membership(c)}/",
+        ("patch", "delete"),
+        api=True,
+    ),
     Case("job-list", lambda c: "/p/alpha/jobs/"),
     Case("job-new", lambda c: "/p/alpha/jobs/new/", ("get", "post")),
     Case("job-detail", _job_url()),
@@ -97,13 +105,18 @@ CASES: list[Case] = [
     Case("object-download", lambda c: _bucket_url("download/")(c) + "?key=a.txt"),
     Case("object-delete", _bucket_url("objects/delete/"), ("post",)),
     Case("api-bucket-list", lambda c: "/api/v1/buckets/?project=alpha", ("get", "post"), api=True),
-    Case("api-bucket-attach", lambda c: "/api/v1/buckets/attach/?project=alpha", ("post",),
-         api=True),
+    Case(
+        "api-bucket-attach", lambda c: "/api/v1/buckets/attach/?project=alpha", ("post",), api=True
+    ),
     Case("api-bucket-detail", _api_bucket_url(), ("get", "delete"), api=True),
     Case("api-object-list", _api_bucket_url("objects/"), ("get",), api=True),
     Case("api-object-delete", _api_bucket_url("objects/delete/"), ("post",), api=True),
-    Case("api-download-url", lambda c: _api_bucket_url("download-url/")(c) + "?key=a.txt",
-         ("get",), api=True),
+    Case(
+        "api-download-url",
+        lambda c: _api_bucket_url("download-url/")(c) + "?key=a.txt",
+        ("get",),
+        api=True,
+    ),
     Case("api-upload-url", _api_bucket_url("upload-url/"), ("post",), api=True),
     Case("api-upload-done", _api_bucket_url("upload-done/"), ("post",), api=True),
     Case("api-upload-start", _api_bucket_url("uploads/"), ("post",), api=True),
@@ -114,12 +127,22 @@ CASES: list[Case] = [
 
 # Routes that hold no project data: public, or the user's own things (tested in test_accounts).
 PUBLIC = {"home", "healthz", "readyz", "login", "logout", "api-schema", "api-docs", "api-root"}
-PERSONAL = {"password_change", "password_change_done", "user-settings", "token-revoke", "api-me",
-            "api-token-list", "api-token-detail", "project-create", "api-project-list",
-            # the flavor catalogue is the same for everyone logged in
-            "api-flavor-list", "api-flavor-detail",
-            # datastore aliases and endpoints (never credentials) are site-wide: test_datastores
-            "api-datastore-list"}
+PERSONAL = {
+    "password_change",
+    "password_change_done",
+    "user-settings",
+    "token-revoke",
+    "api-me",
+    "api-token-list",
+    "api-token-detail",
+    "project-create",
+    "api-project-list",
+    # the flavor catalogue is the same for everyone logged in
+    "api-flavor-list",
+    "api-flavor-detail",
+    # datastore aliases and endpoints (never credentials) are site-wide: test_datastores
+    "api-datastore-list",
+}
 
 
 def _route_names(patterns: list[Any]) -> Iterator[str]:
@@ -144,8 +167,9 @@ def ctx(owner: Any, member: Any, outsider: Any) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
-def test_other_projects_member_gets_404(case: Case, ctx: dict[str, Any],
-                                        outsider_client: Client, outsider_api: APIClient) -> None:
+def test_other_projects_member_gets_404(
+    case: Case, ctx: dict[str, Any], outsider_client: Client, outsider_api: APIClient
+) -> None:
     url = case.path(ctx)
     client = outsider_api if case.api else outsider_client
     for method in case.methods:

@@ -39,8 +39,9 @@ def test_switcher_lists_only_my_projects(owner: User, other_project: Project) ->
     assert "/p/beta/" not in page
 
 
-def test_manager_adds_member_and_member_cannot(owner_client: Client, member: User,
-                                               project: Project) -> None:
+def test_manager_adds_member_and_member_cannot(
+    owner_client: Client, member: User, project: Project
+) -> None:
     newbie = UserFactory(username="newbie")
     response = owner_client.post("/p/alpha/members/", {"username": "newbie", "role": "member"})
     assert response.status_code == 302
@@ -69,8 +70,9 @@ def test_last_manager_is_kept(owner_client: Client, owner: User, project: Projec
     assert mine.role == Role.MANAGER
 
 
-def test_manager_changes_role_and_removes(owner_client: Client, member: User,
-                                          project: Project) -> None:
+def test_manager_changes_role_and_removes(
+    owner_client: Client, member: User, project: Project
+) -> None:
     m = Membership.objects.get(user=member)
     owner_client.post(f"/p/alpha/members/{m.id}/", {"action": "role", "role": "manager"})
     m.refresh_from_db()
@@ -82,16 +84,34 @@ def test_manager_changes_role_and_removes(owner_client: Client, member: User,
 def test_only_admins_create_projects(owner_client: Client, admin_user: User) -> None:
     assert owner_client.get("/projects/new/").status_code == 302  # to the admin login
     admin = logged_in(admin_user)
-    bad = admin.post("/projects/new/", {"name": "X", "slug": "Bad Slug!", "gpu_quota": 2,
-                                        "monthly_budget": "10", "notebook_idle_minutes": 60})
+    bad = admin.post(
+        "/projects/new/",
+        {
+            "name": "X",
+            "slug": "Bad Slug!",
+            "gpu_quota": 2,
+            "monthly_budget": "10",
+            "notebook_idle_minutes": 60,
+        },
+    )
     assert bad.status_code == 400 and b"lowercase letters" in bad.content
-    ok = admin.post("/projects/new/", {"name": "Vision", "slug": "vision", "gpu_quota": 2,
-                                       "monthly_budget": "1000.50", "notebook_idle_minutes": 60})
+    ok = admin.post(
+        "/projects/new/",
+        {
+            "name": "Vision",
+            "slug": "vision",
+            "gpu_quota": 2,
+            "monthly_budget": "1000.50",
+            "notebook_idle_minutes": 60,
+        },
+    )
     assert ok.status_code == 302
     assert str(Project.objects.get(slug="vision").monthly_budget) == "1000.50"
 
 
-def test_staff_sees_every_project(admin_user: User, project: Project, other_project: Project) -> None:
+def test_staff_sees_every_project(
+    admin_user: User, project: Project, other_project: Project
+) -> None:
     assert logged_in(admin_user).get("/p/beta/").status_code == 200
 
 
@@ -109,11 +129,16 @@ def test_api_members(owner_api: APIClient, member: User, project: Project) -> No
     added = owner_api.post("/api/v1/projects/alpha/members/", {"username": "newbie"}, format="json")
     assert added.status_code == 201 and added.json()["role"] == "member"
     mid = added.json()["id"]
-    changed = owner_api.patch(f"/api/v1/projects/alpha/members/{mid}/", {"role": "manager"},
-                              format="json")
+    changed = owner_api.patch(
+        f"/api/v1/projects/alpha/members/{mid}/", {"role": "manager"}, format="json"
+    )
     assert changed.json()["role"] == "manager"
-    assert owner_api.post("/api/v1/projects/alpha/members/", {"username": "ghost"},
-                          format="json").status_code == 400
+    assert (
+        owner_api.post(
+            "/api/v1/projects/alpha/members/", {"username": "ghost"}, format="json"
+        ).status_code
+        == 400
+    )
     assert owner_api.delete(f"/api/v1/projects/alpha/members/{mid}/").status_code == 204
 
 

@@ -16,7 +16,11 @@ def _check(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     base = {k: v for k, v in os.environ.items() if k not in {"DEBUG", "SECRET_KEY", "HTTPS"}}
     return subprocess.run(
         [sys.executable, "manage.py", "check", *args],
-        cwd=ROOT, env=base | env, capture_output=True, text=True, timeout=120,
+        cwd=ROOT,
+        env=base | env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
 
 
@@ -46,8 +50,14 @@ def test_secret_from_file(tmp_path: Path) -> None:
 
 def test_deploy_check_is_clean_with_production_settings() -> None:
     result = _check(
-        {"DEBUG": "0", "SECRET_KEY": "k" * 20 + "Zq9-v8!x#P2m@L5r$T7w%Y3n^B6c&D1f", "ALLOWED_HOSTS": "ajuste.example.com"},
-        "--deploy", "--fail-level", "WARNING",
+        {
+            "DEBUG": "0",
+            "SECRET_KEY": "k" * 20 + "Zq9-v8!x#P2m@L5r$T7w%Y3n^B6c&D1f",
+            "ALLOWED_HOSTS": "ajuste.example.com",
+        },
+        "--deploy",
+        "--fail-level",
+        "WARNING",
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "no issues" in result.stdout

@@ -4,8 +4,9 @@ from controlpanel.flavors.defaults import ensure_default_flavors
 
 
 def seed(apps, schema_editor):
-    ensure_default_flavors(apps.get_model("flavors", "Flavor"),
-                           apps.get_model("flavors", "FlavorPrice"))
+    ensure_default_flavors(
+        apps.get_model("flavors", "Flavor"), apps.get_model("flavors", "FlavorPrice")
+    )
 
 
 class Migration(migrations.Migration):

@@ -4,25 +4,30 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('projects', '0001_initial'),
+        ("projects", "0001_initial"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='project',
-            name='kueue_queue',
-            field=models.CharField(blank=True, help_text="Kueue LocalQueue for this project's jobs (clusters with Kueue); empty: none.", max_length=63),
+            model_name="project",
+            name="kueue_queue",
+            field=models.CharField(
+                blank=True,
+                help_text="Kueue LocalQueue for this project's jobs (clusters with Kueue); empty: none.",
+                max_length=63,
+            ),
         ),
         migrations.AddField(
-            model_name='project',
-            name='webhook_secret',
+            model_name="project",
+            name="webhook_secret",
             field=models.CharField(blank=True, max_length=100),
         ),
         migrations.AddField(
-            model_name='project',
-            name='webhook_url',
-            field=models.URLField(blank=True, help_text='Receives a signed JSON POST when a job ends (optional).'),
+            model_name="project",
+            name="webhook_url",
+            field=models.URLField(
+                blank=True, help_text="Receives a signed JSON POST when a job ends (optional)."
+            ),
         ),
     ]

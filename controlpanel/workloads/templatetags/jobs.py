@@ -11,10 +11,18 @@ from django.utils.safestring import SafeString, mark_safe
 register = template.Library()
 
 STATE_CLASSES = {
-    "DONE": "badge-ok", "RUNNING": "badge-info", "FAILED": "badge-err", "ERROR": "badge-err",
-    "SYNC_FAILED": "badge-err", "INTERRUPTED": "badge-muted", "TIMEOUT": "badge-warn",
-    "QUEUED": "badge-muted", "PENDING": "badge-warn", "INITIALIZING": "badge-warn",
-    "INTERRUPTING": "badge-warn", "FINALIZING": "badge-info",
+    "DONE": "badge-ok",
+    "RUNNING": "badge-info",
+    "FAILED": "badge-err",
+    "ERROR": "badge-err",
+    "SYNC_FAILED": "badge-err",
+    "INTERRUPTED": "badge-muted",
+    "TIMEOUT": "badge-warn",
+    "QUEUED": "badge-muted",
+    "PENDING": "badge-warn",
+    "INITIALIZING": "badge-warn",
+    "INTERRUPTING": "badge-warn",
+    "FINALIZING": "badge-info",
 }
 
 
@@ -66,7 +74,7 @@ def loss_chart(curve: list[list[float]], width: int = 600, height: int = 160) ->
     """The loss curve as inline SVG (markup, not script: fine under the strict CSP)."""
     points = [(float(s), float(v)) for s, v in curve if v is not None]
     if len(points) < 2:
-        return mark_safe("")  # noqa: S308 (constant)
+        return mark_safe("")
     xs, ys = [p[0] for p in points], [p[1] for p in points]
     x0, x1, y0, y1 = min(xs), max(xs), min(ys), max(ys)
     span_x, span_y = (x1 - x0) or 1.0, (y1 - y0) or 1.0
@@ -81,6 +89,14 @@ def loss_chart(curve: list[list[float]], width: int = 600, height: int = 160) ->
         '<polyline fill="none" stroke="currentColor" stroke-width="2" points="{}"/>'
         '<text x="{}" y="14" class="chart-label">{}</text>'
         '<text x="{}" y="{}" class="chart-label">{}</text></svg>',
-        width, height, f"{ys[0]:.3f}", f"{ys[-1]:.3f}", coords,
-        pad, f"{y1:.3f}", pad, height - 2, f"{y0:.3f} (step {int(x1)})",
+        width,
+        height,
+        f"{ys[0]:.3f}",
+        f"{ys[-1]:.3f}",
+        coords,
+        pad,
+        f"{y1:.3f}",
+        pad,
+        height - 2,
+        f"{y0:.3f} (step {int(x1)})",
     )

@@ -35,10 +35,36 @@ def ok_json(result: Result) -> Any:
 
 def test_job_run_takes_the_ovhai_flags(run: Any, data_bucket: Bucket) -> None:
     spec = f"{data_bucket.name}@LOCAL/dataset:/workspace/data:ro"
-    job = ok_json(run("job", "run", "--gpu", "2", "--flavor", "h100-1-gpu", "--volume", spec,
-                      "--env", "SEED=1", "--label", "team=nlp", "--timeout", "3600",
-                      "--name", "bert", "-o", "json", "my-registry/train:latest", "--",
-                      "python", "train.py", "--lr", "3e-4", "--note", "a b; rm -rf /"))
+    job = ok_json(
+        run(
+            "job",
+            "run",
+            "--gpu",
+            "2",
+            "--flavor",
+            "h100-1-gpu",
+            "--volume",
+            spec,
+            "--env",
+            "SEED=1",
+            "--label",
+            "team=nlp",
+            "--timeout",
+            "3600",
+            "--name",
+            "bert",
+            "-o",
+            "json",
+            "my-registry/train:latest",
+            "--",
+            "python",
+            "train.py",
+            "--lr",
+            "3e-4",
+            "--note",
+            "a b; rm -rf /",
+        )
+    )
     assert job["state"] == "QUEUED" and job["gpu"] == 2 and job["flavor"] == "h100-1-gpu"
     assert job["command"] == ["python", "train.py", "--lr", "3e-4", "--note", "a b; rm -rf /"]
     assert (job["env"], job["labels"], job["timeout"]) == ({"SEED": "1"}, {"team": "nlp"}, 3600)
@@ -53,12 +79,28 @@ def test_job_run_takes_the_ovhai_flags(run: Any, data_bucket: Bucket) -> None:
 
 def test_preset_params_and_lifecycle(run: Any, data_bucket: Bucket) -> None:
     b = data_bucket.name
-    job = ok_json(run("job", "run", "--preset", "finetune", "--param", "max_steps=5",
-                      "--param", "base_model=org/tiny", "--volume",
-                      f"{b}@LOCAL/data:/workspace/data", "--volume",
-                      f"{b}@LOCAL/out:/workspace/output:rw", "-o", "json"))
-    assert job["preset"] == "finetune" and job["params"] == {"max_steps": 5,
-                                                             "base_model": "org/tiny"}
+    job = ok_json(
+        run(
+            "job",
+            "run",
+            "--preset",
+            "finetune",
+            "--param",
+            "max_steps=5",
+            "--param",
+            "base_model=org/tiny",
+            "--volume",
+            f"{b}@LOCAL/data:/workspace/data",
+            "--volume",
+            f"{b}@LOCAL/out:/workspace/output:rw",
+            "-o",
+            "json",
+        )
+    )
+    assert job["preset"] == "finetune" and job["params"] == {
+        "max_steps": 5,
+        "base_model": "org/tiny",
+    }
     stopped = ok_json(run("job", "stop", job["id"], "-o", "json"))
     assert stopped["state"] == "INTERRUPTED"  # never launched: stopped at once
     rerun = ok_json(run("job", "rerun", job["id"], "-o", "json"))
@@ -70,10 +112,19 @@ def test_preset_params_and_lifecycle(run: Any, data_bucket: Bucket) -> None:
 
 
 def test_logs_prints_the_archived_log(run: Any, owner: Any, project: Any) -> None:
-    job = Job.objects.create(project=project, owner=owner, name="j", image="x/y:1",
-                             flavor=Flavor.objects.get(name="ai1-1-cpu"), state=JobState.DONE, logs_archived=True, log_lines=3)
-    JobLogLine.objects.bulk_create(JobLogLine(job=job, run=1, seq=i, text=f"line {i} <ok>")
-                                   for i in (1, 2, 3))
+    job = Job.objects.create(
+        project=project,
+        owner=owner,
+        name="j",
+        image="x/y:1",
+        flavor=Flavor.objects.get(name="ai1-1-cpu"),
+        state=JobState.DONE,
+        logs_archived=True,
+        log_lines=3,
+    )
+    JobLogLine.objects.bulk_create(
+        JobLogLine(job=job, run=1, seq=i, text=f"line {i} <ok>") for i in (1, 2, 3)
+    )
     result = run("job", "logs", "--follow", str(job.pk))
     assert result.exit_code == 0
     assert result.output.splitlines() == ["line 1 <ok>", "line 2 <ok>", "line 3 <ok>"]

@@ -15,8 +15,9 @@ from controlpanel.workloads.validation import clean_job
 from storage.objects import iter_objects
 
 
-def test_bootstrap_seeds_the_demo_once(db: Any, panel_s3: Any, monkeypatch: Any,
-                                       tmp_path: Any, settings: Any) -> None:
+def test_bootstrap_seeds_the_demo_once(
+    db: Any, panel_s3: Any, monkeypatch: Any, tmp_path: Any, settings: Any
+) -> None:
     settings.VAR_DIR = tmp_path
     monkeypatch.setenv("DJANGO_SUPERUSER_PASSWORD", "a-long-demo-password-1")
     out = StringIO()
@@ -32,11 +33,17 @@ def test_bootstrap_seeds_the_demo_once(db: Any, panel_s3: Any, monkeypatch: Any,
     initial = demo_form_initial(project=demo)
     assert initial["model_volume"] == "demo@LOCAL/tiny-llama"
     # What the pre-filled form submits is a valid job.
-    data = {"preset": "finetune", "flavor": "ai1-1-cpu", "gpu": 1,
-            "params": {"max_steps": initial["max_steps"]},
-            "volumes": [f"{initial['model_volume']}:/workspace/model",
-                        f"{initial['data_volume']}:/workspace/data",
-                        f"{initial['output_volume']}:/workspace/output:rw"]}
+    data = {
+        "preset": "finetune",
+        "flavor": "ai1-1-cpu",
+        "gpu": 1,
+        "params": {"max_steps": initial["max_steps"]},
+        "volumes": [
+            f"{initial['model_volume']}:/workspace/model",
+            f"{initial['data_volume']}:/workspace/data",
+            f"{initial['output_volume']}:/workspace/output:rw",
+        ],
+    }
     assert clean_job(project=demo, data=data).preset == "finetune"
     client = Client()
     client.force_login(User.objects.get(username="admin"))

@@ -42,12 +42,15 @@ def states(job: Job) -> list[str]:
 @pytest.fixture
 def volumes(project: Project, panel_s3: Any, data_bucket: Bucket) -> list[str]:
     out = project_bucket(project, panel_s3)
-    return [f"{data_bucket.name}@LOCAL/dataset:/workspace/data:ro",
-            f"{out.name}@LOCAL/output:/workspace/output:rw"]
+    return [
+        f"{data_bucket.name}@LOCAL/dataset:/workspace/data:ro",
+        f"{out.name}@LOCAL/output:/workspace/output:rw",
+    ]
 
 
-def test_pending_running_finalizing_done(k8s_cluster: Any, k8s_jobs: Any, project: Project,
-                                         owner: Any, volumes: list[str]) -> None:
+def test_pending_running_finalizing_done(
+    k8s_cluster: Any, k8s_jobs: Any, project: Project, owner: Any, volumes: list[str]
+) -> None:
     job = start(submit(project, owner, gpu=2, volumes=volumes))
     k8s_job = k8s_cluster.get("jobs", NS, names.job_name(job_ref(job)))
     assert k8s_job["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "ajuste"
@@ -83,14 +86,14 @@ def test_pending_running_finalizing_done(k8s_cluster: Any, k8s_jobs: Any, projec
     assert job.state == S.DONE and job.exit_code == 0
     assert states(job) == [S.QUEUED, S.PENDING, S.INITIALIZING, S.RUNNING, S.FINALIZING, S.DONE]
     assert logs.archive_logs(job_id=job.pk)
-    assert [line.text for line in logs.tail(job=job)] == ["epoch 1", "\x1b[32mok\x1b[0m",
-                                                          "epoch 2"]
+    assert [line.text for line in logs.tail(job=job)] == ["epoch 1", "\x1b[32mok\x1b[0m", "epoch 2"]
     run = JobRun.objects.get(job=job)
     assert (run.started_at, run.finished_at, run.units) == (job.started_at, job.finished_at, 2)
 
 
-def test_failure_records_the_exit_code(k8s_cluster: Any, k8s_jobs: Any, project: Project,
-                                       owner: Any, panel_s3: Any) -> None:
+def test_failure_records_the_exit_code(
+    k8s_cluster: Any, k8s_jobs: Any, project: Project, owner: Any, panel_s3: Any
+) -> None:
     job = start(submit(project, owner))
     pod = pod_of(k8s_cluster, job)
     k8s_cluster.kubelet.run(NS, pod)
@@ -101,8 +104,9 @@ def test_failure_records_the_exit_code(k8s_cluster: Any, k8s_jobs: Any, project:
     assert job.state_reason == "exit code 3: ValueError: bad row 17"
 
 
-def test_stop_interrupts(k8s_cluster: Any, k8s_jobs: Any, project: Project, owner: Any,
-                         panel_s3: Any) -> None:
+def test_stop_interrupts(
+    k8s_cluster: Any, k8s_jobs: Any, project: Project, owner: Any, panel_s3: Any
+) -> None:
     job = start(submit(project, owner))
     pod = pod_of(k8s_cluster, job)
     k8s_cluster.kubelet.run(NS, pod)
@@ -116,8 +120,9 @@ def test_stop_interrupts(k8s_cluster: Any, k8s_jobs: Any, project: Project, owne
     assert states(job)[-2:] == [S.INTERRUPTING, S.INTERRUPTED]
 
 
-def test_stop_before_launch_needs_no_cluster(k8s_cluster: Any, k8s_jobs: Any, project: Project,
-                                             owner: Any, panel_s3: Any) -> None:
+def test_stop_before_launch_needs_no_cluster(
+    k8s_cluster: Any, k8s_jobs: Any, project: Project, owner: Any, panel_s3: Any
+) -> None:
     job = submit(project, owner)
     job_stop(access=access_for(project), user=owner, job=job)
     job.refresh_from_db()
@@ -125,8 +130,9 @@ def test_stop_before_launch_needs_no_cluster(k8s_cluster: Any, k8s_jobs: Any, pr
     assert k8s_cluster.list("jobs") == []
 
 
-def test_timeout(k8s_cluster: Any, k8s_jobs: Any, project: Project, owner: Any,
-                 panel_s3: Any) -> None:
+def test_timeout(
+    k8s_cluster: Any, k8s_jobs: Any, project: Project, owner: Any, panel_s3: Any
+) -> None:
     job = start(submit(project, owner, timeout=600))
     k8s_cluster.kubelet.run(NS, pod_of(k8s_cluster, job))
     k8s_cluster.advance(601)
@@ -136,8 +142,9 @@ def test_timeout(k8s_cluster: Any, k8s_jobs: Any, project: Project, owner: Any,
     assert job.state == S.INTERRUPTED
 
 
-def test_duplicate_reconcile_creates_one_job(k8s_cluster: Any, k8s_jobs: Any, project: Project,
-                                             owner: Any, panel_s3: Any) -> None:
+def test_duplicate_reconcile_creates_one_job(
+    k8s_cluster: Any, k8s_jobs: Any, project: Project, owner: Any, panel_s3: Any
+) -> None:
     job = start(submit(project, owner))
     for _ in range(3):
         reconcile(str(job.pk))
@@ -145,9 +152,9 @@ def test_duplicate_reconcile_creates_one_job(k8s_cluster: Any, k8s_jobs: Any, pr
     assert len(k8s_cluster.list("pods", NS)) == 1
 
 
-def test_worker_killed_after_create_before_save(k8s_cluster: Any, k8s_jobs: Any,
-                                                project: Project, owner: Any,
-                                                panel_s3: Any) -> None:
+def test_worker_killed_after_create_before_save(
+    k8s_cluster: Any, k8s_jobs: Any, project: Project, owner: Any, panel_s3: Any
+) -> None:
     """The objects exist but the row never learnt it: the next reconcile adopts them."""
     job = start(submit(project, owner))
     Job.objects.filter(pk=job.pk).update(launched_run=0, state=S.QUEUED)
@@ -156,8 +163,9 @@ def test_worker_killed_after_create_before_save(k8s_cluster: Any, k8s_jobs: Any,
     assert Job.objects.get(pk=job.pk).launched_run == 1
 
 
-def test_quota_queues_first_in_first_out(k8s_cluster: Any, k8s_jobs: Any, project: Project,
-                                         owner: Any, panel_s3: Any) -> None:
+def test_quota_queues_first_in_first_out(
+    k8s_cluster: Any, k8s_jobs: Any, project: Project, owner: Any, panel_s3: Any
+) -> None:
     project.gpu_quota = 4
     project.save()
     first = submit(project, owner, gpu=3)
@@ -177,8 +185,9 @@ def test_quota_queues_first_in_first_out(k8s_cluster: Any, k8s_jobs: Any, projec
     assert set(admit_jobs(project_id=project.pk)) == {str(second.pk), str(third.pk)}
 
 
-def test_lost_workload_is_an_error(k8s_cluster: Any, k8s_jobs: Any, project: Project,
-                                   owner: Any, panel_s3: Any) -> None:
+def test_lost_workload_is_an_error(
+    k8s_cluster: Any, k8s_jobs: Any, project: Project, owner: Any, panel_s3: Any
+) -> None:
     job = start(submit(project, owner))
     k8s_jobs.delete_job(ref=job_ref(job))
     sweep()
@@ -186,8 +195,9 @@ def test_lost_workload_is_an_error(k8s_cluster: Any, k8s_jobs: Any, project: Pro
     assert (job.state, job.state_reason) == (S.ERROR, "the workload disappeared from the cluster")
 
 
-def test_transient_api_error_is_retried(k8s_cluster: Any, k8s_jobs: Any, project: Project,
-                                        owner: Any, panel_s3: Any) -> None:
+def test_transient_api_error_is_retried(
+    k8s_cluster: Any, k8s_jobs: Any, project: Project, owner: Any, panel_s3: Any
+) -> None:
     from deploy.types import TransientError
 
     job = submit(project, owner)

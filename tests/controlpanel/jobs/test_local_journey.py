@@ -24,8 +24,9 @@ TINY = {"max_steps": 4, "save_steps": 2, "batch_size": 2, "max_length": 96}
 
 
 def upload_dir(s3: Any, bucket: str, prefix: str, directory: Path) -> None:
-    spec = VolumeSpec(bucket=bucket, alias="LOCAL", prefix=prefix, mount_path="/workspace/x",
-                      mode=Mode.RW)
+    spec = VolumeSpec(
+        bucket=bucket, alias="LOCAL", prefix=prefix, mount_path="/workspace/x", mode=Mode.RW
+    )
     stats = push(s3, spec, directory)
     assert stats.failed == 0
 
@@ -56,10 +57,20 @@ def test_finetune_preset_reaches_done_with_the_adapter_in_the_bucket(
     local_jobs: Any, project: Project, owner: Any, panel_s3: Any, demo_volumes: dict[str, str]
 ) -> None:
     models, out = demo_volumes["models"], demo_volumes["out"]
-    job = submit(project, owner, preset="finetune", image="", command=[], flavor="ai1-1-cpu",
-                 params=TINY, volumes=[f"{models}@LOCAL/tiny-llama:/workspace/model",
-                                       f"{models}@LOCAL/chat:/workspace/data",
-                                       f"{out}@LOCAL/run1:/workspace/output:rw"])
+    job = submit(
+        project,
+        owner,
+        preset="finetune",
+        image="",
+        command=[],
+        flavor="ai1-1-cpu",
+        params=TINY,
+        volumes=[
+            f"{models}@LOCAL/tiny-llama:/workspace/model",
+            f"{models}@LOCAL/chat:/workspace/data",
+            f"{out}@LOCAL/run1:/workspace/output:rw",
+        ],
+    )
     admit_jobs(project_id=project.pk)
     reconcile(str(job.pk))
     job = wait_final(job)
@@ -82,11 +93,20 @@ def test_failing_process_records_exit_code_and_logs(
 ) -> None:
     """A bad option makes the entry point exit 2 with an error event: FAILED, exit code 2."""
     models, out = demo_volumes["models"], demo_volumes["out"]
-    job = submit(project, owner, preset="finetune", image="", command=[], flavor="ai1-1-cpu",
-                 params=TINY | {"target_modules": "no_such_module"},
-                 volumes=[f"{models}@LOCAL/tiny-llama:/workspace/model",
-                          f"{models}@LOCAL/chat:/workspace/data",
-                          f"{out}@LOCAL/run2:/workspace/output:rw"])
+    job = submit(
+        project,
+        owner,
+        preset="finetune",
+        image="",
+        command=[],
+        flavor="ai1-1-cpu",
+        params=TINY | {"target_modules": "no_such_module"},
+        volumes=[
+            f"{models}@LOCAL/tiny-llama:/workspace/model",
+            f"{models}@LOCAL/chat:/workspace/data",
+            f"{out}@LOCAL/run2:/workspace/output:rw",
+        ],
+    )
     admit_jobs(project_id=project.pk)
     reconcile(str(job.pk))
     job = wait_final(job)

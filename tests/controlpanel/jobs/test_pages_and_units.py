@@ -31,15 +31,20 @@ def make_job(project: Project, owner: Any, **fields: Any) -> Job:
 
 def test_ansi_colours_are_spans_and_text_is_escaped() -> None:
     html = ansi_to_html("\x1b[1;31merror\x1b[0m <script>alert(1)</script> \x1b[2K\r")
-    assert html == ('<span class="ansi-bold ansi-fg-r">error</span> '
-                    "&lt;script&gt;alert(1)&lt;/script&gt; ")
+    assert html == (
+        '<span class="ansi-bold ansi-fg-r">error</span> &lt;script&gt;alert(1)&lt;/script&gt; '
+    )
     assert ansi_to_html("\x1b[92mok") == '<span class="ansi-fg-bg">ok</span>'
 
 
 def test_progress_events_feed_the_bar_and_a_bounded_curve(project: Project, owner: Any) -> None:
     job = make_job(project, owner)
-    lines = [json.dumps({"event": "progress", "v": 1, "step": i, "max_steps": 2000,
-                         "loss": 3 - i / 1000}) for i in range(1, 1201)]
+    lines = [
+        json.dumps(
+            {"event": "progress", "v": 1, "step": i, "max_steps": 2000, "loss": 3 - i / 1000}
+        )
+        for i in range(1, 1201)
+    ]
     _note_progress(job, ("plain text", "{not json", *lines))
     assert job.progress["step"] == 1200 and job.progress["last_event"] == "progress"
     assert 250 <= len(job.loss_curve) <= 500 and job.loss_curve[-1][0] == 1200
@@ -48,16 +53,19 @@ def test_progress_events_feed_the_bar_and_a_bounded_curve(project: Project, owne
 def test_cost_counts_each_started_minute_at_the_price_then(project: Project, owner: Any) -> None:
     flavor = Flavor.objects.get(name="h100-1-gpu")
     start = timezone.now() - timedelta(minutes=10, seconds=1)
-    FlavorPrice.objects.create(flavor=flavor, valid_from=start + timedelta(minutes=1),
-                               price_per_hour=Decimal("100"))
-    job = make_job(project, owner, gpu=2, started_at=start, finished_at=start + timedelta(
-        minutes=2, seconds=1))
+    FlavorPrice.objects.create(
+        flavor=flavor, valid_from=start + timedelta(minutes=1), price_per_hour=Decimal("100")
+    )
+    job = make_job(
+        project, owner, gpu=2, started_at=start, finished_at=start + timedelta(minutes=2, seconds=1)
+    )
     # 3 started minutes × 2 units at 2.80/h (the price in effect when it started)
     assert job_cost_estimate(job=job) == Decimal("0.2800")
 
 
-def test_list_filters_sorts_and_escapes(owner_client: Client, project: Project,
-                                        owner: Any, member: Any) -> None:
+def test_list_filters_sorts_and_escapes(
+    owner_client: Client, project: Project, owner: Any, member: Any
+) -> None:
     make_job(project, owner, name="<img src=x onerror=alert(1)>", labels={"team": "nlp"})
     make_job(project, member, name="other", state=JobState.FAILED)
     page = owner_client.get("/p/alpha/jobs/").content.decode()
@@ -70,17 +78,27 @@ def test_list_filters_sorts_and_escapes(owner_client: Client, project: Project,
 
 
 def test_list_paginates(owner_client: Client, project: Project, owner: Any) -> None:
-    Job.objects.bulk_create(Job(project=project, owner=owner, name=f"j{i}", image="x/y:1",
-                                flavor=Flavor.objects.get(name="ai1-1-cpu")) for i in range(120))
+    Job.objects.bulk_create(
+        Job(
+            project=project,
+            owner=owner,
+            name=f"j{i}",
+            image="x/y:1",
+            flavor=Flavor.objects.get(name="ai1-1-cpu"),
+        )
+        for i in range(120)
+    )
     page = owner_client.get("/p/alpha/jobs/?page=3").content.decode()
     assert "Page 3 of 3 (120 jobs)" in page
 
 
-def test_detail_shows_tail_and_escaped_lines(owner_client: Client, project: Project,
-                                             owner: Any) -> None:
+def test_detail_shows_tail_and_escaped_lines(
+    owner_client: Client, project: Project, owner: Any
+) -> None:
     job = make_job(project, owner, state=JobState.DONE, logs_archived=True, log_lines=2000)
-    JobLogLine.objects.bulk_create(JobLogLine(job=job, run=1, seq=i, text=f"<b>line {i}</b>")
-                                   for i in range(1, 2001))
+    JobLogLine.objects.bulk_create(
+        JobLogLine(job=job, run=1, seq=i, text=f"<b>line {i}</b>") for i in range(1, 2001)
+    )
     JobEvent.objects.create(job=job, run=1, state=JobState.DONE, reason="exit code 0")
     page = owner_client.get(f"/p/alpha/jobs/{job.pk}/").content.decode()
     assert "&lt;b&gt;line 2000&lt;/b&gt;" in page and "line 1500<" not in page
@@ -94,8 +112,9 @@ def test_detail_shows_tail_and_escaped_lines(owner_client: Client, project: Proj
     assert text.count("\n") == 2000 and text.startswith("<b>line 1</b>\n")
 
 
-def test_actions_and_their_refusals(owner_client: Client, project: Project, owner: Any,
-                                    member: Any) -> None:
+def test_actions_and_their_refusals(
+    owner_client: Client, project: Project, owner: Any, member: Any
+) -> None:
     running = make_job(project, owner, state=JobState.RUNNING, launched_run=1)
     response = owner_client.post(f"/p/alpha/jobs/{running.pk}/delete/", follow=True)
     assert "Stop the job before deleting it." in response.content.decode()
@@ -108,9 +127,17 @@ def test_actions_and_their_refusals(owner_client: Client, project: Project, owne
 
 
 def test_form_errors_are_shown_and_nothing_saved(owner_client: Client, panel_s3: Any) -> None:
-    response = owner_client.post("/p/alpha/jobs/new/?tab=custom", {
-        "tab": "custom", "c-image": "bad image", "c-flavor": "h100-1-gpu", "c-gpu": "9",
-        "c-env": "NOEQUALS", "c-volumes": "nope"})
+    response = owner_client.post(
+        "/p/alpha/jobs/new/?tab=custom",
+        {
+            "tab": "custom",
+            "c-image": "bad image",
+            "c-flavor": "h100-1-gpu",
+            "c-gpu": "9",
+            "c-env": "NOEQUALS",
+            "c-volumes": "nope",
+        },
+    )
     assert response.status_code == 400
     page = response.content.decode()
     assert "not a valid image reference" in page and "write KEY=value" in page
@@ -120,7 +147,7 @@ def test_form_errors_are_shown_and_nothing_saved(owner_client: Client, panel_s3:
 class _Receiver(BaseHTTPRequestHandler):
     received: list[tuple[dict[str, str], bytes]] = []
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers["Content-Length"]))
         _Receiver.received.append((dict(self.headers), body))
         self.send_response(204)
@@ -145,8 +172,7 @@ def test_notifications(project: Project, owner: Any, receiver: Any, settings: An
     url, received = receiver
     project.webhook_url, project.webhook_secret = url, "s3cret"
     project.save()
-    job = make_job(project, owner, state=JobState.FAILED, state_reason="exit code 1",
-                   exit_code=1)
+    job = make_job(project, owner, state=JobState.FAILED, state_reason="exit code 1", exit_code=1)
     send_job_email(job)
     assert mail.outbox[0].subject == "[Ajuste] job: FAILED" and "exit code 1" in mail.outbox[0].body
     post_webhook(job)

@@ -13,8 +13,12 @@ from controlpanel.workloads.models import Job
 from controlpanel.workloads.validation import clean_job
 from tests.fixtures.jobs import submit
 
-GOOD = {"image": "registry.example.com/train:1", "command": ["python", "train.py"],
-        "flavor": "h100-1-gpu", "gpu": 2}
+GOOD = {
+    "image": "registry.example.com/train:1",
+    "command": ["python", "train.py"],
+    "flavor": "h100-1-gpu",
+    "gpu": 2,
+}
 
 
 def errors_for(project: Project, **changes: Any) -> dict[str, list[str]]:
@@ -25,8 +29,11 @@ def errors_for(project: Project, **changes: Any) -> dict[str, list[str]]:
 
 def test_a_good_submission_is_cleaned(project: Project, data_bucket: Bucket) -> None:
     spec = f"{data_bucket.name}@LOCAL/sets/v1:/workspace/data"
-    job = clean_job(project=project, data=GOOD | {"volumes": [spec], "env": {"A": "1"},
-                                                  "labels": {"team": "nlp"}, "timeout": "3600"})
+    job = clean_job(
+        project=project,
+        data=GOOD
+        | {"volumes": [spec], "env": {"A": "1"}, "labels": {"team": "nlp"}, "timeout": "3600"},
+    )
     assert job.volumes == [f"{data_bucket.name}@LOCAL/sets/v1:/workspace/data:ro"]
     assert (job.gpu, job.timeout, job.name) == (2, 3600, "train")
 
@@ -60,8 +67,9 @@ def test_a_good_submission_is_cleaned(project: Project, data_bucket: Bucket) -> 
         ({"name": "x" * 101}, "name", "at most 100"),
     ],
 )
-def test_bad_field(project: Project, panel_s3: Any, changes: dict[str, Any], field: str,
-                   message: str) -> None:
+def test_bad_field(
+    project: Project, panel_s3: Any, changes: dict[str, Any], field: str, message: str
+) -> None:
     errors = errors_for(project, **changes)
     assert field in errors, errors
     assert any(message in text for text in errors[field]), errors[field]
@@ -79,8 +87,9 @@ def test_duplicate_mount_paths(project: Project, data_bucket: Bucket) -> None:
     assert "volumes" in errors
 
 
-def test_another_projects_bucket_cannot_be_mounted(project: Project, other_project: Project,
-                                                   panel_s3: Any) -> None:
+def test_another_projects_bucket_cannot_be_mounted(
+    project: Project, other_project: Project, panel_s3: Any
+) -> None:
     Bucket.objects.create(project=other_project, datastore="LOCAL", name="secret-data")
     errors = errors_for(project, volumes=["secret-data@LOCAL:/workspace/data"])
     assert "not one of this project's buckets" in errors["volumes"][0]
@@ -89,11 +98,14 @@ def test_another_projects_bucket_cannot_be_mounted(project: Project, other_proje
 def test_finetune_preset_checks(project: Project, data_bucket: Bucket) -> None:
     b = data_bucket.name
     data = {"preset": "finetune", "command": [], "image": "", "flavor": "ai1-1-cpu", "gpu": 1}
-    errors = errors_for(project, **data, volumes=[f"{b}@LOCAL:/workspace/data"],
-                        params={"rank": 0})
+    errors = errors_for(project, **data, volumes=[f"{b}@LOCAL:/workspace/data"], params={"rank": 0})
     assert "volumes" in errors and "output bucket" in errors["volumes"][0]
-    errors = errors_for(project, **data, params={"rank": 0, "base_model": "x/y"},
-                        volumes=[f"{b}@LOCAL:/workspace/data", f"{b}@LOCAL/o:/workspace/output:rw"])
+    errors = errors_for(
+        project,
+        **data,
+        params={"rank": 0, "base_model": "x/y"},
+        volumes=[f"{b}@LOCAL:/workspace/data", f"{b}@LOCAL/o:/workspace/output:rw"],
+    )
     assert errors["params"] == ["--rank must be at least 1"]
     errors = errors_for(project, **data, params={"wat": 1}, volumes=[])
     assert "Unknown parameter(s): wat" in errors["params"][0]

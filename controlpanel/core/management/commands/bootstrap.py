@@ -19,8 +19,11 @@ class Command(BaseCommand):
     help = "Create the first admin (and a 'demo' project) if no admin exists yet."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--demo", action="store_true",
-                            help="Also fill a 'demo' bucket with a tiny model and a dataset.")
+        parser.add_argument(
+            "--demo",
+            action="store_true",
+            help="Also fill a 'demo' bucket with a tiny model and a dataset.",
+        )
 
     def handle(self, *args: Any, demo: bool = False, **options: Any) -> None:
         with transaction.atomic():
@@ -41,15 +44,18 @@ class Command(BaseCommand):
             self.stderr.write(f"• the demo bucket could not be filled: {exc}")
             return
         if bucket is not None:
-            self.stdout.write(self.style.SUCCESS(
-                "• filled the demo bucket: a tiny model and a chat dataset — open Jobs → "
-                "New job in the Demo project and submit the pre-filled fine-tune"))
+            self.stdout.write(
+                self.style.SUCCESS(
+                    "• filled the demo bucket: a tiny model and a chat dataset — open Jobs → "
+                    "New job in the Demo project and submit the pre-filled fine-tune"
+                )
+            )
 
     def _first_admin(self) -> None:
         users = get_user_model()
-        if users.objects.filter(is_superuser=True).exists():
-            admin = users.objects.filter(is_superuser=True).order_by("pk").first()
-            self.stdout.write(f"• admin account: {admin.username}")
+        existing = users.objects.filter(is_superuser=True).order_by("pk").first()
+        if existing is not None:
+            self.stdout.write(f"• admin account: {existing.username}")
             return
         username = os.environ.get("DJANGO_SUPERUSER_USERNAME", "admin")
         password = os.environ.get("DJANGO_SUPERUSER_PASSWORD")
@@ -59,15 +65,22 @@ class Command(BaseCommand):
             username=username, email=os.environ.get("DJANGO_SUPERUSER_EMAIL", ""), password=password
         )
         project, _ = Project.objects.get_or_create(slug="demo", defaults={"name": "Demo"})
-        Membership.objects.get_or_create(project=project, user=admin,
-                                         defaults={"role": Role.MANAGER})
+        Membership.objects.get_or_create(
+            project=project, user=admin, defaults={"role": Role.MANAGER}
+        )
         if generated:
             note = Path(settings.VAR_DIR) / "admin-password.txt"
             note.write_text(f"{username}\n{password}\n")
             note.chmod(0o600)
-            self.stdout.write(self.style.SUCCESS(
-                f"• created the admin account: user {username}, password {password} "
-                f"(saved once in {note}; change it under Settings)"))
+            self.stdout.write(
+                self.style.SUCCESS(
+                    f"• created the admin account: user {username}, password {password} "
+                    f"(saved once in {note}; change it under Settings)"
+                )
+            )
         else:
-            self.stdout.write(self.style.SUCCESS(
-                f"• created the admin account {username} with DJANGO_SUPERUSER_PASSWORD"))
+            self.stdout.write(
+                self.style.SUCCESS(
+                    f"• created the admin account {username} with DJANGO_SUPERUSER_PASSWORD"
+                )
+            )

@@ -23,12 +23,17 @@ class Command(BaseCommand):
     help = "Follow workloads on the compute backend and record their state changes."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--poll-seconds", type=float, default=1.0,
-                            help="Polling period for backends without a watch.")
+        parser.add_argument(
+            "--poll-seconds",
+            type=float,
+            default=1.0,
+            help="Polling period for backends without a watch.",
+        )
         parser.add_argument("--resync-seconds", type=float, default=300.0)
 
-    def handle(self, *args: Any, poll_seconds: float, resync_seconds: float,
-               **options: Any) -> None:
+    def handle(
+        self, *args: Any, poll_seconds: float, resync_seconds: float, **options: Any
+    ) -> None:
         stop = threading.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
