@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -149,7 +150,8 @@ def wait_http(url: str, seconds: float = 60) -> None:
 
 
 class PodClock:
-    """Notes when each job's pod first appears, polling the emulator's store every 2 ms."""
+    """Notes when each job's pod first appears, scanning the emulator's store every 5 ms
+    (reading labels in place: copying every pod would slow the emulator in this process)."""
 
     def __init__(self, cluster: Any) -> None:
         self.cluster = cluster
@@ -159,13 +161,15 @@ class PodClock:
         self.thread.start()
 
     def _run(self) -> None:
-        while not self.stop.is_set():
+        store = self.cluster.store
+        while not self.stop.wait(0.005):
             now = time.perf_counter()
-            for pod in self.cluster.list("pods", NS):
-                job_id = pod["metadata"]["labels"].get("ajuste.io/id")
+            with store.lock:
+                pods = [o.raw for (kind, _, _), o in store.objects.items() if kind.plural == "pods"]
+            for pod in pods:
+                job_id = (pod["metadata"].get("labels") or {}).get("ajuste.io/id")
                 if job_id and job_id not in self.seen:
                     self.seen[job_id] = now
-            time.sleep(0.002)
 
 
 def submit(http: Any, index: int) -> tuple[str, float]:
@@ -190,7 +194,11 @@ def wait_pods(clock: PodClock, ids: list[str], seconds: float) -> None:
         time.sleep(0.01)
     missing = [i for i in ids if i not in clock.seen]
     if missing:
-        raise SystemExit(f"{len(missing)} pods never appeared")
+        from controlpanel.workloads.models import Job
+
+        states = list(Job.objects.filter(pk__in=missing[:5]).values_list(
+            "id", "state", "state_reason", "launched_run", "admitted_at"))
+        raise SystemExit(f"{len(missing)} pods never appeared: {states}")
 
 
 def bench_latency(http: Any, clock: PodClock, count: int) -> None:
@@ -348,6 +356,9 @@ def main() -> None:
 
     from tests.fixtures.k8s_emulator import EmulatedCluster
 
+    # SIGTERM must stop the worker, web and watcher too: a worker left behind would take the
+    # next run's tasks (same broker database) and drive a cluster that no longer exists.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     fresh_database()
     project, token = setup_panel()
     cluster = EmulatedCluster()

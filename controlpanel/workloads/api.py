@@ -179,29 +179,27 @@ class JobViewSet(viewsets.ViewSet):
         services.job_delete(access=access, user=request.user, job=job)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
+    def _act(self, request: Request, pk: str, service: Any) -> Response:
+        access, job = self._job(request, pk)
+        return Response(JobSerializer(service(access=access, user=request.user, job=job)).data)
+
     @extend_schema(request=None, responses=JobSerializer)
     @action(detail=True, methods=["post"])
     def stop(self, request: Request, pk: str) -> Response:
-        access, job = self._job(request, pk)
-        return Response(
-            JobSerializer(services.job_stop(access=access, user=request.user, job=job)).data
-        )
+        """Stop: INTERRUPTING, then INTERRUPTED once rw volumes are pushed."""
+        return self._act(request, pk, services.job_stop)
 
     @extend_schema(request=None, responses=JobSerializer)
     @action(detail=True, methods=["post"])
     def rerun(self, request: Request, pk: str) -> Response:
-        access, job = self._job(request, pk)
-        return Response(
-            JobSerializer(services.job_rerun(access=access, user=request.user, job=job)).data
-        )
+        """Run a finished job again (a new run, queued)."""
+        return self._act(request, pk, services.job_rerun)
 
     @extend_schema(request=None, responses=JobSerializer)
     @action(detail=True, methods=["post"], url_path="retry-push")
     def retry_push(self, request: Request, pk: str) -> Response:
-        access, job = self._job(request, pk)
-        return Response(
-            JobSerializer(services.job_retry_push(access=access, user=request.user, job=job)).data
-        )
+        """Push the kept data again after SYNC_FAILED."""
+        return self._act(request, pk, services.job_retry_push)
 
     @extend_schema(
         parameters=[OpenApiParameter("after", int), OpenApiParameter("limit", int)],

@@ -33,16 +33,17 @@ def job_submit(*, access: ProjectAccess, user: Any, data: dict[str, Any]) -> Job
     return job
 
 
-def _check_owner_or_manager(access: ProjectAccess, job: Job, user: Any) -> None:
+def _locked_for(access: ProjectAccess, user: Any, job: Job) -> Job:
+    """The job's row, locked, once the user may act on it (its owner or a manager)."""
     if not (access.can_manage or job.owner_id == user.pk):
         raise PermissionDenied("Only the job's owner or a project manager can do this.")
+    return Job.objects.select_for_update(of=("self",)).get(pk=job.pk)
 
 
 @transaction.atomic
 def job_stop(*, access: ProjectAccess, user: Any, job: Job) -> Job:
     """Stop a live job: INTERRUPTING, then INTERRUPTED once the run ended and rw pushed."""
-    _check_owner_or_manager(access, job, user)
-    job = Job.objects.select_for_update(of=("self",)).get(pk=job.pk)
+    job = _locked_for(access, user, job)
     if job.state in FINAL_STATES:
         raise ValidationError(f"The job already ended ({job.state}).")
     if job.launched_run < job.run:
@@ -61,8 +62,7 @@ def job_stop(*, access: ProjectAccess, user: Any, job: Job) -> Job:
 @transaction.atomic
 def job_rerun(*, access: ProjectAccess, user: Any, job: Job) -> Job:
     """Run a finished job again: a new run with fresh objects, queued behind the others."""
-    _check_owner_or_manager(access, job, user)
-    job = Job.objects.select_for_update(of=("self",)).get(pk=job.pk)
+    job = _locked_for(access, user, job)
     if job.state not in FINAL_STATES:
         raise ValidationError("Only a finished job can be run again; stop it first.")
     job.run += 1
@@ -80,19 +80,14 @@ def job_rerun(*, access: ProjectAccess, user: Any, job: Job) -> Job:
 @transaction.atomic
 def job_retry_push(*, access: ProjectAccess, user: Any, job: Job) -> Job:
     """After SYNC_FAILED the data was kept: push it again."""
-    _check_owner_or_manager(access, job, user)
-    job = Job.objects.select_for_update(of=("self",)).get(pk=job.pk)
+    job = _locked_for(access, user, job)
     if job.state != S.SYNC_FAILED:
         raise ValidationError("Only a job whose final push failed (SYNC_FAILED) can retry it.")
     # Back to FINALIZING by hand: a final state is otherwise never left.
-    JobEvent.objects.create(
-        job=job, run=job.run, state=S.FINALIZING, reason=f"push retried by {user.username}"
-    )
-    Job.objects.filter(pk=job.pk).update(
-        state=S.FINALIZING,
-        state_changed_at=timezone.now(),
-        state_reason=f"push retried by {user.username}",
-    )
+    reason = f"push retried by {user.username}"
+    JobEvent.objects.create(job=job, run=job.run, state=S.FINALIZING, reason=reason)
+    job.state, job.state_reason, job.state_changed_at = S.FINALIZING, reason, timezone.now()
+    job.save(update_fields=["state", "state_reason", "state_changed_at", "updated_at"])
     tasks.job_retry_push.delay_on_commit(str(job.pk))
     return job
 
@@ -100,8 +95,7 @@ def job_retry_push(*, access: ProjectAccess, user: Any, job: Job) -> Job:
 @transaction.atomic
 def job_delete(*, access: ProjectAccess, user: Any, job: Job) -> None:
     """Delete a finished job, its objects and its log (billing usage is kept)."""
-    _check_owner_or_manager(access, job, user)
-    job = Job.objects.select_for_update(of=("self",)).get(pk=job.pk)
+    job = _locked_for(access, user, job)
     if job.state not in FINAL_STATES:
         raise ValidationError("Stop the job before deleting it.")
     refs = [
