@@ -55,6 +55,25 @@ def run_time(started: datetime | None, finished: datetime | None) -> str:
     return seconds(((finished or timezone.now()) - started).total_seconds())
 
 
+@register.simple_tag
+def volume_link(project_slug: str, text: str) -> str:
+    """The bucket browser at a volume's prefix (the place its results land)."""
+    from urllib.parse import urlencode
+
+    from django.urls import reverse
+
+    from storage.volumes import VolumeSpecError, parse_volume_spec
+
+    try:
+        spec = parse_volume_spec(text)
+    except VolumeSpecError:
+        return ""
+    url = reverse(
+        "bucket-browse", kwargs={"slug": project_slug, "datastore": spec.alias, "name": spec.bucket}
+    )
+    return url + (f"?{urlencode({'prefix': spec.prefix + '/'})}" if spec.prefix else "")
+
+
 @register.filter
 def job_cost(job: Any) -> str:
     from controlpanel.workloads.selectors import job_cost_estimate

@@ -112,6 +112,14 @@ def test_detail_shows_tail_and_escaped_lines(
     assert text.count("\n") == 2000 and text.startswith("<b>line 1</b>\n")
 
 
+def test_results_link_to_the_output_bucket(
+    owner_client: Client, project: Project, owner: Any
+) -> None:
+    job = make_job(project, owner, volumes=["out@LOCAL/runs/1:/workspace/output:rw"])
+    page = owner_client.get(f"/p/alpha/jobs/{job.pk}/").content.decode()
+    assert 'href="/p/alpha/buckets/LOCAL/out/?prefix=runs%2F1%2F"' in page
+
+
 def test_actions_and_their_refusals(
     owner_client: Client, project: Project, owner: Any, member: Any
 ) -> None:
