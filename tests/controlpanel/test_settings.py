@@ -13,7 +13,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _check(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    base = {k: v for k, v in os.environ.items() if k not in {"DEBUG", "SECRET_KEY", "HTTPS"}}
+    # The browser fixture allows sync ORM calls beside Playwright's loop in this process; a
+    # deployment never sets that, and `check --deploy` rightly refuses it.
+    dropped = {"DEBUG", "SECRET_KEY", "HTTPS", "DJANGO_ALLOW_ASYNC_UNSAFE"}
+    base = {k: v for k, v in os.environ.items() if k not in dropped}
     return subprocess.run(
         [sys.executable, "manage.py", "check", *args],
         cwd=ROOT,
