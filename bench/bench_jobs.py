@@ -196,8 +196,11 @@ def wait_pods(clock: PodClock, ids: list[str], seconds: float) -> None:
     if missing:
         from controlpanel.workloads.models import Job
 
-        states = list(Job.objects.filter(pk__in=missing[:5]).values_list(
-            "id", "state", "state_reason", "launched_run", "admitted_at"))
+        states = list(
+            Job.objects.filter(pk__in=missing[:5]).values_list(
+                "id", "state", "state_reason", "launched_run", "admitted_at"
+            )
+        )
         raise SystemExit(f"{len(missing)} pods never appeared: {states}")
 
 

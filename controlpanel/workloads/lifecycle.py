@@ -88,11 +88,43 @@ def apply_observation(job: Job, observed: ObservedWorkload) -> bool:
         return False
     _record_times(job, observed)
     changed = False
+    for state, reason, at in passed_states(job, observed):
+        changed = record_state(job, state, reason, at=at) or changed
     for state, reason in target_states(job, observed):
         changed = record_state(job, state, reason) or changed
         if state in FINAL_STATES:
             break
     return changed
+
+
+_BEFORE_RUNNING = (S.QUEUED, S.INITIALIZING, S.PENDING)
+_AFTER_RUNNING = (Phase.FINALIZING, Phase.SUCCEEDED, Phase.FAILED, Phase.STOPPED, Phase.SYNC_FAILED)
+_AFTER_PUSH = (Phase.SUCCEEDED, Phase.FAILED, Phase.STOPPED, Phase.SYNC_FAILED)
+
+
+def passed_states(job: Job, observed: ObservedWorkload) -> list[tuple[str, str, datetime]]:
+    """RUNNING and FINALIZING that ended between two observations, at the pod's own times.
+
+    Observation is level-triggered, so a short run or a quick push can be over before anyone
+    looks; the timeline still shows that the container ran and that its volumes were pushed.
+    """
+    passed: list[tuple[str, str, datetime]] = []
+    now = timezone.now()
+    at = job.state_changed_at
+    started = observed.started_at
+    if started and observed.phase in _AFTER_RUNNING and job.state in _BEFORE_RUNNING:
+        at = min(max(started, at), now)  # in order, whatever the node's clock says
+        passed.append((S.RUNNING, "running", at))
+    running = passed or job.state in (S.RUNNING, S.INTERRUPTING)
+    if (
+        observed.push_attempt
+        and observed.phase in _AFTER_PUSH
+        and running
+        and not observed.timed_out
+    ):
+        at = min(max(observed.finished_at or at, at), now)
+        passed.append((S.FINALIZING, f"pushing rw volumes (attempt {observed.push_attempt})", at))
+    return passed
 
 
 def _record_times(job: Job, observed: ObservedWorkload) -> None:

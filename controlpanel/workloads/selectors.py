@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import uuid
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
@@ -89,17 +90,36 @@ def hourly_price(*, flavor: Flavor, units: int) -> Decimal | None:
 
 
 def job_cost_estimate(*, job: Job) -> Decimal | None:
-    """RUNNING time so far, each started minute in full, at the price when it started.
+    """RUNNING time so far, each started minute in full at the unit price in effect for it.
 
-    An estimate for the job page; the billing ledger is the reference."""
-    if job.started_at is None:
+    An estimate for the job page (the current run); the billing ledger is the reference."""
+    start = job.started_at
+    first_price = None if start is None else job.flavor.price_at(start)
+    if start is None or first_price is None:
         return None
-    price = job.flavor.price_at(job.started_at)
-    if price is None:
-        return None
-    end = job.finished_at or timezone.now()
-    minutes = max(1, math.ceil((end - job.started_at).total_seconds() / 60))
-    return (price * job.gpu * minutes / 60).quantize(MILLI_CENT, ROUND_HALF_UP)
+    minutes = max(1, math.ceil(((job.finished_at or timezone.now()) - start).total_seconds() / 60))
+    shares = _minutes_per_price(job.flavor, start, minutes, first_price)
+    per_hour = sum((price * count for price, count in shares), Decimal(0))
+    return (per_hour * job.gpu / 60).quantize(MILLI_CENT, ROUND_HALF_UP)
+
+
+def _minutes_per_price(
+    flavor: Flavor, start: datetime, minutes: int, price: Decimal
+) -> list[tuple[Decimal, int]]:
+    """How many of the `minutes` started from `start` fall under each price version."""
+    changes = sorted(
+        (p.valid_from, p.price_per_hour)
+        for p in flavor.prices.all()
+        if start < p.valid_from < start + timedelta(minutes=minutes)
+    )
+    counted, shares = 0, []
+    for valid_from, next_price in changes:
+        # the minute starting at or after the change is the first one at the new price
+        first = math.ceil((valid_from - start).total_seconds() / 60)
+        shares.append((price, first - counted))
+        counted, price = first, next_price
+    shares.append((price, minutes - counted))
+    return shares
 
 
 def queue_position(*, job: Job) -> int | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
+from dataclasses import replace
 from datetime import timedelta
 from decimal import Decimal
 from http.server import BaseHTTPRequestHandler, HTTPServer
@@ -18,10 +19,12 @@ from django.utils import timezone
 from controlpanel.flavors.models import Flavor, FlavorPrice
 from controlpanel.projects.models import Project
 from controlpanel.workloads.ansi import ansi_to_html
+from controlpanel.workloads.lifecycle import apply_observation
 from controlpanel.workloads.logs import _note_progress
 from controlpanel.workloads.models import Job, JobEvent, JobLogLine, JobState
 from controlpanel.workloads.notifications import post_webhook, send_job_email, sign
 from controlpanel.workloads.selectors import job_cost_estimate
+from deploy.types import ObservedWorkload, Phase, WorkloadKind
 
 
 def make_job(project: Project, owner: Any, **fields: Any) -> Job:
@@ -50,17 +53,58 @@ def test_progress_events_feed_the_bar_and_a_bounded_curve(project: Project, owne
     assert 250 <= len(job.loss_curve) <= 500 and job.loss_curve[-1][0] == 1200
 
 
-def test_cost_counts_each_started_minute_at_the_price_then(project: Project, owner: Any) -> None:
+def test_cost_counts_each_started_minute_at_the_price_in_effect_for_it(
+    project: Project, owner: Any
+) -> None:
     flavor = Flavor.objects.get(name="h100-1-gpu")
     start = timezone.now() - timedelta(minutes=10, seconds=1)
     FlavorPrice.objects.create(
-        flavor=flavor, valid_from=start + timedelta(minutes=1), price_per_hour=Decimal("100")
+        flavor=flavor, valid_from=start + timedelta(minutes=1), price_per_hour=Decimal("60")
+    )
+    FlavorPrice.objects.create(
+        flavor=flavor,
+        valid_from=start + timedelta(minutes=2, seconds=30),
+        price_per_hour=Decimal("120"),
     )
     job = make_job(
-        project, owner, gpu=2, started_at=start, finished_at=start + timedelta(minutes=2, seconds=1)
+        project, owner, gpu=2, started_at=start, finished_at=start + timedelta(minutes=3, seconds=1)
     )
-    # 3 started minutes × 2 units at 2.80/h (the price in effect when it started)
-    assert job_cost_estimate(job=job) == Decimal("0.2800")
+    # 4 started minutes × 2 units: minute 0 at 2.80/h, minutes 1–2 at 60/h (the minute starting
+    # at 2:00 began before the 2:30 change), minute 3 at 120/h.
+    expected = (Decimal("2.80") + 60 * 2 + 120) * 2 / 60
+    assert job_cost_estimate(job=job) == expected.quantize(Decimal("0.0001"))
+    job.finished_at = start + timedelta(seconds=5)
+    assert job_cost_estimate(job=job) == Decimal("0.0933")  # one minute at least, 2 × 2.80/60
+
+
+def test_a_run_over_between_two_looks_still_shows_running_and_finalizing(
+    project: Project, owner: Any
+) -> None:
+    began = timezone.now() - timedelta(seconds=10)
+    job = make_job(project, owner, state=JobState.INITIALIZING, state_changed_at=began)
+    seen = ObservedWorkload(
+        kind=WorkloadKind.JOB,
+        id=str(job.pk),
+        phase=Phase.SUCCEEDED,
+        started_at=began + timedelta(seconds=1),
+        finished_at=began + timedelta(seconds=3),
+        exit_code=0,
+        push_attempt=1,
+    )
+    assert apply_observation(job, seen)
+    history = list(job.events.order_by("at").values_list("state", "reason", "at"))
+    assert history == [
+        (JobState.RUNNING, "running", seen.started_at),
+        (JobState.FINALIZING, "pushing rw volumes (attempt 1)", seen.finished_at),
+        (JobState.DONE, "exit code 0", history[-1][2]),
+    ]
+    quick_timeout = make_job(project, owner, state=JobState.PENDING)
+    apply_observation(
+        quick_timeout,
+        replace(seen, id=str(quick_timeout.pk), phase=Phase.FAILED, timed_out=True),
+    )
+    states = list(quick_timeout.events.order_by("at").values_list("state", flat=True))
+    assert states == [JobState.RUNNING, JobState.TIMEOUT, JobState.INTERRUPTED]
 
 
 def test_list_filters_sorts_and_escapes(
