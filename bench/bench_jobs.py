@@ -67,6 +67,10 @@ def fresh_database() -> None:
         conn.execute(f"DROP DATABASE IF EXISTS {DB_NAME} WITH (FORCE)")
         conn.execute(f"CREATE DATABASE {DB_NAME}")
     subprocess.run([sys.executable, "manage.py", "migrate", "-v", "0"], cwd=REPO, check=True)
+    # The web process runs with DEBUG=0: without collected assets the page has no htmx to poll.
+    subprocess.run(
+        [sys.executable, "manage.py", "collectstatic", "--noinput", "-v", "0"], cwd=REPO, check=True
+    )
     import redis
 
     redis.Redis.from_url(os.environ["REDIS_URL"]).flushdb()
@@ -259,7 +263,7 @@ def bench_log_latency(base: str, http: Any, cluster: Any, clock: PodClock, lines
             marker = f"bench-line-{index}"
             printed = time.perf_counter()
             cluster.kubelet.log(NS, pod, marker)
-            page.wait_for_selector(f"#log-lines .ln:text-is('{marker}')", timeout=15_000)
+            page.wait_for_selector(f"#log-lines .ln:text-is('{marker}')", timeout=30_000)
             latencies.append((time.perf_counter() - printed) * 1000)
         browser.close()
     print(

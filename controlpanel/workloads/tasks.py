@@ -10,6 +10,8 @@ from celery import shared_task
 from deploy.types import TransientError
 
 log = logging.getLogger(__name__)
+SWEEP_LOCK = "jobs-sweep-running"
+SWEEP_LOCK_S = 600  # a crashed sweep frees the lock after this
 
 RETRY = {
     "autoretry_for": (TransientError, ConnectionError, TimeoutError),
@@ -100,7 +102,21 @@ def job_cleanup(refs: list[Any]) -> None:
 
 @shared_task(acks_late=True, ignore_result=True)
 def jobs_sweep() -> dict[str, int]:
-    """Level-triggered observation: list everything, record what changed (beat, periodic)."""
+    """Level-triggered observation: list everything, record what changed (beat, periodic).
+
+    One sweep at a time: with many live jobs a sweep can outlast the beat period, and a second
+    worker starting the next one would only repeat the same work."""
+    import uuid
+
+    from django.core.cache import cache
+
     from controlpanel.workloads.sweep import sweep
 
-    return sweep()
+    token = uuid.uuid4().hex
+    if not cache.add(SWEEP_LOCK, token, timeout=SWEEP_LOCK_S):
+        return {"skipped": 1}
+    try:
+        return sweep()
+    finally:
+        if cache.get(SWEEP_LOCK) == token:
+            cache.delete(SWEEP_LOCK)

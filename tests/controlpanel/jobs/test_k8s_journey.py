@@ -207,3 +207,22 @@ def test_transient_api_error_is_retried(
         reconcile(str(job.pk))
     reconcile(str(job.pk))  # the retried task
     assert len(k8s_cluster.list("jobs", NS)) == 1
+
+
+def test_one_sweep_at_a_time(
+    k8s_cluster: Any, k8s_jobs: Any, project: Project, owner: Any, settings: Any
+) -> None:
+    from django.core.cache import cache
+
+    from controlpanel.workloads import tasks
+
+    settings.CACHES = {"default": settings.CACHES["default"] | {"KEY_PREFIX": f"t{project.pk}"}}
+    job = start(submit(project, owner))
+    k8s_cluster.kubelet.run(NS, pod_of(k8s_cluster, job))
+    cache.add(tasks.SWEEP_LOCK, "another worker's sweep", timeout=60)
+    assert tasks.jobs_sweep() == {"skipped": 1}
+    assert Job.objects.get(pk=job.pk).state == S.PENDING  # nothing was observed
+    cache.delete(tasks.SWEEP_LOCK)
+    assert tasks.jobs_sweep()["changed"] == 1
+    assert Job.objects.get(pk=job.pk).state == S.RUNNING
+    assert cache.get(tasks.SWEEP_LOCK) is None  # released for the next beat
