@@ -46,7 +46,8 @@ def _page(client: Client, bucket: Bucket, **params: str) -> str:
 def _rows(page: str) -> list[str]:
     """The names in the object table, folders first, as the user reads them."""
     found = re.findall(
-        r'data-testid="(?:folder|object)"[^>]*>(?:<span class="icon-folder"[^>]*></span>)?([^<]*)</(?:a|span)>',
+        r'data-testid="(?:folder|object)"[^>]*>'
+        r'(?:<span class="icon-folder"[^>]*></span>)?([^<]*)</(?:a|span)>',
         page,
     )
     return [html.unescape(text) for text in found]
