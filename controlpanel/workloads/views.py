@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, cast
 
+from django import forms
 from django.contrib import messages
 from django.core.cache import cache
 from django.core.exceptions import PermissionDenied, ValidationError
@@ -79,11 +80,10 @@ def _form_context(
 ) -> dict[str, Any]:
     project = _access(request).project
     form = finetune if preset == "finetune" else custom
-    estimate = None
-    if form.is_bound and form.cleaned_data.get("flavor") and form.cleaned_data.get("gpu"):
-        estimate = selectors.hourly_price(
-            flavor=form.cleaned_data["flavor"], units=form.cleaned_data["gpu"]
-        )
+    flavor, units = _chosen_resources(form)
+    estimate = (
+        None if not (flavor and units) else selectors.hourly_price(flavor=flavor, units=units)
+    )
     return {
         "project": project,
         "preset": preset,
@@ -94,6 +94,21 @@ def _form_context(
         "buckets": buckets_for_project(project=project),
         "flavors": Flavor.objects.filter(enabled=True),
     }
+
+
+def _chosen_resources(form: FinetuneForm | CustomJobForm) -> tuple[Flavor | None, Any]:
+    """The flavor and units the form shows: what was posted, else what it starts with (its
+    initial flavor, or the first one, which the select shows selected)."""
+    if form.is_bound:
+        return form.cleaned_data.get("flavor"), form.cleaned_data.get("gpu")
+    units = form["gpu"].value()
+    initial = form["flavor"].value()
+    if isinstance(initial, Flavor):
+        return initial, units
+    flavors = cast(forms.ModelChoiceField, form.fields["flavor"]).queryset
+    assert flavors is not None
+    flavor = flavors.filter(name=initial).first() if initial else None
+    return flavor or flavors.first(), units
 
 
 @project_view()

@@ -196,6 +196,16 @@ def test_form_errors_are_shown_and_nothing_saved(owner_client: Client, panel_s3:
     assert not Job.objects.exists()
 
 
+def test_a_new_form_shows_the_cost_of_what_it_starts_with(
+    owner_client: Client, panel_s3: Any
+) -> None:
+    first = Flavor.objects.filter(enabled=True).first()
+    assert first is not None and first.current_price is not None
+    for tab in ("finetune", "custom"):
+        page = owner_client.get(f"/p/alpha/jobs/new/?tab={tab}").content.decode()
+        assert f"Estimated cost: <strong>{first.current_price:.2f} EUR/h</strong>" in page
+
+
 class _Receiver(BaseHTTPRequestHandler):
     received: list[tuple[dict[str, str], bytes]] = []
 
