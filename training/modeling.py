@@ -46,7 +46,10 @@ def check_environment(opts: Options) -> None:
 
 
 def _flash_attn_usable() -> bool:
-    return torch.cuda.is_available() and importlib.util.find_spec("flash_attn") is not None
+    """FlashAttention 2 is installed and this GPU runs it (Ampere, compute capability 8.0, on)."""
+    if not torch.cuda.is_available() or importlib.util.find_spec("flash_attn") is None:
+        return False
+    return torch.cuda.get_device_capability()[0] >= 8
 
 
 def cpu_budget() -> int:
@@ -71,7 +74,8 @@ def place(opts: Options, local_rank: int) -> Placement:
     if not cuda and "OMP_NUM_THREADS" not in os.environ:
         torch.set_num_threads(cpu_budget())
     device = torch.device("cuda", local_rank) if cuda else torch.device("cpu")
-    bf16_ok = cuda and torch.cuda.is_bf16_supported()
+    # Native bf16 only: a V100 merely emulates it, more slowly than float32.
+    bf16_ok = cuda and torch.cuda.is_bf16_supported(including_emulation=False)
     use_bf16 = opts.bf16 == "on" or (opts.bf16 == "auto" and bf16_ok) or opts.method == "qlora"
     dtype = torch.bfloat16 if use_bf16 else torch.float32
     attn = opts.attn_implementation

@@ -175,6 +175,9 @@ def build_trainable(opts: Options, where: Placement, ranks: Ranks, max_steps: in
     from training.loss import CausalLMLoss
 
     model = add_lora(load_model(opts, where), opts)
+    # from_pretrained leaves every layer in eval mode, and transformers checkpoints a layer
+    # only while it trains: without this, gradient checkpointing would silently stay off.
+    model.train()
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(
         params,
