@@ -12,6 +12,7 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from controlpanel.env import env_bool, env_choice, env_int, env_list, env_str
+from deploy.egress import parse_egress
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("AJUSTE_VAR_DIR") or BASE_DIR / "var")
@@ -287,6 +288,18 @@ KUBERNETES_NAMESPACE = env_str("KUBERNETES_NAMESPACE") or "ajuste"
 AJUSTE_FINETUNE_IMAGE = env_str("AJUSTE_FINETUNE_IMAGE") or "ghcr.io/ajuste/finetune:0.1.0"
 AJUSTE_SYNC_IMAGE = env_str("AJUSTE_SYNC_IMAGE") or None
 MAX_GPUS_PER_JOB = env_int("MAX_GPUS_PER_JOB", 4, minimum=1)
+# What project pods may reach besides DNS (their namespaces deny egress by default): the
+# datastores' endpoints unless KUBERNETES_EGRESS_FROM_DATASTORES=0, plus KUBERNETES_EGRESS
+# (`CIDR[:PORT]` or `namespace/NAME[:PORT]`, comma-separated). See deploy/egress.py.
+try:
+    KUBERNETES_EGRESS = parse_egress(env_str("KUBERNETES_EGRESS") or "")
+except ValueError as exc:
+    raise ImproperlyConfigured(f"KUBERNETES_EGRESS: {exc}") from None
+KUBERNETES_EGRESS_FROM_DATASTORES = env_bool("KUBERNETES_EGRESS_FROM_DATASTORES", True)
+KUBERNETES_INGRESS_NAMESPACE = env_str("KUBERNETES_INGRESS_NAMESPACE") or "ingress-nginx"
+KUBERNETES_IMAGE_PULL_SECRETS = tuple(env_list("KUBERNETES_IMAGE_PULL_SECRETS", []))
+KUBERNETES_STORAGE_CLASS = env_str("KUBERNETES_STORAGE_CLASS") or None
+JOB_WORKSPACE_GIB = env_int("JOB_WORKSPACE_GIB", 50, minimum=1)
 CURRENCY = env_str("CURRENCY") or "EUR"
 JOB_SWEEP_SECONDS = env_int("JOB_SWEEP_SECONDS", 10, minimum=1)
 CELERY_BEAT_SCHEDULE["jobs-sweep"] = {

@@ -15,6 +15,7 @@ from django.core.cache import cache
 from controlpanel.projects.models import Project
 from controlpanel.workloads.models import Job
 from deploy.backend import ComputeBackend
+from deploy.egress import egress_for_endpoint
 from deploy.types import JobRequest, ProjectRequest, WorkloadKind, WorkloadRef
 from storage.volumes import parse_volume_spec
 
@@ -94,15 +95,24 @@ def job_request(job: Job) -> JobRequest:
         run=job.run,
         queue_name=job.project.kueue_queue or None,
         sync_image=settings.AJUSTE_SYNC_IMAGE,
+        image_pull_secrets=settings.KUBERNETES_IMAGE_PULL_SECRETS,
+        workspace_gib=settings.JOB_WORKSPACE_GIB,
+        storage_class=settings.KUBERNETES_STORAGE_CLASS,
     )
 
 
 def project_request(project: Project) -> ProjectRequest:
     from controlpanel.workloads.datastores import project_datastores
 
+    datastores = tuple(project_datastores(project=project))
+    egress = list(settings.KUBERNETES_EGRESS)
+    if settings.KUBERNETES_EGRESS_FROM_DATASTORES:
+        egress += [egress_for_endpoint(d.endpoint_url) for d in datastores]
     return ProjectRequest(
         slug=project.slug,
         namespace=project.namespace,
         gpu_quota=project.gpu_quota,
-        datastores=tuple(project_datastores(project=project)),
+        datastores=datastores,
+        egress=tuple(rule for i, rule in enumerate(egress) if rule not in egress[:i]),
+        ingress_namespace=settings.KUBERNETES_INGRESS_NAMESPACE,
     )

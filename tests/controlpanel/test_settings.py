@@ -36,6 +36,8 @@ def _check(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
         ({"DEBUG": "1", "COMPUTE_BACKEND": "slurm"}, "COMPUTE_BACKEND"),
         ({"DEBUG": "1", "AXES_FAILURE_LIMIT": "many"}, "AXES_FAILURE_LIMIT"),
         ({"DEBUG": "1", "SECRET_KEY_FILE": "/nonexistent/secret"}, "SECRET_KEY_FILE"),
+        ({"DEBUG": "1", "KUBERNETES_EGRESS": "s3.example.com"}, "KUBERNETES_EGRESS"),
+        ({"DEBUG": "1", "JOB_WORKSPACE_GIB": "big"}, "JOB_WORKSPACE_GIB"),
     ],
 )
 def test_bad_value_stops_startup_naming_the_variable(env: dict[str, str], named: str) -> None:

@@ -1,0 +1,40 @@
+"""What the panel hands to deploy/ for a cluster: egress to its datastores and the admin's
+list, the ingress namespace, pull secrets and workspace settings from the environment."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from controlpanel.projects.models import Project
+from controlpanel.workloads.backend import job_request, project_request
+from deploy.egress import parse_egress
+from deploy.types import EgressRule
+from tests.fixtures.jobs import submit
+
+
+def test_project_pods_may_reach_the_datastores_and_the_admin_list(
+    project: Project, panel_s3: Any, data_bucket: Any, settings: Any
+) -> None:
+    port = int(panel_s3.endpoint_url.rsplit(":", 1)[1])
+    settings.KUBERNETES_EGRESS = parse_egress("10.0.0.0/8:3128, 127.0.0.1/32")
+    settings.KUBERNETES_INGRESS_NAMESPACE = "traefik"
+    request = project_request(project)
+    assert request.egress == (
+        EgressRule(cidr="10.0.0.0/8", ports=(3128,)),
+        EgressRule(cidr="127.0.0.1/32"),
+        EgressRule(cidr="127.0.0.1/32", ports=(port,)),  # LOCAL, where its bucket is
+    )
+    assert request.ingress_namespace == "traefik"
+    settings.KUBERNETES_EGRESS_FROM_DATASTORES = False
+    assert project_request(project).egress == settings.KUBERNETES_EGRESS
+
+
+def test_jobs_carry_the_pull_secrets_and_workspace_settings(
+    project: Project, owner: Any, panel_s3: Any, settings: Any
+) -> None:
+    settings.KUBERNETES_IMAGE_PULL_SECRETS = ("registry-creds",)
+    settings.KUBERNETES_STORAGE_CLASS = "fast-ssd"
+    settings.JOB_WORKSPACE_GIB = 500
+    request = job_request(submit(project, owner))
+    assert request.image_pull_secrets == ("registry-creds",)
+    assert (request.storage_class, request.workspace_gib) == ("fast-ssd", 500)
