@@ -38,7 +38,11 @@ def start_object_store(var: Path, env: dict[str, str], children: list[subprocess
         raise SystemExit(f"port {PORT} is taken: stop what uses it, or set S3_ENDPOINT_URL")
     site = env.get("SITE_URL", "http://127.0.0.1:8000").rstrip("/")
     origins = [site, site.replace("127.0.0.1", "localhost"), site.replace("localhost", "127.0.0.1")]
-    print(f"• starting the embedded object store on {HOST}:{PORT} (data in {var / 's3'})")
+    print(
+        f"• starting the embedded object store on http://{HOST}:{PORT} (data in {var / 's3'};"
+        f" for boto3 or the AWS CLI: access key {DEFAULT_ACCESS_KEY}, secret key in"
+        f" {var / 's3_secret_key'})"
+    )
     server = start_embedded_s3(
         directory=var / "s3",
         port=PORT,
