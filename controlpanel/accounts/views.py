@@ -3,7 +3,6 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -12,6 +11,7 @@ from django.views.decorators.http import require_POST
 from controlpanel.accounts.forms import TokenCreateForm
 from controlpanel.accounts.models import ApiToken
 from controlpanel.accounts.services import token_create, token_revoke
+from controlpanel.projects.access import page_login_required
 
 
 def _settings_page(
@@ -23,7 +23,7 @@ def _settings_page(
     return render(request, "accounts/settings.html", context, status=status)
 
 
-@login_required
+@page_login_required
 def user_settings(request: HttpRequest) -> HttpResponse:
     if request.method != "POST":
         return _settings_page(request, TokenCreateForm())
@@ -44,7 +44,7 @@ def user_settings(request: HttpRequest) -> HttpResponse:
 
 
 @require_POST
-@login_required
+@page_login_required
 def token_revoke_view(request: HttpRequest, token_id: int) -> HttpResponse:
     token = get_object_or_404(ApiToken, pk=token_id, user=request.user)
     token_revoke(token=token)

@@ -1,11 +1,11 @@
 from __future__ import annotations
 
-from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.cache import never_cache
 
 from controlpanel.core.health import readiness
+from controlpanel.projects.access import page_login_required
 from controlpanel.projects.selectors import default_project_for
 
 
@@ -23,7 +23,7 @@ def readyz(request: HttpRequest) -> HttpResponse:
     )
 
 
-@login_required
+@page_login_required
 def home(request: HttpRequest) -> HttpResponse:
     project = default_project_for(user=request.user, preferred=request.session.get("project"))
     if project is None:

@@ -10,10 +10,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import wraps
 from typing import Any
+from urllib.parse import urlencode, urlsplit
 
-from django.contrib.auth.decorators import login_required
+from django.conf import settings
+from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import resolve_url
 
 from controlpanel.projects.models import Membership, Project, Role
 
@@ -53,7 +56,7 @@ def project_view(*, manage: bool = False) -> Callable:
     """Decorate a view taking `slug`: log-in required, then `request.access` is set."""
 
     def decorator(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
-        @login_required
+        @page_login_required
         @wraps(view)
         def wrapper(request: HttpRequest, slug: str, *args: Any, **kwargs: Any) -> HttpResponse:
             access = project_access(user=request.user, slug=slug, manage=manage)
@@ -64,3 +67,23 @@ def project_view(*, manage: bool = False) -> Callable:
         return wrapper
 
     return decorator
+
+
+def page_login_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """`login_required`, except that an htmx request (a poll, a fragment) of a signed-out user
+    gets 401 and `HX-Redirect` to the log-in page: following a redirect would swap the log-in
+    page into the fragment's place (a session that expires under a polling page)."""
+
+    @wraps(view)
+    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if request.user.is_authenticated:
+            return view(request, *args, **kwargs)
+        if not request.headers.get("HX-Request"):
+            return redirect_to_login(request.get_full_path())
+        page = urlsplit(request.headers.get("HX-Current-URL") or request.get_full_path())
+        back = page.path + (f"?{page.query}" if page.query else "")
+        response = HttpResponse("Log in again.", status=401, content_type="text/plain")
+        response["HX-Redirect"] = f"{resolve_url(settings.LOGIN_URL)}?{urlencode({'next': back})}"
+        return response
+
+    return wrapper

@@ -188,3 +188,11 @@ def test_anonymous_is_refused(case: Case, ctx: dict[str, Any]) -> None:
         else:
             assert response.status_code == 302, (method, url, response.status_code)
             assert response["Location"].startswith("/login/")
+            # htmx (a poll under a page whose session expired): 401 and a full-page
+            # redirect, never the log-in page swapped into a fragment's place
+            page = "http://testserver/p/alpha/jobs/?state=RUNNING"
+            htmx = getattr(client, method)(
+                url, {}, HTTP_HX_REQUEST="true", HTTP_HX_CURRENT_URL=page
+            )
+            assert htmx.status_code == 401, (method, url, htmx.status_code)
+            assert htmx["HX-Redirect"] == "/login/?next=%2Fp%2Falpha%2Fjobs%2F%3Fstate%3DRUNNING"
