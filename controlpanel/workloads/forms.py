@@ -155,7 +155,6 @@ class FinetuneForm(_JobForm):
     batch_size = forms.IntegerField(min_value=1)
     grad_accum = forms.IntegerField(min_value=1, label="Gradient accumulation")
     max_length = forms.IntegerField(min_value=16, max_value=131072)
-    field_map = {"volumes": "data_volume"}
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs["initial"] = MAIN_PARAMS | (kwargs.get("initial") or {})
@@ -173,6 +172,22 @@ class FinetuneForm(_JobForm):
         if data.get("model_volume"):
             volumes.insert(0, f"{data['model_volume'].strip()}:{MODEL_PATH}:ro")
         return self.common_data() | {"preset": "finetune", "params": params, "volumes": volumes}
+
+    def add_service_errors(self, error: ValidationError) -> None:
+        """A volume's problem goes beside its own field (the message quotes its mount path)."""
+        fields = {
+            MODEL_PATH: "model_volume",
+            DATA_PATH: "data_volume",
+            OUTPUT_PATH: "output_volume",
+        }
+        others = {k: v for k, v in error.message_dict.items() if k != "volumes"}
+        said = set(self.errors)  # what the form itself found wrong already
+        for message in error.message_dict.get("volumes", []):
+            name = next((f for path, f in fields.items() if f":{path}" in message), "data_volume")
+            if name not in said:
+                self.add_error(name, message)
+        if others:
+            super().add_service_errors(ValidationError(others))
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}

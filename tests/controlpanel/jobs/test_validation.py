@@ -115,3 +115,27 @@ def test_invalid_submission_saves_nothing(project: Project, owner: Any, panel_s3
     with pytest.raises(ValidationError):
         submit(project, owner, gpu=99)
     assert not Job.objects.exists()
+
+
+def test_the_finetune_form_puts_each_volume_problem_beside_its_field(
+    owner_client: Any, data_bucket: Bucket
+) -> None:
+    response = owner_client.post(
+        "/p/alpha/jobs/new/?tab=finetune",
+        {
+            "tab": "finetune",
+            "ft-base_model": "",
+            "ft-model_volume": "nobucket@LOCAL/llama",
+            "ft-data_volume": f"{data_bucket.name}@LOCAL/chat",
+            "ft-output_volume": "other@NOWHERE/out",
+            "ft-method": "lora",
+            "ft-flavor": "ai1-1-cpu",
+            "ft-gpu": "1",
+        },
+    )
+    assert response.status_code == 400
+    form = response.context["finetune"]
+    assert "nobucket" in " ".join(form.errors["model_volume"])
+    assert "unknown datastore alias 'NOWHERE'" in " ".join(form.errors["output_volume"])
+    assert "data_volume" not in form.errors
+    assert not Job.objects.exists()
