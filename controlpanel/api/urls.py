@@ -7,6 +7,9 @@ from controlpanel.workloads import api as job_api
 
 router = DefaultRouter()
 router.include_format_suffixes = False
+# PRODUCT.md documents `/api/v1/jobs/<id>/logs`: answer with or without the slash (a 301 breaks
+# clients that do not follow redirects). The constructor only takes a bool, hence the attribute.
+router.trailing_slash = "/?"
 router.register("projects", views.ProjectViewSet, basename="api-project")
 router.register("tokens", views.TokenViewSet, basename="api-token")
 router.register(

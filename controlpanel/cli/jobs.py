@@ -1,4 +1,4 @@
-"""`ajuste job run|list|get|logs|stop|delete|rerun` and `ajuste flavor list`.
+"""`ajuste job run|list|get|logs|stop|delete|rerun|retry-push` and `ajuste flavor list`.
 
 `ajuste job run` takes the `ovhai job run` flags:
 `ajuste job run --gpu 1 --flavor h100-1-gpu --volume b@GRA/data:/workspace/data:ro IMAGE -- CMD`.
@@ -34,6 +34,22 @@ FLAVOR_COLUMNS = [
     ("PRICE/H", "price_per_hour"),
 ]
 FOLLOW_PERIOD_S = 1.0
+# JobState.values (controlpanel/workloads/models.py), repeated: the CLI imports no Django.
+# tests/controlpanel/jobs/test_cli_jobs.py checks that the two lists agree.
+JOB_STATES = (
+    "QUEUED",
+    "INITIALIZING",
+    "PENDING",
+    "RUNNING",
+    "INTERRUPTING",
+    "TIMEOUT",
+    "FINALIZING",
+    "DONE",
+    "INTERRUPTED",
+    "FAILED",
+    "ERROR",
+    "SYNC_FAILED",
+)
 
 
 def pairs(values: tuple[str, ...], flag: str) -> dict[str, str]:
@@ -143,7 +159,13 @@ def run(
 
 
 @job.command("list")
-@click.option("--state", "job_state", default=None, help="Only jobs in this state.")
+@click.option(
+    "--state",
+    "job_state",
+    type=click.Choice(JOB_STATES, case_sensitive=False),
+    default=None,
+    help="Only jobs in this state (any case).",
+)
 @click.option("--label", default=None, metavar="K[=V]")
 @click.option("--owner", default=None)
 @output_option
@@ -171,15 +193,18 @@ def get(ref: str) -> None:
 @click.argument("ref")
 @click.option("-f", "--follow", is_flag=True, help="Keep printing new lines until the job ends.")
 @click.option("--after", type=int, default=0, help="Start after this line number.")
+@output_option
 def logs(ref: str, follow: bool, after: int) -> None:
-    """The job's log (the whole archived log once it has ended)."""
+    """The job's log (the whole archived log once it has ended).
+
+    With `-o json`, one `{"seq": N, "text": "..."}` object per line, as the lines come."""
     api = state().api()
     key = job_id(api, ref)
     try:
         while True:
             page = api.get(f"jobs/{key}/logs/", after=after, limit=5000)
             for line in page["lines"]:
-                click.echo(line["text"])
+                click.echo(log_line(line))
             after = page["next"]
             if page["eof"] or (not follow and not page["lines"]):
                 break
@@ -187,6 +212,13 @@ def logs(ref: str, follow: bool, after: int) -> None:
                 time.sleep(FOLLOW_PERIOD_S)
     except KeyboardInterrupt:
         raise SystemExit(130) from None
+
+
+def log_line(line: dict[str, Any]) -> str:
+    """A log line as printed: its text, or one JSON object per line with `-o json`."""
+    if wants_json():
+        return json.dumps({"seq": line["seq"], "text": line["text"]}, ensure_ascii=False)
+    return str(line["text"])
 
 
 def _action(path: str, message: str) -> Any:
@@ -208,6 +240,9 @@ job.command("stop", help="Stop a job (INTERRUPTING, then INTERRUPTED).")(
     _action("stop/", "Stopping {key}.")
 )
 job.command("rerun", help="Run a finished job again.")(_action("rerun/", "Queued {key} again."))
+job.command("retry-push", help="Push the kept data again after SYNC_FAILED.")(
+    _action("retry-push/", "Pushing {key} again.")
+)
 job.command("delete", help="Delete a finished job and its log.")(_action("", "Deleted {key}."))
 
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers, status, viewsets
 from rest_framework.decorators import action
+from rest_framework.exceptions import ValidationError
 from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -15,6 +17,9 @@ from controlpanel.api.scoping import api_project
 from controlpanel.flavors.models import Flavor
 from controlpanel.workloads import logs, selectors, services
 from controlpanel.workloads.models import Job, JobEvent
+from deploy.types import DeployError
+
+log = logging.getLogger(__name__)
 
 
 class FlavorSerializer(serializers.ModelSerializer):
@@ -113,8 +118,12 @@ class LogLineSerializer(serializers.Serializer):
 class LogPageSerializer(serializers.Serializer):
     lines = LogLineSerializer(many=True)
     next = serializers.IntegerField(help_text="Pass as ?after= to get the following lines.")
-    eof = serializers.BooleanField(help_text="The job ended and every line was returned.")
+    eof = serializers.BooleanField(help_text="The run ended and every line was returned.")
     state = serializers.CharField()
+    run = serializers.IntegerField(help_text="The run these lines belong to.")
+    warning = serializers.CharField(
+        required=False, help_text="Present when new lines could not be collected this time."
+    )
 
 
 class FlavorViewSet(viewsets.ReadOnlyModelViewSet):
@@ -143,7 +152,7 @@ class JobViewSet(viewsets.ViewSet):
 
     @extend_schema(
         parameters=[
-            OpenApiParameter("state", str),
+            OpenApiParameter("state", str, description="A job state (any case)."),
             OpenApiParameter("owner", str),
             OpenApiParameter("label", str, description="key or key=value"),
         ]
@@ -202,29 +211,43 @@ class JobViewSet(viewsets.ViewSet):
         return self._act(request, pk, services.job_retry_push)
 
     @extend_schema(
-        parameters=[OpenApiParameter("after", int), OpenApiParameter("limit", int)],
+        parameters=[
+            OpenApiParameter("after", int),
+            OpenApiParameter("limit", int),
+            OpenApiParameter("run", int, description="A run of the job (default: the current)."),
+        ],
         responses=LogPageSerializer,
     )
     @action(detail=True, methods=["get"])
     def logs(self, request: Request, pk: str) -> Response:
         """Log lines after `?after=` (a sequence number; 0 = the start), up to `limit`."""
         _, job = self._job(request, pk)
+        try:
+            run = logs.resolve_run(job=job, value=request.query_params.get("run"))
+        except logs.UnknownRun as exc:
+            raise ValidationError({"run": [str(exc)]}) from None
         after = _int(request.query_params.get("after"), 0)
         limit = min(max(_int(request.query_params.get("limit"), 1000), 1), 5000)
-        if job.is_live or not job.logs_archived:
-            logs.collect_logs(job_id=job.pk)
-            job.refresh_from_db()
-        lines = logs.lines_after(job=job, after=after, limit=limit)
+        page: dict[str, Any] = {"run": run}
+        if run == job.run and (job.is_live or not job.logs_archived):
+            page |= _collect(job)
+        lines = logs.lines_after(job=job, after=after, limit=limit, run=run)
         last = lines[-1].seq if lines else after
-        eof = job.is_final and job.logs_archived and last >= job.log_lines
-        return Response(
-            {
-                "lines": [{"seq": x.seq, "text": x.text} for x in lines],
-                "next": last,
-                "eof": eof,
-                "state": job.state,
-            }
-        )
+        ended = run < job.run or (job.is_final and job.logs_archived)
+        eof = ended and last >= logs.run_line_count(job=job, run=run)
+        lines_out = [{"seq": x.seq, "text": x.text} for x in lines]
+        return Response({"lines": lines_out, "next": last, "eof": eof, "state": job.state} | page)
+
+
+def _collect(job: Job) -> dict[str, Any]:
+    """Fetch new lines; on a cluster error the stored ones are still served, with a warning."""
+    try:
+        logs.collect_logs(job_id=job.pk)
+    except DeployError as exc:
+        log.warning("collecting logs of job %s failed: %s", job.pk, exc)
+        return {"warning": f"New log lines could not be collected: {exc}"}
+    job.refresh_from_db()
+    return {}
 
 
 def _int(value: Any, default: int) -> int:

@@ -8,10 +8,12 @@ share one collection and no line is stored twice. No Celery worker follows a log
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from typing import Any
 
 from django.db import transaction
+from django.db.models import Max
 
 from controlpanel.workloads.backend import get_backend, job_ref
 from controlpanel.workloads.models import Job, JobLogLine
@@ -19,6 +21,53 @@ from training.protocol import parse_line
 
 MAX_CURVE_POINTS = 500
 COLLECT_LIMIT = 5000
+MAX_TEXT = 2000
+MAX_ERRORS = 20
+MAX_NUMBER = 2**63  # beyond this a "number" is garbage, and float() of it may overflow
+
+# The protocol's events kept on the row, and the fields they may store there (training/protocol.py).
+# Any job can print such lines (a custom job too), so nothing else is kept and every value is
+# checked: a bad one must never stop collection, and PostgreSQL refuses NaN in JSON.
+KEPT_EVENTS = ("start", "progress", "done", "error")
+INT_FIELDS = frozenset(
+    (
+        "v",
+        "step",
+        "max_steps",
+        "world_size",
+        "resumed_from_step",
+        "train_examples",
+        "eval_examples",
+        "train_tokens",
+        "trainable_params",
+        "total_params",
+        "tokens_seen",
+        "exit_code",
+    )
+)
+FLOAT_FIELDS = frozenset(
+    (
+        "time",
+        "epoch",
+        "epochs",
+        "loss",
+        "learning_rate",
+        "grad_norm",
+        "tokens_per_s",
+        "elapsed_s",
+        "eta_s",
+        "gpu_mem_gb",
+        "train_loss",
+    )
+)
+TEXT_FIELDS = frozenset(
+    ("model", "method", "device", "dtype", "kind", "message", "adapter_path", "merged_path")
+)
+_DROP = object()
+
+
+class UnknownRun(ValueError):
+    """`?run=` names no run of the job; the message says which runs exist."""
 
 
 def collect_logs(*, job_id: Any, limit: int = COLLECT_LIMIT) -> tuple[int, bool]:
@@ -38,7 +87,7 @@ def collect_logs(*, job_id: Any, limit: int = COLLECT_LIMIT) -> tuple[int, bool]
         start = job.log_lines
         JobLogLine.objects.bulk_create(
             [
-                JobLogLine(job=job, run=job.run, seq=start + i, text=line)
+                JobLogLine(job=job, run=job.run, seq=start + i, text=_clean_text(line))
                 for i, line in enumerate(chunk.lines, start=1)
             ],
             batch_size=1000,
@@ -62,14 +111,82 @@ def archive_logs(*, job_id: Any, max_rounds: int = 1000) -> bool:
 def _note_progress(job: Job, lines: tuple[str, ...]) -> None:
     """Keep the newest progress event and a bounded loss curve (for the bar, ETA and chart)."""
     for line in lines:
-        event = parse_line(line) if line.startswith("{") else None
-        if not event:
+        event = _progress_event(line) if line.startswith("{") else None
+        if event is None:
             continue
-        kind = event.get("event")
-        if kind in ("start", "progress", "done", "error"):
-            job.progress = {**job.progress, **event, "last_event": kind}
-        if kind == "progress" and event.get("loss") is not None:
-            job.loss_curve = _append_point(job.loss_curve, [event["step"], event["loss"]])
+        current = job.progress if isinstance(job.progress, dict) else {}
+        job.progress = {**current, **event}
+        step, loss = event.get("step"), event.get("loss")
+        if event["event"] == "progress" and step is not None and loss is not None:
+            curve = job.loss_curve if isinstance(job.loss_curve, list) else []
+            job.loss_curve = _append_point(curve, [step, loss])
+
+
+def _progress_event(line: str) -> dict[str, Any] | None:
+    """The checked fields of a kept event on this line, or None; never raises."""
+    event = parse_line(line)
+    if event is None or event.get("event") not in KEPT_EVENTS:
+        return None
+    kept: dict[str, Any] = {"event": event["event"], "last_event": event["event"]}
+    for name, value in event.items():
+        clean = _clean_field(name, value)
+        if clean is not _DROP:
+            kept[name] = clean
+    return kept
+
+
+def _clean_field(name: str, value: Any) -> Any:
+    """The value to store, or _DROP for an unknown field or a value of the wrong type."""
+    if name in INT_FIELDS or name in FLOAT_FIELDS:
+        return None if value is None else _number(value, integer=name in INT_FIELDS)
+    if name in TEXT_FIELDS:
+        if value is None:
+            return None
+        return _short_text(value) if isinstance(value, str) else _DROP
+    if name == "errors":
+        return _clean_errors(value)
+    return _DROP
+
+
+def _number(value: Any, *, integer: bool) -> Any:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return _DROP
+    if isinstance(value, float) and not math.isfinite(value):
+        return None  # what the protocol itself writes for a diverged loss
+    if abs(value) > MAX_NUMBER:
+        return _DROP
+    if integer:
+        return int(value) if float(value).is_integer() else _DROP
+    return float(value)
+
+
+def _clean_errors(value: Any) -> Any:
+    """The error event's list of {file, line, message}, checked like the other fields."""
+    if not isinstance(value, list):
+        return _DROP
+    errors = []
+    for item in value[:MAX_ERRORS]:
+        if isinstance(item, dict):
+            line = _number(item.get("line"), integer=True)
+            errors.append(
+                {
+                    "file": _short_text(item.get("file")),
+                    "line": None if line is _DROP else line,
+                    "message": _short_text(item.get("message")),
+                }
+            )
+    return errors
+
+
+def _short_text(value: Any) -> str:
+    return _clean_text(value)[:MAX_TEXT] if isinstance(value, str) else ""
+
+
+def _clean_text(text: str) -> str:
+    """PostgreSQL stores no NUL character (in text or JSON) and no lone surrogate."""
+    if "\x00" in text:
+        text = text.replace("\x00", "\ufffd")
+    return text.encode("utf-8", "replace").decode("utf-8")
 
 
 def _append_point(curve: list[list[float]], point: list[float]) -> list[list[float]]:
@@ -79,9 +196,32 @@ def _append_point(curve: list[list[float]], point: list[float]) -> list[list[flo
     return curve
 
 
-def lines_after(*, job: Job, after: int, limit: int = 500) -> list[JobLogLine]:
+def resolve_run(*, job: Job, value: str | None) -> int:
+    """The run `?run=` names (default: the current one); raises UnknownRun."""
+    if value is None or value == "":
+        return job.run
+    try:
+        run = int(value)
+    except ValueError:
+        raise UnknownRun(f"run must be a whole number from 1 to {job.run}.") from None
+    if not 1 <= run <= job.run:
+        raise UnknownRun(f"This job has no run {run}: its runs are 1 to {job.run}.")
+    return run
+
+
+def run_line_count(*, job: Job, run: int) -> int:
+    """How many lines a run stored (the current run keeps the count on the row)."""
+    if run == job.run:
+        return job.log_lines
+    last = JobLogLine.objects.filter(job=job, run=run).aggregate(last=Max("seq"))["last"]
+    return last or 0
+
+
+def lines_after(
+    *, job: Job, after: int, limit: int = 500, run: int | None = None
+) -> list[JobLogLine]:
     return list(
-        JobLogLine.objects.filter(job=job, run=job.run, seq__gt=after)
+        JobLogLine.objects.filter(job=job, run=run or job.run, seq__gt=after)
         .order_by("seq")
         .only("seq", "text")[:limit]
     )

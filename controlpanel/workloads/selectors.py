@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import math
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
-from django.db.models import F, QuerySet
+from django.core.exceptions import ValidationError
+from django.db.models import F, OrderBy, QuerySet
 from django.db.models.functions import Coalesce, Now
 from django.http import Http404
 from django.utils import timezone
@@ -17,18 +18,20 @@ from django.utils import timezone
 from controlpanel.flavors.models import Flavor
 from controlpanel.projects.models import Project
 from controlpanel.workloads.models import Job, JobState
+from controlpanel.workloads.validation import LABEL_RE
 
-SORTS = {
-    "created": "created_at",
-    "-created": "-created_at",
-    "name": "name",
-    "-name": "-name",
-    "state": "state",
-    "-state": "-state",
-    "duration": "duration",
-    "-duration": "-duration",
-    "gpus": "gpus_total",
-    "-gpus": "-gpus_total",
+# Duration is NULL until a job starts: never-started jobs go last in both directions.
+SORTS: dict[str, OrderBy] = {
+    "created": F("created_at").asc(),
+    "-created": F("created_at").desc(),
+    "name": F("name").asc(),
+    "-name": F("name").desc(),
+    "state": F("state").asc(),
+    "-state": F("state").desc(),
+    "duration": F("duration").asc(nulls_last=True),
+    "-duration": F("duration").desc(nulls_last=True),
+    "gpus": F("gpus_total").asc(),
+    "-gpus": F("gpus_total").desc(),
 }
 CENT = Decimal("0.01")
 MILLI_CENT = Decimal("0.0001")  # a CPU minute costs fractions of a cent
@@ -45,7 +48,38 @@ class JobFilters:
     sort: str = "-created"
 
 
+def job_filters_check(*, filters: JobFilters) -> tuple[JobFilters, dict[str, str]]:
+    """The filters normalised (state upper-cased) with the bad ones blanked, and what was wrong
+    with each bad one (by filter name)."""
+    problems: dict[str, str] = {}
+    job_state = filters.state.strip().upper()
+    if job_state and job_state not in JobState.values:
+        problems["state"] = (
+            f"Unknown state {filters.state!r}: choose one of {', '.join(JobState.values)}."
+        )
+    if filters.label and not _label_filter_ok(filters.label):
+        problems["label"] = (
+            f"Bad label filter {filters.label!r}: give key or key=value; keys and values are up "
+            "to 63 letters, digits, - _ . starting and ending with a letter or digit."
+        )
+    cleaned = replace(
+        filters,
+        state="" if "state" in problems else job_state,
+        label="" if "label" in problems else filters.label,
+    )
+    return cleaned, problems
+
+
+def _label_filter_ok(label: str) -> bool:
+    key, _, value = label.partition("=")
+    return bool(key) and bool(LABEL_RE.fullmatch(key)) and bool(LABEL_RE.fullmatch(value))
+
+
 def jobs_for_project(*, project: Project, filters: JobFilters = JobFilters()) -> QuerySet[Job]:
+    """The project's jobs, filtered and sorted; ValidationError (by filter name) on bad filters."""
+    filters, problems = job_filters_check(filters=filters)
+    if problems:
+        raise ValidationError(problems)
     jobs = (
         Job.objects.filter(project=project)
         .select_related("owner", "flavor")
@@ -56,16 +90,19 @@ def jobs_for_project(*, project: Project, filters: JobFilters = JobFilters()) ->
         )
         .defer("progress", "loss_curve", "log_cursor", "env", "params")
     )
-    if filters.state in JobState.values:
+    if filters.state:
         jobs = jobs.filter(state=filters.state)
     if filters.owner:
         jobs = jobs.filter(owner__username=filters.owner)
     if filters.label:
-        key, _, value = filters.label.partition("=")
-        jobs = jobs.filter(**({f"labels__{key}": value} if value else {"labels__has_key": key}))
+        key, sep, value = filters.label.partition("=")
+        # Never build a lookup from user text: `labels__<key>` would let `a__regex` through.
+        jobs = (
+            jobs.filter(labels__contains={key: value}) if sep else jobs.filter(labels__has_key=key)
+        )
     if filters.q:
         jobs = jobs.filter(name__icontains=filters.q)
-    return jobs.order_by(SORTS.get(filters.sort, "-created_at"), "-created_at")
+    return jobs.order_by(SORTS.get(filters.sort, SORTS["-created"]), "-created_at")
 
 
 def job_get(*, project: Project, job_id: Any) -> Job:

@@ -13,6 +13,7 @@ from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
+from django_htmx.http import HttpResponseClientRedirect
 
 from controlpanel.buckets.selectors import buckets_for_project
 from controlpanel.core.htmx import wants_fragment
@@ -50,7 +51,15 @@ def _filters(request: HttpRequest) -> selectors.JobFilters:
 @project_view()
 def job_list(request: HttpRequest) -> HttpResponse:
     project = _access(request).project
-    filters = _filters(request)
+    filters, problems = selectors.job_filters_check(filters=_filters(request))
+    if problems and wants_fragment(request):
+        # The fragment has no room for messages: reload the page, which shows them.
+        return HttpResponseClientRedirect(request.get_full_path())
+    for problem in problems.values():
+        messages.error(request, problem)
+    query = request.GET.copy()
+    for name in problems:
+        query.pop(name, None)  # pager links and polling use only the valid filters
     page = Paginator(
         selectors.jobs_for_project(project=project, filters=filters), PAGE_SIZE
     ).get_page(request.GET.get("page"))
@@ -61,7 +70,7 @@ def job_list(request: HttpRequest) -> HttpResponse:
         "states": JobState.values,
         "owners": project.members.order_by("username").values_list("username", flat=True),
         "live": any(job.is_live for job in page),
-        "query": request.GET.urlencode(),
+        "query": query.urlencode(),
     }
     template = "jobs/list.html#job-table" if wants_fragment(request) else "jobs/list.html"
     return render(request, template, context)
@@ -214,14 +223,20 @@ def job_logs(request: HttpRequest, job_id: str) -> HttpResponse:
 
 
 @project_view()
-def job_log_download(request: HttpRequest, job_id: str) -> StreamingHttpResponse:
+def job_log_download(request: HttpRequest, job_id: str) -> HttpResponse | StreamingHttpResponse:
+    """The whole log of `?run=` (default: the current run) as a text file."""
     job = selectors.job_get(project=_access(request).project, job_id=job_id)
-    if job.is_live or not job.logs_archived:
+    try:
+        run = logs.resolve_run(job=job, value=request.GET.get("run"))
+    except logs.UnknownRun as exc:
+        # Plain text, not the bare 404 page: the message says which runs exist.
+        return HttpResponse(str(exc), status=404, content_type="text/plain; charset=utf-8")
+    if run == job.run and (job.is_live or not job.logs_archived):
         _collect(job)
     response = StreamingHttpResponse(
-        logs.iter_log_text(job=job), content_type="text/plain; charset=utf-8"
+        logs.iter_log_text(job=job, run=run), content_type="text/plain; charset=utf-8"
     )
-    response["Content-Disposition"] = f'attachment; filename="job-{job.short_id}-run{job.run}.log"'
+    response["Content-Disposition"] = f'attachment; filename="job-{job.short_id}-run{run}.log"'
     return response
 
 

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import math
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -31,15 +32,26 @@ def state_class(state: str) -> str:
     return STATE_CLASSES.get(state, "")
 
 
+def _finite(value: Any) -> float | None:
+    """A finite number from a stored value (progress comes from any job's output), else None."""
+    if isinstance(value, bool):
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return number if math.isfinite(number) else None
+
+
 @register.filter
 def seconds(value: Any) -> str:
-    """A number of seconds as `1 h 02 min`, `3 min 04 s` or `12 s`."""
-    if value in (None, ""):
-        return "—"
+    """A number of seconds as `1 h 02 min`, `3 min 04 s` or `12 s`; `—` when it is none."""
     if isinstance(value, timedelta):
         value = value.total_seconds()
-    total = int(float(value))
-    hours, rest = divmod(max(total, 0), 3600)
+    number = _finite(value)
+    if number is None:
+        return "—"
+    hours, rest = divmod(max(int(number), 0), 3600)
     minutes, secs = divmod(rest, 60)
     if hours:
         return f"{hours} h {minutes:02d} min"
@@ -83,15 +95,31 @@ def job_cost(job: Any) -> str:
 
 
 @register.filter
-def percent(progress: dict[str, Any]) -> int:
-    step, total = progress.get("step") or 0, progress.get("max_steps") or 0
-    return int(100 * step / total) if total else 0
+def percent(progress: Any) -> int:
+    """How far the steps went, 0 to 100; 0 when the event lacks usable numbers."""
+    if not isinstance(progress, dict):
+        return 0
+    step, total = _finite(progress.get("step")), _finite(progress.get("max_steps"))
+    if step is None or not total or total < 0:
+        return 0
+    return int(min(max(100 * step / total, 0), 100))
+
+
+def _curve_points(curve: Any) -> list[tuple[float, float]]:
+    """The usable [step, loss] pairs of a stored curve (others are skipped, not fatal)."""
+    points = []
+    for point in curve if isinstance(curve, list) else []:
+        if isinstance(point, list | tuple) and len(point) == 2:
+            x, y = _finite(point[0]), _finite(point[1])
+            if x is not None and y is not None:
+                points.append((x, y))
+    return points
 
 
 @register.simple_tag
-def loss_chart(curve: list[list[float]], width: int = 600, height: int = 160) -> SafeString:
+def loss_chart(curve: Any, width: int = 600, height: int = 160) -> SafeString:
     """The loss curve as inline SVG (markup, not script: fine under the strict CSP)."""
-    points = [(float(s), float(v)) for s, v in curve if v is not None]
+    points = _curve_points(curve)
     if len(points) < 2:
         return mark_safe("")
     xs, ys = [p[0] for p in points], [p[1] for p in points]

@@ -10,6 +10,7 @@ from click.testing import CliRunner, Result
 
 from controlpanel.accounts.services import token_create
 from controlpanel.buckets.models import Bucket
+from controlpanel.cli.jobs import JOB_STATES
 from controlpanel.cli.main import cli
 from controlpanel.flavors.models import Flavor
 from controlpanel.workloads.models import Job, JobLogLine, JobState
@@ -153,3 +154,57 @@ def test_flavor_list(run: Any) -> None:
     assert {"ai1-1-cpu", "h100-1-gpu", "h200-1-gpu"} <= {f["name"] for f in flavors}
     table = run("flavor", "list")
     assert "1x H100" in table.output and "2.8000" in table.output
+
+
+def make_job(project: Any, owner: Any, name: str, **fields: Any) -> Job:
+    flavor = Flavor.objects.get(name="ai1-1-cpu")
+    return Job.objects.create(
+        project=project, owner=owner, name=name, image="x/y:1", flavor=flavor, **fields
+    )
+
+
+def test_cli_state_names_are_the_models() -> None:
+    assert list(JOB_STATES) == JobState.values
+
+
+def test_list_state_is_a_case_insensitive_choice(run: Any, owner: Any, project: Any) -> None:
+    make_job(project, owner, "queued")
+    make_job(project, owner, "running", state=JobState.RUNNING)
+    listed = ok_json(run("job", "list", "--state", "running", "-o", "json"))
+    assert [j["name"] for j in listed] == ["running"]
+    bogus = run("job", "list", "--state", "bogus")
+    assert bogus.exit_code == 2
+    assert "'bogus' is not one of" in bogus.output and "'sync_failed'" in bogus.output
+
+
+def test_list_bad_label_says_why(run: Any) -> None:
+    result = run("job", "list", "--label", "a__regex=(")
+    assert result.exit_code == 1
+    assert "HTTP 400: label: Bad label filter 'a__regex=('" in result.output
+
+
+def test_logs_json_is_one_object_per_line(run: Any, owner: Any, project: Any) -> None:
+    job = make_job(project, owner, "j", state=JobState.DONE, logs_archived=True, log_lines=2)
+    JobLogLine.objects.bulk_create(
+        JobLogLine(job=job, run=1, seq=i, text=f'line {i} "é"') for i in (1, 2)
+    )
+    for args in (["-o", "json"], ["--follow", "-o", "json"], ["--after", "1", "-o", "json"]):
+        result = run("job", "logs", *args, str(job.pk))
+        assert result.exit_code == 0, result.output
+        lines = [json.loads(line) for line in result.output.splitlines()]
+        first = 2 if "--after" in args else 1
+        assert lines == [{"seq": i, "text": f'line {i} "é"'} for i in range(first, 3)]
+    global_flag = run("-o", "json", "job", "logs", str(job.pk))
+    assert json.loads(global_flag.output.splitlines()[0]) == {"seq": 1, "text": 'line 1 "é"'}
+
+
+def test_retry_push(run: Any, owner: Any, project: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from controlpanel.workloads import tasks
+
+    sent: list[str] = []
+    monkeypatch.setattr(tasks.job_retry_push, "delay_on_commit", sent.append)
+    job = make_job(project, owner, "j", state=JobState.SYNC_FAILED)
+    body = ok_json(run("job", "retry-push", str(job.pk)[:8], "-o", "json"))
+    assert body["state"] == "FINALIZING" and sent == [str(job.pk)]
+    again = run("job", "retry-push", str(job.pk))
+    assert again.exit_code == 1 and "SYNC_FAILED" in again.output
