@@ -14,3 +14,5 @@ class ProjectAdmin(admin.ModelAdmin):
     list_display = ["name", "slug", "gpu_quota", "monthly_budget", "created_at"]
     search_fields = ["name", "slug"]
     inlines = [MembershipInline]
+    # Managers see and rotate the webhook secret on the project page; it is encrypted at rest.
+    exclude = ["webhook_secret"]

@@ -4,14 +4,34 @@ from typing import Any
 
 from django import forms
 from django.contrib.auth import get_user_model
+from django.core.validators import URLValidator
 
-from controlpanel.projects.models import Project, Role
+from controlpanel.projects.models import Project, Role, validate_webhook_url
 
 
 class ProjectForm(forms.ModelForm):
     class Meta:
         model = Project
         fields = ["name", "slug", "gpu_quota", "monthly_budget", "notebook_idle_minutes"]
+
+
+class WebhookForm(forms.Form):
+    """The job webhook's URL; the signing secret is made by the service, never typed."""
+
+    webhook_url = forms.CharField(
+        label="Webhook URL",
+        max_length=Project._meta.get_field("webhook_url").max_length,
+        required=False,
+        help_text="Receives a signed JSON POST when a job ends. Leave empty for none.",
+        widget=forms.URLInput(attrs={"placeholder": "https://example.com/ajuste-hook"}),
+    )
+
+    def clean_webhook_url(self) -> str:
+        url: str = self.cleaned_data["webhook_url"].strip()
+        if url:
+            validate_webhook_url(url)  # the precise reasons first, then the generic check
+            URLValidator(schemes=["http", "https"], message="Enter a valid URL.")(url)
+        return url
 
 
 class MemberAddForm(forms.Form):

@@ -1,13 +1,67 @@
 from __future__ import annotations
 
+import logging
+import secrets
 from decimal import Decimal
+from typing import Any
+from urllib.parse import urlsplit
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models
 from django.utils import timezone
 
+from controlpanel.buckets.crypto import DecryptionError, EncryptedTextField
+
+log = logging.getLogger(__name__)
 SLUG_RE = r"^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$"
+
+
+def validate_webhook_url(url: str) -> None:
+    """Only http(s), with a host and no credentials: the body is signed instead (an empty URL
+    passes: no webhook). Says precisely what is wrong; URLField checks the rest."""
+    if not url:
+        return
+    try:
+        parts = urlsplit(url)
+        has_credentials = parts.username is not None or parts.password is not None
+        host = parts.hostname
+    except ValueError:
+        raise ValidationError("Enter a valid URL.", code="invalid") from None
+    if parts.scheme.lower() not in ("http", "https"):
+        got = f" (not {parts.scheme}:)" if parts.scheme else ""
+        raise ValidationError(f"Use an http:// or https:// URL{got}.", code="scheme")
+    if has_credentials:
+        raise ValidationError(
+            "Remove the user name and password from the URL: receivers check the "
+            "X-Ajuste-Signature header instead.",
+            code="credentials",
+        )
+    if not host:
+        raise ValidationError("The URL has no host name.", code="host")
+
+
+def new_webhook_secret() -> str:
+    return secrets.token_urlsafe(32)
+
+
+class WebhookSecretField(EncryptedTextField):
+    """Encrypted at rest like datastore credentials (buckets/crypto.py). Empty stays empty, and
+    a secret no key opens reads as empty (logged) rather than failing every page that loads
+    the project: the next webhook then makes a new one."""
+
+    def from_db_value(self, value: str | None, expression: Any, connection: Any) -> str | None:
+        if not value:
+            return value
+        try:
+            return super().from_db_value(value, expression, connection)
+        except DecryptionError as exc:
+            log.error("project webhook secret unreadable, a new one will be made: %s", exc)
+            return ""
+
+    def get_prep_value(self, value: Any) -> Any:
+        return value if value in (None, "") else super().get_prep_value(value)
 
 
 class Role(models.TextChoices):
@@ -50,10 +104,12 @@ class Project(models.Model):
         help_text="Kueue LocalQueue for this project's jobs (clusters with Kueue); empty: none.",
     )
     webhook_url = models.URLField(
-        blank=True, help_text="Receives a signed JSON POST when a job ends (optional)."
+        blank=True,
+        validators=[validate_webhook_url],
+        help_text="Receives a signed JSON POST when a job ends (optional).",
     )
-    # Used to sign webhook bodies (HMAC-SHA256), so it must be readable, not hashed.
-    webhook_secret = models.CharField(max_length=100, blank=True)
+    # Signs webhook bodies (HMAC-SHA256), so it is encrypted, not hashed: it must be readable.
+    webhook_secret = WebhookSecretField(blank=True)
     created_at = models.DateTimeField(default=timezone.now)
     members = models.ManyToManyField(
         settings.AUTH_USER_MODEL, through="Membership", related_name="projects"

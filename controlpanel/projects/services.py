@@ -6,7 +6,13 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 
 from controlpanel.projects.access import ProjectAccess
-from controlpanel.projects.models import Membership, Project, Role
+from controlpanel.projects.models import (
+    Membership,
+    Project,
+    Role,
+    new_webhook_secret,
+    validate_webhook_url,
+)
 
 
 def project_create(*, by: Any, slug: str, name: str, **settings: Any) -> Project:
@@ -20,6 +26,65 @@ def project_create(*, by: Any, slug: str, name: str, **settings: Any) -> Project
     project.full_clean()
     project.save()
     return project
+
+
+@transaction.atomic
+def project_webhook_set(*, access: ProjectAccess, url: str) -> str | None:
+    """Set the job webhook URL ("" removes it; the secret is kept for a later URL).
+
+    Returns the secret when this call made it (the first URL), else None."""
+    if not access.can_manage:
+        raise PermissionDenied("Only the project's managers can change the webhook.")
+    url = url.strip()
+    try:
+        validate_webhook_url(url)
+    except ValidationError as exc:
+        raise ValidationError({"webhook_url": exc.messages}) from None
+    project = _locked_project(access)
+    project.webhook_url = url
+    made = None
+    if url and not project.webhook_secret:
+        made = project.webhook_secret = new_webhook_secret()
+    others = [field.name for field in Project._meta.fields if field.name != "webhook_url"]
+    project.clean_fields(exclude=others)  # the URL's length and syntax
+    project.save(update_fields=["webhook_url", "webhook_secret"])
+    _refresh(access.project, project)
+    return made
+
+
+@transaction.atomic
+def project_webhook_secret_rotate(*, access: ProjectAccess) -> str:
+    """A new signing secret (the old one stops verifying at once); returns it."""
+    if not access.can_manage:
+        raise PermissionDenied("Only the project's managers can change the webhook.")
+    project = _locked_project(access)
+    if not project.webhook_url:
+        raise ValidationError("Set a webhook URL first.")
+    project.webhook_secret = new_webhook_secret()
+    project.save(update_fields=["webhook_secret"])
+    _refresh(access.project, project)
+    return project.webhook_secret
+
+
+@transaction.atomic
+def project_webhook_secret_ensure(*, project: Project) -> str:
+    """The project's signing secret, made now if it has none (a URL set in the admin, or a
+    secret no key decrypts any more): a webhook is never sent unsigned."""
+    locked = Project.objects.select_for_update().get(pk=project.pk)
+    if not locked.webhook_secret:
+        locked.webhook_secret = new_webhook_secret()
+        locked.save(update_fields=["webhook_secret"])
+    project.webhook_secret = locked.webhook_secret
+    return locked.webhook_secret
+
+
+def _locked_project(access: ProjectAccess) -> Project:
+    return Project.objects.select_for_update().get(pk=access.project.pk)
+
+
+def _refresh(project: Project, saved: Project) -> None:
+    """The caller's copy (request.access.project) shows what was saved."""
+    project.webhook_url, project.webhook_secret = saved.webhook_url, saved.webhook_secret
 
 
 def member_add(*, access: ProjectAccess, user: Any, role: str = Role.MEMBER) -> Membership:

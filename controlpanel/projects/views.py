@@ -5,23 +5,86 @@ from django.contrib.admin.views.decorators import staff_member_required
 from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.utils.cache import add_never_cache_headers
+from django.views.decorators.debug import sensitive_variables
 from django.views.decorators.http import require_POST
 
+from controlpanel.buckets.crypto import secret_hint
 from controlpanel.projects import services
-from controlpanel.projects.access import project_view
-from controlpanel.projects.forms import MemberAddForm, MemberRoleForm, ProjectForm
+from controlpanel.projects.access import ProjectAccess, project_view
+from controlpanel.projects.forms import MemberAddForm, MemberRoleForm, ProjectForm, WebhookForm
 from controlpanel.projects.models import Membership, Project
 from controlpanel.projects.selectors import members_of
 
 
 @project_view()
 def project_home(request: HttpRequest) -> HttpResponse:
-    project = request.access.project  # type: ignore[attr-defined]
-    return render(
-        request,
-        "projects/home.html",
-        {"project": project, "member_count": project.memberships.count()},
-    )
+    """The project's settings; managers set the job webhook here (POST)."""
+    access = request.access  # type: ignore[attr-defined]
+    if request.method == "POST":
+        return _webhook_post(request, access)
+    return _home(request, access)
+
+
+def _home(
+    request: HttpRequest,
+    access: ProjectAccess,
+    *,
+    form: WebhookForm | None = None,
+    secret: str = "",
+    new: bool = False,
+) -> HttpResponse:
+    """`secret` is shown in full (just made, or asked for), otherwise only its last characters."""
+    project = access.project
+    context = {
+        "project": project,
+        "member_count": project.memberships.count(),
+        "webhook_form": form or WebhookForm(initial={"webhook_url": project.webhook_url}),
+        "webhook_secret_hint": secret_hint(project.webhook_secret, head=0)
+        if project.webhook_secret
+        else "",
+        "webhook_secret": secret,
+        "webhook_secret_new": new,
+    }
+    status = 400 if form is not None and form.errors else 200
+    response = render(request, "projects/home.html", context, status=status)
+    if secret:
+        add_never_cache_headers(response)
+    return response
+
+
+@sensitive_variables("secret")
+def _webhook_post(request: HttpRequest, access: ProjectAccess) -> HttpResponse:
+    if not access.can_manage:
+        return HttpResponse("Only the project's managers can change the webhook.", status=403)
+    action = request.POST.get("action", "webhook-save")
+    if action == "webhook-reveal":
+        return _home(request, access, secret=access.project.webhook_secret)
+    if action == "webhook-rotate":
+        try:
+            secret = services.project_webhook_secret_rotate(access=access)
+        except ValidationError as exc:
+            messages.error(request, " ".join(exc.messages))
+            return redirect("project-home", slug=access.project.slug)
+        return _home(request, access, secret=secret, new=True)
+    return _webhook_save(request, access)
+
+
+@sensitive_variables("secret")
+def _webhook_save(request: HttpRequest, access: ProjectAccess) -> HttpResponse:
+    form = WebhookForm(request.POST)
+    if not form.is_valid():
+        return _home(request, access, form=form)
+    try:
+        secret = services.project_webhook_set(access=access, url=form.cleaned_data["webhook_url"])
+    except ValidationError as exc:
+        form.add_error(None, exc)
+        return _home(request, access, form=form)
+    if secret:
+        return _home(request, access, secret=secret, new=True)
+    saved = "saved" if access.project.webhook_url else "removed"
+    messages.success(request, f"Job webhook {saved}.")
+    return redirect("project-home", slug=access.project.slug)
 
 
 @project_view()

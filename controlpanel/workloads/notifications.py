@@ -1,20 +1,27 @@
 """When a job reaches a final state: an e-mail to its owner and, if the project has one, a
-webhook POST of signed JSON (`X-Ajuste-Signature: sha256=<hex HMAC of the body>`)."""
+webhook POST of signed JSON (`X-Ajuste-Signature: sha256=<hex HMAC-SHA256 of the raw body,
+keyed with the project's webhook secret>`). Every webhook is signed: a project with a URL and
+no secret gets one first (managers see it on the project page)."""
 
 from __future__ import annotations
 
 import hashlib
 import hmac
 import json
+import logging
 from typing import Any
 
 import httpx
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.core.mail import send_mail
 from django.urls import reverse
 
+from controlpanel.projects.models import validate_webhook_url
+from controlpanel.projects.services import project_webhook_secret_ensure
 from controlpanel.workloads.models import Job
 
+log = logging.getLogger(__name__)
 WEBHOOK_TIMEOUT_S = 10
 
 
@@ -62,14 +69,19 @@ def post_webhook(job: Job) -> None:
     project = job.project
     if not project.webhook_url:
         return
+    try:
+        validate_webhook_url(project.webhook_url)  # one set in the admin skipped the form
+    except ValidationError as exc:
+        log.warning("project %s: webhook not sent: %s", project.slug, " ".join(exc.messages))
+        return
+    secret = project.webhook_secret or project_webhook_secret_ensure(project=project)
     body = json.dumps(job_payload(job), separators=(",", ":")).encode()
     headers = {
         "Content-Type": "application/json",
         "User-Agent": "Ajuste-Webhook/1",
         "X-Ajuste-Event": "job.finished",
+        "X-Ajuste-Signature": sign(secret, body),
     }
-    if project.webhook_secret:
-        headers["X-Ajuste-Signature"] = sign(project.webhook_secret, body)
     response = httpx.post(
         project.webhook_url, content=body, headers=headers, timeout=WEBHOOK_TIMEOUT_S
     )

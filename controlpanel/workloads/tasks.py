@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from celery import shared_task
 
 from deploy.types import TransientError
+
+if TYPE_CHECKING:
+    from controlpanel.workloads.models import Job
 
 log = logging.getLogger(__name__)
 SWEEP_LOCK = "jobs-sweep-running"
@@ -42,49 +45,72 @@ def job_reconcile(job_id: str) -> None:
 @shared_task(**RETRY)
 def job_retry_push(job_id: str) -> None:
     from controlpanel.workloads.backend import get_backend, job_request
-    from controlpanel.workloads.models import Job
+    from controlpanel.workloads.models import Job, JobState
 
     job = Job.objects.select_related("project", "flavor").filter(pk=job_id).first()
     if job is None:
         return
+    # The run ends again after this push (DONE, or SYNC_FAILED once more): re-arm the
+    # once-per-run notice so that end is told too. Before the push, so no end can slip by.
+    Job.objects.filter(
+        pk=job_id, run=job.run, state=JobState.FINALIZING, notified_run=job.run
+    ).update(notified_run=job.run - 1)
     get_backend().retry_push(job=job_request(job))
     job_reconcile.apply_async((job_id,), countdown=2)
 
 
 @shared_task(**RETRY)
 def job_finalize(job_id: str, run: int) -> None:
-    """After a final state: archive the log, notify once per run, free the quota."""
+    """After a final state: notify once, free the quota, archive the log (in that order: a
+    failing archive retries this task, and must cost neither the notice nor the quota)."""
     from controlpanel.workloads.logs import archive_logs
     from controlpanel.workloads.models import Job
 
     job = Job.objects.filter(pk=job_id, run=run).first()
     if job is None:
         return
-    archive_logs(job_id=job_id)
-    # Claimed with a conditional update: a duplicate task never notifies twice.
-    if Job.objects.filter(pk=job_id, run=run, notified_run__lt=run).update(notified_run=run):
-        job_notify.delay(job_id)
+    # Claimed with a conditional update: a duplicate or retried task never notifies twice,
+    # and a job that left its final state (push retried, run again) waits for its next end.
+    claimed = job.is_final and Job.objects.filter(
+        pk=job_id, run=run, state=job.state, notified_run__lt=run
+    ).update(notified_run=run)
+    if claimed:
+        job_notify.delay(job_id, run, job.state)
     project_admit.delay(job.project_id)
+    archive_logs(job_id=job_id)
+
+
+def _still_ended(job_id: str, run: int | None, state: str | None, *related: str) -> Job | None:
+    """The job if it is still in the final `state` of `run` that was claimed (None: messages
+    queued before these arguments existed), else None: a job moved on (push retried, run
+    again) is told about at its next end, never with a state it is no longer in."""
+    from controlpanel.workloads.models import Job
+
+    job = Job.objects.select_related(*related).filter(pk=job_id).first()
+    if job is None or not job.is_final:
+        return None
+    if (run is not None and job.run != run) or (state is not None and job.state != state):
+        return None
+    return job
 
 
 @shared_task(**RETRY)
-def job_notify(job_id: str) -> None:
-    from controlpanel.workloads.models import Job
+def job_notify(job_id: str, run: int | None = None, state: str | None = None) -> None:
     from controlpanel.workloads.notifications import send_job_email
 
-    job = Job.objects.select_related("owner", "project").filter(pk=job_id).first()
+    job = _still_ended(job_id, run, state, "owner", "project")
     if job is None:
         return
-    job_webhook.delay(job_id)  # first: a mail failure must not cost the webhook
+    # First: a mail failure must not cost the webhook.
+    job_webhook.delay(job_id, job.run, job.state)
     send_job_email(job)
 
 
 @shared_task(**{**RETRY, "autoretry_for": (Exception,), "max_retries": 8})
-def job_webhook(job_id: str) -> None:
-    from controlpanel.workloads.models import Job
+def job_webhook(job_id: str, run: int | None = None, state: str | None = None) -> None:
     from controlpanel.workloads.notifications import post_webhook
 
-    job = Job.objects.select_related("project").filter(pk=job_id).first()
+    job = _still_ended(job_id, run, state, "project")
     if job is not None:
         post_webhook(job)
 

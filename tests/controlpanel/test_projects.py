@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+from django.db import connection
 from django.test import Client
 from rest_framework.test import APIClient
 
@@ -148,3 +150,133 @@ def test_openapi_schema_and_docs(owner_client: Client) -> None:
     assert "/api/v1/projects/" in schema.json()["paths"]
     docs = owner_client.get("/api/docs/")
     assert docs.status_code == 200 and b"swagger" in docs.content.lower()
+
+
+HOOK = "https://hooks.example.com/ajuste?team=7"
+
+
+def _raw_secret(project: Project) -> str:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT webhook_secret FROM projects_project WHERE id = %s", [project.pk])
+        return str(cursor.fetchone()[0])
+
+
+def test_manager_sets_webhook_and_gets_a_secret(owner_client: Client, project: Project) -> None:
+    made = owner_client.post("/p/alpha/", {"action": "webhook-save", "webhook_url": HOOK})
+    project.refresh_from_db()
+    secret = project.webhook_secret
+    assert project.webhook_url == HOOK and len(secret) == 43  # token_urlsafe(32)
+    page = made.content.decode()
+    assert made.status_code == 200 and secret in page and "Copy the new signing secret" in page
+    assert "no-store" in made["Cache-Control"]
+    raw = _raw_secret(project)
+    assert raw.startswith("gAAAA") and secret not in raw  # Fernet, as datastore credentials
+    again = owner_client.post("/p/alpha/", {"webhook_url": HOOK.replace("7", "8")})
+    assert again.status_code == 302  # a new URL keeps the secret
+    project.refresh_from_db()
+    assert project.webhook_secret == secret and project.webhook_url.endswith("team=8")
+    shown = owner_client.get("/p/alpha/").content.decode()
+    assert secret not in shown and f"…{secret[-4:]}" in shown
+    revealed = owner_client.post("/p/alpha/", {"action": "webhook-reveal"})
+    assert secret in revealed.content.decode() and "no-store" in revealed["Cache-Control"]
+    rotated = owner_client.post("/p/alpha/", {"action": "webhook-rotate"})
+    project.refresh_from_db()
+    assert project.webhook_secret != secret and project.webhook_secret in rotated.content.decode()
+    removed = owner_client.post("/p/alpha/", {"action": "webhook-save", "webhook_url": ""})
+    assert removed.status_code == 302
+    project.refresh_from_db()
+    assert project.webhook_url == ""
+
+
+@pytest.mark.parametrize(
+    ("url", "error"),
+    [
+        ("ftp://files.example.com/in", "Use an http:// or https:// URL (not ftp:)."),
+        ("javascript:alert(1)", "Use an http:// or https:// URL (not javascript:)."),
+        ("hooks.example.com/in", "Use an http:// or https:// URL."),
+        ("https://bot:hunter2@hooks.example.com/in", "Remove the user name and password"),
+        ("https://@hooks.example.com/in", "Remove the user name and password"),
+        ("http:///in", "The URL has no host name."),
+        ("https://exa mple.com/", "Enter a valid URL."),
+        ("https://hooks.example.com/" + "x" * 200, "at most 200 characters"),
+    ],
+)
+def test_bad_webhook_url_is_refused_precisely(
+    owner_client: Client, project: Project, url: str, error: str
+) -> None:
+    project.webhook_url, project.webhook_secret = HOOK, "k" * 43
+    project.save()
+    response = owner_client.post("/p/alpha/", {"action": "webhook-save", "webhook_url": url})
+    page = response.content.decode()
+    assert response.status_code == 400 and error in page and page.count('class="field-error"') == 1
+    project.refresh_from_db()
+    assert (project.webhook_url, project.webhook_secret) == (HOOK, "k" * 43)
+
+
+def test_only_managers_touch_the_webhook(
+    member: User, outsider_client: Client, project: Project
+) -> None:
+    project.webhook_url, project.webhook_secret = HOOK, "k" * 43
+    project.save()
+    member_client = logged_in(member)
+    page = member_client.get("/p/alpha/").content.decode()
+    assert HOOK not in page and "k" * 8 not in page and 'name="webhook_url"' not in page
+    for action in ("webhook-save", "webhook-reveal", "webhook-rotate"):
+        data = {"action": action, "webhook_url": "https://evil.example.com/"}
+        denied = member_client.post("/p/alpha/", data)
+        assert denied.status_code == 403 and "k" * 8 not in denied.content.decode()
+        assert outsider_client.post("/p/alpha/", data).status_code == 404
+        anonymous = Client().post("/p/alpha/", data)
+        assert anonymous.status_code == 302 and anonymous["Location"].startswith("/login/")
+    project.refresh_from_db()
+    assert (project.webhook_url, project.webhook_secret) == (HOOK, "k" * 43)
+
+
+def test_rotate_needs_a_url(owner_client: Client, project: Project) -> None:
+    response = owner_client.post("/p/alpha/", {"action": "webhook-rotate"}, follow=True)
+    assert "Set a webhook URL first." in response.content.decode()
+    project.refresh_from_db()
+    assert project.webhook_secret == ""
+
+
+def test_webhook_secret_stays_out_of_the_api(owner_api: APIClient, project: Project) -> None:
+    project.webhook_url, project.webhook_secret = HOOK, "k" * 43
+    project.save()
+    for path in ("/api/v1/projects/", "/api/v1/projects/alpha/"):
+        body = owner_api.get(path).content.decode()
+        assert "k" * 8 not in body and "webhook" not in body
+
+
+def test_migration_encrypts_secrets_and_gives_urls_one(transactional_db: None) -> None:
+    from django.db.migrations.executor import MigrationExecutor
+
+    from controlpanel.buckets.crypto import decrypt
+
+    before, after = (
+        [("projects", "0002_project_integrations")],
+        [("projects", "0003_webhook_secret_encrypted")],
+    )
+    executor = MigrationExecutor(connection)
+    executor.migrate(before)
+    with connection.cursor() as cursor:
+        for slug, url, secret in [("a", HOOK, "plain"), ("b", HOOK, ""), ("c", "", "")]:
+            cursor.execute(
+                "INSERT INTO projects_project (slug, name, gpu_quota, monthly_budget, "
+                "notebook_idle_minutes, kueue_queue, webhook_url, webhook_secret, created_at) "
+                "VALUES (%s, %s, 1, 0, 0, '', %s, %s, now())",
+                [slug, slug, url, secret],
+            )
+    executor = MigrationExecutor(connection)
+    executor.loader.build_graph()
+    executor.migrate(after)
+    secrets = {p.slug: p.webhook_secret for p in Project.objects.all()}
+    assert secrets["a"] == "plain" and len(secrets["b"]) == 43 and secrets["c"] == ""
+    raw = {p.slug: _raw_secret(p) for p in Project.objects.all()}
+    assert decrypt(raw["a"]) == "plain" and raw["c"] == ""
+    executor = MigrationExecutor(connection)
+    executor.migrate(before)  # and back: plain text again
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT webhook_secret FROM projects_project WHERE slug = 'a'")
+        assert cursor.fetchone()[0] == "plain"
+    executor = MigrationExecutor(connection)
+    executor.migrate(after)
