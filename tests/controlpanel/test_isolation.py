@@ -196,3 +196,27 @@ def test_anonymous_is_refused(case: Case, ctx: dict[str, Any]) -> None:
             )
             assert htmx.status_code == 401, (method, url, htmx.status_code)
             assert htmx["HX-Redirect"] == "/login/?next=%2Fp%2Falpha%2Fjobs%2F%3Fstate%3DRUNNING"
+
+
+# Routes about the project itself, not about one of its things (jobs, buckets, members).
+PROJECT_LEVEL = {"project-home", "member-list", "api-project-detail", "api-member-list"}
+PROJECT_LEVEL |= {"job-list", "job-new", "api-job-list", "bucket-list", "api-bucket-list"}
+OWNED = [c for c in CASES if c.name not in PROJECT_LEVEL | {"api-bucket-attach"}]
+
+
+@pytest.mark.parametrize("case", OWNED, ids=lambda c: c.name)
+def test_another_projects_thing_under_ones_own_project_is_404(
+    case: Case, ctx: dict[str, Any], outsider_client: Client, outsider_api: APIClient
+) -> None:
+    """The outsider names the owner's job or bucket under the outsider's own project."""
+    url = case.path(ctx).replace("/p/alpha/", "/p/beta/").replace("project=alpha", "project=beta")
+    url = url.replace("/projects/alpha/", "/projects/beta/")
+    if case.api and "project=" not in url:
+        url += ("&" if "?" in url else "?") + "project=beta"
+    client = outsider_api if case.api else outsider_client
+    for method in case.methods:
+        response = getattr(client, method)(url, {}, **({"format": "json"} if case.api else {}))
+        if case.name == "bucket-row":  # a polled row of a bucket that is gone: nothing, 200
+            assert (response.status_code, response.content) == (200, b""), url
+            continue
+        assert response.status_code == 404, (method, url, response.status_code)
