@@ -29,11 +29,13 @@ from deploy.types import (
     ObservedWorkload,
     Phase,
     ProjectRequest,
+    TransientError,
     WorkloadKind,
     WorkloadRef,
 )
 
 STOPPABLE = frozenset({Phase.QUEUED, Phase.PENDING, Phase.INITIALIZING, Phase.RUNNING})
+STOP_ATTEMPTS = 3
 
 
 class KubernetesBackend:
@@ -81,17 +83,24 @@ class KubernetesBackend:
         return observed
 
     def stop_job(self, *, job: JobRequest) -> None:
-        """A deadline of one second makes the Job controller end the pod gracefully now;
-        the annotation tells a stop from a timeout."""
-        observed = self.observe_job(ref=job.ref)
-        if observed.phase not in STOPPABLE:
-            return
-        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        patch = {
-            "metadata": {"annotations": {names.STOP_REQUESTED: now}},
-            "spec": {"activeDeadlineSeconds": 1},
-        }
-        self._patch_if_present("Job", job.namespace, names.job_name(job.ref), patch)
+        """A running Job gets a deadline of one second: the Job controller ends the pod
+        gracefully now. A Job still suspended by Kueue gets parallelism 0 as well, so no pod
+        can start when Kueue admits it later. The annotation tells a stop from a timeout."""
+        name = names.job_name(job.ref)
+        for _ in range(STOP_ATTEMPTS):
+            objects = job_objects(self.api, job.ref)
+            if objects.job is None or observe_job(job.ref, objects).phase not in STOPPABLE:
+                return
+            try:
+                self.api.patch("Job", job.namespace, name, stop_patch(objects.job))
+                return
+            except ApiException as exc:
+                if exc.status == 404:
+                    return
+                if exc.status != 409:
+                    raise
+                # Changed since it was read (Kueue admitted it, say): decide again.
+        raise TransientError(f"the Job {job.namespace}/{name} kept changing while being stopped")
 
     def retry_push(self, *, job: JobRequest) -> None:
         observed = self.observe_job(ref=job.ref)
@@ -190,12 +199,19 @@ class KubernetesBackend:
             return self.observe_notebook(ref=ref).phase.is_final
         return self.observe_job(ref=ref).phase.is_final
 
-    def _patch_if_present(self, kind: str, namespace: str, name: str, patch: Obj) -> None:
-        try:
-            self.api.patch(kind, namespace, name, patch)
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
+
+def stop_patch(job: Obj, *, now: datetime | None = None) -> Obj:
+    """The merge patch that stops `job`. For a suspended Job it names the resourceVersion it
+    was decided on: if Kueue unsuspends the Job meanwhile, the API server answers 409."""
+    at = (now or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    patch: Obj = {
+        "metadata": {"annotations": {names.STOP_REQUESTED: at}},
+        "spec": {"activeDeadlineSeconds": 1},
+    }
+    if (job.get("spec") or {}).get("suspend"):
+        patch["metadata"]["resourceVersion"] = job["metadata"]["resourceVersion"]
+        patch["spec"]["parallelism"] = 0  # the Job controller creates no pod, ever
+    return patch
 
 
 def _main(ref: WorkloadRef) -> str:

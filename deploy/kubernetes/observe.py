@@ -79,9 +79,11 @@ def _with_pod_facts(base: ObservedWorkload, pod: Obj | None) -> ObservedWorkload
 
 def _finished(job: Obj, pod: Obj | None, observed: ObservedWorkload) -> ObservedWorkload | None:
     """The run's outcome once the Job (or its pod) has ended, else None."""
-    stopped = names.STOP_REQUESTED in (job["metadata"].get("annotations") or {})
+    stopped = _stop_requested(job)
     if is_true(job, "Complete") or is_true(job, "SuccessCriteriaMet"):
         return replace(observed, phase=Phase.SUCCEEDED, reason="exit code 0", exit_code=0)
+    if _stopped_queued(job):
+        return replace(observed, phase=Phase.STOPPED, reason="stopped before it started")
     failed = condition(job, "Failed") if is_true(job, "Failed") else None
     failed = failed or (condition(job, "FailureTarget") if is_true(job, "FailureTarget") else None)
     pod_phase = ((pod or {}).get("status") or {}).get("phase")
@@ -195,9 +197,21 @@ def push_attempt(push_job: Obj) -> int:
     return int(suffix) if suffix.isdigit() else 0
 
 
+def _stop_requested(job: Obj) -> bool:
+    return names.STOP_REQUESTED in (job["metadata"].get("annotations") or {})
+
+
+def _stopped_queued(job: Obj) -> bool:
+    """Stopped while Kueue held it suspended: `stop_job` set parallelism 0 then, so no pod
+    has run since, whatever Kueue does with `suspend` later."""
+    return _stop_requested(job) and (job.get("spec") or {}).get("parallelism") == 0
+
+
 def _never_pulled(job: Obj, pod: Obj | None) -> bool:
     """Nothing to push: the Job never started, or its pull failed (a partial workspace must
     not be pushed; the finalize Job also checks, for pods that are gone)."""
+    if _stopped_queued(job):
+        return True
     if pod is None:
         return not (job.get("status") or {}).get("startTime")
     pull = container_run(container_status(pod, "pull", init=True))

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from deploy.types import FlavorSpec
+
+# GPU feature discovery's node label: the NVML product name with spaces turned into '-'
+# (`-SHARED` is appended when the GPU is time-sliced).
+PRODUCT_LABEL = "nvidia.com/gpu.product"
 
 
 @dataclass(frozen=True)
@@ -69,8 +74,7 @@ def pick_gpus(
     wanted = flavor.gpus_per_unit * units
     if wanted == 0:
         return [], ""
-    model = flavor.gpu_model.lower()
-    matching = [gpu for gpu in gpus if model in gpu.name.lower()]
+    matching = [gpu for gpu in gpus if gpu_matches(flavor, gpu.name)]
     free = [gpu.index for gpu in matching if gpu.index not in busy]
     if len(free) >= wanted:
         return free[:wanted], ""
@@ -80,3 +84,18 @@ def pick_gpus(
             "run it on the Kubernetes backend or pick the CPU flavor"
         )
     return None, f"waiting for {wanted} free {flavor.gpu_model} GPU(s): {len(free)} free here"
+
+
+def gpu_matches(flavor: FlavorSpec, name: str) -> bool:
+    """Whether a GPU named `name` (by NVML) is of the flavor's model: the product its node
+    selector pins when it has one, exactly as on a cluster; else the model as a whole word
+    of the name, so L4 is not an L40S and A10 not an A100."""
+    product = flavor.node_selector.get(PRODUCT_LABEL)
+    if product:
+        wanted = product.removesuffix("-SHARED")
+        return "-".join(name.split()).casefold() == wanted.casefold()
+    model = flavor.gpu_model.strip()
+    if not model:
+        return False
+    pattern = rf"(?<![0-9A-Za-z]){re.escape(model)}(?![0-9A-Za-z])"
+    return re.search(pattern, name, flags=re.IGNORECASE) is not None

@@ -75,6 +75,8 @@ def make_plan(
         AJUSTE_WORKLOAD_ID=ref.id,
         AJUSTE_PROJECT=ref.project,
         CUDA_VISIBLE_DEVICES=",".join(map(str, gpus)),
+        # CUDA numbers devices fastest first; NVML and nvidia-smi (our indices) by PCI bus.
+        CUDA_DEVICE_ORDER="PCI_BUS_ID",
     )
     return {
         "ref": ref_dict(ref),

@@ -165,7 +165,8 @@ def _observed(ref: WorkloadRef, state: State, phase: Phase, reason: str) -> Obse
 
 
 def read_log(run: Path, state: State | None, cursor: str | None, limit: int) -> LogChunk:
-    """Complete lines of `output.log` after `cursor` (`<run uid>:<byte offset>`)."""
+    """Lines of `output.log` after `cursor` (`<run uid>:<byte offset>`): complete lines while
+    the process runs; once it has ended, a last line without its newline too."""
     if state is None:
         return LogChunk(lines=(), cursor=cursor or "", eof=True)
     run_uid = str(state.get("run_uid") or "")
@@ -176,20 +177,39 @@ def read_log(run: Path, state: State | None, cursor: str | None, limit: int) -> 
             offset = int(position)
     path = run / "output.log"
     size = path.stat().st_size if path.exists() else 0
-    lines, offset = _lines_from(path, offset, limit) if size > offset else ([], offset)
+    # The state was read before the size: an ended process wrote its last byte before that.
     ended = Phase(state["phase"]).is_final or Phase(state["phase"]) is Phase.FINALIZING
+    lines: list[str] = []
+    if size > offset:
+        lines, offset = _lines_from(path, offset, limit, size=size, ended=ended)
     return LogChunk(lines=tuple(lines), cursor=f"{run_uid}:{offset}", eof=ended and offset >= size)
 
 
-def _lines_from(path: Path, offset: int, limit: int) -> tuple[list[str], int]:
+def _lines_from(
+    path: Path, offset: int, limit: int, *, size: int, ended: bool
+) -> tuple[list[str], int]:
+    """Lines end at b"\\n" only: a progress bar's b"\\r" stays inside its line."""
     with open(path, "rb") as handle:
         handle.seek(offset)
-        data = handle.read(MAX_READ)
+        data = handle.read(min(MAX_READ, size - offset))
     lines: list[str] = []
     consumed = 0
-    for raw in data.splitlines(keepends=True):
-        if not raw.endswith(b"\n") or len(lines) >= limit:
-            break  # a line still being written is returned next time, whole
-        lines.append(raw.rstrip(b"\r\n").decode(errors="replace"))
-        consumed += len(raw)
+    while len(lines) < limit:
+        end = data.find(b"\n", consumed)
+        if end < 0:
+            break
+        lines.append(_decode(data[consumed:end]))
+        consumed = end + 1
+    rest = len(data) - consumed
+    at_end = offset + len(data) >= size
+    # A line still being written is returned next time, whole, except:
+    last = ended and at_end  # the last line of an ended process never gets its newline
+    too_long = consumed == 0 and not at_end  # a line longer than a whole read is cut
+    if rest and len(lines) < limit and (last or too_long):
+        lines.append(_decode(data[consumed:]))
+        consumed = len(data)
     return lines, offset + consumed
+
+
+def _decode(raw: bytes) -> str:
+    return raw.removesuffix(b"\r").decode(errors="replace")

@@ -87,7 +87,7 @@ def make_network_policies(*, project: ProjectRequest) -> list[Manifest]:
     project's egress rules (the S3 endpoints)."""
     policies = [
         _policy(project, "ajuste-default-deny", {}, ingress=[], egress=[]),
-        _policy(project, "ajuste-allow-dns", {}, egress=[_dns_rule()]),
+        _policy(project, "ajuste-allow-dns", {}, egress=_dns_rules()),
         _policy(
             project,
             "ajuste-allow-ingress-controller",
@@ -168,18 +168,27 @@ def _policy(
     }
 
 
-def _dns_rule() -> Manifest:
-    return {
-        "to": [
-            {
-                "namespaceSelector": {
-                    "matchLabels": {"kubernetes.io/metadata.name": "kube-system"}
+def _dns_rules() -> list[Manifest]:
+    """Port 53 to anywhere: the resolver in a pod's resolv.conf is not always a kube-dns pod
+    (NodeLocal DNSCache answers on 169.254.20.10 from the node). OpenShift's DNS pods listen
+    on 5353 behind their Service, and policies see the pod's port."""
+    return [
+        {"ports": _tcp_udp(53)},
+        {
+            "to": [
+                {
+                    "namespaceSelector": {
+                        "matchLabels": {"kubernetes.io/metadata.name": "openshift-dns"}
+                    }
                 },
-                "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
-            }
-        ],
-        "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],
-    }
+            ],
+            "ports": _tcp_udp(5353),
+        },
+    ]
+
+
+def _tcp_udp(port: int) -> list[Manifest]:
+    return [{"protocol": "UDP", "port": port}, {"protocol": "TCP", "port": port}]
 
 
 def _ingress_controller_rule(namespace: str) -> Manifest:

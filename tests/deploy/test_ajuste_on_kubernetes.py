@@ -86,6 +86,28 @@ def test_pods_are_restricted_probed_and_sized(objects: list[dict[str, Any]]) -> 
     container = web["spec"]["template"]["spec"]["containers"][0]
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    for deployment in (o for o in objects if o["kind"] == "Deployment"):
+        assert all(
+            "livenessProbe" in c for c in deployment["spec"]["template"]["spec"]["containers"]
+        )
+
+
+def test_only_the_processes_that_call_the_cluster_get_a_token(
+    objects: list[dict[str, Any]],
+) -> None:
+    pods = {
+        o["metadata"]["name"]: o["spec"]["template"]["spec"]
+        for o in objects
+        if o["kind"] in ("Deployment", "Job")
+    }
+    assert {
+        name for name, pod in pods.items() if pod.get("automountServiceAccountToken", True)
+    } == {
+        "ajuste-web",
+        "ajuste-worker",
+        "ajuste-watcher",
+    }
+    assert {pod.get("serviceAccountName") for pod in pods.values()} == {"ajuste-controller", None}
 
 
 def test_rbac_has_no_wildcard_no_exec_no_cluster_wide_secrets(

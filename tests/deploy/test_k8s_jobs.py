@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
@@ -11,6 +12,7 @@ from deploy.kubernetes import KubernetesBackend
 from deploy.types import JobRequest, Phase, ProjectRequest
 from tests.deploy.conftest import CPU, DATASET, make_job_request, validate
 from tests.fixtures.k8s_emulator import EmulatedCluster
+from tests.fixtures.k8s_emulator.store import Obj
 
 pytestmark = pytest.mark.k8s
 
@@ -185,6 +187,48 @@ def test_kueue_job_waits_queued_and_can_be_stopped_before_admission(
     assert k8s_cluster.list("pods") == []
     k8s_backend.stop_job(job=job)
     assert k8s_backend.observe_job(ref=job.ref).phase is Phase.STOPPED
+
+    admit(k8s_cluster)  # Kueue admits it later anyway: no pod may start
+    for seconds in (0, 2):
+        k8s_cluster.advance(seconds)  # and its deadline passes
+        observed = k8s_backend.apply_job(job=job)  # what the panel's reconcile calls
+        assert (observed.phase, observed.reason, observed.needs_apply) == (
+            Phase.STOPPED,
+            "stopped before it started",
+            False,
+        )
+        assert k8s_cluster.list("pods") == []
+    assert k8s_cluster.get("jobs", NS, "job-42-r1-push-1") is None  # it never ran: no push
+
+
+def admit(cluster: EmulatedCluster) -> None:
+    """What Kueue does once the quota allows: unsuspend the Job."""
+    cluster.store.patch("jobs", NS, JOB, {"spec": {"suspend": False}})
+    cluster.reconcile()
+
+
+def test_kueue_admitting_while_the_stop_is_decided_stops_the_running_job(
+    k8s_cluster: EmulatedCluster, k8s_backend: KubernetesBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    job = make_job_request(queue_name="team-gpu", volumes=())
+    k8s_backend.apply_job(job=job)
+    patch = k8s_backend.api.patch
+
+    def admitted_first(*args: Any) -> Obj:
+        if k8s_cluster.get("jobs", NS, JOB)["spec"].get("suspend"):  # type: ignore[index]
+            admit(k8s_cluster)  # between the stop's read and its patch
+            k8s_cluster.kubelet.run(NS, k8s_cluster.pod_of(NS, JOB))
+        return patch(*args)
+
+    monkeypatch.setattr(k8s_backend.api, "patch", admitted_first)
+    k8s_backend.stop_job(job=job)
+    stored = k8s_cluster.get("jobs", NS, JOB)
+    assert stored is not None and stored["spec"]["activeDeadlineSeconds"] == 1
+    assert "parallelism" not in stored["spec"]  # the stop of a running Job, decided again
+    k8s_cluster.advance(2)
+    observed = k8s_backend.observe_job(ref=job.ref)
+    assert (observed.phase, observed.reason) == (Phase.STOPPED, "stopped at the user's request")
+    assert k8s_cluster.list("pods") == []
 
 
 def test_failed_push_keeps_the_data_and_can_be_retried(

@@ -101,7 +101,7 @@ def test_command_is_not_a_shell_and_sees_its_workspace(
     code = (
         "import json, os, sys; print(json.dumps({'argv': sys.argv[1:], 'cwd': os.getcwd(),"
         " 'env': {k: os.environ.get(k) for k in ('OUT', 'SECRET_KEY', 'AJUSTE_WORKSPACE',"
-        " 'CUDA_VISIBLE_DEVICES')}}))"
+        " 'CUDA_VISIBLE_DEVICES', 'CUDA_DEVICE_ORDER')}}))"
     )
     job = py_job(
         code,
@@ -122,6 +122,7 @@ def test_command_is_not_a_shell_and_sees_its_workspace(
             "SECRET_KEY": None,
             "AJUSTE_WORKSPACE": workspace,
             "CUDA_VISIBLE_DEVICES": "",
+            "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
         },
     }
 
@@ -145,6 +146,26 @@ def test_logs_are_read_incrementally_without_duplicates(local: LocalBackend) -> 
             break
         time.sleep(0.02)
     assert lines == [f"line {i}" for i in range(40)] + ["partial end"]
+
+
+def test_a_last_line_without_newline_ends_the_log(local: LocalBackend) -> None:
+    code = (
+        "import sys\n"
+        "sys.stdout.write('epoch 1\\r\\n10%\\r50%\\r100%\\nfinal words'); sys.stdout.flush()"
+    )
+    job = py_job(code)
+    local.apply_job(job=job)
+    assert finished(local, job.ref).phase is Phase.SUCCEEDED
+    cursor, lines = None, []
+    for _ in range(5):  # a reader that never reaches eof fails here, not by hanging
+        chunk = local.read_logs(ref=job.ref, cursor=cursor, limit=2)
+        lines.extend(chunk.lines)
+        cursor = chunk.cursor
+        if chunk.eof:
+            break
+    assert chunk.eof and lines == ["epoch 1", "10%\r50%\r100%", "final words"]
+    again = local.read_logs(ref=job.ref, cursor=cursor)
+    assert (again.lines, again.cursor, again.eof) == ((), cursor, True)
 
 
 def test_stop_sends_sigterm_then_sigkill(local: LocalBackend) -> None:

@@ -75,7 +75,7 @@ def test_default_deny_with_dns_ingress_controller_and_s3(project_request: Projec
             "spec": spec,
         }
 
-    by_name = {"kubernetes.io/metadata.name": "kube-system"}
+    openshift_dns = {"kubernetes.io/metadata.name": "openshift-dns"}
     assert make_network_policies(project=project_request) == [
         policy(
             "ajuste-default-deny",
@@ -86,18 +86,14 @@ def test_default_deny_with_dns_ingress_controller_and_s3(project_request: Projec
             {
                 "podSelector": {},
                 "egress": [
+                    {"ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]},
                     {
-                        "to": [
-                            {
-                                "namespaceSelector": {"matchLabels": by_name},
-                                "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
-                            }
-                        ],
+                        "to": [{"namespaceSelector": {"matchLabels": openshift_dns}}],
                         "ports": [
-                            {"protocol": "UDP", "port": 53},
-                            {"protocol": "TCP", "port": 53},
+                            {"protocol": "UDP", "port": 5353},
+                            {"protocol": "TCP", "port": 5353},
                         ],
-                    }
+                    },
                 ],
                 "policyTypes": ["Egress"],
             },
