@@ -24,6 +24,9 @@ from deploy.types import TransientError
 log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
+# How long a watch may stay silent beyond its own timeoutSeconds before it counts as dead.
+WATCH_GRACE_S = 30.0
+
 T = TypeVar("T")
 Query = list[tuple[str, str]]
 MERGE_PATCH = "application/merge-patch+json"
@@ -129,7 +132,15 @@ class KubeApi:
             timeoutSeconds=str(timeout_s),
             allowWatchBookmarks="true",
         )
-        response = self._send("GET", KINDS[kind].path(namespace), query=query, stream=True)
+        # The server ends the stream after timeout_s; silence well beyond that is a dead
+        # connection (a vanished load balancer, a half-open socket), not a quiet cluster.
+        response = self._send(
+            "GET",
+            KINDS[kind].path(namespace),
+            query=query,
+            stream=True,
+            read_timeout_s=timeout_s + WATCH_GRACE_S,
+        )
         try:
             for line in iter_resp_lines(response):
                 if not line.strip():
@@ -179,6 +190,7 @@ class KubeApi:
         content_type: str = "application/json",
         accept: str = "application/json",
         stream: bool = False,
+        read_timeout_s: float | None = None,
     ) -> Any:
         headers = {"Accept": accept}
         if body is not None:
@@ -191,7 +203,7 @@ class KubeApi:
             body=body,
             auth_settings=["BearerToken"],
         )
-        timeout = (5.0, None) if stream else self.timeout
+        timeout = (5.0, read_timeout_s) if stream else self.timeout
         return with_retries(lambda: self._call(request, timeout, stream))
 
     def _call(self, request: Any, timeout: Any, stream: bool) -> Any:

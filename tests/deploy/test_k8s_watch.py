@@ -117,3 +117,36 @@ def test_errors_and_the_timer_make_it_relist(
     first = watch.wait_for(lambda o: o.id == "42")
     again = watch.wait_for(lambda o: o.id == "42")  # no change: the resync timer relisted
     assert first == again
+
+
+def test_a_silent_watch_connection_counts_as_dead(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A server that answers the watch's headers, then never another byte (a half-open
+    socket behind a vanished load balancer): the read times out instead of hanging."""
+    import socket
+
+    import urllib3
+    from kubernetes.client import ApiClient, Configuration
+
+    from deploy.kubernetes import api as api_module
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    held: list[socket.socket] = []
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        conn.recv(65536)
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n")
+        conn.sendall(b"Transfer-Encoding: chunked\r\n\r\n")
+        held.append(conn)  # open, silent
+
+    threading.Thread(target=serve, daemon=True).start()
+    configuration = Configuration()
+    configuration.host = f"http://127.0.0.1:{listener.getsockname()[1]}"
+    monkeypatch.setattr(api_module, "WATCH_GRACE_S", 0.5)
+    kube = api_module.KubeApi(ApiClient(configuration))
+    # Without a read timeout this would hang until pytest-timeout ends the test.
+    with pytest.raises((urllib3.exceptions.HTTPError, OSError)):
+        list(kube.watch("Pod", None, label_selector="a=b", resource_version="1", timeout_s=1))
+    listener.close()
