@@ -29,6 +29,8 @@ CLUSTER_KINDS = {
     "StorageClass",
     "IngressClass",
     "PriorityClass",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
 }
 WORKLOAD_KINDS = {"Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job"}
 

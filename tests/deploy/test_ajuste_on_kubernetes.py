@@ -56,10 +56,11 @@ def test_renders_every_part_and_validates(objects: list[dict[str, Any]]) -> None
         ("Namespace", "ajuste"),
         ("Service", "ajuste-web"),
         ("ServiceAccount", "ajuste-controller"),
+        ("ValidatingAdmissionPolicy", "ajuste-controller-scope"),
+        ("ValidatingAdmissionPolicyBinding", "ajuste-controller-scope"),
     ]
-    namespaced = [
-        o for o in objects if not o["kind"].startswith("Cluster") and o["kind"] != "Namespace"
-    ]
+    cluster_wide = ("Cluster", "Namespace", "ValidatingAdmissionPolicy")
+    namespaced = [o for o in objects if not o["kind"].startswith(cluster_wide)]
     assert {o["metadata"]["namespace"] for o in namespaced} == {"ajuste"}
     assert all(o["metadata"]["labels"]["app.kubernetes.io/part-of"] == "ajuste" for o in objects)
 
