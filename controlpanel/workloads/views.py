@@ -175,9 +175,8 @@ def job_detail(request: HttpRequest, job_id: str) -> HttpResponse:
     if job.is_live or not job.logs_archived:
         _collect(job)
     lines = logs.tail(job=job, count=LOG_TAIL)
-    context = (
-        _detail_context(job) | _log_context(job, lines) | {"truncated": job.log_lines > len(lines)}
-    )
+    context = _detail_context(job) | _log_context(job, lines)
+    context |= {"truncated": job.log_lines > len(lines), "earlier_runs": range(job.run - 1, 0, -1)}
     return render(request, "jobs/detail.html", context)
 
 

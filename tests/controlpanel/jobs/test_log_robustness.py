@@ -181,6 +181,8 @@ def test_earlier_runs_are_served_by_the_api_and_the_download(
     assert body == "first run a\nfirst run b\n"
     missing = owner_client.get(f"/p/alpha/jobs/{job.pk}/logs/download/?run=7")
     assert missing.status_code == 404 and b"runs are 1 to 2" in missing.content
+    page = owner_client.get(f"/p/alpha/jobs/{job.pk}/").content.decode()
+    assert f'href="/p/alpha/jobs/{job.pk}/logs/download/?run=1">run 1</a>' in page
 
 
 def test_run_parameter_keeps_project_scoping(
