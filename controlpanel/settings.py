@@ -265,6 +265,17 @@ if S3_ENDPOINT_URL and not S3_ENDPOINT_URL.startswith(("http://", "https://")):
     raise ImproperlyConfigured(f"S3_ENDPOINT_URL={S3_ENDPOINT_URL!r} must start with http(s)://.")
 if S3_ENDPOINT_URL and not (S3_ACCESS_KEY and S3_SECRET_KEY):
     raise ImproperlyConfigured("S3_ENDPOINT_URL is set: set S3_ACCESS_KEY and S3_SECRET_KEY too.")
+# Where browsers and host-side CLIs reach the default datastore, when S3_ENDPOINT_URL is an
+# address only the panel resolves (http://minio:9000 under Compose): presigned URLs and the
+# page's CSP use it. Unset: S3_ENDPOINT_URL.
+S3_PUBLIC_ENDPOINT_URL = (env_str("S3_PUBLIC_ENDPOINT_URL") or "").rstrip("/")
+if S3_PUBLIC_ENDPOINT_URL and not (
+    S3_PUBLIC_ENDPOINT_URL.startswith(("http://", "https://"))
+    and S3_PUBLIC_ENDPOINT_URL.split("://", 1)[1].strip()
+):
+    raise ImproperlyConfigured(
+        f"S3_PUBLIC_ENDPOINT_URL={S3_PUBLIC_ENDPOINT_URL!r} must be an http(s):// URL."
+    )
 # Origins allowed to upload from a browser into the buckets Ajuste creates (bucket CORS).
 S3_CORS_ORIGINS = env_list("S3_CORS_ORIGINS", [SITE_URL])
 # Fernet keys for datastore credentials at rest (first encrypts, all decrypt: rotation);

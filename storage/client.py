@@ -7,6 +7,7 @@ session is not thread-safe, so clients are built from their own session, once pe
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 
 import boto3
 import botocore.config
@@ -41,8 +42,12 @@ def client_settings() -> botocore.config.Config:
     )
 
 
-def make_s3_client(config: DatastoreConfig) -> BaseClient:
-    """The shared S3 client for `config` (built on first use, then cached)."""
+def make_s3_client(config: DatastoreConfig, *, public: bool = False) -> BaseClient:
+    """The shared S3 client for `config` (built on first use, then cached). With `public`, the
+    client for its public endpoint: a presigned URL is valid only for the host it was signed
+    for, so URLs handed to browsers are signed by this one (it never sends a request)."""
+    if public and config.presign_endpoint_url != config.endpoint_url:
+        config = replace(config, endpoint_url=config.presign_endpoint_url, public_endpoint_url="")
     with _lock:
         client = _clients.get(config)
         if client is None:

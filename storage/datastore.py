@@ -13,13 +13,24 @@ def env_prefix(alias: str) -> str:
 
 @dataclass(frozen=True)
 class DatastoreConfig:
-    """Connection settings of one datastore; `secret_key` never appears in repr."""
+    """Connection settings of one datastore; `secret_key` never appears in repr.
+
+    `public_endpoint_url` is where browsers and host-side CLIs reach the store when that is
+    not `endpoint_url` (the panel reaches `http://minio:9000`, a browser `http://localhost:9000`);
+    presigned URLs are signed for it. Empty: the same as `endpoint_url`. Pods get only
+    `endpoint_url` (`to_env`): they talk to the store from where the panel does."""
 
     alias: str
     endpoint_url: str
     region: str
     access_key: str
     secret_key: str = field(repr=False)
+    public_endpoint_url: str = ""
+
+    @property
+    def presign_endpoint_url(self) -> str:
+        """The endpoint presigned URLs point at."""
+        return self.public_endpoint_url or self.endpoint_url
 
     def to_env(self) -> dict[str, str]:
         prefix = env_prefix(self.alias)

@@ -34,6 +34,15 @@ class ObjectNotFound(StorageError):
     """The key does not exist in the bucket."""
 
 
+class UploadNotFound(StorageError):
+    """The multipart upload id is unknown: made up, or already completed or aborted."""
+
+
+class InvalidPart(StorageError):
+    """Completing an upload with a part that was never uploaded, a wrong ETag, parts out of
+    order, or a part under 5 MiB that is not the last."""
+
+
 class AccessDenied(StorageError):
     """The datastore's credentials do not allow this operation (or are wrong)."""
 
@@ -48,6 +57,10 @@ _BY_CODE: dict[str, type[StorageError]] = {
     "BucketAlreadyOwnedByYou": BucketAlreadyExists,
     "BucketNotEmpty": BucketNotEmpty,
     "NoSuchKey": ObjectNotFound,
+    "NoSuchUpload": UploadNotFound,
+    "InvalidPart": InvalidPart,
+    "InvalidPartOrder": InvalidPart,
+    "EntityTooSmall": InvalidPart,
     "AccessDenied": AccessDenied,
     "InvalidAccessKeyId": AccessDenied,
     "SignatureDoesNotMatch": AccessDenied,

@@ -7,9 +7,10 @@ the shared client comes from `storage.client`. Presigned URLs and multipart uplo
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from fnmatch import fnmatchcase
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -108,18 +109,62 @@ def create_bucket(
 
 def set_bucket_cors(config: DatastoreConfig, *, bucket: str, origins: Iterable[str]) -> None:
     """Let browsers on `origins` GET/PUT/HEAD objects with presigned URLs and read the ETag
-    (the browser needs each part's ETag to complete a multipart upload)."""
-    rule = {
-        "AllowedOrigins": list(origins),
-        "AllowedMethods": ["GET", "PUT", "HEAD"],
+    (the browser needs each part's ETag to complete a multipart upload). Replaces the
+    bucket's CORS rules: for buckets Ajuste created (`add_bucket_cors` keeps other rules)."""
+    with s3_errors(bucket=bucket):
+        make_s3_client(config).put_bucket_cors(
+            Bucket=bucket, CORSConfiguration={"CORSRules": [_cors_rule(list(origins))]}
+        )
+
+
+def add_bucket_cors(config: DatastoreConfig, *, bucket: str, origins: Iterable[str]) -> bool:
+    """Like `set_bucket_cors`, but keeping the bucket's own CORS rules (an attached bucket's
+    owner may rely on them): adds Ajuste's rule unless existing rules already allow `origins`.
+    Returns True when a rule was added."""
+    wanted = list(origins)
+    client = make_s3_client(config)
+    with s3_errors(bucket=bucket):
+        try:
+            rules = client.get_bucket_cors(Bucket=bucket).get("CORSRules", [])
+        except ClientError as error:
+            if error.response.get("Error", {}).get("Code") != "NoSuchCORSConfiguration":
+                raise
+            rules = []
+        if all(_cors_allows(rules, origin) for origin in wanted):
+            return False
+        client.put_bucket_cors(
+            Bucket=bucket, CORSConfiguration={"CORSRules": [*rules, _cors_rule(wanted)]}
+        )
+    return True
+
+
+_CORS_METHODS = ("GET", "PUT", "HEAD")
+
+
+def _cors_rule(origins: list[str]) -> dict[str, Any]:
+    return {
+        "AllowedOrigins": origins,
+        "AllowedMethods": list(_CORS_METHODS),
         "AllowedHeaders": ["*"],
         "ExposeHeaders": ["ETag"],
         "MaxAgeSeconds": 3000,
     }
-    with s3_errors(bucket=bucket):
-        make_s3_client(config).put_bucket_cors(
-            Bucket=bucket, CORSConfiguration={"CORSRules": [rule]}
-        )
+
+
+def _cors_allows(rules: Sequence[dict[str, Any]], origin: str) -> bool:
+    """Whether one rule lets `origin` do what browser transfers need (S3 allows one '*'
+    wildcard in an allowed origin)."""
+    for rule in rules:
+        methods = set(rule.get("AllowedMethods", []))
+        exposed = {header.lower() for header in rule.get("ExposeHeaders", [])}
+        if (
+            methods.issuperset(_CORS_METHODS)
+            and "etag" in exposed
+            and "*" in rule.get("AllowedHeaders", [])
+            and any(fnmatchcase(origin, allowed) for allowed in rule.get("AllowedOrigins", []))
+        ):
+            return True
+    return False
 
 
 def delete_bucket(

@@ -23,6 +23,7 @@ from storage.errors import StorageError, s3_errors
 DEFAULT_EXPIRES_S = 3600
 MiB = 1024 * 1024
 MIN_PART_SIZE = 5 * MiB  # S3's minimum for every part but the last
+MAX_PART_SIZE = 5 * 1024 * MiB  # S3's maximum for any part (5 GiB)
 DEFAULT_PART_SIZE = 16 * MiB
 MAX_PARTS = 10_000
 MAX_OBJECT_SIZE = 5 * 1024 * 1024 * MiB  # 5 TiB
@@ -55,9 +56,12 @@ class CompletedPart:
 
 
 def plan_parts(*, size: int, part_size: int = DEFAULT_PART_SIZE) -> PartPlan:
-    """Part size and count for `size` bytes: at least 5 MiB a part, at most 10,000 parts."""
+    """Part size and count for `size` bytes: at least 5 MiB a part (a smaller `part_size` is
+    raised), at most 5 GiB (a bigger one is refused), at most 10,000 parts."""
     if size < 0 or size > MAX_OBJECT_SIZE:
         raise ValueError(f"an object holds 0 to {MAX_OBJECT_SIZE} bytes, not {size}")
+    if part_size > MAX_PART_SIZE:
+        raise ValueError(f"a part holds at most {MAX_PART_SIZE} bytes (5 GiB), not {part_size}")
     part_size = max(part_size, MIN_PART_SIZE, math.ceil(size / MAX_PARTS))
     return PartPlan(size=size, part_size=part_size, part_count=max(1, math.ceil(size / part_size)))
 
@@ -182,7 +186,7 @@ def _presign(
         raise ValueError("a presigned URL lives 1 second to 7 days")
     with s3_errors(bucket=params.get("Bucket", ""), key=params.get("Key", "")):
         return str(
-            make_s3_client(config).generate_presigned_url(
+            make_s3_client(config, public=True).generate_presigned_url(
                 operation, Params=params, ExpiresIn=expires_in
             )
         )

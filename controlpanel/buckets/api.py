@@ -23,7 +23,14 @@ from controlpanel.api.scoping import api_project
 from controlpanel.buckets import selectors, services, transfers
 from controlpanel.buckets import serializers as s
 from controlpanel.buckets.models import Bucket
-from storage.errors import BucketNotFound, ObjectNotFound, StorageError, StorageUnavailable
+from storage.errors import (
+    BucketNotFound,
+    InvalidPart,
+    ObjectNotFound,
+    StorageError,
+    StorageUnavailable,
+    UploadNotFound,
+)
 from storage.presign import CompletedPart
 
 PROJECT_PARAM = OpenApiParameter("project", str, description="Project slug (else your only one).")
@@ -47,11 +54,18 @@ class Conflict(exceptions.APIException):
 
 
 class StorageAPIView(APIView):
-    """Datastore failures answer 404/409/502/503 with a JSON detail, never a 500."""
+    """Datastore failures answer 400/404/409/502/503 with a JSON detail, never a 500."""
 
     def handle_exception(self, exc: Exception) -> Response:
         if isinstance(exc, ObjectNotFound | BucketNotFound):
             exc = exceptions.NotFound(exc.message)
+        elif isinstance(exc, UploadNotFound):
+            exc = exceptions.NotFound(
+                "No such upload: this upload id was never started, or was completed or "
+                "aborted already."
+            )
+        elif isinstance(exc, InvalidPart):
+            exc = exceptions.ValidationError({"parts": [exc.message]})
         elif isinstance(exc, StorageUnavailable):
             exc = StorageDown()
         elif isinstance(exc, StorageError):

@@ -1,6 +1,10 @@
 """The object browser's view of one listing page: folders first, sort within the page,
-breadcrumbs and the links to the next and first pages (continuation tokens, not offsets,
-so a 100k-object folder pages as fast as a small one)."""
+breadcrumbs and the links to the next, previous and first pages (continuation tokens, not
+offsets, so a 100k-object folder pages as fast as a small one).
+
+S3 lists forward only, in key order. "Previous" works from the tokens of the pages before
+this one, carried in the query string (`back`, oldest first, page 1's absent token left out)
+and trimmed to MAX_BACK_CHARS: past that, only the first page is linked."""
 
 from __future__ import annotations
 
@@ -12,10 +16,11 @@ from django.http import QueryDict
 
 from controlpanel.buckets import selectors
 from controlpanel.buckets.models import Bucket
-from controlpanel.buckets.transfers import has_dot_segment
+from controlpanel.buckets.transfers import key_problem
 from storage.objects import ObjectInfo
 
 PAGE_SIZE = 100
+MAX_BACK_CHARS = 4000  # the tokens kept for "previous page" (URLs stay well under 8 KB)
 SORTS = ("name", "-name", "size", "-size", "modified", "-modified")
 _EPOCH = datetime.min
 
@@ -35,8 +40,16 @@ class Entry:
     info: ObjectInfo | None = None
 
     @property
+    def problem(self) -> str | None:
+        """Why this object gets no download link (see transfers.key_problem), or None."""
+        return key_problem(self.key) if self.info is not None else None
+
+    @property
     def downloadable(self) -> bool:
-        return not has_dot_segment(self.key)
+        return self.problem is None
+
+
+Param = str | int | list[str] | None
 
 
 @dataclass
@@ -45,29 +58,64 @@ class Listing:
     query: str
     sort: str
     page: int
+    token: str | None = None
+    back: list[str] = field(default_factory=list)
     folders: list[Entry] = field(default_factory=list)
     files: list[Entry] = field(default_factory=list)
     next_query: str | None = None
     crumbs: list[Crumb] = field(default_factory=list)
 
-    def link(self, **changes: str | int | None) -> str:
-        """The query string of this listing with some parameters changed."""
-        params: dict[str, str | int | None] = {
-            "prefix": self.prefix,
-            "q": self.query,
-            "sort": self.sort,
-        }
+    def link(self, **changes: Param) -> str:
+        """The query string of this listing's first page with some parameters changed."""
+        params: dict[str, Param] = {"prefix": self.prefix, "q": self.query, "sort": self.sort}
         params.update(changes)
-        return "?" + urlencode({k: v for k, v in params.items() if v not in (None, "")})
+        kept = {k: v for k, v in params.items() if v not in (None, "", [])}
+        return "?" + urlencode(kept, doseq=True)
+
+    @property
+    def here(self) -> dict[str, Param]:
+        """The parameters that say which page this is (kept when only the sort changes)."""
+        if self.page == 1 or not self.token:
+            return {}
+        return {"token": self.token, "page": self.page, "back": self.back}
+
+    @property
+    def paged(self) -> bool:
+        """More than one page: the sort then covers only the page shown."""
+        return self.page > 1 or self.next_query is not None
+
+    @property
+    def previous_query(self) -> str | None:
+        if self.page == 2:
+            return self.link()
+        if self.page > 2 and self.back:
+            return self.link(token=self.back[-1], page=self.page - 1, back=self.back[:-1])
+        return None  # page 1, or the chain was trimmed: the first page is linked
+
+    def next_link(self, next_token: str) -> str:
+        chain = [*self.back, self.token] if self.page > 1 and self.token else []
+        return self.link(token=next_token, page=self.page + 1, back=_trimmed(chain))
 
     @property
     def sort_links(self) -> dict[str, str]:
-        """Per column, the link that sorts by it (again: the other way round)."""
+        """Per column, the link that sorts this page by it (again: the other way round)."""
         links = {}
         for column, first in (("name", "name"), ("size", "-size"), ("modified", "-modified")):
             other = first[1:] if first.startswith("-") else "-" + first
-            links[column] = self.link(sort=other if self.sort == first else first)
+            links[column] = self.link(sort=other if self.sort == first else first, **self.here)
         return links
+
+
+def _trimmed(chain: list[str]) -> list[str]:
+    """The newest tokens of `chain` that fit in MAX_BACK_CHARS."""
+    kept: list[str] = []
+    total = 0
+    for token in reversed(chain):
+        total += len(token)
+        if total > MAX_BACK_CHARS:
+            break
+        kept.append(token)
+    return kept[::-1]
 
 
 def parse_params(params: QueryDict) -> tuple[str, str, str, str | None, int]:
@@ -84,6 +132,12 @@ def parse_params(params: QueryDict) -> tuple[str, str, str, str | None, int]:
     )
 
 
+def parse_back(params: QueryDict, page_number: int) -> list[str]:
+    """The tokens of the pages before this one (at most one per page from page 2 on)."""
+    back = [token for token in params.getlist("back") if token]
+    return _trimmed(back[-max(0, page_number - 2) :] if page_number > 2 else [])
+
+
 def build_listing(*, bucket: Bucket, params: QueryDict) -> Listing:
     """Fetch one page for the folder and filter in `params` and arrange it for the page."""
     prefix, query, sort, token, page_number = parse_params(params)
@@ -91,7 +145,13 @@ def build_listing(*, bucket: Bucket, params: QueryDict) -> Listing:
         bucket=bucket, prefix=prefix + query, token=token, page_size=PAGE_SIZE
     )
     listing = Listing(
-        prefix=prefix, query=query, sort=sort, page=page_number, crumbs=breadcrumbs(prefix)
+        prefix=prefix,
+        query=query,
+        sort=sort,
+        page=page_number,
+        token=token,
+        back=parse_back(params, page_number),
+        crumbs=breadcrumbs(prefix),
     )
     listing.folders = sorted(
         (Entry(name=p[len(prefix) :], key=p) for p in page.prefixes),
@@ -104,7 +164,7 @@ def build_listing(*, bucket: Bucket, params: QueryDict) -> Listing:
     ]
     listing.files = _sorted(files, sort)
     if page.next_token:
-        listing.next_query = listing.link(token=page.next_token, page=page_number + 1)
+        listing.next_query = listing.next_link(page.next_token)
     return listing
 
 

@@ -32,6 +32,15 @@ class Datastore(models.Model):
         help_text="Short name used in volume specs (bucket@ALIAS), e.g. GRA.",
     )
     endpoint_url = models.URLField(max_length=500, help_text="e.g. https://s3.gra.example.net")
+    public_endpoint_url = models.URLField(
+        max_length=500,
+        blank=True,
+        help_text=(
+            "Where browsers and the CLI reach it, if not at the endpoint URL (the panel may "
+            "reach http://minio:9000, a browser http://localhost:9000). Presigned URLs are "
+            "signed for it. Blank: the endpoint URL."
+        ),
+    )
     region = models.CharField(max_length=64, default="us-east-1")
     access_key = EncryptedTextField()
     secret_key = EncryptedTextField()
@@ -61,6 +70,7 @@ class Datastore(models.Model):
             region=self.region or "us-east-1",
             access_key=self.access_key,
             secret_key=self.secret_key,
+            public_endpoint_url=self.public_endpoint_url.rstrip("/"),
         )
 
 
@@ -98,6 +108,8 @@ class Bucket(models.Model):
     state_message = models.TextField(blank=True)
     empty_done = models.BigIntegerField(default=0)
     empty_total = models.BigIntegerField(null=True, blank=True)
+    # Why the CORS rule browser uploads need could not be set ("" once it is), for the page.
+    cors_error = models.CharField(max_length=500, blank=True)
 
     class Meta:
         ordering = ["name"]

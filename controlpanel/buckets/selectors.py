@@ -29,12 +29,18 @@ class DatastoreNotFound(LookupError):
 
 @dataclass(frozen=True)
 class DatastoreInfo:
-    """What members may know about a datastore: never its credentials."""
+    """What members may know about a datastore: never its credentials.
+    `public_endpoint_url` is "" when browsers reach it at `endpoint_url`."""
 
     alias: str
     endpoint_url: str
     region: str
     is_default: bool
+    public_endpoint_url: str = ""
+
+    @property
+    def browser_endpoint_url(self) -> str:
+        return self.public_endpoint_url or self.endpoint_url
 
 
 def datastore_config(alias: str) -> DatastoreConfig:
@@ -52,6 +58,7 @@ def datastore_config(alias: str) -> DatastoreConfig:
             region=settings.S3_REGION,
             access_key=settings.S3_ACCESS_KEY,
             secret_key=settings.S3_SECRET_KEY,
+            public_endpoint_url=settings.S3_PUBLIC_ENDPOINT_URL,
         )
     datastore = Datastore.objects.filter(alias=alias).first()
     if datastore is None:
@@ -72,21 +79,29 @@ def datastore_list() -> list[DatastoreInfo]:
     found: list[DatastoreInfo] = []
     if settings.S3_ENDPOINT_URL:
         found.append(
-            DatastoreInfo(settings.S3_ALIAS, settings.S3_ENDPOINT_URL, settings.S3_REGION, True)
+            DatastoreInfo(
+                settings.S3_ALIAS,
+                settings.S3_ENDPOINT_URL,
+                settings.S3_REGION,
+                True,
+                settings.S3_PUBLIC_ENDPOINT_URL,
+            )
         )
     rows = Datastore.objects.all()
     if found:  # the settings' datastore hides a stored one of the same alias
         rows = rows.exclude(alias=settings.S3_ALIAS)
-    found.extend(DatastoreInfo(r.alias, r.endpoint_url, r.region, False) for r in rows)
+    found.extend(
+        DatastoreInfo(r.alias, r.endpoint_url, r.region, False, r.public_endpoint_url) for r in rows
+    )
     return found
 
 
 def datastore_origins() -> list[str]:
-    """`scheme://host[:port]` of every datastore: where browsers PUT and GET objects (the
-    page's CSP connect-src must allow them)."""
+    """`scheme://host[:port]` of every datastore's public endpoint: where browsers PUT and
+    GET objects (the page's CSP connect-src must allow them)."""
     origins = []
     for info in datastore_list():
-        parts = urlsplit(info.endpoint_url)
+        parts = urlsplit(info.browser_endpoint_url)
         origin = f"{parts.scheme}://{parts.netloc}"
         if parts.scheme in ("http", "https") and parts.netloc and origin not in origins:
             origins.append(origin)

@@ -11,6 +11,13 @@ class DatastoreSerializer(serializers.Serializer):
     alias = serializers.CharField(max_length=32)
     endpoint_url = serializers.URLField(max_length=500)
     region = serializers.CharField(max_length=64, default="us-east-1")
+    public_endpoint_url = serializers.URLField(
+        max_length=500,
+        required=False,
+        allow_blank=True,
+        default="",
+        help_text="Where browsers and the CLI reach it; empty: endpoint_url.",
+    )
     is_default = serializers.BooleanField(read_only=True)
 
 
@@ -18,6 +25,13 @@ class DatastoreCreateSerializer(serializers.Serializer):
     alias = serializers.CharField(max_length=32)
     endpoint_url = serializers.URLField(max_length=500)
     region = serializers.CharField(max_length=64, default="us-east-1")
+    public_endpoint_url = serializers.URLField(
+        max_length=500,
+        required=False,
+        allow_blank=True,
+        default="",
+        help_text="Where browsers and the CLI reach it; empty: endpoint_url.",
+    )
     access_key = serializers.CharField(write_only=True, max_length=256)
     secret_key = serializers.CharField(
         write_only=True, max_length=256, style={"input_type": "password"}
@@ -51,6 +65,7 @@ class BucketSerializer(serializers.ModelSerializer):
             "state_message",
             "empty_done",
             "empty_total",
+            "cors_error",
             "volume",
         ]
         read_only_fields = fields
@@ -92,7 +107,7 @@ class ObjectDeleteSerializer(serializers.Serializer):
         max_length=100,
         allow_empty=True,
         default=list,
-        help_text="Folders: every object under each.",
+        help_text="Folders: every object in each ('runs/1' is the folder 'runs/1/').",
     )
 
 

@@ -26,10 +26,10 @@ from controlpanel.buckets.selectors import (
 )
 from controlpanel.projects.access import ProjectAccess
 from storage import objects
-from storage.datastore import DatastoreConfig
+from storage.datastore import DatastoreConfig, env_prefix
 from storage.errors import AccessDenied, BucketAlreadyExists, BucketNotFound, StorageError
 from storage.errors import BucketNotEmpty as S3BucketNotEmpty
-from storage.names import BucketNameError, validate_bucket_name
+from storage.names import AliasError, BucketNameError, validate_alias, validate_bucket_name
 
 log = logging.getLogger(__name__)
 
@@ -56,15 +56,16 @@ def datastore_create(
     region: str = "us-east-1",
     access_key: str,
     secret_key: str,
+    public_endpoint_url: str = "",
 ) -> Datastore:
     """Site admins add datastores; the default one's alias (S3_ALIAS) stays reserved."""
     if not by.is_staff:
         raise PermissionDenied("Only site admins can add datastores.")
-    if alias == settings.S3_ALIAS and settings.S3_ENDPOINT_URL:
-        raise ValidationError({"alias": f"{alias} is the default datastore (S3_ALIAS)."})
+    datastore_alias_check(alias=alias)
     datastore = Datastore(
         alias=alias,
         endpoint_url=endpoint_url.rstrip("/"),
+        public_endpoint_url=public_endpoint_url.rstrip("/"),
         region=region,
         access_key=access_key,
         secret_key=secret_key,
@@ -72,6 +73,40 @@ def datastore_create(
     datastore.full_clean()
     datastore.save()
     return datastore
+
+
+def datastore_alias_check(*, alias: str, datastore_id: int | None = None) -> None:
+    """Refuse an alias that is taken, or that would share its pod environment variables
+    (`AJUSTE_DATASTORE_<ALIAS>_*`: upper-cased, '-' as '_') with the default datastore or
+    another one (GRA and gra both give AJUSTE_DATASTORE_GRA_*, G-RA and G_RA both
+    AJUSTE_DATASTORE_G_RA_*).
+    `datastore_id`: the datastore being edited, which may keep its alias."""
+    try:
+        validate_alias(alias)
+    except AliasError:
+        return  # the model field's validator says what is wrong with it
+    prefix = env_prefix(alias)
+    if settings.S3_ENDPOINT_URL and env_prefix(settings.S3_ALIAS) == prefix:
+        default = settings.S3_ALIAS
+        why = (
+            f"{alias} is the default datastore (S3_ALIAS)."
+            if alias == default
+            else f"{alias} would share the environment variables {prefix}* with the default "
+            f"datastore {default} (S3_ALIAS): choose an alias that differs by more than "
+            "case or '-' and '_'."
+        )
+        raise ValidationError({"alias": why})
+    others = Datastore.objects.exclude(pk=datastore_id) if datastore_id else Datastore.objects
+    for other in others.values_list("alias", flat=True):
+        if env_prefix(other) == prefix:
+            why = (
+                f"A datastore named {other} already exists."
+                if other == alias
+                else f"{alias} would share the environment variables {prefix}* with the "
+                f"datastore {other}: choose an alias that differs by more than case or "
+                "'-' and '_'."
+            )
+            raise ValidationError({"alias": why})
 
 
 def _resolve(datastore: str | None) -> tuple[str, DatastoreConfig]:
@@ -131,19 +166,28 @@ def bucket_create(
             "on a datastore): choose another name, or attach it if it is yours."
         )
         raise ValidationError({"name": taken}) from None
-    _allow_browser_uploads(config, name)
+    _allow_browser_uploads(config, bucket, replace=True)
     return bucket
 
 
-def _allow_browser_uploads(config: DatastoreConfig, name: str) -> None:
+def _allow_browser_uploads(config: DatastoreConfig, bucket: Bucket, *, replace: bool) -> None:
+    """Give the bucket the CORS rule browser uploads need (`replace`: as its only rule, for
+    a bucket we created; else added to the rules it has). A refusal is kept on the row for
+    the object browser to explain: the bucket is usable without it (API, CLI, boto3)."""
     origins = _cors_origins()
     if not origins:
         return
+    allow = objects.set_bucket_cors if replace else objects.add_bucket_cors
     try:
-        objects.set_bucket_cors(config, bucket=name, origins=origins)
+        allow(config, bucket=bucket.name, origins=origins)
     except StorageError as error:
-        # The bucket is usable without it (API, CLI, boto3); only browser uploads need CORS.
-        log.warning("could not set CORS on %s@%s: %s", name, config.alias, error.code)
+        log.warning("could not set CORS on %s@%s: %s", bucket.name, config.alias, error.code)
+        reason = error.code or error.message
+        bucket.cors_error = (
+            f"The datastore refused to set the CORS rule browser uploads need ({reason}): "
+            f"allow GET, PUT and HEAD from {', '.join(origins)} with the ETag header exposed."
+        )[:500]
+        Bucket.objects.filter(pk=bucket.pk).update(cors_error=bucket.cors_error)
 
 
 def bucket_attach(
@@ -172,6 +216,7 @@ def bucket_attach(
         )
     except IntegrityError:
         raise ValidationError({"name": f"{name} is already attached to a project."}) from None
+    _allow_browser_uploads(config, bucket, replace=False)
     bucket_stats_request(bucket=bucket)
     return bucket
 
@@ -275,12 +320,15 @@ def objects_delete(
     *, bucket: Bucket, keys: Sequence[str], prefixes: Sequence[str] = ()
 ) -> objects.DeleteResult:
     """Delete `keys`, and every object under each of `prefixes` (folders, up to 10,000
-    objects in all: bigger folders go through the API or the CLI in batches)."""
+    objects in all: bigger folders go through the API or the CLI in batches). A folder
+    prefix gets its '/' if it lacks one: `runs/1` is the folder, never `runs/10/...` or
+    `runs/1-old.txt`."""
     config = bucket_config(bucket=bucket)
     wanted = list(dict.fromkeys(keys))
-    for prefix in prefixes:
-        if not prefix:
+    for folder in prefixes:
+        if not folder:
             raise ValidationError("Delete the bucket to delete everything in it.")
+        prefix = folder if folder.endswith("/") else folder + "/"
         for info in objects.iter_objects(config, bucket=bucket.name, prefix=prefix):
             wanted.append(info.key)
             if len(wanted) > MAX_PREFIX_DELETE:

@@ -40,30 +40,34 @@ def has_dot_segment(key: str) -> bool:
     return any(segment in (".", "..") for segment in key.split("/"))
 
 
-def validate_key(key: str) -> None:
-    """A key we sign URLs for: 1 to 1024 UTF-8 bytes, no control characters (S3 stores
-    them, but they make keys unreadable in pages and shells), no '.' or '..' segment."""
+def key_problem(key: str) -> str | None:
+    """Why we sign no URL for `key`, or None: a key is 1 to 1024 UTF-8 bytes, without control
+    characters (S3 stores them, but they make keys unreadable in pages and shells, and some
+    stores fail on them) and without a '.' or '..' segment."""
     if not key:
-        raise ValidationError({"key": "The object key is empty."})
+        return "The object key is empty."
     for index, char in enumerate(key):
         code = ord(char)
         if code < 32 or code == 127 or 0xD800 <= code <= 0xDFFF:
-            raise ValidationError(
-                {"key": f"The key has the control character {char!r} at position {index}."}
-            )
+            return f"The key has the control character {char!r} at position {index}."
     size = len(key.encode("utf-8"))
     if size > MAX_KEY_BYTES:
-        raise ValidationError(
-            {"key": f"The key is {size} bytes long in UTF-8; S3 allows {MAX_KEY_BYTES}."}
-        )
+        return f"The key is {size} bytes long in UTF-8; S3 allows {MAX_KEY_BYTES}."
     if has_dot_segment(key):
-        raise ValidationError({"key": DOT_SEGMENT_MESSAGE})
+        return DOT_SEGMENT_MESSAGE
+    return None
+
+
+def validate_key(key: str) -> None:
+    """ValidationError({"key": ...}) naming what is wrong with `key` (see key_problem)."""
+    problem = key_problem(key)
+    if problem:
+        raise ValidationError({"key": problem})
 
 
 def download_url(*, bucket: Bucket, key: str) -> str:
     """A URL that downloads `key` under its own name (ObjectNotFound if it is absent)."""
-    if has_dot_segment(key):
-        raise ValidationError({"key": DOT_SEGMENT_MESSAGE})
+    validate_key(key)
     config = bucket_config(bucket=bucket)
     objects.head_object(config, bucket=bucket.name, key=key)
     return presign.presign_get(config, bucket=bucket.name, key=key, expires_in=URL_LIFETIME_S)
@@ -85,8 +89,13 @@ def upload_start(
     *, bucket: Bucket, key: str, size: int, content_type: str = "", part_size: int | None = None
 ) -> UploadPlan:
     """Start a multipart upload of `size` bytes; parts are 16 MiB unless asked otherwise
-    (at least 5 MiB, at most 10,000 parts)."""
+    (at least 5 MiB: a smaller part size is raised; at most 5 GiB: a bigger one is refused;
+    at most 10,000 parts)."""
     validate_key(key)
+    if part_size is not None and part_size > presign.MAX_PART_SIZE:
+        raise ValidationError(
+            {"part_size": f"A part holds at most 5 GiB ({presign.MAX_PART_SIZE} bytes)."}
+        )
     try:
         plan = presign.plan_parts(size=size, part_size=part_size or presign.DEFAULT_PART_SIZE)
     except ValueError as error:

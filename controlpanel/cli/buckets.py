@@ -217,7 +217,8 @@ def object_download(source: str, dest: Path, recursive: bool) -> None:
     name, alias, key = split_ref(source)
     path = resolve(api, name, alias)
     if recursive or key.endswith("/") or not key or _is_folder(api, path, key):
-        plan, skipped = _download_plan(api, path, key.rstrip("/") + "/" if key else "", dest)
+        prefix = transfers.folder_prefix(key) if key else ""
+        plan, skipped = _download_plan(api, path, prefix, dest)
     else:
         target = dest / key.rsplit("/", 1)[-1] if dest.is_dir() else dest
         plan, skipped = [(key, target, None)], []
@@ -257,12 +258,21 @@ def _download_plan(
     return plan, skipped
 
 
+def _folder_keys(api: Api, path: str, key: str) -> list[str]:
+    """Every key in the folder `key` (`runs/1` is `runs/1/`: never `runs/10/` or `runs/1.txt`)."""
+    prefix = transfers.folder_prefix(key)
+    keys = [item["key"] for item in transfers.list_all(api, path, prefix)]
+    if not keys:
+        click.echo(f"nothing under {prefix!r} (-r deletes a folder's content)", err=True)
+    return keys
+
+
 @object_group.command("delete")
 @click.argument("refs", nargs=-1, required=True, metavar="NAME[@ALIAS]/KEY...")
-@click.option("-r", "--recursive", is_flag=True, help="Each KEY is a prefix: delete all under it.")
+@click.option("-r", "--recursive", is_flag=True, help="Each KEY is a folder: delete all in it.")
 @output_option
 def object_delete(refs: tuple[str, ...], recursive: bool) -> None:
-    """Delete objects (or, with -r, everything under prefixes)."""
+    """Delete objects (or, with -r, everything in folders: KEY/...)."""
     api = state().api()
     deleted: list[str] = []
     errors: list[dict] = []
@@ -271,7 +281,7 @@ def object_delete(refs: tuple[str, ...], recursive: bool) -> None:
         if not key:
             raise click.BadParameter(f"{ref!r} names no object: use `ajuste bucket delete`")
         path = resolve(api, name, alias)
-        keys = [o["key"] for o in transfers.list_all(api, path, key)] if recursive else [key]
+        keys = _folder_keys(api, path, key) if recursive else [key]
         for start in range(0, len(keys), DELETE_BATCH):
             result = api.post(
                 path + "objects/delete/", {"keys": keys[start : start + DELETE_BATCH]}

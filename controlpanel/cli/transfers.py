@@ -183,6 +183,13 @@ def local_path(root: Path, relative_key: str) -> Path | None:
     return root.joinpath(*parts)
 
 
+def folder_prefix(key: str) -> str:
+    """The listing prefix of the folder `key`: `runs/1` -> `runs/1/`, so it never takes in
+    `runs/10/...` or `runs/1-old.txt` (a trailing '/' is kept, never doubled or stripped:
+    `a//` is its own folder)."""
+    return key if key.endswith("/") else key + "/"
+
+
 def list_all(api: Api, bucket: str, prefix: str) -> list[dict]:
     """Every object under `prefix` (flat listing, page after page)."""
     found: list[dict] = []

@@ -21,6 +21,8 @@
  *   common prefixes count, the token is the last entry, and encoding-type=url is honoured.
  *   A per-bucket sorted index (dropped on every write) keeps pages cheap in big buckets.
  * - AbortMultipartUpload works (stock s3rver answers MethodNotAllowed and keeps the parts).
+ * - CompleteMultipartUpload answers NoSuchUpload for an unknown upload id and InvalidPart for
+ *   a part never uploaded or a wrong ETag (stock s3rver: InternalError, or a request that hangs).
  * - DeleteObjects honours Quiet (stock s3rver echoes every key, and a key with a control
  *   character then makes the whole XML answer unreadable).
  * - Signature V4 is verified (stock s3rver checks only that the access key exists, so any

@@ -343,12 +343,46 @@ function quietDeletes(objectCtrl) {
   };
 }
 
+// ---- CompleteMultipartUpload: answer as S3 does ------------------------------------------
+
+// Stock s3rver reads the upload's files blindly: a made-up upload id is an InternalError
+// (ENOENT) and a part never uploaded leaves the request hanging on a stream that never opens.
+// S3 answers NoSuchUpload (404) and InvalidPart (400); so does this.
+function checkedMultipart(FilesystemStore, S3Error) {
+  const original = FilesystemStore.prototype.putObjectMultipart;
+  FilesystemStore.prototype.putObjectMultipart = async function complete(bucket, uploadId, parts) {
+    const id = String(uploadId || '');
+    const uploadDir = path.join(this.getResourcePath(bucket, undefined, 'uploads'), id);
+    if (!/^[0-9a-f]{32}$/.test(id) || !fs.existsSync(path.join(uploadDir, 'key'))) {
+      throw new S3Error('NoSuchUpload', 'The specified upload does not exist.', { UploadId: id });
+    }
+    for (const part of parts) {
+      let md5 = '';
+      try {
+        md5 = fs.readFileSync(path.join(uploadDir, `${part.number}.md5`), 'utf8').trim();
+      } catch (err) {
+        if (err.code !== 'ENOENT') throw err;
+      }
+      if (!Number.isInteger(part.number) || md5 !== part.etag) {
+        throw new S3Error(
+          'InvalidPart',
+          'One or more of the specified parts could not be found. The part may not have been ' +
+            "uploaded, or the specified entity tag may not have matched the part's entity tag.",
+          { UploadId: id, PartNumber: String(part.number), ETag: part.etag },
+        );
+      }
+    }
+    return original.call(this, bucket, uploadId, parts);
+  };
+}
+
 // ---- install ---------------------------------------------------------------------------
 
 function install(s3rverDir, corsOrigins) {
   const lib = name => require(path.join(s3rverDir, 'lib', name));
   const FilesystemStore = lib('stores/filesystem');
   patchStore(FilesystemStore);
+  checkedMultipart(FilesystemStore, lib('models/error'));
   patchCors(FilesystemStore, lib('models/config').getConfigModel, corsOrigins);
   lib('controllers/bucket').getBucket = listObjectsHandler(lib('models/error'));
   quietDeletes(lib('controllers/object'));

@@ -4,6 +4,7 @@ from datetime import UTC, datetime
 
 import pytest
 
+from storage.client import make_s3_client
 from storage.datastore import DatastoreConfig
 from storage.errors import (
     AccessDenied,
@@ -17,6 +18,7 @@ from storage.errors import (
 from storage.names import BucketNameError
 from storage.objects import (
     BucketStats,
+    add_bucket_cors,
     bucket_exists,
     bucket_stats,
     copy_object,
@@ -32,6 +34,7 @@ from storage.objects import (
     object_exists,
     put_object,
     read_object,
+    set_bucket_cors,
 )
 
 HARD_KEYS = [
@@ -219,3 +222,26 @@ def _put_many(config: DatastoreConfig, bucket: str, keys: list[str]) -> None:
 
     with ThreadPoolExecutor(8) as pool:
         list(pool.map(lambda key: put_object(config, bucket=bucket, key=key, data=b"x"), keys))
+
+
+def test_add_bucket_cors_keeps_the_buckets_own_rules(
+    s3_server: DatastoreConfig, bucket: str
+) -> None:
+    theirs = {
+        "AllowedOrigins": ["https://their.app"],
+        "AllowedMethods": ["GET"],
+        "AllowedHeaders": ["*"],
+        "MaxAgeSeconds": 60,
+    }
+    client = make_s3_client(s3_server)
+    client.put_bucket_cors(Bucket=bucket, CORSConfiguration={"CORSRules": [theirs]})
+    assert add_bucket_cors(s3_server, bucket=bucket, origins=["http://panel"]) is True
+    rules = client.get_bucket_cors(Bucket=bucket)["CORSRules"]
+    assert [rule["AllowedOrigins"] for rule in rules] == [["https://their.app"], ["http://panel"]]
+    assert rules[1]["ExposeHeaders"] == ["ETag"]
+    assert set(rules[1]["AllowedMethods"]) == {"GET", "PUT", "HEAD"}
+    # Already allowed (also through a wildcard): nothing to add.
+    assert add_bucket_cors(s3_server, bucket=bucket, origins=["http://panel"]) is False
+    set_bucket_cors(s3_server, bucket=bucket, origins=["https://*.example.net"])
+    assert add_bucket_cors(s3_server, bucket=bucket, origins=["https://a.example.net"]) is False
+    assert len(client.get_bucket_cors(Bucket=bucket)["CORSRules"]) == 1

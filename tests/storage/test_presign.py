@@ -1,15 +1,18 @@
 """Presigned URLs used the way a browser uses them (httpx, no AWS credentials)."""
 
+import dataclasses
 import hashlib
 import time
 
 import httpx
 import pytest
 
+from storage.client import make_s3_client
 from storage.datastore import DatastoreConfig
-from storage.errors import StorageError
+from storage.errors import InvalidPart, UploadNotFound
 from storage.objects import head_object, list_objects, put_object, read_object
 from storage.presign import (
+    MAX_PART_SIZE,
     MIN_PART_SIZE,
     CompletedPart,
     PartPlan,
@@ -100,7 +103,7 @@ def test_aborted_multipart_upload_leaves_nothing(s3_server: DatastoreConfig, buc
     assert httpx.put(part.url, content=b"x" * 100).status_code == 200
     abort_multipart_upload(s3_server, bucket=bucket, key="gone.bin", upload_id=upload_id)
     assert list_objects(s3_server, bucket=bucket).objects == []
-    with pytest.raises(StorageError):
+    with pytest.raises(UploadNotFound):
         complete_multipart_upload(
             s3_server,
             bucket=bucket,
@@ -136,6 +139,9 @@ def test_plan_parts_limits() -> None:
     assert huge.part_size * huge.part_count >= 5 * 1024**4
     with pytest.raises(ValueError, match="0 to"):
         plan_parts(size=-1)
+    assert plan_parts(size=10 * 1024**3, part_size=MAX_PART_SIZE).part_count == 2
+    with pytest.raises(ValueError, match="at most 5368709120 bytes"):
+        plan_parts(size=10 * 1024**3, part_size=MAX_PART_SIZE + 1)
 
 
 def test_content_disposition_escapes_everything() -> None:
@@ -152,3 +158,80 @@ def test_presign_rejects_bad_arguments(s3_server: DatastoreConfig) -> None:
         presign_get(s3_server, bucket="abc", key="k", expires_in=8 * 24 * 3600)
     with pytest.raises(ValueError, match="part numbers"):
         presign_upload_parts(s3_server, bucket="abc", key="k", upload_id="u", part_numbers=[0])
+
+
+def _public_alias(config: DatastoreConfig) -> DatastoreConfig:
+    """The same server reached by another name, as a browser reaches a Compose service."""
+    assert "//127.0.0.1:" in config.endpoint_url
+    public = config.endpoint_url.replace("//127.0.0.1:", "//localhost:")
+    return dataclasses.replace(config, public_endpoint_url=public)
+
+
+def test_presigned_urls_are_signed_for_the_public_endpoint(
+    s3_server: DatastoreConfig, bucket: str
+) -> None:
+    config = _public_alias(s3_server)
+    public = config.public_endpoint_url
+    put_url = presign_put(config, bucket=bucket, key="a b.txt")
+    assert put_url.startswith(f"{public}/{bucket}/a%20b.txt?")
+    assert httpx.put(put_url, content=b"via the public name").status_code == 200
+    get_url = presign_get(config, bucket=bucket, key="a b.txt")
+    assert get_url.startswith(public + "/")
+    assert httpx.get(get_url).content == b"via the public name"
+    # Signed for the public host: sent to the internal one, the signature does not match.
+    assert httpx.get(get_url.replace(public, s3_server.endpoint_url)).status_code == 403
+    # Server-side calls still go to the endpoint the panel reaches.
+    assert make_s3_client(config).meta.endpoint_url == s3_server.endpoint_url
+    assert make_s3_client(s3_server, public=True) is make_s3_client(s3_server)
+
+
+def test_multipart_parts_are_signed_for_the_public_endpoint(
+    s3_server: DatastoreConfig, bucket: str
+) -> None:
+    config = _public_alias(s3_server)
+    data = b"p" * MIN_PART_SIZE + b"tail"
+    upload_id = create_multipart_upload(config, bucket=bucket, key="big.bin")
+    urls = presign_upload_parts(
+        config, bucket=bucket, key="big.bin", upload_id=upload_id, part_numbers=[1, 2]
+    )
+    parts = []
+    for part, chunk in zip(urls, (data[:MIN_PART_SIZE], data[MIN_PART_SIZE:]), strict=True):
+        assert part.url.startswith(config.public_endpoint_url + "/")
+        response = httpx.put(part.url, content=chunk)
+        assert response.status_code == 200
+        parts.append(CompletedPart(part.part_number, response.headers["etag"]))
+    complete_multipart_upload(
+        config, bucket=bucket, key="big.bin", upload_id=upload_id, parts=parts
+    )
+    assert read_object(s3_server, bucket=bucket, key="big.bin", max_bytes=len(data)) == data
+
+
+def test_completing_an_unknown_upload_or_a_wrong_part_says_so(
+    s3_server: DatastoreConfig, bucket: str
+) -> None:
+    for made_up in ("made-up", "0" * 32, "../../etc"):
+        with pytest.raises(UploadNotFound, match="NoSuchUpload"):
+            complete_multipart_upload(
+                s3_server,
+                bucket=bucket,
+                key="k",
+                upload_id=made_up,
+                parts=[CompletedPart(1, "abc")],
+            )
+    upload_id = create_multipart_upload(s3_server, bucket=bucket, key="k")
+    with pytest.raises(InvalidPart):  # part 1 never uploaded
+        complete_multipart_upload(
+            s3_server, bucket=bucket, key="k", upload_id=upload_id, parts=[CompletedPart(1, "x")]
+        )
+    [part] = presign_upload_parts(
+        s3_server, bucket=bucket, key="k", upload_id=upload_id, part_numbers=[1]
+    )
+    etag = httpx.put(part.url, content=b"one").headers["etag"]
+    with pytest.raises(InvalidPart):  # the wrong ETag
+        complete_multipart_upload(
+            s3_server, bucket=bucket, key="k", upload_id=upload_id, parts=[CompletedPart(1, "0")]
+        )
+    complete_multipart_upload(
+        s3_server, bucket=bucket, key="k", upload_id=upload_id, parts=[CompletedPart(1, etag)]
+    )
+    assert read_object(s3_server, bucket=bucket, key="k", max_bytes=9) == b"one"

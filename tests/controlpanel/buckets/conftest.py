@@ -22,6 +22,7 @@ def datastore(settings: Any, s3_server: DatastoreConfig) -> Iterator[DatastoreCo
     """The default datastore `LOCAL` is the test S3 server; S3 buckets the test leaves behind
     are deleted with their objects."""
     settings.S3_ENDPOINT_URL = s3_server.endpoint_url
+    settings.S3_PUBLIC_ENDPOINT_URL = ""
     settings.S3_ACCESS_KEY = s3_server.access_key
     settings.S3_SECRET_KEY = s3_server.secret_key
     settings.S3_REGION = s3_server.region

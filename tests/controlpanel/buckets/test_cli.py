@@ -101,6 +101,30 @@ def test_upload_list_download_and_delete_files_and_folders(
 
 
 @live
+def test_recursive_delete_and_download_take_the_folder_only(
+    run: Any, name: str, tmp_path: Path, datastore: DatastoreConfig
+) -> None:
+    """`runs/1` with -r is the folder runs/1/: never runs/10/... nor runs/1-old.txt."""
+    _ok(run("bucket", "create", name))
+    keys = ["runs/1/a", "runs/1/b/c", "runs/10/x", "runs/1-old.txt", "runs/1"]
+    for key in keys:
+        objects.put_object(datastore, bucket=name, key=key, data=key.encode())
+    out = tmp_path / "out"
+    _ok(run("bucket", "object", "download", f"{name}/runs/1", str(out), "-r"))
+    assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()) == [
+        "a",
+        "b/c",
+    ]
+    deleted = _json(run("bucket", "object", "delete", f"{name}/runs/1", "-r", "-o", "json"))
+    assert sorted(deleted["deleted"]) == ["runs/1/a", "runs/1/b/c"]
+    left = sorted(o.key for o in objects.iter_objects(datastore, bucket=name))
+    assert left == ["runs/1", "runs/1-old.txt", "runs/10/x"]
+    again = _ok(run("bucket", "object", "delete", f"{name}/runs/1", "-r"))
+    assert "nothing under 'runs/1/'" in again.stderr and "deleted 0 object(s)" in again.stdout
+    assert len(list(objects.iter_objects(datastore, bucket=name))) == 3
+
+
+@live
 def test_multipart_upload_of_a_big_file(
     run: Any, name: str, tmp_path: Path, datastore: DatastoreConfig, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -3,6 +3,7 @@ S3_* settings; `datastore_config(alias)` for the rest of the panel; admin and AP
 
 from __future__ import annotations
 
+from html import unescape
 from typing import Any
 
 import pytest
@@ -121,6 +122,119 @@ def test_datastore_config_reads_settings_then_the_database(admin_user: Any, sett
     assert datastore_origins() == ["http://127.0.0.1:9100", "https://s3.gra.example.net"]
 
 
+def test_the_public_endpoint_is_used_for_browsers_only(admin_user: Any, settings: Any) -> None:
+    settings.S3_ENDPOINT_URL, settings.S3_ALIAS = "http://minio:9000", "LOCAL"
+    settings.S3_ACCESS_KEY, settings.S3_SECRET_KEY = "ak", "sk"
+    settings.S3_PUBLIC_ENDPOINT_URL = "http://localhost:9000"
+    services.datastore_create(
+        by=admin_user,
+        alias="GRA",
+        endpoint_url="http://s3.gra.internal:9000",
+        public_endpoint_url="https://s3.gra.example.net/",
+        access_key=ACCESS,
+        secret_key=SECRET,
+    )
+    local, gra = datastore_config("LOCAL"), datastore_config("GRA")
+    assert (local.endpoint_url, local.presign_endpoint_url) == (
+        "http://minio:9000",
+        "http://localhost:9000",
+    )
+    assert (gra.endpoint_url, gra.presign_endpoint_url) == (
+        "http://s3.gra.internal:9000",
+        "https://s3.gra.example.net",
+    )
+    assert datastore_origins() == ["http://localhost:9000", "https://s3.gra.example.net"]
+    # Pods talk to the store from inside, as the panel does.
+    assert gra.to_env()["AJUSTE_DATASTORE_GRA_ENDPOINT_URL"] == "http://s3.gra.internal:9000"
+
+
+@pytest.mark.parametrize(
+    ("existing", "alias"), [("GRA", "gra"), ("GRA", "Gra"), ("G_RA", "G-RA"), ("G-RA", "g_ra")]
+)
+def test_aliases_sharing_an_environment_prefix_are_refused(
+    admin_user: Any, settings: Any, existing: str, alias: str
+) -> None:
+    settings.S3_ENDPOINT_URL = ""
+    for name in (existing, "G_R_A"):  # G_R_A shares nothing with either
+        services.datastore_create(
+            by=admin_user,
+            alias=name,
+            endpoint_url="https://x.example",
+            access_key="a",
+            secret_key="b",
+        )
+    with pytest.raises(ValidationError) as error:
+        services.datastore_create(
+            by=admin_user,
+            alias=alias,
+            endpoint_url="https://y.example",
+            access_key="a",
+            secret_key="b",
+        )
+    prefix = "AJUSTE_DATASTORE_" + alias.upper().replace("-", "_") + "_"
+    assert error.value.message_dict["alias"] == [
+        f"{alias} would share the environment variables {prefix}* with the datastore "
+        f"{existing}: choose an alias that differs by more than case or '-' and '_'."
+    ]
+
+
+def test_aliases_colliding_with_each_other_or_the_default_name_the_clash(
+    admin_user: Any, settings: Any
+) -> None:
+    settings.S3_ENDPOINT_URL, settings.S3_ALIAS = "http://127.0.0.1:9", "LOCAL"
+    _gra(admin_user)
+
+    def refused(alias: str) -> str:
+        with pytest.raises(ValidationError) as error:
+            services.datastore_create(
+                by=admin_user,
+                alias=alias,
+                endpoint_url="https://y.example",
+                access_key="a",
+                secret_key="b",
+            )
+        return error.value.message_dict["alias"][0]
+
+    assert refused("gra") == (
+        "gra would share the environment variables AJUSTE_DATASTORE_GRA_* with the datastore "
+        "GRA: choose an alias that differs by more than case or '-' and '_'."
+    )
+    assert refused("GRA") == "A datastore named GRA already exists."
+    assert refused("local").startswith(
+        "local would share the environment variables AJUSTE_DATASTORE_LOCAL_* with the default "
+        "datastore LOCAL (S3_ALIAS)"
+    )
+    assert refused("LOCAL") == "LOCAL is the default datastore (S3_ALIAS)."
+    assert list(Datastore.objects.values_list("alias", flat=True)) == ["GRA"]
+
+
+def test_the_admin_form_runs_the_same_alias_check(admin_user: Any, settings: Any) -> None:
+    settings.S3_ENDPOINT_URL, settings.S3_ALIAS = "http://127.0.0.1:9", "LOCAL"
+    datastore = _gra(admin_user)
+    client = logged_in(admin_user)
+    body = {
+        "endpoint_url": "https://s3.bhs.example.net",
+        "public_endpoint_url": "",
+        "region": "bhs",
+        "access_key": "a",
+        "secret_key": "b",
+    }
+    for alias, text in [
+        ("LOCAL", "LOCAL is the default datastore (S3_ALIAS)."),
+        ("Local", "with the default datastore LOCAL (S3_ALIAS)"),
+        ("gra", "gra would share the environment variables AJUSTE_DATASTORE_GRA_*"),
+    ]:
+        response = client.post("/admin/buckets/datastore/add/", {**body, "alias": alias})
+        assert response.status_code == 200, alias
+        assert text in unescape(response.content.decode()), alias
+    assert list(Datastore.objects.values_list("alias", flat=True)) == ["GRA"]
+    # Editing a datastore keeps its own alias; a public endpoint is saved without its '/'.
+    edit = {**body, "alias": "GRA", "public_endpoint_url": "https://pub.gra.example.net/"}
+    response = client.post(f"/admin/buckets/datastore/{datastore.pk}/change/", edit)
+    assert response.status_code == 302
+    assert datastore_config("GRA").public_endpoint_url == "https://pub.gra.example.net"
+
+
 def test_api_lists_datastores_without_credentials(admin_user: Any, owner_api: APIClient) -> None:
     _gra(admin_user)
     response = owner_api.get("/api/v1/datastores/")
@@ -130,6 +244,7 @@ def test_api_lists_datastores_without_credentials(admin_user: Any, owner_api: AP
             "alias": "GRA",
             "endpoint_url": "https://s3.gra.example.net",
             "region": "gra",
+            "public_endpoint_url": "",
             "is_default": False,
         }
     ]
@@ -141,6 +256,7 @@ def test_api_creates_datastores_for_admins_only(admin_user: Any, owner_api: APIC
         "alias": "SBG",
         "endpoint_url": "https://s3.sbg.example.net",
         "region": "sbg",
+        "public_endpoint_url": "https://s3-public.sbg.example.net/",
         "access_key": ACCESS,
         "secret_key": SECRET,
     }
@@ -153,10 +269,12 @@ def test_api_creates_datastores_for_admins_only(admin_user: Any, owner_api: APIC
         "alias": "SBG",
         "endpoint_url": "https://s3.sbg.example.net",
         "region": "sbg",
+        "public_endpoint_url": "https://s3-public.sbg.example.net",
         "access_key_hint": "AKIA…1234",
         "secret_key_hint": "…TKEY",
     }
     assert datastore_config("SBG").secret_key == SECRET
+    assert datastore_config("SBG").presign_endpoint_url == "https://s3-public.sbg.example.net"
     assert admin.post("/api/v1/datastores/", body, format="json").status_code == 400
 
 
@@ -223,6 +341,8 @@ def test_a_bucket_whose_datastore_was_removed_says_so(
         ({"S3_ENDPOINT_URL": "s3.example.net"}, "S3_ENDPOINT_URL"),
         ({"S3_ENDPOINT_URL": "https://s3.example.net"}, "S3_ACCESS_KEY"),
         ({"FIELD_ENCRYPTION_KEY": "short"}, "FIELD_ENCRYPTION_KEY"),
+        ({"S3_PUBLIC_ENDPOINT_URL": "localhost:9000"}, "S3_PUBLIC_ENDPOINT_URL"),
+        ({"S3_PUBLIC_ENDPOINT_URL": "http://"}, "S3_PUBLIC_ENDPOINT_URL"),
     ],
 )
 def test_bad_storage_settings_stop_start_up(env: dict[str, str], named: str) -> None:

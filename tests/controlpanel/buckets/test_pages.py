@@ -6,7 +6,7 @@ from __future__ import annotations
 import html
 import re
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import parse_qs, quote
 
 import httpx
 import pytest
@@ -18,6 +18,7 @@ from controlpanel.projects.access import ProjectAccess
 from storage import objects
 from storage.client import clear_client_cache
 from storage.datastore import DatastoreConfig
+from storage.errors import AccessDenied
 
 pytestmark = pytest.mark.django_db
 HTMX = {"HTTP_HX_REQUEST": "true"}
@@ -132,6 +133,69 @@ def test_pagination_filter_and_sort(
     assert _rows(_page(owner_client, bucket, sort="-size")) == ["f2", "f1", "f0"]
 
 
+def _link(page: str, testid: str) -> dict[str, list[str]] | None:
+    """The query parameters of the pager link `testid`, or None if the page has none."""
+    found = re.search(rf'href="([^"]+)"[^>]*data-testid="{testid}"', page)
+    if found is None:
+        return None
+    return parse_qs(html.unescape(found.group(1)).split("?", 1)[1])
+
+
+def test_previous_page_walks_back_and_the_sort_says_it_covers_one_page(
+    bucket: Bucket,
+    datastore: DatastoreConfig,
+    owner_client: Client,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(listing, "PAGE_SIZE", 2)
+    for index in range(7):
+        objects.put_object(datastore, bucket=bucket.name, key=f"f{index}", data=b"x" * index)
+    pages = [_page(owner_client, bucket)]
+    assert _link(pages[0], "previous-page") is None
+    assert 'data-testid="sort-scope"' in pages[0] and "this page only" in pages[0]
+    while (params := _link(pages[-1], "next-page")) is not None:
+        pages.append(_page(owner_client, bucket, **params))  # type: ignore[arg-type]
+    assert [_rows(page) for page in pages] == [["f0", "f1"], ["f2", "f3"], ["f4", "f5"], ["f6"]]
+    assert "Page 4" in pages[-1] and _link(pages[-1], "first-page") is not None
+    back = pages[-1]
+    for expected in (["f4", "f5"], ["f2", "f3"], ["f0", "f1"]):
+        params = _link(back, "previous-page")
+        assert params is not None
+        back = _page(owner_client, bucket, **params)  # type: ignore[arg-type]
+        assert _rows(back) == expected
+    assert "Page 1" in back and _link(back, "previous-page") is None
+    # Sorting keeps the page shown (it orders that page), and its way back.
+    sort = re.search(r'href="([^"]+)"[^>]*>Size</a>', pages[2])
+    assert sort is not None
+    params = parse_qs(html.unescape(sort.group(1)).split("?", 1)[1])
+    assert params["sort"] == ["-size"] and params["page"] == ["3"]
+    sorted_page = _page(owner_client, bucket, **params)  # type: ignore[arg-type]
+    assert _rows(sorted_page) == ["f5", "f4"]
+    previous = _link(sorted_page, "previous-page")
+    assert previous is not None and previous["sort"] == ["-size"]
+    assert _rows(_page(owner_client, bucket, **previous)) == ["f3", "f2"]  # type: ignore[arg-type]
+
+
+def test_a_single_page_has_no_pager_links_nor_the_sort_caveat(
+    bucket: Bucket, datastore: DatastoreConfig, owner_client: Client
+) -> None:
+    objects.put_object(datastore, bucket=bucket.name, key="only.txt", data=b"1")
+    page = _page(owner_client, bucket)
+    for testid in ("sort-scope", "next-page", "previous-page", "first-page"):
+        assert f'data-testid="{testid}"' not in page
+
+
+def test_the_previous_page_chain_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(listing, "MAX_BACK_CHARS", 10)
+    here = listing.Listing(prefix="", query="", sort="name", page=9, token="t9", back=["t8"])
+    query = parse_qs(here.next_link("t10-long-x")[1:])
+    assert query["back"] == ["t8", "t9"] and query["page"] == ["10"]
+    long = listing.Listing(prefix="", query="", sort="name", page=3, token="x" * 8, back=["y" * 8])
+    assert parse_qs(long.next_link("z")[1:])["back"] == ["x" * 8]  # the oldest dropped
+    trimmed = listing.Listing(prefix="", query="", sort="name", page=5, token="t5", back=[])
+    assert trimmed.previous_query is None  # the first page is still linked
+
+
 def test_nasty_keys_are_escaped_and_downloadable(
     bucket: Bucket, datastore: DatastoreConfig, owner_client: Client
 ) -> None:
@@ -166,6 +230,20 @@ def test_nasty_keys_are_escaped_and_downloadable(
     assert "'.' or '..' path segment" in escaped.content.decode()
 
 
+def test_a_key_with_a_control_character_gets_a_400_and_no_link(
+    bucket: Bucket, datastore: DatastoreConfig, owner_client: Client
+) -> None:
+    objects.put_object(datastore, bucket=bucket.name, key="tab\there.txt", data=b"1")
+    page = _page(owner_client, bucket)
+    assert _rows(page) == ["tab\there.txt"]
+    assert "No download link: The key has the control character" in page
+    url = f"/p/alpha/buckets/LOCAL/{bucket.name}/download/"
+    for key in ("a\x00b", "tab\there.txt"):
+        response = owner_client.get(url, {"key": key})
+        assert response.status_code == 400, key
+        assert "control character" in response.content.decode()
+
+
 def test_htmx_gets_the_listing_fragment_and_history_restore_the_page(
     bucket: Bucket, owner_client: Client
 ) -> None:
@@ -186,6 +264,36 @@ def test_the_browser_page_lets_the_browser_reach_the_datastore(
     other = owner_client.get("/p/alpha/buckets/")["Content-Security-Policy"]
     assert datastore.endpoint_url not in other
     assert "script-src 'self'" in csp and "unsafe-inline" not in csp
+
+
+def test_the_page_lets_the_browser_reach_the_public_endpoint(
+    bucket: Bucket, datastore: DatastoreConfig, owner_client: Client, settings: Any
+) -> None:
+    settings.S3_PUBLIC_ENDPOINT_URL = "http://localhost:9000"
+    csp = owner_client.get(f"/p/alpha/buckets/LOCAL/{bucket.name}/")["Content-Security-Policy"]
+    connect = next(part for part in csp.split(";") if "connect-src" in part)
+    assert "http://localhost:9000" in connect and datastore.endpoint_url not in connect
+
+
+def test_the_page_says_when_browser_uploads_lack_cors(
+    datastore: DatastoreConfig,
+    access: ProjectAccess,
+    owner: Any,
+    name: str,
+    owner_client: Client,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    objects.create_bucket(datastore, bucket=name)
+
+    def refuse(*args: Any, **kwargs: Any) -> bool:
+        raise AccessDenied("AccessDenied: no (x)", code="AccessDenied")
+
+    monkeypatch.setattr(objects, "add_bucket_cors", refuse)
+    bucket = services.bucket_attach(access=access, by=owner, name=name)
+    page = _page(owner_client, bucket)
+    assert 'data-testid="cors-warning"' in page
+    assert "refused to set the CORS rule browser uploads need (AccessDenied)" in page
+    assert "http://testserver" in page
 
 
 def test_delete_selected_objects_and_folders(

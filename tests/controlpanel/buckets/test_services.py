@@ -13,7 +13,9 @@ from controlpanel.buckets.models import Bucket, BucketState, Origin
 from controlpanel.buckets.selectors import bucket_usage, buckets_for_project
 from controlpanel.projects.access import ProjectAccess, project_access
 from storage import objects
+from storage.client import make_s3_client
 from storage.datastore import DatastoreConfig
+from storage.errors import AccessDenied
 
 pytestmark = pytest.mark.django_db
 
@@ -209,3 +211,54 @@ def test_a_folder_too_big_for_one_request_is_refused(
     with pytest.raises(ValidationError, match="More than 3 objects"):
         services.objects_delete(bucket=bucket, keys=[], prefixes=["big/"])
     assert objects.bucket_stats(datastore, bucket=name).object_count == 4
+
+
+def test_a_folder_delete_takes_that_folder_only(
+    datastore: DatastoreConfig, access: ProjectAccess, owner: Any, name: str
+) -> None:
+    bucket = services.bucket_create(access=access, by=owner, name=name)
+    for key in ("runs/1/a", "runs/1/b/c", "runs/10/x", "runs/1-old.txt", "runs/1", "a//b", "a/c"):
+        objects.put_object(datastore, bucket=name, key=key, data=b"")
+    result = services.objects_delete(bucket=bucket, keys=[], prefixes=["runs/1"])
+    assert sorted(result.deleted) == ["runs/1/a", "runs/1/b/c"]
+    result = services.objects_delete(bucket=bucket, keys=[], prefixes=["a//"])
+    assert result.deleted == ["a//b"]  # an empty-named folder is not its parent
+    left = sorted(o.key for o in objects.iter_objects(datastore, bucket=name))
+    assert left == ["a/c", "runs/1", "runs/1-old.txt", "runs/10/x"]
+
+
+def test_attach_adds_the_cors_rule_and_keeps_the_buckets_own(
+    datastore: DatastoreConfig, access: ProjectAccess, owner: Any, name: str
+) -> None:
+    objects.create_bucket(datastore, bucket=name)
+    theirs = {"AllowedOrigins": ["https://their.app"], "AllowedMethods": ["GET"]}
+    client = make_s3_client(datastore)
+    client.put_bucket_cors(Bucket=name, CORSConfiguration={"CORSRules": [theirs]})
+    bucket = services.bucket_attach(access=access, by=owner, name=name)
+    rules = client.get_bucket_cors(Bucket=name)["CORSRules"]
+    assert [rule["AllowedOrigins"] for rule in rules] == [
+        ["https://their.app"],
+        ["http://testserver"],
+    ]
+    assert bucket.cors_error == ""
+
+
+def test_attach_succeeds_when_cors_is_refused_and_keeps_why(
+    datastore: DatastoreConfig,
+    access: ProjectAccess,
+    owner: Any,
+    name: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    objects.create_bucket(datastore, bucket=name)
+
+    def refuse(*args: Any, **kwargs: Any) -> bool:
+        raise AccessDenied("AccessDenied: Access Denied (x)", code="AccessDenied")
+
+    monkeypatch.setattr(objects, "add_bucket_cors", refuse)
+    bucket = services.bucket_attach(access=access, by=owner, name=name)
+    assert bucket.origin == Origin.ATTACHED
+    stored = Bucket.objects.get(pk=bucket.pk).cors_error
+    assert stored == bucket.cors_error
+    assert stored.startswith("The datastore refused to set the CORS rule browser uploads need")
+    assert "http://testserver" in stored
