@@ -39,6 +39,11 @@ def _quiet() -> None:
 
 
 def _fail(reporter: Reporter, kind: str, message: str, code: int, **extra: Any) -> int:
+    if not reporter.enabled:
+        # Another rank than 0 failed (out of memory on one GPU, say): rank 0 may only hang in
+        # a collective, so this rank says why on stdout (rank 0 alone writes status.json).
+        reporter = Reporter(None, stream=reporter.stream)
+        extra["rank"] = int(os.environ.get("RANK", "0"))
     reporter.log(f"error ({kind}): {message}")
     reporter.emit("error", kind=kind, message=message, exit_code=code, **extra)
     return code

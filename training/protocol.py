@@ -58,7 +58,8 @@ or an output dir holding another run's checkpoints), `environment` (e.g. `qlora`
 `interrupted` (SIGTERM: a checkpoint was saved first, the next run resumes from it) or
 `runtime` (anything else, e.g. out of memory). `exit_code` is the process's exit status: 2 for
 dataset/config/environment errors (found before any model is loaded), 143 when interrupted,
-1 otherwise::
+1 otherwise. Every event comes from rank 0, except an `error` of another rank (with several
+GPUs), which carries that `rank`: the first error of a run says why it failed::
 
     {"event": "error", "v": 1, "time": ..., "kind": "dataset", "exit_code": 2,
      "message": "train.jsonl line 7: 'messages' must be a list of {role, content} objects",
@@ -165,6 +166,7 @@ class ErrorEvent(TypedDict):
     message: str
     exit_code: int
     errors: NotRequired[list[LineError]]
+    rank: NotRequired[int]
 
 
 Event = StartEvent | ProgressEvent | EvalEvent | CheckpointEvent | DoneEvent | ErrorEvent

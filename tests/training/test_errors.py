@@ -116,3 +116,20 @@ def test_help_documents_every_option_with_its_default() -> None:
         assert option in text
         assert f"(default: {default})" in text
     assert "--merge" in text and "--no-resume" in text
+
+
+def test_another_ranks_failure_still_reaches_the_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import io
+
+    from training.finetune import _fail
+    from training.reporting import Reporter
+
+    monkeypatch.setenv("RANK", "3")
+    stream = io.StringIO()
+    quiet = Reporter(tmp_path / "out", enabled=False, stream=stream)  # what ranks 1.. have
+    assert _fail(quiet, "runtime", "OutOfMemoryError: CUDA out of memory", 1) == 1
+    event = json.loads(next(x for x in stream.getvalue().splitlines() if x.startswith("{")))
+    assert (event["event"], event["kind"], event["rank"]) == ("error", "runtime", 3)
+    assert not (tmp_path / "out").exists()  # status.json is rank 0's alone
