@@ -22,7 +22,7 @@ from controlpanel.workloads import backend as backend_module
 from controlpanel.workloads import logs, services, tasks
 from controlpanel.workloads.lifecycle import record_state
 from controlpanel.workloads.models import Job, JobState
-from controlpanel.workloads.notifications import post_webhook
+from controlpanel.workloads.notifications import post_webhook, send_job_email, sign
 
 S = JobState
 
@@ -240,3 +240,27 @@ def test_webhook_with_a_url_the_form_refuses_is_not_sent(
     project.refresh_from_db()
     post_webhook(_job(project, owner, S.DONE))  # no network call: it would raise
     assert "webhook not sent: Use an http:// or https:// URL (not ftp:)." in caplog.text
+
+
+def test_notifications(project: Project, owner: Any, receiver: Any, settings: Any) -> None:
+    settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
+    url, received = receiver
+    project.webhook_url, project.webhook_secret = url, "s3cret"
+    project.save()
+    job = Job.objects.create(
+        project=project,
+        owner=owner,
+        name="job",
+        image="x/y:1",
+        flavor=Flavor.objects.get(name="h100-1-gpu"),
+        state=JobState.FAILED,
+        state_reason="exit code 1",
+        exit_code=1,
+    )
+    send_job_email(job)
+    assert mail.outbox[0].subject == "[Ajuste] job: FAILED" and "exit code 1" in mail.outbox[0].body
+    post_webhook(job)
+    headers, body = received[0]
+    assert headers["X-Ajuste-Signature"] == sign("s3cret", body)
+    payload = json.loads(body)
+    assert (payload["state"], payload["exit_code"], payload["project"]) == ("FAILED", 1, "alpha")

@@ -4,15 +4,11 @@ events, cost estimates and notifications (e-mail, signed webhook to a real HTTP 
 from __future__ import annotations
 
 import json
-import threading
 from dataclasses import replace
 from datetime import timedelta
 from decimal import Decimal
-from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any
 
-import pytest
-from django.core import mail
 from django.test import Client
 from django.utils import timezone
 
@@ -22,7 +18,6 @@ from controlpanel.workloads.ansi import ansi_to_html
 from controlpanel.workloads.lifecycle import apply_observation
 from controlpanel.workloads.logs import _note_progress
 from controlpanel.workloads.models import Job, JobEvent, JobLogLine, JobState
-from controlpanel.workloads.notifications import post_webhook, send_job_email, sign
 from controlpanel.workloads.selectors import job_cost_estimate
 from deploy.types import ObservedWorkload, Phase, WorkloadKind
 
@@ -204,41 +199,3 @@ def test_a_new_form_shows_the_cost_of_what_it_starts_with(
     for tab in ("finetune", "custom"):
         page = owner_client.get(f"/p/alpha/jobs/new/?tab={tab}").content.decode()
         assert f"Estimated cost: <strong>{first.current_price:.2f} EUR/h</strong>" in page
-
-
-class _Receiver(BaseHTTPRequestHandler):
-    received: list[tuple[dict[str, str], bytes]] = []
-
-    def do_POST(self) -> None:
-        body = self.rfile.read(int(self.headers["Content-Length"]))
-        _Receiver.received.append((dict(self.headers), body))
-        self.send_response(204)
-        self.end_headers()
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-
-@pytest.fixture
-def receiver() -> Any:
-    server = HTTPServer(("127.0.0.1", 0), _Receiver)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    _Receiver.received = []
-    yield f"http://127.0.0.1:{server.server_port}/hook", _Receiver.received
-    server.shutdown()
-
-
-def test_notifications(project: Project, owner: Any, receiver: Any, settings: Any) -> None:
-    settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
-    url, received = receiver
-    project.webhook_url, project.webhook_secret = url, "s3cret"
-    project.save()
-    job = make_job(project, owner, state=JobState.FAILED, state_reason="exit code 1", exit_code=1)
-    send_job_email(job)
-    assert mail.outbox[0].subject == "[Ajuste] job: FAILED" and "exit code 1" in mail.outbox[0].body
-    post_webhook(job)
-    headers, body = received[0]
-    assert headers["X-Ajuste-Signature"] == sign("s3cret", body)
-    payload = json.loads(body)
-    assert (payload["state"], payload["exit_code"], payload["project"]) == ("FAILED", 1, "alpha")
