@@ -32,7 +32,7 @@ def shoot(page: Page, url: str, out: Path) -> None:
     page.goto(f"{url}/p/demo/jobs/new/?tab=finetune")
     page.fill("#id_ft-name", "chat LoRA, demo model")
     page.wait_for_selector("[data-testid=estimate] strong")
-    page.screenshot(path=out / "job-form.png")
+    page.screenshot(path=out / "job-form.png", full_page=True)
     page.click("#job-form button[type=submit]")
     page.wait_for_url("**/jobs/*-*/")
     expect(page.locator("[data-testid=job-state]")).to_have_text("DONE", timeout=300_000)

@@ -96,6 +96,23 @@ def data_digest(examples: list[Example]) -> str:
     return h.hexdigest()[:16]
 
 
+def model_identity(model: str) -> str:
+    """What a checkpoint remembers of the base model: a hub id as given; for a directory, its
+    files' names, sizes and first MiB (configs whole, each weight shard's header and first
+    tensors), not its path: a volume is mounted at a new place for every run on the local
+    backend, and the same model moved must still resume."""
+    root = Path(model)
+    if not root.is_dir():
+        return model
+    h = hashlib.sha256()
+    files = (p for p in root.rglob("*") if p.is_file())
+    for path in sorted(p for p in files if not any(x.startswith(".") for x in p.parts)):
+        h.update(f"{path.relative_to(root)}\0{path.stat().st_size}\0".encode())
+        with path.open("rb") as fh:
+            h.update(fh.read(1 << 20))
+    return f"dir:{h.hexdigest()[:16]}"
+
+
 def _tokenize(
     tok: Any, records: list[Record], opts: Options, what: str, log: Reporter
 ) -> list[Example]:
@@ -138,7 +155,7 @@ def prepare_data(
         f"{max_steps} steps"
     )
     fingerprint = {name: getattr(opts, name) for name in FINGERPRINT_OPTIONS}
-    fingerprint |= {"packing": mode, "world_size": ranks.world_size, "data": data_digest(train_ex)}
+    fingerprint |= {"model": model_identity(opts.model), "packing": mode, "world_size": ranks.world_size, "data": data_digest(train_ex)}
     evalset = _layout(eval_ex, opts, mode, 1, tok.pad_token_id)[0] if eval_ex else None
     return Data(train, evalset, layout, max_steps, fingerprint)
 

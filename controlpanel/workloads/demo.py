@@ -8,6 +8,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from django.utils import timezone
+
 from controlpanel.buckets.models import Bucket
 from controlpanel.buckets.selectors import datastore_config, default_datastore_alias
 from controlpanel.buckets.services import bucket_create, bucket_stats_request
@@ -34,7 +36,8 @@ def demo_form_initial(*, project: Project) -> dict[str, Any]:
         "name": "demo fine-tune",
         "model_volume": f"{where}/{MODEL_PREFIX}",
         "data_volume": f"{where}/{DATA_PREFIX}",
-        "output_volume": f"{where}/{OUTPUT_PREFIX}",
+        # a folder per submission: each try keeps its own adapter and checkpoints
+        "output_volume": f"{where}/{OUTPUT_PREFIX}/{timezone.now():%Y%m%d-%H%M%S}",
         "flavor": "ai1-1-cpu",
     }
 

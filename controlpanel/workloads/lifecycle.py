@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from controlpanel.workloads.models import FINAL_STATES, Job, JobEvent, JobRun, JobState
 from deploy.types import ObservedWorkload, Phase
+from training.protocol import parse_line
 
 S = JobState
 
@@ -63,7 +64,7 @@ def target_states(job: Job, observed: ObservedWorkload) -> list[tuple[str, str]]
                 (S.TIMEOUT, f"timeout of {job.timeout} s reached"),
                 (S.INTERRUPTED, observed.reason or "stopped at the timeout"),
             ]
-        return [(S.FAILED, observed.reason or _exit_reason(observed.exit_code))]
+        return [(S.FAILED, _readable(observed.reason) or _exit_reason(observed.exit_code))]
     if phase is Phase.GONE:
         if job.launched_run >= job.run:
             return [(S.ERROR, "the workload disappeared from the cluster")]
@@ -76,6 +77,16 @@ def target_states(job: Job, observed: ObservedWorkload) -> list[tuple[str, str]]
     if job.stop_requested and state in (S.QUEUED, S.INITIALIZING, S.PENDING, S.RUNNING):
         state = S.INTERRUPTING
     return [(state, observed.reason)]
+
+
+def _readable(reason: str) -> str:
+    """A failure reason ends with the process's last words; when those are the fine-tune
+    image's `error` event (a JSON line), keep its message, not the JSON."""
+    head, sep, last = reason.partition(": {")
+    event = parse_line("{" + last) if sep else None
+    if not event or event.get("event") != "error" or not event.get("message"):
+        return reason
+    return f"{head}: {event['message']}"
 
 
 def _exit_reason(exit_code: int | None) -> str:

@@ -85,3 +85,20 @@ def test_checkpoints_of_another_configuration_are_refused(tmp_path: Path) -> Non
         _resume_point(opts, fingerprint | {"rank": 8, "data": "xyz"}, reporter)
     fresh = parse_options(["--model", "m", "--data", "d", "--output", str(tmp_path), "--no-resume"])
     assert _resume_point(fresh, fingerprint | {"rank": 8}, reporter) is None
+
+
+def test_the_model_is_known_by_its_files_not_its_path(tiny_llm: TinyLLM, tmp_path: Path) -> None:
+    """The local backend mounts a volume at a new place for every run: the same model there
+    must resume; a different one must not."""
+    import shutil
+
+    from training.prepare import model_identity
+
+    moved = shutil.copytree(tiny_llm.model_dir, tmp_path / "elsewhere" / "model")
+    (moved / ".cache").mkdir()
+    (moved / ".cache" / "download.lock").write_text("bookkeeping of a download tool")
+    assert model_identity(str(moved)) == model_identity(str(tiny_llm.model_dir))
+    config = json.loads((moved / "config.json").read_text())
+    (moved / "config.json").write_text(json.dumps(config | {"rms_norm_eps": 1e-5}))
+    assert model_identity(str(moved)) != model_identity(str(tiny_llm.model_dir))
+    assert model_identity("mistralai/Mistral-7B-v0.3") == "mistralai/Mistral-7B-v0.3"

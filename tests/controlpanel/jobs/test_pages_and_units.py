@@ -199,3 +199,18 @@ def test_a_new_form_shows_the_cost_of_what_it_starts_with(
     for tab in ("finetune", "custom"):
         page = owner_client.get(f"/p/alpha/jobs/new/?tab={tab}").content.decode()
         assert f"Estimated cost: <strong>{first.current_price:.2f} EUR/h</strong>" in page
+
+
+def test_a_fine_tune_error_event_reads_as_its_message(project: Project, owner: Any) -> None:
+    job = make_job(project, owner, state=JobState.RUNNING)
+    last = json.dumps(
+        {"event": "error", "v": 1, "kind": "config", "exit_code": 2, "message": "bad --rank"}
+    )
+    seen = ObservedWorkload(
+        kind=WorkloadKind.JOB, id=str(job.pk), phase=Phase.FAILED, reason=f"exit code 2: {last}"
+    )
+    apply_observation(job, seen)
+    assert (job.state, job.state_reason) == (JobState.FAILED, "exit code 2: bad --rank")
+    other = make_job(project, owner, state=JobState.RUNNING)
+    apply_observation(other, replace(seen, id=str(other.pk), reason="exit code 1: {not json"))
+    assert other.state_reason == "exit code 1: {not json"
