@@ -155,7 +155,12 @@ def prepare_data(
         f"{max_steps} steps"
     )
     fingerprint = {name: getattr(opts, name) for name in FINGERPRINT_OPTIONS}
-    fingerprint |= {"model": model_identity(opts.model), "packing": mode, "world_size": ranks.world_size, "data": data_digest(train_ex)}
+    fingerprint |= {
+        "model": model_identity(opts.model),
+        "packing": mode,
+        "world_size": ranks.world_size,
+        "data": data_digest(train_ex),
+    }
     evalset = _layout(eval_ex, opts, mode, 1, tok.pad_token_id)[0] if eval_ex else None
     return Data(train, evalset, layout, max_steps, fingerprint)
 
