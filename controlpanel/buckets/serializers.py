@@ -7,7 +7,7 @@ from rest_framework import serializers
 from controlpanel.buckets.models import Bucket
 
 
-class DatastoreSerializer(serializers.Serializer):
+class _DatastoreFields(serializers.Serializer):
     alias = serializers.CharField(max_length=32)
     endpoint_url = serializers.URLField(max_length=500)
     region = serializers.CharField(max_length=64, default="us-east-1")
@@ -18,20 +18,13 @@ class DatastoreSerializer(serializers.Serializer):
         default="",
         help_text="Where browsers and the CLI reach it; empty: endpoint_url.",
     )
+
+
+class DatastoreSerializer(_DatastoreFields):
     is_default = serializers.BooleanField(read_only=True)
 
 
-class DatastoreCreateSerializer(serializers.Serializer):
-    alias = serializers.CharField(max_length=32)
-    endpoint_url = serializers.URLField(max_length=500)
-    region = serializers.CharField(max_length=64, default="us-east-1")
-    public_endpoint_url = serializers.URLField(
-        max_length=500,
-        required=False,
-        allow_blank=True,
-        default="",
-        help_text="Where browsers and the CLI reach it; empty: endpoint_url.",
-    )
+class DatastoreCreateSerializer(_DatastoreFields):
     access_key = serializers.CharField(write_only=True, max_length=256)
     secret_key = serializers.CharField(
         write_only=True, max_length=256, style={"input_type": "password"}

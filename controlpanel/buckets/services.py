@@ -87,26 +87,27 @@ def datastore_alias_check(*, alias: str, datastore_id: int | None = None) -> Non
         return  # the model field's validator says what is wrong with it
     prefix = env_prefix(alias)
     if settings.S3_ENDPOINT_URL and env_prefix(settings.S3_ALIAS) == prefix:
-        default = settings.S3_ALIAS
-        why = (
-            f"{alias} is the default datastore (S3_ALIAS)."
-            if alias == default
-            else f"{alias} would share the environment variables {prefix}* with the default "
-            f"datastore {default} (S3_ALIAS): choose an alias that differs by more than "
-            "case or '-' and '_'."
-        )
-        raise ValidationError({"alias": why})
+        _alias_clash(alias, settings.S3_ALIAS, default=True)
     others = Datastore.objects.exclude(pk=datastore_id) if datastore_id else Datastore.objects
     for other in others.values_list("alias", flat=True):
         if env_prefix(other) == prefix:
-            why = (
-                f"A datastore named {other} already exists."
-                if other == alias
-                else f"{alias} would share the environment variables {prefix}* with the "
-                f"datastore {other}: choose an alias that differs by more than case or "
-                "'-' and '_'."
-            )
-            raise ValidationError({"alias": why})
+            _alias_clash(alias, other, default=False)
+
+
+def _alias_clash(alias: str, other: str, *, default: bool) -> None:
+    """Refuse `alias`: it is `other`, or shares its pod environment variables."""
+    if alias == other:
+        taken = f"{alias} is the default datastore (S3_ALIAS)."
+        raise ValidationError(
+            {"alias": taken if default else f"A datastore named {alias} already exists."}
+        )
+    whose = f"the default datastore {other} (S3_ALIAS)" if default else f"the datastore {other}"
+    raise ValidationError(
+        {
+            "alias": f"{alias} would share the environment variables {env_prefix(alias)}* with "
+            f"{whose}: choose an alias that differs by more than case or '-' and '_'."
+        }
+    )
 
 
 def _resolve(datastore: str | None) -> tuple[str, DatastoreConfig]:
