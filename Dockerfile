@@ -5,16 +5,19 @@ COPY package.json package-lock.json ./
 RUN npm ci --omit=dev --no-audit --no-fund
 
 FROM python:3.11-slim-bookworm
-ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 \
+# The code runs from /app (no install step): PYTHONPATH makes its packages importable anywhere.
+ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 PYTHONPATH=/app \
     AJUSTE_VAR_DIR=/var/lib/ajuste
 WORKDIR /app
 RUN groupadd --gid 10001 ajuste && useradd --uid 10001 --gid ajuste --home /app ajuste
-COPY pyproject.toml README.md ./
+# The locked versions first (make lock), with hashes: this layer stays cached across code changes.
+COPY requirements/panel.lock ./requirements/panel.lock
+RUN pip install --no-cache-dir --require-hashes --no-deps -r requirements/panel.lock
 COPY controlpanel ./controlpanel
 COPY storage ./storage
 COPY deploy ./deploy
-COPY training/__init__.py training/protocol.py ./training/
-RUN pip install --no-cache-dir .
+# The panel imports the training package's option and protocol modules (not torch).
+COPY training ./training
 COPY manage.py Procfile ./
 COPY templates ./templates
 COPY static ./static

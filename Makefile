@@ -7,14 +7,16 @@ PIP := $(VENV)/bin/pip
 TORCH_VERSION ?= 2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test test-fast lint format bench clean services
+.PHONY: install run test test-fast lint format bench clean services lock
 
-$(STAMP): pyproject.toml package.json package-lock.json
+# Every install takes the locked versions (requirements/dev.lock, package-lock.json): every
+# machine tests the same software. `make lock` moves the lock forward.
+$(STAMP): pyproject.toml requirements/dev.lock package.json package-lock.json
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PIP) install -q --upgrade pip wheel
 	# torch first and pinned: an unpinned torch pulls a multi-GB CUDA build.
 	$(PIP) install -q "torch==$(TORCH_VERSION)"
-	$(PIP) install -q -e ".[train,dev]"
+	$(PIP) install -q --require-hashes --no-deps -r requirements/dev.lock
+	$(PIP) install -q --no-deps --no-build-isolation -e .
 	npm ci --no-audit --no-fund --loglevel=error
 	@touch $(STAMP)
 
@@ -43,6 +45,9 @@ format: $(STAMP)
 
 bench: $(STAMP) services
 	@for b in bench/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+
+lock: $(STAMP)
+	scripts/lock
 
 clean:
 	rm -rf $(VENV) node_modules var

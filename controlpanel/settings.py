@@ -126,11 +126,15 @@ if not REDIS_URL.startswith(("redis://", "rediss://", "unix://")):
         f"REDIS_URL={REDIS_URL!r} must start with redis://, rediss:// or unix://."
     )
 
+# Every key Ajuste writes in Redis (cache and broker queues) starts with this prefix, so two
+# installs (or two test runs) can share one Redis database without taking each other's tasks.
+REDIS_KEY_PREFIX = env_str("REDIS_KEY_PREFIX") or "ajuste"
+
 CACHES = {
     "default": {
         "BACKEND": "django.core.cache.backends.redis.RedisCache",
         "LOCATION": REDIS_URL,
-        "KEY_PREFIX": "ajuste",
+        "KEY_PREFIX": REDIS_KEY_PREFIX,
     }
 }
 
@@ -236,7 +240,10 @@ CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
-CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "visibility_timeout": 3600,
+    "global_keyprefix": f"{REDIS_KEY_PREFIX}:",
+}
 CELERY_TASK_ALWAYS_EAGER = False
 CELERY_TIMEZONE = "UTC"
 CELERY_BEAT_SCHEDULE: dict = {}

@@ -1,14 +1,70 @@
-"""Loaded with `-p tests.envdefaults` before Django is set up: tests run against the real
-PostgreSQL and Redis on loopback unless the environment names others."""
+"""Loaded with `-p tests.envdefaults` before Django is set up: every test session starts from a
+clean, known environment, so nothing a user exported in their shell (`DJANGO_SUPERUSER_*`,
+`S3_*`, `DATABASE_URL`, `KUBECONFIG`, `AJUSTE_*`...) changes a test's result.
+
+Tests run against the real PostgreSQL and Redis on loopback. To point a run at others, set
+`AJUSTE_TEST_DATABASE_URL` / `AJUSTE_TEST_REDIS_URL` (the only variables read from outside).
+"""
 
 import os
 
-# One database per run (pytest-django creates test_ajuste_<pid> and drops it at the end), so
-# runs started side by side never share one.
-os.environ.setdefault("DATABASE_URL", f"postgres://postgres@127.0.0.1:5432/ajuste_{os.getpid()}")
-os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/15")
-os.environ.setdefault("DEBUG", "0")
-os.environ.setdefault("HTTPS", "0")
-os.environ.setdefault("SECRET_KEY", "tests-only-secret-key-that-is-long-enough-for-django-checks")
-os.environ.setdefault("STATIC_MANIFEST", "0")
-os.environ.setdefault("AJUSTE_VAR_DIR", "/tmp/ajuste-tests-var")
+# Everything the settings, the CLI, Django's management commands and the cluster client read.
+_PREFIXES = ("DJANGO_", "S3_", "AJUSTE_", "KUBERNETES_", "EMAIL_", "AXES_", "SECURE_", "CSP_")
+_NAMES = {
+    "ALLOWED_HOSTS",
+    "BEHIND_PROXY",
+    "COMPUTE_BACKEND",
+    "CSRF_TRUSTED_ORIGINS",
+    "CURRENCY",
+    "DATABASE_CONN_MAX_AGE",
+    "DATABASE_URL",
+    "DEBUG",
+    "DEFAULT_FROM_EMAIL",
+    "FIELD_ENCRYPTION_KEY",
+    "HTTPS",
+    "JOB_SWEEP_SECONDS",
+    "JOB_WORKSPACE_GIB",
+    "KUBECONFIG",
+    "LOG_LEVEL",
+    "MAX_GPUS_PER_JOB",
+    "REDIS_KEY_PREFIX",
+    "REDIS_URL",
+    "SECRET_KEY",
+    "SITE_URL",
+    "STATIC_MANIFEST",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_PROFILE",
+    "AWS_DEFAULT_REGION",
+    "AWS_ENDPOINT_URL",
+}
+
+
+def _outside(name: str) -> bool:
+    bare = name.removesuffix("_FILE")
+    return bare in _NAMES or bare.startswith(_PREFIXES)
+
+
+_database = os.environ.get("AJUSTE_TEST_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/ajuste")
+_redis = os.environ.get("AJUSTE_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+for _name in [n for n in os.environ if _outside(n)]:
+    del os.environ[_name]
+
+# One database per run (pytest-django creates test_<name> and drops it at the end) and one Redis
+# key prefix per run, so runs started side by side share neither rows nor queued tasks.
+os.environ["DATABASE_URL"] = f"{_database}_{os.getpid()}"
+os.environ["REDIS_URL"] = _redis
+os.environ["REDIS_KEY_PREFIX"] = f"ajuste-test-{os.getpid()}"
+os.environ["DEBUG"] = "0"
+os.environ["HTTPS"] = "0"
+os.environ["SECRET_KEY"] = "tests-only-secret-key-that-is-long-enough-for-django-checks"
+os.environ["STATIC_MANIFEST"] = "0"
+os.environ["AJUSTE_VAR_DIR"] = f"/tmp/ajuste-tests-var-{os.getpid()}"
+
+
+def pytest_unconfigure(config: object) -> None:
+    """This run's var/ (the generated secrets and uploads of the processes it started) goes."""
+    import shutil
+
+    shutil.rmtree(os.environ["AJUSTE_VAR_DIR"], ignore_errors=True)
