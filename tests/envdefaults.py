@@ -41,14 +41,15 @@ _NAMES = {
 }
 
 
-def _outside(name: str) -> bool:
+def outside_variable(name: str) -> bool:
+    """A variable a user may have exported that would change what the tests see."""
     bare = name.removesuffix("_FILE")
     return bare in _NAMES or bare.startswith(_PREFIXES)
 
 
 _database = os.environ.get("AJUSTE_TEST_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/ajuste")
 _redis = os.environ.get("AJUSTE_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
-for _name in [n for n in os.environ if _outside(n)]:
+for _name in [n for n in os.environ if outside_variable(n)]:
     del os.environ[_name]
 
 # One database per run (pytest-django creates test_<name> and drops it at the end) and one Redis

@@ -5,23 +5,21 @@ before Django starts."""
 
 from __future__ import annotations
 
+import os
 import secrets
 import socket
 import subprocess
 from pathlib import Path
 
+from controlpanel.runenv import private_secret
 from storage.embedded import DEFAULT_ACCESS_KEY, start_embedded_s3
 
-PORT = 9100
+PORT = int(os.environ.get("AJUSTE_S3_PORT") or 9100)
 HOST = "127.0.0.1"
 
 
 def _secret(var: Path) -> str:
-    path = var / "s3_secret_key"
-    if not path.exists():
-        path.write_text(secrets.token_urlsafe(32))
-        path.chmod(0o600)
-    return path.read_text().strip()
+    return private_secret(var / "s3_secret_key", lambda: secrets.token_urlsafe(32))
 
 
 def _port_taken(port: int) -> bool:

@@ -13,6 +13,7 @@ from django.core.management.base import BaseCommand, CommandParser
 from django.db import transaction
 
 from controlpanel.projects.models import Membership, Project, Role
+from controlpanel.runenv import write_private
 
 
 class Command(BaseCommand):
@@ -57,8 +58,10 @@ class Command(BaseCommand):
         if existing is not None:
             self.stdout.write(f"• admin account: {existing.username}")
             return
-        username = os.environ.get("DJANGO_SUPERUSER_USERNAME", "admin")
+        # Credentials are chosen with both variables; a user name left exported from another
+        # tool, without its password, does not rename the admin the README logs in as.
         password = os.environ.get("DJANGO_SUPERUSER_PASSWORD")
+        username = os.environ.get("DJANGO_SUPERUSER_USERNAME", "admin") if password else "admin"
         generated = not password
         password = password or secrets.token_urlsafe(12)
         admin = users.objects.create_superuser(
@@ -70,8 +73,7 @@ class Command(BaseCommand):
         )
         if generated:
             note = Path(settings.VAR_DIR) / "admin-password.txt"
-            note.write_text(f"{username}\n{password}\n")
-            note.chmod(0o600)
+            write_private(note, f"{username}\n{password}\n")
             self.stdout.write(
                 self.style.SUCCESS(
                     f"• created the admin account: user {username}, password {password} "
