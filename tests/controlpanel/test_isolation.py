@@ -1,5 +1,7 @@
 """Every page, fragment and API route that belongs to a project: a member of another project
-gets 404 and an anonymous user is sent to log in (web) or gets 401 (API).
+gets 404 and an anonymous user is sent to log in (web) or gets 401 (API), while the project's
+manager, sending the same kind of request, gets the real answer about that very object (so a
+route that answers 404 to everyone fails here too).
 
 `test_every_route_is_covered` walks the URL resolver, so a new route fails the suite until
 it is added to CASES (or, if it is not project data, to PUBLIC / PERSONAL).
@@ -7,16 +9,22 @@ it is added to CASES (or, if it is not project data, to PUBLIC / PERSONAL).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import httpx
 import pytest
 from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver
 from rest_framework.test import APIClient
 
 from controlpanel.projects.models import Membership
+from storage.datastore import DatastoreConfig
+from storage.errors import BucketNotFound
+from storage.objects import create_bucket, delete_bucket, put_object
+from storage.presign import create_multipart_upload, presign_upload_parts
 
 
 @dataclass(frozen=True)
@@ -126,7 +134,17 @@ CASES: list[Case] = [
 ]
 
 # Routes that hold no project data: public, or the user's own things (tested in test_accounts).
-PUBLIC = {"home", "healthz", "readyz", "login", "logout", "api-schema", "api-docs", "api-root"}
+PUBLIC = {
+    "home",
+    "healthz",
+    "readyz",
+    "login",
+    "logout",
+    "api-schema",
+    "api-docs",
+    "api-root",
+    "api-not-found",  # any unrouted path under /api/: a JSON 404 (test_api_errors)
+}
 PERSONAL = {
     "password_change",
     "password_change_done",
@@ -196,6 +214,155 @@ def test_anonymous_is_refused(case: Case, ctx: dict[str, Any]) -> None:
             )
             assert htmx.status_code == 401, (method, url, htmx.status_code)
             assert htmx["HX-Redirect"] == "/login/?next=%2Fp%2Falpha%2Fjobs%2F%3Fstate%3DRUNNING"
+
+
+@dataclass(frozen=True)
+class Probe:
+    """What the project's manager sends to a route, and what proves the answer is the real one:
+    the status and a piece of the body (or of the redirect's target) naming that object."""
+
+    method: str
+    status: int
+    shows: str
+    data: dict[str, Any] | Callable[[dict[str, Any]], dict[str, Any]] | None = None
+
+
+def _upload(ctx: dict[str, Any], *, with_part: bool = False) -> dict[str, Any]:
+    """A multipart upload started in the owner's bucket (one 5-byte part uploaded if asked)."""
+    s3: DatastoreConfig = ctx["s3"]
+    upload_id = create_multipart_upload(s3, bucket=ctx["bucket"], key="big.bin")
+    data: dict[str, Any] = {"key": "big.bin", "upload_id": upload_id}
+    if with_part:
+        (part,) = presign_upload_parts(
+            s3, bucket=ctx["bucket"], key="big.bin", upload_id=upload_id, part_numbers=[1]
+        )
+        etag = httpx.put(part.url, content=b"hello").raise_for_status().headers["ETag"]
+        data["parts"] = [{"part_number": 1, "etag": etag}]
+    return data
+
+
+JOB_SPEC = {"image": "x/y:1", "flavor": "ai1-1-cpu", "command": ["run"]}
+OWNER: dict[str, tuple[Probe, ...]] = {
+    "project-home": (Probe("get", 200, "<title>Alpha \u00b7"),),
+    "member-list": (
+        Probe("get", 200, "<td>member</td>"),
+        Probe("post", 302, "/p/alpha/members/", {"username": "outsider", "role": "member"}),
+    ),
+    "member-update": (Probe("post", 302, "/p/alpha/members/", {"role": "manager"}),),
+    "api-project-detail": (Probe("get", 200, '"slug":"alpha"'),),
+    "api-member-list": (
+        Probe("get", 200, '"username":"member"'),
+        Probe("post", 201, '"username":"outsider"', {"username": "outsider", "role": "member"}),
+    ),
+    "api-member-detail": (
+        Probe("patch", 200, '"username":"member","role":"manager"', {"role": "manager"}),
+        Probe("delete", 204, ""),
+    ),
+    "job-list": (Probe("get", 200, "secret-job"),),
+    "job-new": (
+        Probe("get", 200, "New job \u00b7 Alpha"),
+        Probe("post", 400, "New job \u00b7 Alpha", {}),  # the form's errors, on this project
+    ),
+    "job-detail": (Probe("get", 200, "<title>secret-job"),),
+    "job-status": (Probe("get", 200, "secret-job"),),
+    "job-logs": (Probe("get", 200, "<title>Log \u00b7 secret-job"),),
+    "job-log-download": (Probe("get", 200, 'filename="job-{job:.8}-run1.log"'),),
+    "job-action": (Probe("post", 302, "/p/alpha/jobs/{job}/"),),
+    "api-job-list": (
+        Probe("get", 200, '"name":"secret-job"'),
+        Probe("post", 201, '"project":"alpha"', JOB_SPEC),
+    ),
+    "api-job-detail": (
+        Probe("get", 200, '"name":"secret-job"'),
+        Probe("delete", 400, "Stop the job before deleting it."),
+    ),
+    "api-job-stop": (Probe("post", 200, '"state":"INTERRUPTED"'),),
+    "api-job-rerun": (Probe("post", 400, "Only a finished job can be run again"),),
+    "api-job-retry-push": (Probe("post", 400, "(SYNC_FAILED) can retry it"),),
+    "api-job-logs": (Probe("get", 200, '"state":"QUEUED"'),),
+    "bucket-list": (
+        Probe("get", 200, "alpha-data"),
+        Probe("post", 400, "Object Storage \u00b7 Alpha", {}),
+    ),
+    "bucket-browse": (Probe("get", 200, "a.txt"),),
+    "bucket-row": (Probe("get", 200, 'data-bucket="alpha-data"'),),
+    "bucket-delete": (
+        Probe("get", 200, "<title>Delete alpha-data"),
+        Probe("post", 302, "/p/alpha/buckets/", {"confirm": "alpha-data", "empty": "on"}),
+    ),
+    "object-download": (Probe("get", 302, "/alpha-data/a.txt?"),),
+    "object-delete": (Probe("post", 302, "/p/alpha/buckets/LOCAL/alpha-data/", {"keys": "a.txt"}),),
+    "api-bucket-list": (
+        Probe("get", 200, '"name":"alpha-data"'),
+        Probe("post", 400, '"name":', {}),
+    ),
+    "api-bucket-attach": (Probe("post", 400, '"name":', {}),),
+    "api-bucket-detail": (
+        Probe("get", 200, '"name":"alpha-data"'),
+        Probe("delete", 409, "alpha-data"),  # it holds a.txt
+    ),
+    "api-object-list": (Probe("get", 200, '"key":"a.txt"'),),
+    "api-object-delete": (Probe("post", 200, '"deleted":["a.txt"]', {"keys": ["a.txt"]}),),
+    "api-download-url": (Probe("get", 200, "/alpha-data/a.txt?"),),
+    "api-upload-url": (Probe("post", 200, "/alpha-data/b.txt?", {"key": "b.txt"}),),
+    "api-upload-done": (Probe("post", 204, "", {"key": "b.txt"}),),
+    "api-upload-start": (Probe("post", 201, '"upload_id":', {"key": "c.bin", "size": 10}),),
+    "api-upload-parts": (
+        Probe("post", 200, "partNumber=1", lambda c: _upload(c) | {"part_numbers": [1]}),
+    ),
+    "api-upload-complete": (
+        Probe("post", 200, '"key":"big.bin"', lambda c: _upload(c, with_part=True)),
+    ),
+    "api-upload-abort": (Probe("post", 204, "", _upload),),
+}
+
+
+def test_every_case_has_an_owner_probe_for_each_method() -> None:
+    assert {c.name: c.methods for c in CASES} == {
+        name: tuple(p.method for p in probes) for name, probes in OWNER.items()
+    }
+
+
+@pytest.fixture
+def owner_s3(panel_s3: DatastoreConfig) -> Iterator[DatastoreConfig]:
+    """The owner's bucket `alpha-data` on the test S3 server, holding `a.txt`."""
+    with contextlib.suppress(BucketNotFound):
+        delete_bucket(panel_s3, bucket="alpha-data", force=True)
+    create_bucket(panel_s3, bucket="alpha-data")
+    put_object(panel_s3, bucket="alpha-data", key="a.txt", data=b"owner's data")
+    yield panel_s3
+    with contextlib.suppress(BucketNotFound):
+        delete_bucket(panel_s3, bucket="alpha-data", force=True)
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_the_owner_gets_the_real_answer(
+    case: Case,
+    ctx: dict[str, Any],
+    owner_client: Client,
+    owner_api: APIClient,
+    owner_s3: DatastoreConfig,
+) -> None:
+    """The positive control of the tests above: the same route, the project's manager."""
+    ctx = ctx | {"s3": owner_s3, "bucket": "alpha-data"}
+    job, _ = _job(ctx), _bucket(ctx)
+    url = case.path(ctx)
+    client = owner_api if case.api else owner_client
+    for probe in OWNER[case.name]:
+        data = probe.data(ctx) if callable(probe.data) else probe.data
+        response = getattr(client, probe.method)(
+            url, data or {}, **({"format": "json"} if case.api else {})
+        )
+        seen = _answer(response)
+        assert response.status_code == probe.status, (probe.method, url, seen[:2000])
+        assert probe.shows.format(job=job) in seen, (probe.method, url, seen[:2000])
+
+
+def _answer(response: Any) -> str:
+    """The body, with the redirect target and the download's file name in front."""
+    body = b"".join(response.streaming_content) if response.streaming else response.content
+    head = f"{response.get('Location', '')} {response.get('Content-Disposition', '')} "
+    return head + body.decode(errors="replace")
 
 
 # Routes about the project itself, not about one of its things (jobs, buckets, members).
