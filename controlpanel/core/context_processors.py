@@ -6,6 +6,7 @@ from django.conf import settings
 from django.http import HttpRequest
 from django.urls import NoReverseMatch, reverse
 
+from controlpanel.projects.models import Project
 from controlpanel.projects.selectors import projects_for_user
 
 # (label, url name taking the project slug, staff only). Sections whose URL is not
@@ -39,7 +40,7 @@ def shell(request: HttpRequest) -> dict[str, Any]:
     if user is None or not user.is_authenticated:
         return {}
     access = getattr(request, "access", None)
-    current = access.project if access else None
+    current = access.project if access else _last_project(request, user)
     sections = _section_links(request, current.slug if current else None)
     section = next(
         (s for s in SECTIONS if any(link["active"] and link["label"] == s[0] for link in sections)),
@@ -52,6 +53,15 @@ def shell(request: HttpRequest) -> dict[str, Any]:
         "project_switch": _switch_links(user, section[1] if section else "project-home"),
         "nav_sections": sections,
     }
+
+
+def _last_project(request: HttpRequest, user: Any) -> Project | None:
+    """Pages outside a project (Settings, New project, a 404) keep the project last opened,
+    if the user may still open it, so the switcher and the sections stay where they were."""
+    slug = request.session.get("project") if hasattr(request, "session") else None
+    if not slug:
+        return None
+    return projects_for_user(user=user).filter(slug=slug).only("slug", "name").first()
 
 
 def _switch_links(user: Any, url_name: str) -> list[dict[str, Any]]:

@@ -86,7 +86,7 @@ class Project(models.Model):
     )
     name = models.CharField(max_length=100)
     gpu_quota = models.PositiveIntegerField(
-        default=8, help_text="Most GPUs the project may use at once."
+        "GPU quota", default=8, help_text="Most GPUs the project may use at once."
     )
     monthly_budget = models.DecimalField(
         max_digits=12,

@@ -1,0 +1,82 @@
+"""The shell around pages outside a project: Settings, New project and the 404 page keep the
+project last opened (its switcher entry and its sections), never one the user is not in."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.test import Client
+
+from controlpanel.projects.models import Project
+from tests.fixtures.panel import add_member, logged_in
+
+
+def _shell(html: str) -> str:
+    """The top bar alone (the page body may name the project for its own reasons)."""
+    return html.split('<header class="topbar">', 1)[1].split("</header>", 1)[0]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("path", ["/settings/", "/p/alpha/jobs/no-such-job/", "/nowhere/"])
+def test_pages_outside_a_project_keep_the_current_one(owner_client: Client, path: str) -> None:
+    assert owner_client.get("/p/alpha/").status_code == 200  # opens the project
+    response = owner_client.get(path)
+    shell = _shell(response.content.decode())
+    assert "<summary>Alpha</summary>" in shell and "Choose a project" not in shell
+    assert 'href="/p/alpha/jobs/"' in shell and 'href="/p/alpha/buckets/"' in shell
+    assert "Choose a project first" not in shell
+
+
+@pytest.mark.django_db
+def test_new_project_page_keeps_the_current_project(admin_user: Any, project: Project) -> None:
+    client = logged_in(admin_user)
+    client.get("/p/alpha/")
+    shell = _shell(client.get("/projects/new/").content.decode())
+    assert "<summary>Alpha</summary>" in shell and 'href="/p/alpha/jobs/"' in shell
+
+
+@pytest.mark.django_db
+def test_a_project_left_since_is_not_kept(owner: Any, project: Project) -> None:
+    client = logged_in(owner)
+    client.get("/p/alpha/")
+    project.memberships.filter(user=owner).delete()
+    shell = _shell(client.get("/settings/").content.decode())
+    assert "Alpha" not in shell and "Choose a project" in shell
+
+
+@pytest.mark.django_db
+def test_a_404_inside_a_project_has_the_navigation(owner_client: Client) -> None:
+    response = owner_client.get("/p/alpha/jobs/0000/")
+    assert response.status_code == 404
+    html = response.content.decode()
+    assert 'class="topbar"' in html and 'data-testid="not-found"' in html
+    assert 'href="/p/alpha/"' in html  # the way back
+    assert 'href="/p/alpha/jobs/"' in _shell(html)
+
+
+@pytest.mark.django_db
+def test_a_404_of_a_project_one_is_not_in_reveals_nothing(
+    owner_client: Client, other_project: Project
+) -> None:
+    owner_client.get("/p/alpha/")
+    response = owner_client.get("/p/beta/jobs/")
+    assert response.status_code == 404
+    html = response.content.decode()
+    assert other_project.name not in html and "/p/beta/" not in html
+    assert "<summary>Alpha</summary>" in html  # the shell stays in the user's own project
+
+
+@pytest.mark.django_db
+def test_a_404_for_a_visitor_is_a_page_with_a_way_to_log_in(client: Client) -> None:
+    response = client.get("/nowhere/")
+    assert response.status_code == 404
+    assert 'data-testid="not-found"' in response.content.decode()
+    assert 'href="/login/"' in response.content.decode()
+
+
+@pytest.mark.django_db
+def test_the_gpu_quota_is_labelled_gpu_quota(admin_user: Any, project: Project) -> None:
+    add_member(project, admin_user)
+    html = logged_in(admin_user).get("/projects/new/").content.decode()
+    assert ">GPU quota</label>" in html and "Gpu quota" not in html
