@@ -1,8 +1,8 @@
-from django.urls import include, path
+from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 from rest_framework.routers import DefaultRouter
 
-from controlpanel.api import views
+from controlpanel.api import errors, views
 from controlpanel.workloads import api as job_api
 
 router = DefaultRouter()
@@ -23,4 +23,6 @@ urlpatterns = [
     path("api/v1/", include(router.urls)),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularSwaggerSplitView.as_view(url_name="api-schema"), name="api-docs"),
+    # Last of all (the root URLconf includes this module last): a JSON 404, not the HTML page.
+    re_path(r"^api/(?P<path>.*)$", errors.not_found, name="api-not-found"),
 ]

@@ -195,25 +195,16 @@ class ObjectListView(StorageAPIView):
     """One page of objects under `prefix`, folded into `prefixes` at `delimiter` ('/' by
     default; empty for a flat listing). Pass `next_token` back as `token`."""
 
-    @extend_schema(
-        responses=s.ObjectPageSerializer,
-        parameters=[
-            OpenApiParameter("prefix", str),
-            OpenApiParameter("delimiter", str),
-            OpenApiParameter("token", str),
-            OpenApiParameter("limit", int),
-        ],
-    )
+    @extend_schema(responses=s.ObjectPageSerializer, parameters=[s.ObjectListQuerySerializer])
     def get(self, request: Request, datastore: str, name: str) -> Response:
         bucket = _bucket(request, datastore, name)
-        params = request.query_params
-        limit = params.get("limit", "1000")
+        query = _valid(s.ObjectListQuerySerializer, request.query_params)
         page = selectors.object_page(
             bucket=bucket,
-            prefix=params.get("prefix", ""),
-            token=params.get("token"),
-            delimiter=params.get("delimiter", "/"),
-            page_size=int(limit) if limit.isdigit() else 1000,
+            prefix=query["prefix"],
+            token=query["token"] or None,
+            delimiter=query["delimiter"],
+            page_size=query["limit"],
         )
         return Response(s.ObjectPageSerializer(page).data)
 

@@ -2,9 +2,61 @@
 
 from __future__ import annotations
 
+import re
+from typing import Any
+
 from rest_framework import serializers
 
 from controlpanel.buckets.models import Bucket
+
+# RFC 9110 tokens: `type/subtype`, then `; name=value` parameters (a value may be quoted).
+_WORD = r"[!#$%&'*+.^_`|~0-9A-Za-z-]+"
+MEDIA_TYPE_RE = re.compile(rf'{_WORD}/{_WORD}(\s*;\s*{_WORD}=({_WORD}|"[^"\\]*"))*')
+MAX_CONTENT_TYPE = 255
+MAX_OPAQUE = 1024  # upload ids, ETags and continuation tokens the store handed out
+MAX_PREFIX_BYTES = 1024  # a prefix is the start of a key
+
+
+def _bad_character(value: str, what: str, *, ascii_only: bool) -> str | None:
+    """The first character the store cannot take in a header or an XML body, named."""
+    for index, char in enumerate(value):
+        code = ord(char)
+        if code < 32 or code == 127 or 0xD800 <= code <= 0xDFFF:
+            return f"The {what} has the control character {char!r} at position {index}."
+        if ascii_only and code > 127:
+            return f"The {what} has the non-ASCII character {char!r} at position {index}."
+    return None
+
+
+def _check(problem: str | None) -> None:
+    if problem:
+        raise serializers.ValidationError(problem)
+
+
+def validate_content_type(value: str) -> str:
+    """Sent to the store as a header: printable ASCII in the `type/subtype` shape."""
+    _check(_bad_character(value, "content type", ascii_only=True))
+    if value and not MEDIA_TYPE_RE.fullmatch(value):
+        _check(f"{value!r} is not a media type: give type/subtype, e.g. text/plain.")
+    return value
+
+
+def validate_opaque(what: str) -> Any:
+    """A value the store handed out (upload id, ETag, token): sent back as it came."""
+
+    def validate(value: str) -> str:
+        _check(_bad_character(value, what, ascii_only=True))
+        return value
+
+    return validate
+
+
+def validate_prefix(value: str) -> str:
+    _check(_bad_character(value, "prefix", ascii_only=False))
+    size = len(value.encode("utf-8"))
+    if size > MAX_PREFIX_BYTES:
+        _check(f"The prefix is {size} bytes long in UTF-8; keys have at most {MAX_PREFIX_BYTES}.")
+    return value
 
 
 class _DatastoreFields(serializers.Serializer):
@@ -91,6 +143,36 @@ class ObjectPageSerializer(serializers.Serializer):
     next_token = serializers.CharField(allow_null=True)
 
 
+class ObjectListQuerySerializer(serializers.Serializer):
+    """The listing's query: checked here, so the store never sees what it answers 500 to."""
+
+    prefix = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        default="",
+        trim_whitespace=False,
+        validators=[validate_prefix],
+        help_text="Only keys that start with this.",
+    )
+    delimiter = serializers.ChoiceField(
+        choices=["/", ""],
+        required=False,
+        allow_blank=True,  # `?delimiter=` is the flat listing, not the default
+        default="/",
+        help_text="'/' folds keys into folders (`prefixes`); empty lists every key under prefix.",
+    )
+    token = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        default="",
+        trim_whitespace=False,
+        max_length=MAX_OPAQUE,
+        validators=[validate_opaque("token")],
+        help_text="The `next_token` of the previous page, unchanged.",
+    )
+    limit = serializers.IntegerField(required=False, default=1000, min_value=1, max_value=1000)
+
+
 class ObjectDeleteSerializer(serializers.Serializer):
     keys = serializers.ListField(
         child=serializers.CharField(), max_length=1000, allow_empty=True, default=list
@@ -120,7 +202,15 @@ class KeySerializer(serializers.Serializer):
 
 
 class UploadUrlRequestSerializer(KeySerializer):
-    content_type = serializers.CharField(required=False, allow_blank=True, default="")
+    content_type = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        default="",
+        trim_whitespace=False,
+        max_length=MAX_CONTENT_TYPE,
+        validators=[validate_content_type],
+        help_text="A media type (type/subtype), sent as the object's Content-Type.",
+    )
 
 
 class UploadStartSerializer(UploadUrlRequestSerializer):
@@ -135,8 +225,14 @@ class UploadPlanSerializer(serializers.Serializer):
     part_count = serializers.IntegerField()
 
 
+def _upload_id() -> serializers.CharField:
+    return serializers.CharField(
+        trim_whitespace=False, max_length=MAX_OPAQUE, validators=[validate_opaque("upload id")]
+    )
+
+
 class UploadPartsRequestSerializer(KeySerializer):
-    upload_id = serializers.CharField()
+    upload_id = _upload_id()
     part_numbers = serializers.ListField(child=serializers.IntegerField(), max_length=1000)
 
 
@@ -151,16 +247,16 @@ class UploadPartsSerializer(serializers.Serializer):
 
 class CompletedPartSerializer(serializers.Serializer):
     part_number = serializers.IntegerField(min_value=1, max_value=10000)
-    etag = serializers.CharField()
+    etag = serializers.CharField(max_length=MAX_OPAQUE, validators=[validate_opaque("ETag")])
 
 
 class UploadCompleteSerializer(KeySerializer):
-    upload_id = serializers.CharField()
+    upload_id = _upload_id()
     parts = CompletedPartSerializer(many=True)
 
 
 class UploadAbortSerializer(KeySerializer):
-    upload_id = serializers.CharField()
+    upload_id = _upload_id()
 
 
 class UploadedSerializer(serializers.Serializer):

@@ -9,10 +9,10 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError
-from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from controlpanel.api.pagination import Pagination
 from controlpanel.api.scoping import api_project
 from controlpanel.flavors.models import Flavor
 from controlpanel.workloads import logs, selectors, services
@@ -144,6 +144,7 @@ class JobViewSet(viewsets.ViewSet):
 
     serializer_class = JobSerializer
     queryset = Job.objects.none()  # tells the schema the id type
+    pagination_class = Pagination  # read by the schema: the list is paginated like the others
     lookup_value_regex = "[0-9a-fA-F-]{1,36}"
 
     def _job(self, request: Request, pk: str) -> tuple[Any, Job]:
@@ -155,7 +156,9 @@ class JobViewSet(viewsets.ViewSet):
             OpenApiParameter("state", str, description="A job state (any case)."),
             OpenApiParameter("owner", str),
             OpenApiParameter("label", str, description="key or key=value"),
-        ]
+            OpenApiParameter("q", str, description="Part of the job's name (any case)."),
+        ],
+        responses=JobSerializer(many=True),
     )
     def list(self, request: Request) -> Response:
         access = api_project(request)
@@ -169,7 +172,7 @@ class JobViewSet(viewsets.ViewSet):
         jobs = selectors.jobs_for_project(project=access.project, filters=filters).prefetch_related(
             "events"
         )
-        paginator = LimitOffsetPagination()
+        paginator = self.pagination_class()
         page = paginator.paginate_queryset(jobs, request, view=self)
         return paginator.get_paginated_response(JobSerializer(page, many=True).data)
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db.models import F, OrderBy, QuerySet
+from django.db.models.fields.json import KeyTransform
 from django.db.models.functions import Coalesce, Now
 from django.http import Http404
 from django.utils import timezone
@@ -95,14 +96,22 @@ def jobs_for_project(*, project: Project, filters: JobFilters = JobFilters()) ->
     if filters.owner:
         jobs = jobs.filter(owner__username=filters.owner)
     if filters.label:
-        key, sep, value = filters.label.partition("=")
-        # Never build a lookup from user text: `labels__<key>` would let `a__regex` through.
-        jobs = (
-            jobs.filter(labels__contains={key: value}) if sep else jobs.filter(labels__has_key=key)
-        )
+        jobs = _with_label(jobs, filters.label)
     if filters.q:
         jobs = jobs.filter(name__icontains=filters.q)
     return jobs.order_by(SORTS.get(filters.sort, SORTS["-created"]), "-created_at")
+
+
+def _with_label(jobs: QuerySet[Job], label: str) -> QuerySet[Job]:
+    """`key` or `key=value`, on PostgreSQL and SQLite alike (SQLite has no JSON `contains`).
+
+    Never build a lookup from user text: `labels__<key>` would let `a__regex` through, so the
+    key is an expression's argument (a quoted JSON path), not part of a lookup name; the
+    value is compared as JSON (SQLite has no `->>` text form that `exact` accepts)."""
+    key, sep, value = label.partition("=")
+    if not sep:
+        return jobs.filter(labels__has_key=key)
+    return jobs.alias(label_value=KeyTransform(key, "labels")).filter(label_value=value)
 
 
 def job_get(*, project: Project, job_id: Any) -> Job:

@@ -230,6 +230,100 @@ def test_a_key_with_a_control_character_is_400_not_502(
     assert dotted.status_code == 400 and "'.' or '..'" in dotted.json()["key"][0]
 
 
+CONTROL = "The content type has the control character"
+
+
+@pytest.mark.parametrize(
+    ("content_type", "message"),
+    [
+        ("text/plain\x01", f"{CONTROL} '\\x01' at position 10."),
+        ("text/plain\x7f", f"{CONTROL} '\\x7f' at position 10."),
+        ("a\nb", f"{CONTROL} '\\n' at position 1."),
+        ("text/é", "The content type has the non-ASCII character 'é' at position 5."),
+        ("plain", "'plain' is not a media type: give type/subtype, e.g. text/plain."),
+        (
+            "text/plain; x",
+            "'text/plain; x' is not a media type: give type/subtype, e.g. text/plain.",
+        ),
+        ("a/" + "b" * 300, "Ensure this field has no more than 255 characters."),
+    ],
+)
+def test_a_bad_content_type_is_400_naming_it_not_502(
+    made: str,
+    name: str,
+    datastore: DatastoreConfig,
+    owner_api: APIClient,
+    content_type: str,
+    message: str,
+) -> None:
+    """The store answered these with a 400 (or a signature mismatch) the panel passed on as 502."""
+    start = {"key": "k", "size": 1, "content_type": content_type}
+    for path, body in [
+        ("uploads/", start),
+        ("upload-url/", {"key": "k", "content_type": content_type}),
+    ]:
+        response = owner_api.post(made + path, body, format="json")
+        assert response.status_code == 400, (path, response.content)
+        assert response.json() == {"content_type": [message]}
+    for good in ("text/plain; charset=utf-8", 'multipart/x; boundary="a b"', ""):
+        started = owner_api.post(made + "uploads/", {**start, "content_type": good}, format="json")
+        assert started.status_code == 201, started.content
+
+
+@pytest.mark.parametrize(
+    ("query", "field", "message"),
+    [
+        ({"delimiter": "\x01"}, "delimiter", '"\x01" is not a valid choice.'),
+        ({"delimiter": "ab"}, "delimiter", '"ab" is not a valid choice.'),
+        ({"token": "\x01"}, "token", "The token has the control character '\\x01' at position 0."),
+        ({"token": "é"}, "token", "The token has the non-ASCII character 'é' at position 0."),
+        (
+            {"prefix": "a\x01"},
+            "prefix",
+            "The prefix has the control character '\\x01' at position 1.",
+        ),
+        (
+            {"prefix": "é" * 513},
+            "prefix",
+            "The prefix is 1026 bytes long in UTF-8; keys have at most 1024.",
+        ),
+        ({"limit": "0"}, "limit", "Ensure this value is greater than or equal to 1."),
+        ({"limit": "1001"}, "limit", "Ensure this value is less than or equal to 1000."),
+        ({"limit": "ten"}, "limit", "A valid integer is required."),
+    ],
+)
+def test_a_bad_listing_query_is_400_naming_it(
+    made: str, owner_api: APIClient, query: dict[str, str], field: str, message: str
+) -> None:
+    response = owner_api.get(made + "objects/", query)
+    assert response.status_code == 400, response.content
+    assert response.json() == {field: [message]}
+
+
+@pytest.mark.parametrize(
+    ("path", "extra"),
+    [
+        ("uploads/parts/", {"part_numbers": [1]}),
+        ("uploads/abort/", {}),
+        ("uploads/complete/", {"parts": [{"part_number": 1, "etag": "e"}]}),
+    ],
+)
+def test_a_bad_upload_id_or_etag_is_400(
+    made: str, owner_api: APIClient, path: str, extra: dict[str, Any]
+) -> None:
+    body = {"key": "k", "upload_id": "a\x01", **extra}
+    response = owner_api.post(made + path, body, format="json")
+    assert response.status_code == 400
+    assert response.json() == {
+        "upload_id": ["The upload id has the control character '\\x01' at position 1."]
+    }
+    etag = {"key": "k", "upload_id": "u", "parts": [{"part_number": 1, "etag": "e\x02"}]}
+    bad_etag = owner_api.post(made + "uploads/complete/", etag, format="json")
+    assert bad_etag.json() == {
+        "parts": [{"etag": ["The ETag has the control character '\\x02' at position 1."]}]
+    }
+
+
 def test_completing_a_made_up_upload_is_404_and_a_wrong_part_400(
     made: str, owner_api: APIClient
 ) -> None:
