@@ -7,6 +7,8 @@ from typing import Any
 import kubernetes_validate
 import pytest
 
+from deploy.kubernetes.apply import with_hash
+from deploy.manifests import make_namespace
 from deploy.types import (
     EgressRule,
     FlavorSpec,
@@ -17,9 +19,8 @@ from deploy.types import (
 )
 from storage.datastore import DatastoreConfig
 from storage.volumes import Mode, VolumeSpec
-
-# Native sidecars (restartPolicy: Always on init containers) are GA from 1.33.
-KUBERNETES_VERSION = "1.33.0"
+from tests.fixtures.k8s_emulator import EmulatedCluster
+from tests.fixtures.k8s_emulator.schemas import KUBERNETES_VERSION
 
 
 def validate(manifest: dict[str, Any]) -> None:
@@ -96,3 +97,17 @@ def project_request() -> ProjectRequest:
         ),
         egress=(EgressRule(cidr="203.0.113.0/24", ports=(443,)),),
     )
+
+
+def project_namespace(cluster: EmulatedCluster, slug: str = "vision") -> str:
+    """`ajuste-<slug>`, made as `ensure_project` makes it: the API server refuses objects in a
+    namespace that does not exist, and the panel ensures the project before each run."""
+    project = ProjectRequest(slug=slug, namespace=f"ajuste-{slug}", gpu_quota=8)
+    cluster.create(with_hash(make_namespace(project=project)))
+    return project.namespace
+
+
+@pytest.fixture
+def vision_namespace(k8s_cluster: EmulatedCluster) -> str:
+    """The namespace of the requests above (`ajuste-vision`), already there."""
+    return project_namespace(k8s_cluster)

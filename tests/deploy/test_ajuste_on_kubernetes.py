@@ -21,6 +21,7 @@ from deploy.manifests import (
     make_project_objects,
     make_workspace_claim,
 )
+from deploy.manifests.jobs import PUSH_BACKOFF_LIMIT
 from deploy.types import EgressRule, JobRequest, NotebookRequest, ProjectRequest
 from storage.datastore import DatastoreConfig
 from tests.deploy.conftest import validate
@@ -249,8 +250,10 @@ def job_steps(cluster: EmulatedCluster, backend: KubernetesBackend, job: JobRequ
     backend.read_logs(ref=job.ref, cursor=None)
     cluster.kubelet.finish(NS, pod, exit_code=0)
     backend.apply_job(job=job)
-    cluster.kubelet.finish(NS, cluster.pod_of(NS, "job-42-r1-push-1"), exit_code=1)
+    for _ in range(PUSH_BACKOFF_LIMIT + 1):  # the push Job fails after its retries
+        cluster.kubelet.finish(NS, cluster.pod_of(NS, "job-42-r1-push-1"), exit_code=1)
     backend.retry_push(job=job)
+    assert cluster.get("jobs", NS, "job-42-r1-push-2") is not None
     backend.delete_job(ref=job.ref)
     # A crashed task left the workspace claim without its Job: the next apply adopts it.
     second = replace(job, id="43")

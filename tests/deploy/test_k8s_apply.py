@@ -19,7 +19,7 @@ from deploy.types import (
 )
 from tests.fixtures.k8s_emulator import EmulatedCluster
 
-pytestmark = pytest.mark.k8s
+pytestmark = [pytest.mark.k8s, pytest.mark.usefixtures("vision_namespace")]
 
 
 def methods(cluster: EmulatedCluster) -> list[tuple[str, str]]:

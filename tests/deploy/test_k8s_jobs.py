@@ -9,12 +9,13 @@ from typing import Any
 import pytest
 
 from deploy.kubernetes import KubernetesBackend
+from deploy.manifests.jobs import PUSH_BACKOFF_LIMIT
 from deploy.types import JobRequest, Phase, ProjectRequest
-from tests.deploy.conftest import CPU, DATASET, make_job_request, validate
+from tests.deploy.conftest import CPU, DATASET, make_job_request, project_namespace, validate
 from tests.fixtures.k8s_emulator import EmulatedCluster
 from tests.fixtures.k8s_emulator.store import Obj
 
-pytestmark = pytest.mark.k8s
+pytestmark = [pytest.mark.k8s, pytest.mark.usefixtures("vision_namespace")]
 
 NS = "ajuste-vision"
 JOB = "job-42-r1"
@@ -224,7 +225,7 @@ def test_kueue_admitting_while_the_stop_is_decided_stops_the_running_job(
     k8s_backend.stop_job(job=job)
     stored = k8s_cluster.get("jobs", NS, JOB)
     assert stored is not None and stored["spec"]["activeDeadlineSeconds"] == 1
-    assert "parallelism" not in stored["spec"]  # the stop of a running Job, decided again
+    assert stored["spec"]["parallelism"] == 1  # the server's default: a running Job's stop
     k8s_cluster.advance(2)
     observed = k8s_backend.observe_job(ref=job.ref)
     assert (observed.phase, observed.reason) == (Phase.STOPPED, "stopped at the user's request")
@@ -239,12 +240,17 @@ def test_failed_push_keeps_the_data_and_can_be_retried(
     k8s_backend.retry_push(job=job_request)  # not SYNC_FAILED: nothing to retry
     assert k8s_cluster.get("jobs", NS, "job-42-r1-push-1") is None
     k8s_backend.apply_job(job=job_request)
-    failing = k8s_cluster.pod_of(NS, "job-42-r1-push-1")
-    k8s_cluster.kubelet.finish(NS, failing, exit_code=1, message="1 file(s) failed: ck.pt")
+    for attempt in range(PUSH_BACKOFF_LIMIT + 1):  # the Job controller retries the pod
+        assert k8s_backend.observe_job(ref=job_request.ref).phase is Phase.FINALIZING
+        failing = k8s_cluster.pod_of(NS, "job-42-r1-push-1")
+        k8s_cluster.kubelet.finish(
+            NS, failing, exit_code=1, message=f"{attempt + 1} file(s) failed"
+        )
+    assert len(k8s_cluster.pods_of(NS, "job-42-r1-push-1")) == PUSH_BACKOFF_LIMIT + 1
     failed = k8s_backend.observe_job(ref=job_request.ref)
     assert (failed.phase, failed.reason) == (
         Phase.SYNC_FAILED,
-        "final push failed: 1 file(s) failed: ck.pt",
+        f"final push failed: {PUSH_BACKOFF_LIMIT + 1} file(s) failed",
     )
     assert k8s_backend.apply_job(job=job_request).phase is Phase.SYNC_FAILED  # no auto-retry
     assert k8s_cluster.get("persistentvolumeclaims", NS, "job-42-r1-ws") is not None
@@ -275,7 +281,9 @@ def test_observe_all_reports_each_run_once(
     k8s_cluster: EmulatedCluster, k8s_backend: KubernetesBackend, job_request: JobRequest
 ) -> None:
     second_run = replace(job_request, run=2)
-    other = replace(job_request, id="99", namespace="ajuste-nlp", project="nlp")
+    other = replace(
+        job_request, id="99", namespace=project_namespace(k8s_cluster, "nlp"), project="nlp"
+    )
     for job in (job_request, second_run, other):
         k8s_backend.apply_job(job=job)
     k8s_cluster.kubelet.run(NS, k8s_cluster.pod_of(NS, JOB))

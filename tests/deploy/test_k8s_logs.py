@@ -41,6 +41,7 @@ def test_a_line_without_its_newline_waits_for_the_next_read() -> None:
 
 
 @pytest.mark.k8s
+@pytest.mark.usefixtures("vision_namespace")
 def test_reads_continue_where_the_cursor_stopped(
     k8s_cluster: EmulatedCluster, k8s_backend: KubernetesBackend
 ) -> None:
@@ -62,6 +63,7 @@ def test_reads_continue_where_the_cursor_stopped(
 
 
 @pytest.mark.k8s
+@pytest.mark.usefixtures("vision_namespace")
 def test_limit_pages_through_a_long_log(
     k8s_cluster: EmulatedCluster, k8s_backend: KubernetesBackend
 ) -> None:
@@ -76,6 +78,7 @@ def test_limit_pages_through_a_long_log(
 
 
 @pytest.mark.k8s
+@pytest.mark.usefixtures("vision_namespace")
 def test_no_log_before_the_container_starts_and_none_after_deletion(
     k8s_cluster: EmulatedCluster, k8s_backend: KubernetesBackend
 ) -> None:
@@ -89,13 +92,16 @@ def test_no_log_before_the_container_starts_and_none_after_deletion(
 
 
 @pytest.mark.k8s
+@pytest.mark.usefixtures("vision_namespace")
 def test_a_new_pod_starts_its_log_from_the_beginning(
     k8s_cluster: EmulatedCluster, k8s_backend: KubernetesBackend
 ) -> None:
     job, pod = running_job(k8s_cluster, k8s_backend)
+    # A Job that retries (ours do not: backoffLimit 0), so a preempted pod is replaced.
+    k8s_backend.api.patch("Job", NS, "job-42-r1", {"spec": {"backoffLimit": 1}})
     k8s_cluster.kubelet.log(NS, pod, "first pod")
     cursor = k8s_backend.read_logs(ref=job.ref, cursor=None).cursor
-    k8s_cluster.store.delete("pods", NS, pod)  # e.g. preempted and recreated
+    k8s_cluster.store.delete("pods", NS, pod)  # e.g. preempted
     k8s_cluster.reconcile()
     new_pod = k8s_cluster.pod_of(NS, "job-42-r1")
     k8s_cluster.kubelet.run(NS, new_pod)

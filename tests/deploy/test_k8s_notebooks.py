@@ -10,7 +10,7 @@ from deploy.kubernetes import KubernetesBackend
 from deploy.types import NotebookRequest, Phase
 from tests.fixtures.k8s_emulator import EmulatedCluster
 
-pytestmark = pytest.mark.k8s
+pytestmark = [pytest.mark.k8s, pytest.mark.usefixtures("vision_namespace")]
 
 NS = "ajuste-vision"
 POD = "nb-7-0"

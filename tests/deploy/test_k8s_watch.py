@@ -12,7 +12,7 @@ from deploy.kubernetes import KubernetesBackend
 from deploy.types import JobRequest, ObservedWorkload, Phase
 from tests.fixtures.k8s_emulator import EmulatedCluster
 
-pytestmark = pytest.mark.k8s
+pytestmark = [pytest.mark.k8s, pytest.mark.usefixtures("vision_namespace")]
 
 NS = "ajuste-vision"
 WAIT_S = 10.0
