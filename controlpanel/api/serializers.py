@@ -3,6 +3,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib.auth import get_user_model
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from controlpanel.accounts.models import ApiToken
@@ -41,12 +42,20 @@ class MembershipRoleSerializer(serializers.Serializer):
     role = serializers.ChoiceField(choices=Role.choices)
 
 
+class MyProjectSerializer(serializers.Serializer):
+    slug = serializers.CharField()
+    name = serializers.CharField()
+    role = serializers.ChoiceField(choices=Role.choices)
+
+
 class MeSerializer(serializers.Serializer):
     username = serializers.CharField()
-    email = serializers.EmailField()
+    # Not an EmailField: an account may have no address, and the schema must allow the "".
+    email = serializers.CharField(help_text="The account's e-mail address; empty when unset.")
     is_staff = serializers.BooleanField()
     projects = serializers.SerializerMethodField()
 
+    @extend_schema_field(MyProjectSerializer(many=True))
     def get_projects(self, user: Any) -> list[dict[str, str]]:
         memberships = Membership.objects.filter(user_id=user.pk).select_related("project")
         return [
