@@ -26,6 +26,9 @@ if not SECRET_KEY:
     if not DEBUG:
         raise ImproperlyConfigured("SECRET_KEY is not set (required unless DEBUG=1).")
     SECRET_KEY = "django-insecure-development-only-key-do-not-use-in-production"  # noqa: S105
+# Earlier SECRET_KEYs, comma-separated (or SECRET_KEY_FALLBACKS_FILE): sessions, signed links
+# and datastore credentials stored under them stay readable after SECRET_KEY is rotated.
+SECRET_KEY_FALLBACKS = env_list("SECRET_KEY_FALLBACKS", [])
 
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost"] if not DEBUG else ["*"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
@@ -55,6 +58,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # /healthz and /readyz for probes, before the ALLOWED_HOSTS and HTTPS checks.
+    "controlpanel.core.middleware.HealthProbeMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "csp.middleware.CSPMiddleware",
@@ -283,6 +288,18 @@ if S3_PUBLIC_ENDPOINT_URL and not (
     raise ImproperlyConfigured(
         f"S3_PUBLIC_ENDPOINT_URL={S3_PUBLIC_ENDPOINT_URL!r} must be an http(s):// URL."
     )
+# Where job and notebook pods reach the default datastore, when S3_ENDPOINT_URL is an address
+# only the panel resolves (http://minio:9000 under Compose, the panel on another network):
+# the pods' AJUSTE_DATASTORE_<ALIAS>_ENDPOINT_URL and their egress rule use it. Unset:
+# S3_ENDPOINT_URL.
+S3_POD_ENDPOINT_URL = (env_str("S3_POD_ENDPOINT_URL") or "").rstrip("/")
+if S3_POD_ENDPOINT_URL and not (
+    S3_POD_ENDPOINT_URL.startswith(("http://", "https://"))
+    and S3_POD_ENDPOINT_URL.split("://", 1)[1].strip()
+):
+    raise ImproperlyConfigured(
+        f"S3_POD_ENDPOINT_URL={S3_POD_ENDPOINT_URL!r} must be an http(s):// URL."
+    )
 # Origins allowed to upload from a browser into the buckets Ajuste creates (bucket CORS).
 S3_CORS_ORIGINS = env_list("S3_CORS_ORIGINS", [SITE_URL])
 # Fernet keys for datastore credentials at rest (first encrypts, all decrypt: rotation);
@@ -306,6 +323,10 @@ KUBERNETES_NAMESPACE = env_str("KUBERNETES_NAMESPACE") or "ajuste"
 AJUSTE_FINETUNE_IMAGE = env_str("AJUSTE_FINETUNE_IMAGE") or "ghcr.io/ajuste/finetune:0.1.0"
 AJUSTE_SYNC_IMAGE = env_str("AJUSTE_SYNC_IMAGE") or None
 MAX_GPUS_PER_JOB = env_int("MAX_GPUS_PER_JOB", 4, minimum=1)
+# The Celery worker touches this file every WORKER_HEARTBEAT_SECONDS from its own thread; the
+# liveness probe checks it without the broker (controlpanel/core/heartbeat.py). Empty: off.
+WORKER_HEARTBEAT_FILE = env_str("WORKER_HEARTBEAT_FILE", str(VAR_DIR / "worker-heartbeat"))
+WORKER_HEARTBEAT_SECONDS = env_int("WORKER_HEARTBEAT_SECONDS", 15, minimum=1)
 # What project pods may reach besides DNS (their namespaces deny egress by default): the
 # datastores' endpoints unless KUBERNETES_EGRESS_FROM_DATASTORES=0, plus KUBERNETES_EGRESS
 # (`CIDR[:PORT]` or `namespace/NAME[:PORT]`, comma-separated). See deploy/egress.py.

@@ -20,8 +20,11 @@ MAX_POOL_CONNECTIONS = 64
 CONNECT_TIMEOUT_S = 10
 READ_TIMEOUT_S = 120
 MAX_ATTEMPTS = 5
+# Health checks answer within a probe's timeout: one attempt, short timeouts.
+PROBE_TIMEOUT_S = 2
 
 _clients: dict[DatastoreConfig, BaseClient] = {}
+_probe_clients: dict[DatastoreConfig, BaseClient] = {}
 _lock = threading.Lock()
 
 
@@ -56,13 +59,32 @@ def make_s3_client(config: DatastoreConfig, *, public: bool = False) -> BaseClie
         return client
 
 
+def make_probe_client(config: DatastoreConfig) -> BaseClient:
+    """A client for health checks: 2 s timeouts and a single attempt, so a store that is down
+    is reported within seconds instead of after 5 attempts of up to 120 s."""
+    with _lock:
+        client = _probe_clients.get(config)
+        if client is None:
+            quick = botocore.config.Config(
+                retries={"total_max_attempts": 1, "mode": "standard"},
+                connect_timeout=PROBE_TIMEOUT_S,
+                read_timeout=PROBE_TIMEOUT_S,
+            )
+            client = _build_client(config, client_settings().merge(quick))
+            _probe_clients[config] = client
+        return client
+
+
 def clear_client_cache() -> None:
     """Forget every cached client (after credentials rotate, or between tests)."""
     with _lock:
         _clients.clear()
+        _probe_clients.clear()
 
 
-def _build_client(config: DatastoreConfig) -> BaseClient:
+def _build_client(
+    config: DatastoreConfig, settings: botocore.config.Config | None = None
+) -> BaseClient:
     session = boto3.session.Session()
     return session.client(
         "s3",
@@ -70,5 +92,5 @@ def _build_client(config: DatastoreConfig) -> BaseClient:
         region_name=config.region or "us-east-1",
         aws_access_key_id=config.access_key,
         aws_secret_access_key=config.secret_key,
-        config=client_settings(),
+        config=settings or client_settings(),
     )

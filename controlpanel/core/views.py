@@ -4,7 +4,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.cache import never_cache
 
-from controlpanel.core.health import readiness
+from controlpanel.core.health import GATING, is_ready, readiness
 from controlpanel.projects.access import page_login_required
 from controlpanel.projects.selectors import default_project_for
 
@@ -16,11 +16,17 @@ def healthz(request: HttpRequest) -> HttpResponse:
 
 @never_cache
 def readyz(request: HttpRequest) -> HttpResponse:
+    """200 when this process can answer requests (database reachable, schema up to date);
+    the broker and storage are reported in `checks` but do not gate (`gating` names those that
+    do)."""
     checks = readiness()
-    ready = all(value == "ok" for value in checks.values())
-    return JsonResponse(
-        {"status": "ok" if ready else "unavailable", "checks": checks}, status=200 if ready else 503
-    )
+    ready = is_ready(checks)
+    body = {
+        "status": "ok" if ready else "unavailable",
+        "checks": checks,
+        "gating": sorted(GATING & set(checks)),
+    }
+    return JsonResponse(body, status=200 if ready else 503)
 
 
 @page_login_required

@@ -59,9 +59,9 @@ def admit(resource: str, obj: dict[str, Any], *, user: str = PANEL) -> list[str]
     return [message for message, admitted in results if not admitted]
 
 
-def _binding(**changes: Any) -> dict[str, Any]:
+def _binding(installed_in: str = "ajuste", **changes: Any) -> dict[str, Any]:
     binding = make_role_binding(
-        project=PROJECT, service_account="ajuste-controller", service_account_namespace="ajuste"
+        project=PROJECT, service_account="ajuste-controller", service_account_namespace=installed_in
     )
     binding["metadata"].update(changes.pop("metadata", {}))
     return binding | changes
@@ -112,6 +112,22 @@ def test_what_it_must_never_do_is_refused(resource: str, obj: dict[str, Any], re
 
 
 def test_other_users_are_not_concerned() -> None:
-    assert (
-        admit("rolebindings", _binding(metadata={"namespace": "kube-system"}), user="admin") == []
+    outside = _binding(metadata={"namespace": "kube-system"})
+    assert admit("rolebindings", outside, user="admin") == []
+    assert admit("rolebindings", outside, user="system:serviceaccount:kube-system:default") == []
+
+
+def test_the_policy_follows_the_namespace_the_panel_is_installed_in() -> None:
+    """No namespace is written in the policy: installed in `tools`, the panel's service account
+    is held to the same rules and may bind only itself, not another install's account."""
+    panel = "system:serviceaccount:tools:ajuste-controller"
+    assert "s.namespace == " not in POLICY.read_text() and ":ajuste:" not in POLICY.read_text()
+    assert admit("rolebindings", _binding(installed_in="tools"), user=panel) == []
+    assert admit("namespaces", make_namespace(project=PROJECT), user=panel) == []
+    assert "binds only ajuste-project, to itself" in " ".join(
+        admit("rolebindings", _binding(installed_in="ajuste"), user=panel)
+    )
+    kube_system = _binding(installed_in="tools", metadata={"namespace": "kube-system"})
+    assert "only writes in the project namespaces" in " ".join(
+        admit("rolebindings", kube_system, user=panel)
     )
