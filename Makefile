@@ -7,7 +7,7 @@ PIP := $(VENV)/bin/pip
 TORCH_VERSION ?= 2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test test-fast lint format bench clean services lock
+.PHONY: install run test test-fast test-images images lint format bench clean services lock
 
 # Every install takes the locked versions (requirements/dev.lock, package-lock.json): every
 # machine tests the same software. `make lock` moves the lock forward.
@@ -28,11 +28,22 @@ run: $(STAMP)
 services:
 	@scripts/ensure-services
 
+# Every test but the container images' (make test-images: they need podman and a build).
 test: $(STAMP) services
-	$(VENV)/bin/pytest $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -m "not images" $(PYTEST_ARGS)
+
+# The images built from the repository's Dockerfiles (panel, sync, CPU fine-tune) on a base made
+# from Debian's packages, then run: migrate, serve, a job through the panel started from its image.
+test-images: $(STAMP) services
+	scripts/build-images --debian-base panel finetune-cpu
+	$(VENV)/bin/pytest -m images tests/images $(PYTEST_ARGS)
+
+# Ajuste's images, tagged with deploy/version.py's VERSION (docs/images.md: releasing).
+images:
+	scripts/build-images panel finetune
 
 test-fast: $(STAMP) services
-	$(VENV)/bin/pytest -m "not slow and not browser and not e2e" $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -m "not slow and not browser and not e2e and not images" $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff format --check .

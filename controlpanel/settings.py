@@ -12,6 +12,7 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from controlpanel.env import env_bool, env_choice, env_int, env_list, env_str
+from deploy import images
 from deploy.egress import parse_egress
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -320,7 +321,7 @@ LOGGING = {
 KUBERNETES_API_HOST = env_str("KUBERNETES_API_HOST") or None
 KUBERNETES_SERVICE_ACCOUNT = env_str("KUBERNETES_SERVICE_ACCOUNT") or "ajuste-controller"
 KUBERNETES_NAMESPACE = env_str("KUBERNETES_NAMESPACE") or "ajuste"
-AJUSTE_FINETUNE_IMAGE = env_str("AJUSTE_FINETUNE_IMAGE") or "ghcr.io/ajuste/finetune:0.1.0"
+AJUSTE_FINETUNE_IMAGE = env_str("AJUSTE_FINETUNE_IMAGE") or images.FINETUNE_IMAGE
 AJUSTE_SYNC_IMAGE = env_str("AJUSTE_SYNC_IMAGE") or None
 MAX_GPUS_PER_JOB = env_int("MAX_GPUS_PER_JOB", 4, minimum=1)
 # The Celery worker touches this file every WORKER_HEARTBEAT_SECONDS from its own thread; the

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from deploy.version import REGISTRY, VERSION
+
 # The built-in fine-tune image: runs `python -m training.finetune ...` (training/Dockerfile).
-FINETUNE_IMAGE = "ghcr.io/ajuste/finetune:0.1.0"
+FINETUNE_IMAGE = f"{REGISTRY}/finetune:{VERSION}"
 
 # The panel/worker image: it contains `storage/`, so it runs the volume sync engine
 # (`python -m storage.sync pull|push ...`) in init containers, sidecars and finalize Jobs.
-SYNC_IMAGE = "ghcr.io/ajuste/ajuste:0.1.0"
+SYNC_IMAGE = f"{REGISTRY}/ajuste:{VERSION}"
 
 # Notebook editors' default images when the panel names none of its own.
 JUPYTERLAB_IMAGE = "quay.io/jupyter/pytorch-notebook:cuda12-python-3.11"
