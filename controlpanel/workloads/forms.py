@@ -9,19 +9,60 @@ from django import forms
 from django.core.exceptions import ValidationError
 
 from controlpanel.flavors.models import Flavor
+from controlpanel.workloads.durations import (
+    EXAMPLES,
+    DurationError,
+    format_duration,
+    parse_duration,
+)
 from controlpanel.workloads.models import DEFAULT_TIMEOUT_S
 from controlpanel.workloads.presets import DATA_PATH, MAIN_PARAMS, MODEL_PATH, OUTPUT_PATH
+from controlpanel.workloads.validation import MAX_TIMEOUT_S
+
+
+def unit_of(flavor: Flavor) -> str:
+    """What one unit of `flavor` is: `1× H100 80 GB, 30 vCPU, 380 GiB`."""
+    cpu = f"{flavor.vcpu_per_unit} vCPU, {flavor.memory_gib_per_unit} GiB"
+    if not flavor.is_gpu:
+        return cpu
+    return f"{flavor.gpus_per_unit}× {flavor.gpu_model} {flavor.gpu_memory_gib} GB, {cpu}"
 
 
 class FlavorChoiceField(forms.ModelChoiceField):
     def label_from_instance(self, obj: Flavor) -> str:
         price = obj.current_price
-        gpu = (
-            f"{obj.gpus_per_unit}× {obj.gpu_model} {obj.gpu_memory_gib} GB" if obj.is_gpu else "CPU"
-        )
-        return f"{obj.name} — {gpu}, {obj.vcpu_per_unit} vCPU, {obj.memory_gib_per_unit} GiB" + (
+        return f"{obj.name} — {unit_of(obj)}" + (
             f" — {price:.2f}/h per unit" if price is not None else ""
         )
+
+
+class DurationField(forms.CharField):
+    """A duration typed as people write it (`30m`, `2h`, `7d`; a bare number is seconds),
+    cleaned to seconds: the API's field."""
+
+    def __init__(self, *, min_s: int, max_s: int, **kwargs: Any) -> None:
+        self.min_s, self.max_s = min_s, max_s
+        kwargs.setdefault("widget", forms.TextInput(attrs={"placeholder": EXAMPLES}))
+        super().__init__(**kwargs)
+
+    def prepare_value(self, value: Any) -> Any:
+        return format_duration(value) if isinstance(value, int) else value
+
+    def to_python(self, value: Any) -> int | None:  # type: ignore[override]
+        text = super().to_python(value)
+        if not text:
+            return None
+        try:
+            seconds = parse_duration(text)
+        except DurationError as exc:
+            raise ValidationError(str(exc), code="invalid") from exc
+        if not self.min_s <= seconds <= self.max_s:
+            raise ValidationError(
+                f"Between {format_duration(self.min_s)} and {format_duration(self.max_s)} "
+                f"(“{text}” is {format_duration(seconds)}).",
+                code="range",
+            )
+        return seconds
 
 
 def _pairs(text: str, field: str) -> dict[str, str]:
@@ -43,16 +84,29 @@ class _JobForm(forms.Form):
         queryset=Flavor.objects.filter(enabled=True), to_field_name="name", empty_label=None
     )
     gpu = forms.IntegerField(
-        min_value=1, initial=1, label="Units (GPUs)", help_text="Units of the flavor: `--gpu N`."
+        min_value=1, initial=1, label="Units", help_text="Units of the flavor (the CLI's --gpu N)."
     )
-    timeout = forms.IntegerField(
-        min_value=60,
+    timeout = DurationField(
+        min_s=60,
+        max_s=MAX_TIMEOUT_S,
         initial=DEFAULT_TIMEOUT_S,
         required=False,
-        label="Timeout (seconds)",
-        help_text="Default 7 days.",
+        help_text=f"e.g. {EXAMPLES} (default 7d, at most 30d).",
     )
     field_map: dict[str, str] = {}
+
+    def describe_units(self, flavor: Flavor | None) -> None:
+        """Say what a unit of the chosen flavor is: GPUs for a GPU flavor, vCPUs otherwise."""
+        field = self.fields["gpu"]
+        if flavor is None:
+            return
+        if flavor.is_gpu:
+            each = f"{flavor.gpus_per_unit} GPU{'s' if flavor.gpus_per_unit != 1 else ''} each"
+        else:
+            each = f"{flavor.vcpu_per_unit} vCPU each"
+        field.label = f"Units ({each})"
+        field.help_text = f"One unit of {flavor.name}: {unit_of(flavor)}. The CLI's --gpu N."
+        self._bound_fields_cache.pop("gpu", None)  # a bound field copies the label when made
 
     def common_data(self) -> dict[str, Any]:
         data = self.cleaned_data

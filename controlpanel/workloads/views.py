@@ -90,6 +90,7 @@ def _form_context(
     project = _access(request).project
     form = finetune if preset == "finetune" else custom
     flavor, units = _chosen_resources(form)
+    form.describe_units(flavor)
     estimate = (
         None if not (flavor and units) else selectors.hourly_price(flavor=flavor, units=units)
     )
