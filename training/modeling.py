@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 from dataclasses import dataclass
@@ -45,11 +46,26 @@ def check_environment(opts: Options) -> None:
         raise EnvironmentProblem("flash_attention_2 needs CUDA and the flash-attn package")
 
 
+@functools.cache
 def _flash_attn_usable() -> bool:
-    """FlashAttention 2 is installed and this GPU runs it (Ampere, compute capability 8.0, on)."""
+    """FlashAttention 2 is installed and its kernels run on this GPU.
+
+    Compute capability alone is not enough: the image compiles the kernels for the default
+    flavors' GPUs only (sm_80, sm_89, sm_90), so a newer GPU (Blackwell, sm_100) finds none.
+    One tiny attention call on the device answers for the real build and the real GPU."""
     if not torch.cuda.is_available() or importlib.util.find_spec("flash_attn") is None:
         return False
-    return torch.cuda.get_device_capability()[0] >= 8
+    if torch.cuda.get_device_capability()[0] < 8:
+        return False
+    try:
+        from flash_attn import flash_attn_func
+
+        q = torch.zeros(1, 8, 1, 64, device="cuda", dtype=torch.bfloat16)
+        flash_attn_func(q, q, q)
+        torch.cuda.synchronize()
+    except Exception:  # no kernel image for this GPU, a broken build...: use sdpa
+        return False
+    return True
 
 
 def cpu_budget() -> int:
