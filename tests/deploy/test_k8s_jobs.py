@@ -241,6 +241,8 @@ def test_failed_push_keeps_the_data_and_can_be_retried(
     assert k8s_cluster.get("jobs", NS, "job-42-r1-push-1") is None
     k8s_backend.apply_job(job=job_request)
     for attempt in range(PUSH_BACKOFF_LIMIT + 1):  # the Job controller retries the pod
+        if attempt:
+            k8s_cluster.back_off()
         assert k8s_backend.observe_job(ref=job_request.ref).phase is Phase.FINALIZING
         failing = k8s_cluster.pod_of(NS, "job-42-r1-push-1")
         k8s_cluster.kubelet.finish(

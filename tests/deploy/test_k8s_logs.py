@@ -102,7 +102,7 @@ def test_a_new_pod_starts_its_log_from_the_beginning(
     k8s_cluster.kubelet.log(NS, pod, "first pod")
     cursor = k8s_backend.read_logs(ref=job.ref, cursor=None).cursor
     k8s_cluster.store.delete("pods", NS, pod)  # e.g. preempted
-    k8s_cluster.reconcile()
+    k8s_cluster.back_off()
     new_pod = k8s_cluster.pod_of(NS, "job-42-r1")
     k8s_cluster.kubelet.run(NS, new_pod)
     k8s_cluster.kubelet.log(NS, new_pod, "second pod")
