@@ -34,6 +34,7 @@ FLAVOR_COLUMNS = [
     ("PRICE/H", "price_per_hour"),
 ]
 FOLLOW_PERIOD_S = 1.0
+EXIT_NOT_DONE = 3  # `job logs --follow`: the run ended, but not DONE (1 and 2 are click's)
 # JobState.values (controlpanel/workloads/models.py), repeated: the CLI imports no Django.
 # tests/controlpanel/jobs/test_cli_jobs.py checks that the two lists agree.
 JOB_STATES = (
@@ -191,13 +192,24 @@ def get(ref: str) -> None:
 
 @job.command("logs")
 @click.argument("ref")
-@click.option("-f", "--follow", is_flag=True, help="Keep printing new lines until the job ends.")
+@click.option(
+    "-f",
+    "--follow",
+    is_flag=True,
+    help="Keep printing new lines until the run ends, then its final state on stderr.",
+)
 @click.option("--after", type=int, default=0, help="Start after this line number.")
 @output_option
 def logs(ref: str, follow: bool, after: int) -> None:
     """The job's log (the whole archived log once it has ended).
 
-    With `-o json`, one `{"seq": N, "text": "..."}` object per line, as the lines come."""
+    With `-o json`, one `{"seq": N, "text": "..."}` object per line, as the lines come.
+
+    \b
+    With --follow, the exit status says how the run ended:
+      0    DONE
+      3    it ended otherwise (FAILED, ERROR, INTERRUPTED, SYNC_FAILED)
+      1    an API or network error; 2 a usage error; 130 interrupted (Ctrl-C)"""
     api = state().api()
     key = job_id(api, ref)
     try:
@@ -212,6 +224,26 @@ def logs(ref: str, follow: bool, after: int) -> None:
                 time.sleep(FOLLOW_PERIOD_S)
     except KeyboardInterrupt:
         raise SystemExit(130) from None
+    if follow:
+        ended, summary = run_outcome(api.get(f"jobs/{key}/"), page["run"])
+        click.echo(summary, err=True)
+        if ended != "DONE":
+            raise SystemExit(EXIT_NOT_DONE)
+
+
+def run_outcome(job: dict[str, Any], run: int) -> tuple[str, str]:
+    """The final state of `run` and a line that says it: `job 1a2b3c4d run 1 ended: FAILED
+    (exit code 2): the reason`. An earlier run's outcome is read from the job's history."""
+    if run == job["run"]:
+        ended, exit_code, reason = job["state"], job.get("exit_code"), job.get("state_reason")
+    else:
+        events = [e for e in job.get("history", []) if e["run"] == run]
+        last = events[-1] if events else {"state": "unknown", "reason": ""}
+        ended, exit_code, reason = last["state"], None, last["reason"]
+    summary = f"job {job['id'][:8]} run {run} ended: {ended}"
+    if exit_code is not None:
+        summary += f" (exit code {exit_code})"
+    return ended, summary + (f": {reason}" if reason else "")
 
 
 def log_line(line: dict[str, Any]) -> str:

@@ -15,9 +15,13 @@ from django.core.exceptions import ValidationError
 
 from controlpanel.flavors.models import Flavor
 from controlpanel.projects.models import Project
+from controlpanel.workloads.backend import get_backend
 from controlpanel.workloads.datastores import check_volume_access
 from controlpanel.workloads.models import DEFAULT_TIMEOUT_S, Preset
 from controlpanel.workloads.presets import clean_finetune
+from deploy import images
+from deploy.local import LocalBackend
+from deploy.local.plan import local_argv
 from storage.volumes import (
     VolumeSpec,
     VolumeSpecError,
@@ -95,6 +99,8 @@ def clean_job(*, project: Project, data: dict[str, Any]) -> JobInput:
                     errors.add(key, message)
     elif data.get("params") and preset != Preset.FINETUNE:
         errors.add("params", "Parameters are only taken by a preset.")
+    if "image" not in errors.by_field:
+        errors.check("image", _runs_on_this_backend, cleaned["image"])
     if errors.by_field:
         raise ValidationError(errors.by_field)
     return JobInput(
@@ -196,6 +202,24 @@ def _image(value: Any) -> str:
             f"{value!r} is not a valid image reference (no spaces; letters, digits, . _ - / : @)."
         )
     return value
+
+
+LOCAL_BACKEND_NOTE = (
+    "Custom images need the Kubernetes backend (COMPUTE_BACKEND=kubernetes): this panel runs "
+    f"jobs on its own machine, where only the built-in fine-tune image {images.FINETUNE_IMAGE} "
+    "runs. Use the Fine-tune tab, or a cluster."
+)
+
+
+def runs_only_the_finetune_image() -> bool:
+    """True on the local backend (the `make run` default): it runs no container."""
+    return isinstance(get_backend(), LocalBackend)
+
+
+def _runs_on_this_backend(image: str) -> None:
+    """Refused at submit what the backend would only fail at start."""
+    if runs_only_the_finetune_image() and not local_argv(image, [], python="python"):
+        raise ValidationError(f"{image} cannot run here. {LOCAL_BACKEND_NOTE}")
 
 
 def _command(value: Any, preset: str) -> list[str]:

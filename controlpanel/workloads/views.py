@@ -25,7 +25,11 @@ from controlpanel.workloads.demo import demo_form_initial
 from controlpanel.workloads.forms import CustomJobForm, FinetuneForm
 from controlpanel.workloads.models import Job, JobState
 from controlpanel.workloads.reconcile import observe
-from controlpanel.workloads.validation import clean_job
+from controlpanel.workloads.validation import (
+    LOCAL_BACKEND_NOTE,
+    clean_job,
+    runs_only_the_finetune_image,
+)
 from deploy.types import DeployError
 
 log = logging.getLogger(__name__)
@@ -103,6 +107,7 @@ def _form_context(
         "estimate": estimate,
         "buckets": buckets_for_project(project=project),
         "flavors": Flavor.objects.filter(enabled=True),
+        "backend_note": LOCAL_BACKEND_NOTE if runs_only_the_finetune_image() else "",
     }
 
 

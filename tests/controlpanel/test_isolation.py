@@ -21,6 +21,7 @@ from django.urls import URLPattern, URLResolver, get_resolver
 from rest_framework.test import APIClient
 
 from controlpanel.projects.models import Membership
+from deploy.images import FINETUNE_IMAGE
 from storage.datastore import DatastoreConfig
 from storage.errors import BucketNotFound
 from storage.objects import create_bucket, delete_bucket, put_object
@@ -241,7 +242,8 @@ def _upload(ctx: dict[str, Any], *, with_part: bool = False) -> dict[str, Any]:
     return data
 
 
-JOB_SPEC = {"image": "x/y:1", "flavor": "ai1-1-cpu", "command": ["run"]}
+# The built-in image: the local backend (the default here) refuses others at submit.
+JOB_SPEC = {"image": FINETUNE_IMAGE, "flavor": "ai1-1-cpu", "command": ["--help"]}
 OWNER: dict[str, tuple[Probe, ...]] = {
     "project-home": (Probe("get", 200, "<title>Alpha \u00b7"),),
     "member-list": (

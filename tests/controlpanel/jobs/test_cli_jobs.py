@@ -34,7 +34,7 @@ def ok_json(result: Result) -> Any:
     return json.loads(result.stdout)
 
 
-def test_job_run_takes_the_ovhai_flags(run: Any, data_bucket: Bucket) -> None:
+def test_job_run_takes_the_ovhai_flags(run: Any, data_bucket: Bucket, k8s_jobs: Any) -> None:
     spec = f"{data_bucket.name}@LOCAL/dataset:/workspace/data:ro"
     job = ok_json(
         run(
@@ -128,7 +128,57 @@ def test_logs_prints_the_archived_log(run: Any, owner: Any, project: Any) -> Non
     )
     result = run("job", "logs", "--follow", str(job.pk))
     assert result.exit_code == 0
-    assert result.output.splitlines() == ["line 1 <ok>", "line 2 <ok>", "line 3 <ok>"]
+    assert result.stdout.splitlines() == ["line 1 <ok>", "line 2 <ok>", "line 3 <ok>"]
+    assert result.stderr == f"job {str(job.pk)[:8]} run 1 ended: DONE\n"
+
+
+@pytest.mark.parametrize(
+    ("fields", "said"),
+    [
+        (
+            {"state": JobState.FAILED, "exit_code": 2, "state_reason": "boom"},
+            "FAILED (exit code 2): boom",
+        ),
+        (
+            {"state": JobState.INTERRUPTED, "state_reason": "stopped by owner"},
+            "INTERRUPTED: stopped by owner",
+        ),
+        ({"state": JobState.DONE, "exit_code": 0}, "DONE (exit code 0)"),
+    ],
+)
+def test_logs_follow_ends_with_the_final_state_and_its_exit_status(
+    run: Any, owner: Any, project: Any, fields: dict[str, Any], said: str
+) -> None:
+    job = make_job(project, owner, "j", logs_archived=True, log_lines=1, **fields)
+    JobLogLine.objects.create(job=job, run=1, seq=1, text="last words")
+    result = run("job", "logs", "-f", str(job.pk))
+    assert result.stdout == "last words\n"
+    assert result.stderr == f"job {str(job.pk)[:8]} run 1 ended: {said}\n"
+    assert result.exit_code == (0 if fields["state"] == JobState.DONE else 3)
+    plain = run("job", "logs", str(job.pk))  # without --follow: the log only, status 0
+    assert (plain.exit_code, plain.stderr) == (0, "")
+
+
+def test_logs_follow_reports_an_earlier_run_from_the_history() -> None:
+    from controlpanel.cli.jobs import run_outcome
+
+    job = {
+        "id": "0123456789",
+        "run": 2,
+        "state": "QUEUED",
+        "exit_code": None,
+        "history": [
+            {"run": 1, "state": "RUNNING", "reason": ""},
+            {"run": 1, "state": "ERROR", "reason": "node lost"},
+            {"run": 2, "state": "QUEUED", "reason": "run again"},
+        ],
+    }
+    assert run_outcome(job, 1) == ("ERROR", "job 01234567 run 1 ended: ERROR: node lost")
+
+
+def test_logs_help_documents_the_exit_codes(run: Any) -> None:
+    text = run("job", "logs", "--help").output
+    assert "0    DONE" in text and "3    it ended otherwise" in text
 
 
 @pytest.mark.parametrize(
@@ -177,6 +227,24 @@ def test_list_state_is_a_case_insensitive_choice(run: Any, owner: Any, project: 
     assert "'bogus' is not one of" in bogus.output and "'sync_failed'" in bogus.output
 
 
+def test_list_by_label(run: Any, owner: Any, project: Any) -> None:
+    """Answered 500 on the embedded SQLite (tests/controlpanel/test_sqlite.py runs it there)."""
+    make_job(project, owner, "nlp", labels={"team": "nlp"})
+    make_job(project, owner, "cv", labels={"team": "cv"})
+    for label, names in [("team=nlp", ["nlp"]), ("team", ["cv", "nlp"]), ("team=x", [])]:
+        listed = ok_json(run("job", "list", "--label", label, "-o", "json"))
+        assert sorted(j["name"] for j in listed) == names
+
+
+def test_a_custom_image_on_the_local_backend_is_refused_with_the_reason(run: Any) -> None:
+    result = run("job", "run", "--flavor", "ai1-1-cpu", "x/y:1", "--", "python", "t.py")
+    assert result.exit_code == 1
+    assert "HTTP 400: image: x/y:1 cannot run here. Custom images need the Kubernetes" in (
+        result.output
+    )
+    assert not Job.objects.exists()
+
+
 def test_list_bad_label_says_why(run: Any) -> None:
     result = run("job", "list", "--label", "a__regex=(")
     assert result.exit_code == 1
@@ -191,11 +259,11 @@ def test_logs_json_is_one_object_per_line(run: Any, owner: Any, project: Any) ->
     for args in (["-o", "json"], ["--follow", "-o", "json"], ["--after", "1", "-o", "json"]):
         result = run("job", "logs", *args, str(job.pk))
         assert result.exit_code == 0, result.output
-        lines = [json.loads(line) for line in result.output.splitlines()]
+        lines = [json.loads(line) for line in result.stdout.splitlines()]
         first = 2 if "--after" in args else 1
         assert lines == [{"seq": i, "text": f'line {i} "é"'} for i in range(first, 3)]
     global_flag = run("-o", "json", "job", "logs", str(job.pk))
-    assert json.loads(global_flag.output.splitlines()[0]) == {"seq": 1, "text": 'line 1 "é"'}
+    assert json.loads(global_flag.stdout.splitlines()[0]) == {"seq": 1, "text": 'line 1 "é"'}
 
 
 def test_retry_push(run: Any, owner: Any, project: Any, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -30,7 +30,7 @@ def test_project_pods_may_reach_the_datastores_and_the_admin_list(
 
 
 def test_jobs_carry_the_pull_secrets_and_workspace_settings(
-    project: Project, owner: Any, panel_s3: Any, settings: Any
+    project: Project, owner: Any, panel_s3: Any, settings: Any, k8s_jobs: Any
 ) -> None:
     settings.KUBERNETES_IMAGE_PULL_SECRETS = ("registry-creds",)
     settings.KUBERNETES_STORAGE_CLASS = "fast-ssd"

@@ -10,7 +10,8 @@ from django.core.exceptions import ValidationError
 from controlpanel.buckets.models import Bucket
 from controlpanel.projects.models import Project
 from controlpanel.workloads.models import Job
-from controlpanel.workloads.validation import clean_job
+from controlpanel.workloads.validation import LOCAL_BACKEND_NOTE, clean_job
+from deploy import images
 from tests.fixtures.jobs import submit
 
 GOOD = {
@@ -27,7 +28,7 @@ def errors_for(project: Project, **changes: Any) -> dict[str, list[str]]:
     return caught.value.message_dict
 
 
-def test_a_good_submission_is_cleaned(project: Project, data_bucket: Bucket) -> None:
+def test_a_good_submission_is_cleaned(project: Project, data_bucket: Bucket, k8s_jobs: Any) -> None:
     spec = f"{data_bucket.name}@LOCAL/sets/v1:/workspace/data"
     job = clean_job(
         project=project,
@@ -139,3 +140,42 @@ def test_the_finetune_form_puts_each_volume_problem_beside_its_field(
     assert "unknown datastore alias 'NOWHERE'" in " ".join(form.errors["output_volume"])
     assert "data_volume" not in form.errors
     assert not Job.objects.exists()
+
+
+def test_a_custom_image_is_refused_at_submit_on_the_local_backend(
+    project: Project, owner: Any, owner_api: Any, owner_client: Any, local_jobs: Any
+) -> None:
+    """It used to be accepted, then failed at once ('needs the Kubernetes backend')."""
+    refusal = f"registry.example.com/train:1 cannot run here. {LOCAL_BACKEND_NOTE}"
+    assert errors_for(project, flavor="ai1-1-cpu", gpu=1) == {"image": [refusal]}
+    api = owner_api.post("/api/v1/jobs/?project=alpha", GOOD | {"flavor": "ai1-1-cpu"}, "json")
+    assert (api.status_code, api.json()) == (400, {"image": [refusal]})
+    page = owner_client.post(
+        "/p/alpha/jobs/new/?tab=custom",
+        {"tab": "custom", "c-image": "x/y:1", "c-flavor": "ai1-1-cpu", "c-gpu": "1"},
+    )
+    assert page.status_code == 400
+    assert page.context["custom"].errors["image"] == [
+        f"x/y:1 cannot run here. {LOCAL_BACKEND_NOTE}"
+    ]
+    assert not Job.objects.exists()
+    builtin = clean_job(
+        project=project,
+        data={"image": images.FINETUNE_IMAGE, "command": ["--help"], "flavor": "ai1-1-cpu"},
+    )
+    assert builtin.image == images.FINETUNE_IMAGE
+
+
+def test_the_custom_image_tab_says_so_on_the_local_backend_only(
+    owner_client: Any, local_jobs: Any
+) -> None:
+    note = f'data-testid="backend-note">{LOCAL_BACKEND_NOTE}</p>'
+    assert note in owner_client.get("/p/alpha/jobs/new/?tab=custom").content.decode()
+    assert "backend-note" not in owner_client.get("/p/alpha/jobs/new/").content.decode()
+
+
+def test_the_kubernetes_backend_takes_custom_images_without_a_note(
+    project: Project, owner_client: Any, k8s_jobs: Any
+) -> None:
+    assert clean_job(project=project, data=GOOD).image == GOOD["image"]
+    assert "backend-note" not in owner_client.get("/p/alpha/jobs/new/?tab=custom").content.decode()
