@@ -1,0 +1,252 @@
+"""k8s/components: each one, in an operator's overlay on k8s/, renders with the real kustomize
+and validates strictly against Kubernetes 1.30 and the newest schemas kubernetes-validate ships.
+
+The HTTPRoute (a Gateway API CRD, not in those schemas) is checked against the fields of the
+`gateway.networking.k8s.io/v1` HTTPRoute written out below, as far as they go: names, types of
+the fields used, and the references. What the CRD's own CEL rules check is not covered."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.deploy.test_ajuste_on_kubernetes import (
+    COMPONENTS,
+    K8S,
+    Obj,
+    find,
+    overlay,
+    pod_of,
+    validate,
+)
+
+HOST = "panel.corp.example"
+# What an operator writes: the host, once, in the ConfigMap (the components copy it).
+SITE = {
+    "configMapGenerator": [
+        {
+            "name": "ajuste-config",
+            "namespace": "ajuste",
+            "behavior": "merge",
+            "literals": [f"ALLOWED_HOSTS={HOST},old.corp.example", f"SITE_URL=https://{HOST}"],
+        }
+    ]
+}
+NEEDS = {"tls": ["ingress"]}
+CRDS = {"HTTPRoute"}
+
+
+def render(tmp_path: Path, *names: str, **fields: Any) -> list[Obj]:
+    wanted = [dep for name in names for dep in NEEDS.get(name, [])] + list(names)
+    return overlay(tmp_path, components=list(dict.fromkeys(wanted)), **(SITE | fields))
+
+
+def test_every_component_is_a_component() -> None:
+    assert COMPONENTS == [
+        "gateway-api",
+        "ingress",
+        "large",
+        "network-policy",
+        "pdb",
+        "postgres",
+        "redis",
+        "tls",
+        "topology-spread",
+    ]
+    for name in COMPONENTS:
+        kustomization = yaml.safe_load(
+            (K8S / "components" / name / "kustomization.yaml").read_text()
+        )
+        assert kustomization["kind"] == "Component", name
+
+
+@pytest.mark.parametrize("name", [*COMPONENTS, "all"])
+def test_renders_and_validates(tmp_path: Path, name: str) -> None:
+    objects = render(tmp_path, *(COMPONENTS if name == "all" else [name]))
+    for manifest in objects:
+        if manifest["kind"] in CRDS:
+            check_httproute(manifest)
+        else:
+            validate(manifest)
+    for manifest in objects:
+        if manifest["kind"] in ("Deployment", "StatefulSet"):
+            assert_restricted(manifest["spec"]["template"]["spec"])
+        cluster_wide = ("Namespace", "ClusterRole", "ValidatingAdmissionPolicy")
+        if not manifest["kind"].startswith(cluster_wide):
+            assert manifest["metadata"]["namespace"] == "ajuste", manifest["metadata"]
+
+
+def assert_restricted(pod: Obj) -> None:
+    """What the namespace's `restricted` Pod Security Standard demands of every container."""
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    for container in [*pod.get("initContainers", []), *pod["containers"]]:
+        context = container["securityContext"]
+        assert context["allowPrivilegeEscalation"] is False
+        assert context["capabilities"] == {"drop": ["ALL"]}
+        assert set(container["resources"]) == {"requests", "limits"}
+
+
+def test_ingress_takes_the_host_and_a_class(tmp_path: Path) -> None:
+    patch = '[{"op": "replace", "path": "/spec/ingressClassName", "value": "traefik"}]'
+    objects = render(
+        tmp_path, "tls", patches=[{"target": {"kind": "Ingress", "name": "ajuste"}, "patch": patch}]
+    )
+    ingress = find(objects, "Ingress", "ajuste")
+    assert ingress["spec"]["ingressClassName"] == "traefik"
+    assert [rule["host"] for rule in ingress["spec"]["rules"]] == [HOST]
+    assert ingress["spec"]["tls"] == [{"hosts": [HOST], "secretName": "ajuste-tls"}]
+    backend = ingress["spec"]["rules"][0]["http"]["paths"][0]["backend"]["service"]
+    assert_reaches_web(objects, backend["name"], backend["port"]["name"])
+
+
+def assert_reaches_web(objects: list[Obj], service_name: str, port: str | int) -> None:
+    service = find(objects, "Service", service_name)
+    [service_port] = [p for p in service["spec"]["ports"] if port in (p["name"], p["port"])]
+    web = find(objects, "Deployment", "ajuste-web")
+    assert (
+        service["spec"]["selector"].items() <= web["spec"]["template"]["metadata"]["labels"].items()
+    )
+    container_ports = {p["name"] for p in pod_of(objects, "ajuste-web")["containers"][0]["ports"]}
+    assert service_port["targetPort"] in container_ports
+
+
+def test_gateway_api_route(tmp_path: Path) -> None:
+    objects = render(tmp_path, "gateway-api")
+    route = find(objects, "HTTPRoute", "ajuste")
+    assert route["spec"]["hostnames"] == [HOST]
+    assert "Ingress" not in {o["kind"] for o in objects}
+    backend = route["spec"]["rules"][0]["backendRefs"][0]
+    assert_reaches_web(objects, backend["name"], backend["port"])
+
+
+# gateway.networking.k8s.io/v1 HTTPRoute (Gateway API v1.2, standard channel): the fields each
+# object may have, and a pattern or type per leaf the component uses.
+HTTPROUTE_FIELDS: dict[str, set[str]] = {
+    "": {"apiVersion", "kind", "metadata", "spec"},
+    "spec": {"parentRefs", "hostnames", "rules"},
+    "spec.parentRefs[]": {"group", "kind", "namespace", "name", "sectionName", "port"},
+    "spec.rules[]": {
+        "name",
+        "matches",
+        "filters",
+        "backendRefs",
+        "timeouts",
+        "retry",
+        "sessionPersistence",
+    },
+    "spec.rules[].matches[]": {"path", "headers", "queryParams", "method"},
+    "spec.rules[].matches[].path": {"type", "value"},
+    "spec.rules[].backendRefs[]": {
+        "group",
+        "kind",
+        "name",
+        "namespace",
+        "port",
+        "weight",
+        "filters",
+    },
+    "spec.rules[].timeouts": {"request", "backendRequest"},
+}
+HOSTNAME = re.compile(r"^(\*\.)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+DURATION = re.compile(r"^([0-9]{1,5}(h|m|s|ms)){1,4}$")
+
+
+def check_httproute(route: Obj) -> None:
+    assert route["apiVersion"] == "gateway.networking.k8s.io/v1"
+    validate({"apiVersion": "v1", "kind": "ConfigMap", "metadata": route["metadata"]})
+    check_fields(route, "")
+    spec = route["spec"]
+    assert 1 <= len(spec["parentRefs"]) <= 32 and all(p["name"] for p in spec["parentRefs"])
+    assert all(HOSTNAME.match(h) and len(h) <= 253 for h in spec["hostnames"])
+    for rule in spec["rules"]:
+        for match in rule["matches"]:
+            assert match["path"]["type"] in ("Exact", "PathPrefix", "RegularExpression")
+            assert match["path"]["value"].startswith("/")
+        for backend in rule["backendRefs"]:
+            assert isinstance(backend["port"], int) and 1 <= backend["port"] <= 65535
+        assert all(DURATION.match(v) for v in rule.get("timeouts", {}).values())
+
+
+def check_fields(value: Any, path: str) -> None:
+    if isinstance(value, list):
+        for item in value:
+            check_fields(item, path + "[]")
+    elif isinstance(value, dict) and path in HTTPROUTE_FIELDS:
+        unknown = set(value) - HTTPROUTE_FIELDS[path]
+        assert not unknown, f"{path or 'HTTPRoute'}: unknown fields {unknown}"
+        for key, item in value.items():
+            check_fields(item, f"{path}.{key}" if path else key)
+
+
+def test_large_sizes_web_and_workers_and_drops_persistent_connections(tmp_path: Path) -> None:
+    objects = render(tmp_path, "large")
+    assert find(objects, "Deployment", "ajuste-web")["spec"]["replicas"] == 3
+    assert find(objects, "Deployment", "ajuste-worker")["spec"]["replicas"] == 3
+    assert find(objects, "ConfigMap", "ajuste-config")["data"]["DATABASE_CONN_MAX_AGE"] == "0"
+
+
+@pytest.mark.parametrize("name", ["pdb", "topology-spread"])
+def test_selectors_select_the_pods(tmp_path: Path, name: str) -> None:
+    objects = render(tmp_path, name)
+    selectors = [
+        (o["metadata"]["name"], o["spec"]["selector"]["matchLabels"])
+        for o in objects
+        if o["kind"] == "PodDisruptionBudget"
+    ] + [
+        (o["metadata"]["name"], c["labelSelector"]["matchLabels"])
+        for o in objects
+        if o["kind"] == "Deployment"
+        for c in o["spec"]["template"]["spec"].get("topologySpreadConstraints", [])
+    ]
+    assert {n for n, _ in selectors} == {"ajuste-web", "ajuste-worker"}
+    for deployment, labels in selectors:
+        pod = find(objects, "Deployment", deployment)["spec"]["template"]["metadata"]["labels"]
+        assert labels.items() <= pod.items()
+
+
+def test_network_policy_lets_the_ingress_controller_reach_the_web_port(tmp_path: Path) -> None:
+    objects = render(tmp_path, "network-policy", "postgres", "redis")
+    web = find(objects, "NetworkPolicy", "ajuste-web")
+    [rule] = web["spec"]["ingress"]
+    assert [p["port"] for p in rule["ports"]] == [8000]
+    assert {
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ingress-nginx"}}
+    } in rule["from"]
+    container = pod_of(objects, "ajuste-web")["containers"][0]
+    assert container["ports"][0]["containerPort"] == 8000
+    stores = find(objects, "NetworkPolicy", "ajuste-datastores")
+    [expression] = stores["spec"]["podSelector"]["matchExpressions"]
+    for name in ("ajuste-postgres", "ajuste-redis"):
+        labels = find(objects, "StatefulSet", name)["spec"]["template"]["metadata"]["labels"]
+        assert labels["app.kubernetes.io/name"] in expression["values"]
+
+
+@pytest.mark.parametrize(
+    ("name", "key"), [("postgres", "POSTGRES_PASSWORD"), ("redis", "REDIS_PASSWORD")]
+)
+def test_bundled_datastores_keep_their_data_and_read_their_password_from_the_secret(
+    tmp_path: Path, name: str, key: str
+) -> None:
+    objects = render(tmp_path, name)
+    stateful = find(objects, "StatefulSet", f"ajuste-{name}")
+    assert stateful["spec"]["persistentVolumeClaimRetentionPolicy"]["whenDeleted"] == "Retain"
+    [claim] = stateful["spec"]["volumeClaimTemplates"]
+    pod = stateful["spec"]["template"]["spec"]
+    mounts = {m["name"] for m in pod["containers"][0]["volumeMounts"]}
+    assert claim["metadata"]["name"] in mounts
+    secret = next(v["secret"] for v in pod["volumes"] if "secret" in v)
+    assert secret["secretName"] == "ajuste-secrets" and secret["items"] == [
+        {"key": key, "path": key}
+    ]
+    env = pod["containers"][0].get("env", [])
+    assert key not in {e["name"] for e in env}  # a file, never a value in the pod spec
+    service = find(objects, "Service", f"ajuste-{name}")
+    assert (
+        service["spec"]["selector"].items()
+        <= stateful["spec"]["template"]["metadata"]["labels"].items()
+    )
