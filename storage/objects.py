@@ -7,6 +7,8 @@ the shared client comes from `storage.client`. Presigned URLs and multipart uplo
 
 from __future__ import annotations
 
+import contextlib
+import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -17,7 +19,14 @@ from botocore.exceptions import ClientError
 
 from storage.client import make_s3_client
 from storage.datastore import DatastoreConfig
-from storage.errors import BucketNotFound, ObjectNotFound, StorageError, s3_errors
+from storage.errors import (
+    AccessDenied,
+    BucketAlreadyExists,
+    BucketNotFound,
+    ObjectNotFound,
+    StorageError,
+    s3_errors,
+)
 from storage.names import validate_bucket_name
 
 DELETE_BATCH = 1000  # the most keys one DeleteObjects request may carry
@@ -96,6 +105,13 @@ def create_bucket(
     """Create `bucket` (BucketNameError for a bad name); allow browser uploads from the
     origins in `cors_origins` when given."""
     validate_bucket_name(bucket)
+    # S3 in us-east-1 answers 200 to creating a bucket these credentials already own (moto
+    # too), where s3rver, MinIO and other regions say BucketAlreadyOwnedByYou: look first, so
+    # an existing bucket (another project's data) is never taken for a new, empty one. A 403
+    # (someone else's bucket, or wrong keys) is left for the create to tell apart.
+    with contextlib.suppress(AccessDenied):
+        if bucket_exists(config, bucket=bucket):
+            raise BucketAlreadyExists(f"BucketAlreadyExists: {bucket}", code="BucketAlreadyExists")
     params: dict[str, Any] = {"Bucket": bucket}
     if config.region and config.region != "us-east-1":
         # Outside us-east-1, S3 (and MinIO with a region set) insist on a matching constraint.
@@ -376,18 +392,38 @@ def _delete_batch(
     errors: list[ObjectError],
     on_progress: ProgressCallback | None,
 ) -> None:
-    request = {"Objects": [{"Key": key} for key in batch], "Quiet": True}
-    with s3_errors(bucket=bucket):
-        response = make_s3_client(config).delete_objects(Bucket=bucket, Delete=request)
-    failed = {entry["Key"] for entry in response.get("Errors", [])}
-    errors.extend(
-        ObjectError(key=entry["Key"], code=entry.get("Code", ""), message=entry.get("Message", ""))
-        for entry in response.get("Errors", [])
-    )
-    # Quiet mode reports only failures: every other key of the batch is gone.
-    deleted.extend(key for key in batch if key not in failed)
+    for key in [key for key in batch if _NOT_IN_XML.search(key)]:
+        _delete_one(config, bucket, key, deleted, errors)
+    batch = [key for key in batch if not _NOT_IN_XML.search(key)]
+    if batch:
+        request = {"Objects": [{"Key": key} for key in batch], "Quiet": True}
+        with s3_errors(bucket=bucket):
+            response = make_s3_client(config).delete_objects(Bucket=bucket, Delete=request)
+        failed = {entry["Key"] for entry in response.get("Errors", [])}
+        errors.extend(
+            ObjectError(entry["Key"], entry.get("Code", ""), entry.get("Message", ""))
+            for entry in response.get("Errors", [])
+        )
+        # Quiet mode reports only failures: every other key of the batch is gone.
+        deleted.extend(key for key in batch if key not in failed)
     if on_progress is not None:
         on_progress(len(deleted))
+
+
+# Characters XML 1.0 cannot carry: a DeleteObjects body naming such a key is malformed (S3
+# answers MalformedXML, moto 500), so those keys go one request each, named in the URL.
+_NOT_IN_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
+
+
+def _delete_one(
+    config: DatastoreConfig, bucket: str, key: str, deleted: list[str], errors: list[ObjectError]
+) -> None:
+    try:
+        delete_object(config, bucket=bucket, key=key)
+    except StorageError as error:
+        errors.append(ObjectError(key=key, code=error.code, message=error.message))
+    else:
+        deleted.append(key)
 
 
 def _object_info(entry: dict[str, Any]) -> ObjectInfo:
