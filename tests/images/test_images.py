@@ -213,6 +213,8 @@ def test_finetune_cpu_image_trains(tmp_path: Path, tiny_llm: TinyLLM) -> None:
     data = tmp_path / "data"
     data.mkdir()
     shutil.copy(tiny_llm.messages, data / "train.jsonl")
+    for path in [model, data, *model.rglob("*"), *data.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)  # the image's user (uid 1000) reads them
     output = _open_dir(tmp_path / "output")
     done = _run(
         ENGINE, "run", "--rm", "--network=none",
