@@ -317,6 +317,33 @@ def bucket_stats_request(*, bucket: Bucket) -> None:
         refresh_bucket_stats.apply_async_on_commit((bucket.pk,), countdown=STATS_DELAY_S)
 
 
+def bucket_stats_recount(*, bucket: Bucket) -> None:
+    """A recount asked for by someone looking at the figures: queued at once, whether or not a
+    debounced one is pending (counting twice is harmless; waiting on a lost task is not)."""
+    from controlpanel.buckets.tasks import refresh_bucket_stats
+
+    cache.set(_stats_key(bucket.pk), 1, STATS_PENDING_TTL_S)
+    refresh_bucket_stats.apply_async_on_commit((bucket.pk,))
+
+
+def buckets_recount_written(*, project_id: int, volumes: Sequence[str]) -> None:
+    """After a job ends: recount the project's buckets it could write to (rw/rwd volumes)."""
+    from storage.volumes import Mode, VolumeSpecError, parse_volume_spec
+
+    for spec in volumes:
+        try:
+            volume = parse_volume_spec(spec)
+        except VolumeSpecError:
+            continue  # stored specs were valid when submitted; never fail a finalize over one
+        if volume.mode == Mode.RO:
+            continue
+        bucket = Bucket.objects.filter(
+            project_id=project_id, datastore=volume.alias, name=volume.bucket
+        ).first()
+        if bucket is not None:
+            bucket_stats_request(bucket=bucket)
+
+
 def objects_delete(
     *, bucket: Bucket, keys: Sequence[str], prefixes: Sequence[str] = ()
 ) -> objects.DeleteResult:

@@ -30,6 +30,7 @@ urlpatterns = [
     path("p/<slug:slug>/buckets/", views.bucket_list, name="bucket-list"),
     path(f"{PAGE}/", views.bucket_browse, name="bucket-browse"),
     path(f"{PAGE}/row/", views.bucket_row, name="bucket-row"),
+    path(f"{PAGE}/recount/", views.bucket_recount, name="bucket-recount"),
     path(f"{PAGE}/delete/", views.bucket_delete, name="bucket-delete"),
     path(f"{PAGE}/download/", views.object_download, name="object-download"),
     path(f"{PAGE}/objects/delete/", views.object_delete, name="object-delete"),

@@ -6,6 +6,7 @@ bucket within `request.access.project`. htmx requests get the page's fragment on
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from datetime import timedelta
 from functools import wraps
@@ -25,7 +26,7 @@ from controlpanel.buckets import selectors, services, transfers
 from controlpanel.buckets.csp import allow_datastores
 from controlpanel.buckets.forms import BucketForm, DeleteBucketForm
 from controlpanel.buckets.listing import build_listing
-from controlpanel.buckets.models import Bucket
+from controlpanel.buckets.models import Bucket, BucketState
 from controlpanel.core.htmx import wants_fragment
 from controlpanel.projects.access import project_view
 from storage.errors import ObjectNotFound, StorageError, StorageUnavailable
@@ -124,7 +125,49 @@ def bucket_row(request: HttpRequest, datastore: str, name: str) -> HttpResponse:
     )
     if bucket is None:
         return HttpResponse("")
-    return render(request, "buckets/list.html#row", {"bucket": bucket, "project": bucket.project})
+    return _row(request, bucket, _since(request.GET.get("since")))
+
+
+def _since(value: str | None) -> float | None:
+    """`?since=` (a Unix time): the row waits for a count made after it."""
+    try:
+        since = float(value or "")
+    except ValueError:
+        return None
+    return since if math.isfinite(since) else None
+
+
+def _row(request: HttpRequest, bucket: Bucket, since: float | None) -> HttpResponse:
+    """The row; with `since`, it polls until a count newer than that is in (for as long as a
+    queued recount may take: a lost task does not keep the page polling forever)."""
+    now = timezone.now().timestamp()
+    waiting = (
+        since is not None
+        and now - since < services.STATS_PENDING_TTL_S
+        and bucket.state == BucketState.READY
+        and (bucket.stats_at is None or bucket.stats_at.timestamp() < since)
+    )
+    context = {
+        "bucket": bucket,
+        "project": bucket.project,
+        "recount_since": since if waiting else None,
+    }
+    return render(request, "buckets/list.html#row", context)
+
+
+@require_POST
+@project_view()
+def bucket_recount(request: HttpRequest, datastore: str, name: str) -> HttpResponse:
+    """Count the bucket's objects and bytes again (in the background): htmx gets the row, which
+    says so and polls until the new count is in; without JS, back to the list."""
+    bucket = _bucket(request, datastore, name)
+    asked = timezone.now().timestamp()
+    if bucket.state == BucketState.READY:
+        services.bucket_stats_recount(bucket=bucket)
+    if wants_fragment(request):
+        return _row(request, bucket, asked)
+    messages.info(request, f"Counting {bucket.name} again: reload in a moment for the figures.")
+    return redirect("bucket-list", slug=bucket.project.slug)
 
 
 @require_GET

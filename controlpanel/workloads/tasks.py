@@ -63,6 +63,7 @@ def job_retry_push(job_id: str) -> None:
 def job_finalize(job_id: str, run: int) -> None:
     """After a final state: notify once, free the quota, archive the log (in that order: a
     failing archive retries this task, and must cost neither the notice nor the quota)."""
+    from controlpanel.buckets.services import buckets_recount_written
     from controlpanel.workloads.logs import archive_logs
     from controlpanel.workloads.models import Job
 
@@ -77,6 +78,8 @@ def job_finalize(job_id: str, run: int) -> None:
     if claimed:
         job_notify.delay(job_id, run, job.state)
     project_admit.delay(job.project_id)
+    # What the job pushed changed its buckets' object counts and sizes.
+    buckets_recount_written(project_id=job.project_id, volumes=job.volumes)
     archive_logs(job_id=job_id)
 
 

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import html
 import re
+from datetime import timedelta
 from typing import Any
 from urllib.parse import parse_qs, quote
 
 import httpx
 import pytest
 from django.test import Client
+from django.utils import timezone
 
 from controlpanel.buckets import listing, services
 from controlpanel.buckets.models import Bucket, BucketState
@@ -372,3 +374,97 @@ def test_missing_object_and_down_store_show_an_error_page(
 
 def test_a_bucket_of_another_project_is_404(bucket: Bucket, outsider_client: Client) -> None:
     assert outsider_client.get(f"/p/beta/buckets/LOCAL/{bucket.name}/").status_code == 404
+
+
+def test_the_list_says_when_it_counted_and_recounts_on_request(
+    bucket: Bucket,
+    datastore: DatastoreConfig,
+    owner_client: Client,
+    eager_tasks: None,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    Bucket.objects.filter(pk=bucket.pk).update(stats_at=timezone.now() - timedelta(minutes=3))
+    listed = owner_client.get("/p/alpha/buckets/").content.decode()
+    assert ">3\xa0minutes ago</time>" in listed and 'data-testid="recount"' in listed
+    objects.put_object(datastore, bucket=bucket.name, key="written/by/a/job", data=b"12345")
+    url = f"/p/alpha/buckets/LOCAL/{bucket.name}/recount/"
+    with django_capture_on_commit_callbacks(execute=True) as callbacks:
+        row = owner_client.post(url, **HTMX).content.decode()
+    assert len(callbacks) == 1
+    # The answer says a count is coming and polls for one newer than the request.
+    assert "counting again…" in row and 'hx-trigger="every 2s"' in row
+    since = re.search(r'row/\?since=([0-9.]+)"', row)
+    assert since is not None
+    polled = owner_client.get(f"/p/alpha/buckets/LOCAL/{bucket.name}/row/?since={since[1]}")
+    counted = polled.content.decode()
+    assert ">1</td>" in counted and "5\xa0bytes" in counted and ">just now</time>" in counted
+    assert "hx-trigger" not in counted
+
+
+def test_a_recount_without_javascript_goes_back_to_the_list(
+    bucket: Bucket, owner_client: Client, django_capture_on_commit_callbacks: Any
+) -> None:
+    url = f"/p/alpha/buckets/LOCAL/{bucket.name}/recount/"
+    assert owner_client.get(url).status_code == 405
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        response = owner_client.post(url)
+    assert response.status_code == 302 and response["Location"] == "/p/alpha/buckets/"
+    assert len(callbacks) == 1
+
+
+def test_a_recount_of_another_projects_bucket_is_404(
+    bucket: Bucket, outsider_client: Client, django_capture_on_commit_callbacks: Any
+) -> None:
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        response = outsider_client.post(f"/p/alpha/buckets/LOCAL/{bucket.name}/recount/")
+    assert response.status_code == 404 and callbacks == []
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        response = outsider_client.post(f"/p/beta/buckets/LOCAL/{bucket.name}/recount/")
+    assert response.status_code == 404 and callbacks == []
+
+
+def test_a_row_stops_waiting_for_a_recount_that_never_came(
+    bucket: Bucket, owner_client: Client
+) -> None:
+    old = (timezone.now() - timedelta(minutes=10)).timestamp()
+    row = owner_client.get(f"/p/alpha/buckets/LOCAL/{bucket.name}/row/?since={old}")
+    assert "hx-trigger" not in row.content.decode()
+    for junk in ("nan", "inf", "soon"):
+        row = owner_client.get(f"/p/alpha/buckets/LOCAL/{bucket.name}/row/?since={junk}")
+        assert row.status_code == 200 and "hx-trigger" not in row.content.decode()
+
+
+def test_a_finished_job_recounts_the_buckets_it_wrote_to(
+    bucket: Bucket,
+    datastore: DatastoreConfig,
+    access: ProjectAccess,
+    owner: Any,
+    eager_tasks: None,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    from controlpanel.flavors.models import Flavor
+    from controlpanel.workloads.models import Job, JobState
+    from controlpanel.workloads.tasks import job_finalize
+
+    read_only = services.bucket_create(access=access, by=owner, name=f"{bucket.name}-ro")
+    for each in (bucket, read_only):
+        objects.put_object(datastore, bucket=each.name, key="out/adapter.bin", data=b"123")
+    job = Job.objects.create(
+        project=access.project,
+        owner=owner,
+        name="tune",
+        image="x/y:1",
+        flavor=Flavor.objects.get(name="ai1-1-cpu"),
+        state=JobState.DONE,
+        logs_archived=True,
+        volumes=[
+            f"{read_only.name}@LOCAL/data:/workspace/data:ro",
+            f"{bucket.name}@LOCAL/out:/workspace/output:rw",
+        ],
+    )
+    with django_capture_on_commit_callbacks(execute=True):
+        job_finalize(str(job.pk), job.run)
+    bucket.refresh_from_db()
+    read_only.refresh_from_db()
+    assert (bucket.object_count, bucket.total_size) == (1, 3)
+    assert read_only.object_count == 0  # a read-only volume changed nothing: not recounted
