@@ -17,8 +17,11 @@ class DatastoreConfig:
 
     `public_endpoint_url` is where browsers and host-side CLIs reach the store when that is
     not `endpoint_url` (the panel reaches `http://minio:9000`, a browser `http://localhost:9000`);
-    presigned URLs are signed for it. Empty: the same as `endpoint_url`. Pods get only
-    `endpoint_url` (`to_env`): they talk to the store from where the panel does."""
+    presigned URLs are signed for it. Empty: the same as `endpoint_url`.
+
+    `pod_endpoint_url` is where cluster pods reach the store when that is not `endpoint_url`
+    (the panel under Compose reaches `http://minio:9000`, a name no pod resolves); it goes into
+    pods' environment (`to_env(pod=True)`). Empty: the same as `endpoint_url`."""
 
     alias: str
     endpoint_url: str
@@ -26,16 +29,24 @@ class DatastoreConfig:
     access_key: str
     secret_key: str = field(repr=False)
     public_endpoint_url: str = ""
+    pod_endpoint_url: str = ""
 
     @property
     def presign_endpoint_url(self) -> str:
         """The endpoint presigned URLs point at."""
         return self.public_endpoint_url or self.endpoint_url
 
-    def to_env(self) -> dict[str, str]:
+    @property
+    def workload_endpoint_url(self) -> str:
+        """The endpoint cluster pods use."""
+        return self.pod_endpoint_url or self.endpoint_url
+
+    def to_env(self, *, pod: bool = False) -> dict[str, str]:
+        """The `AJUSTE_DATASTORE_<ALIAS>_*` variables a workload reads (`from_env`); with
+        `pod`, for a cluster pod (its endpoint), else for a process beside the panel."""
         prefix = env_prefix(self.alias)
         return {
-            prefix + "ENDPOINT_URL": self.endpoint_url,
+            prefix + "ENDPOINT_URL": self.workload_endpoint_url if pod else self.endpoint_url,
             prefix + "REGION": self.region,
             prefix + "ACCESS_KEY": self.access_key,
             prefix + "SECRET_KEY": self.secret_key,

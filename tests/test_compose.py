@@ -31,10 +31,33 @@ def test_dependencies_exist_and_stateful_services_keep_data() -> None:
     for name, service in services.items():
         for dependency in service.get("depends_on") or {}:
             assert dependency in services, f"{name} depends on unknown {dependency}"
-    for name in ("postgres", "redis", "minio"):
+    for name in ("postgres", "redis", "s3"):
         assert services[name].get("healthcheck"), f"{name} has no health check"
         named = [v.split(":", 1)[0] for v in services[name]["volumes"]]
         assert all(v in compose["volumes"] for v in named), f"{name} loses its data"
     for name in ("web", "worker", "watcher", "beat", "migrate"):
         env = services[name]["environment"]
         assert env["DEBUG"] == "0" and env["SECRET_KEY"].startswith("${SECRET_KEY:?")
+
+
+def test_no_archived_minio_and_a_pod_reachable_endpoint() -> None:
+    """MinIO's community edition is archived; job pods in the cluster cannot resolve the
+    Compose name of the S3 server, so they get S3_POD_ENDPOINT_URL, which must be set."""
+    compose = _compose()
+    images = [service.get("image", "") for service in compose["services"].values()]
+    assert not [image for image in images if "minio" in image]
+    env = compose["services"]["web"]["environment"]
+    assert env["S3_ENDPOINT_URL"] == "http://s3:8333"
+    assert env["S3_POD_ENDPOINT_URL"].startswith("${S3_POD_ENDPOINT_URL:?")
+    assert "8333:8333" in compose["services"]["s3"]["ports"]
+
+
+def test_the_kubeconfig_is_a_secret_and_no_process_pings_redis_for_liveness() -> None:
+    compose = _compose()
+    for name in ("web", "worker", "watcher", "beat", "migrate"):
+        service = compose["services"][name]
+        assert service["secrets"] == ["kubeconfig"]
+        assert service["environment"]["KUBECONFIG"] == "/run/secrets/kubeconfig"
+    assert compose["secrets"]["kubeconfig"]["file"] == "${KUBECONFIG_PATH:-./kubeconfig}"
+    assert "inspect ping" not in str(compose["services"]["worker"]["healthcheck"])
+    assert compose["services"]["migrate"]["command"][-1] == "migrate_locked"

@@ -59,6 +59,7 @@ def datastore_config(alias: str) -> DatastoreConfig:
             access_key=settings.S3_ACCESS_KEY,
             secret_key=settings.S3_SECRET_KEY,
             public_endpoint_url=settings.S3_PUBLIC_ENDPOINT_URL,
+            pod_endpoint_url=settings.S3_POD_ENDPOINT_URL,
         )
     datastore = Datastore.objects.filter(alias=alias).first()
     if datastore is None:

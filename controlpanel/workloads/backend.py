@@ -107,7 +107,7 @@ def project_request(project: Project) -> ProjectRequest:
     datastores = tuple(project_datastores(project=project))
     egress = list(settings.KUBERNETES_EGRESS)
     if settings.KUBERNETES_EGRESS_FROM_DATASTORES:
-        egress += [egress_for_endpoint(d.endpoint_url) for d in datastores]
+        egress += [egress_for_endpoint(d.workload_endpoint_url) for d in datastores]
     return ProjectRequest(
         slug=project.slug,
         namespace=project.namespace,

@@ -106,7 +106,7 @@ def make_datastore_secret(*, project: ProjectRequest) -> Manifest:
     containers through `envFrom` (never copied into a pod spec)."""
     data: dict[str, str] = {}
     for datastore in project.datastores:
-        data.update(datastore.to_env())
+        data.update(datastore.to_env(pod=True))
     return {
         "apiVersion": "v1",
         "kind": "Secret",

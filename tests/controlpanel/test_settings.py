@@ -66,3 +66,34 @@ def test_deploy_check_is_clean_with_production_settings() -> None:
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "no issues" in result.stdout
+
+
+def _shell(env: dict[str, str], code: str) -> subprocess.CompletedProcess[str]:
+    dropped = {"DEBUG", "SECRET_KEY", "SECRET_KEY_FALLBACKS", "FIELD_ENCRYPTION_KEY"}
+    base = {k: v for k, v in os.environ.items() if k not in dropped}
+    return subprocess.run(
+        [sys.executable, "manage.py", "shell", "-c", code],
+        cwd=ROOT,
+        env=base | {"DEBUG": "1"} | env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_secret_key_fallbacks_from_the_environment_keep_stored_credentials() -> None:
+    """Rotating SECRET_KEY with the old one in SECRET_KEY_FALLBACKS: a datastore secret key
+    encrypted under the old one still decrypts (FIELD_ENCRYPTION_KEY unset: derived keys)."""
+    old, new = "old-" + "o" * 60, "new-" + "n" * 60
+    stored = _shell(
+        {"SECRET_KEY": old},
+        "from controlpanel.buckets.crypto import encrypt;print(encrypt('s3-secret'))",
+    )
+    assert stored.returncode == 0, stored.stderr
+    token = stored.stdout.strip().splitlines()[-1]
+    read = f"from controlpanel.buckets.crypto import decrypt; print(decrypt({token!r}))"
+    rotated = _shell({"SECRET_KEY": new, "SECRET_KEY_FALLBACKS": f"other,{old}"}, read)
+    assert rotated.returncode == 0, rotated.stderr
+    assert rotated.stdout.strip().splitlines()[-1] == "s3-secret"
+    lost = _shell({"SECRET_KEY": new}, read)
+    assert lost.returncode != 0 and "SECRET_KEY_FALLBACKS" in lost.stderr
