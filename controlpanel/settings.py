@@ -93,6 +93,7 @@ TEMPLATES = [
                 "django.contrib.messages.context_processors.messages",
                 "controlpanel.core.context_processors.shell",
             ],
+            "builtins": ["controlpanel.core.templatetags.units"],
         },
     }
 ]

@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from controlpanel.cli.client import State, state
+from controlpanel.core.units import binary_size
 
 FORMATS = ("table", "json")
 
@@ -66,11 +67,5 @@ def _text(value: Any) -> str:
 
 
 def human_size(size: int | None) -> str:
-    if size is None:
-        return "-"
-    value = float(size)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if value < 1024 or unit == "TiB":
-            return f"{int(value)} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return str(size)
+    """The size as the pages show it (binary units)."""
+    return binary_size(size)

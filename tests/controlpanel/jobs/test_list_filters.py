@@ -122,6 +122,12 @@ def test_page_filters_state_in_any_case(owner_client: Client, jobs: dict[str, Jo
     assert '<option value="RUNNING" selected>' in page
 
 
+def test_page_filters_by_label_value(owner_client: Client, jobs: dict[str, Job]) -> None:
+    """The web list used to drop the filter on SQLite; test_sqlite.py runs this there too."""
+    page = owner_client.get("/p/alpha/jobs/?label=team=nlp").content.decode()
+    assert ">nlp</a>" in page and ">cv</a>" not in page and ">bare</a>" not in page
+
+
 def test_fragment_with_a_bad_filter_reloads_the_page(
     owner_client: Client, jobs: dict[str, Job]
 ) -> None:
