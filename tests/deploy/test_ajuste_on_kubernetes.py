@@ -121,6 +121,13 @@ def test_the_secret_template_validates_and_is_not_applied(objects: list[Obj]) ->
     template = yaml.safe_load((K8S / "secret.example.yaml").read_text())
     validate(template)
     assert "Secret" not in {o["kind"] for o in objects}
+    # Every file the settings read from the Secret is one of its keys.
+    files = {
+        value.rsplit("/", 1)[1]
+        for key, value in find(objects, "ConfigMap", "ajuste-config")["data"].items()
+        if key.endswith("_FILE")
+    }
+    assert files <= set(template["stringData"]), files - set(template["stringData"])
 
 
 def test_pods_are_restricted_probed_and_sized(objects: list[Obj]) -> None:
