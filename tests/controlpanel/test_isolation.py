@@ -110,6 +110,7 @@ CASES: list[Case] = [
     Case("bucket-list", lambda c: "/p/alpha/buckets/", ("get", "post")),
     Case("bucket-browse", _bucket_url()),
     Case("bucket-row", _bucket_url("row/")),
+    Case("bucket-recount", _bucket_url("recount/"), ("post",)),
     Case("bucket-delete", _bucket_url("delete/"), ("get", "post")),
     Case("object-download", lambda c: _bucket_url("download/")(c) + "?key=a.txt"),
     Case("object-delete", _bucket_url("objects/delete/"), ("post",)),
@@ -288,6 +289,7 @@ OWNER: dict[str, tuple[Probe, ...]] = {
     ),
     "bucket-browse": (Probe("get", 200, "a.txt"),),
     "bucket-row": (Probe("get", 200, 'data-bucket="alpha-data"'),),
+    "bucket-recount": (Probe("post", 302, "/p/alpha/buckets/"),),
     "bucket-delete": (
         Probe("get", 200, "<title>Delete alpha-data"),
         Probe("post", 302, "/p/alpha/buckets/", {"confirm": "alpha-data", "empty": "on"}),
