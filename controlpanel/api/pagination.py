@@ -22,10 +22,10 @@ class Pagination(LimitOffsetPagination):
     max_limit = MAX_LIMIT
 
     def get_limit(self, request: Request) -> int:
-        return _bounded(request, self.limit_query_param, DEFAULT_LIMIT, 1, MAX_LIMIT)
+        return query_int(request, self.limit_query_param, DEFAULT_LIMIT, 1, MAX_LIMIT)
 
     def get_offset(self, request: Request) -> int:
-        return _bounded(request, self.offset_query_param, 0, 0, MAX_OFFSET)
+        return query_int(request, self.offset_query_param, 0, 0, MAX_OFFSET)
 
     def get_paginated_response_schema(self, schema: dict[str, Any]) -> dict[str, Any]:
         """What the server sends: all four keys, always (`next`/`previous` null at the ends)."""
@@ -43,7 +43,9 @@ class Pagination(LimitOffsetPagination):
         return parameters
 
 
-def _bounded(request: Request, name: str, default: int, low: int, high: int) -> int:
+def query_int(request: Request, name: str, default: int, low: int, high: int) -> int:
+    """`?name=` as a whole number from low to high (default when absent or empty); anything else
+    is a 400 that names the parameter."""
     raw = request.query_params.get(name, "")
     if raw == "":
         return default

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers, status, viewsets
 from rest_framework.decorators import action
@@ -12,7 +13,7 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from controlpanel.api.pagination import Pagination
+from controlpanel.api.pagination import MAX_OFFSET, Pagination, query_int
 from controlpanel.api.scoping import api_project
 from controlpanel.flavors.models import Flavor
 from controlpanel.workloads import logs, selectors, services
@@ -20,6 +21,7 @@ from controlpanel.workloads.models import Job, JobEvent
 from deploy.types import DeployError
 
 log = logging.getLogger(__name__)
+MAX_LOG_LINES = 5000  # one page of `logs`
 
 
 class FlavorSerializer(serializers.ModelSerializer):
@@ -215,8 +217,12 @@ class JobViewSet(viewsets.ViewSet):
 
     @extend_schema(
         parameters=[
-            OpenApiParameter("after", int),
-            OpenApiParameter("limit", int),
+            OpenApiParameter(
+                "after", OpenApiTypes.INT, description="0 to 2147483647 (default 0).", default=0
+            ),
+            OpenApiParameter(
+                "limit", OpenApiTypes.INT, description="1 to 5000 (default 1000).", default=1000
+            ),
             OpenApiParameter("run", int, description="A run of the job (default: the current)."),
         ],
         responses=LogPageSerializer,
@@ -229,8 +235,8 @@ class JobViewSet(viewsets.ViewSet):
             run = logs.resolve_run(job=job, value=request.query_params.get("run"))
         except logs.UnknownRun as exc:
             raise ValidationError({"run": [str(exc)]}) from None
-        after = _int(request.query_params.get("after"), 0)
-        limit = min(max(_int(request.query_params.get("limit"), 1000), 1), 5000)
+        after = query_int(request, "after", 0, 0, MAX_OFFSET)
+        limit = query_int(request, "limit", 1000, 1, MAX_LOG_LINES)
         page: dict[str, Any] = {"run": run}
         if run == job.run and (job.is_live or not job.logs_archived):
             page |= _collect(job)
@@ -251,10 +257,3 @@ def _collect(job: Job) -> dict[str, Any]:
         return {"warning": f"New log lines could not be collected: {exc}"}
     job.refresh_from_db()
     return {}
-
-
-def _int(value: Any, default: int) -> int:
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return default

@@ -108,3 +108,37 @@ def test_a_server_error_is_json(
     strict.force_authenticate(owner)
     with pytest.raises(RuntimeError, match="a bug"):
         strict.get("/api/v1/jobs/?project=alpha")
+
+
+@pytest.mark.parametrize(
+    ("query", "message"),
+    [
+        (
+            "after=99999999999999999999999",
+            {"after": ["Give a whole number from 0 to 2147483647, not '99999999999999999999999'."]},
+        ),
+        ("after=-5", {"after": ["Give a whole number from 0 to 2147483647, not '-5'."]}),
+        ("after=abc", {"after": ["Give a whole number from 0 to 2147483647, not 'abc'."]}),
+        ("limit=0", {"limit": ["Give a whole number from 1 to 5000, not '0'."]}),
+        (
+            "limit=99999999999999999999",
+            {"limit": ["Give a whole number from 1 to 5000, not '99999999999999999999'."]},
+        ),
+    ],
+)
+def test_log_paging_parameters_out_of_range_are_a_400(
+    owner_api: APIClient, project: Any, owner: Any, query: str, message: dict[str, list[str]]
+) -> None:
+    """They used to be echoed back (`"next": 99999999999999999999999`) or silently replaced."""
+    from controlpanel.flavors.models import Flavor
+    from controlpanel.workloads.models import Job
+
+    job = Job.objects.create(
+        project=project,
+        owner=owner,
+        name="j",
+        image="x/y:1",
+        flavor=Flavor.objects.get(name="ai1-1-cpu"),
+    )
+    response = owner_api.get(f"/api/v1/jobs/{job.pk}/logs/?project=alpha&{query}")
+    assert (response.status_code, response.json()) == (400, message)

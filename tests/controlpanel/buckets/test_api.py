@@ -320,7 +320,7 @@ def test_a_bad_upload_id_or_etag_is_400(
     etag = {"key": "k", "upload_id": "u", "parts": [{"part_number": 1, "etag": "e\x02"}]}
     bad_etag = owner_api.post(made + "uploads/complete/", etag, format="json")
     assert bad_etag.json() == {
-        "parts": [{"etag": ["The ETag has the control character '\\x02' at position 1."]}]
+        "parts": {"0": {"etag": ["The ETag has the control character '\\x02' at position 1."]}}
     }
 
 
