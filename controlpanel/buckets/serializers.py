@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Any
+from collections.abc import Callable
 
 from rest_framework import serializers
 
@@ -33,30 +33,27 @@ def _check(problem: str | None) -> None:
         raise serializers.ValidationError(problem)
 
 
-def validate_content_type(value: str) -> str:
+def validate_content_type(value: str) -> None:
     """Sent to the store as a header: printable ASCII in the `type/subtype` shape."""
     _check(_bad_character(value, "content type", ascii_only=True))
     if value and not MEDIA_TYPE_RE.fullmatch(value):
         _check(f"{value!r} is not a media type: give type/subtype, e.g. text/plain.")
-    return value
 
 
-def validate_opaque(what: str) -> Any:
+def validate_opaque(what: str) -> Callable[[str], None]:
     """A value the store handed out (upload id, ETag, token): sent back as it came."""
 
-    def validate(value: str) -> str:
+    def validate(value: str) -> None:
         _check(_bad_character(value, what, ascii_only=True))
-        return value
 
     return validate
 
 
-def validate_prefix(value: str) -> str:
+def validate_prefix(value: str) -> None:
     _check(_bad_character(value, "prefix", ascii_only=False))
     size = len(value.encode("utf-8"))
     if size > MAX_PREFIX_BYTES:
         _check(f"The prefix is {size} bytes long in UTF-8; keys have at most {MAX_PREFIX_BYTES}.")
-    return value
 
 
 class _DatastoreFields(serializers.Serializer):

@@ -7,7 +7,7 @@ import uuid
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from decimal import ROUND_HALF_UP, Decimal
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from django.core.exceptions import ValidationError
 from django.db.models import F, OrderBy, QuerySet
@@ -34,6 +34,7 @@ SORTS: dict[str, OrderBy] = {
     "gpus": F("gpus_total").asc(),
     "-gpus": F("gpus_total").desc(),
 }
+_Jobs = TypeVar("_Jobs", bound=QuerySet[Any])
 CENT = Decimal("0.01")
 MILLI_CENT = Decimal("0.0001")  # a CPU minute costs fractions of a cent
 
@@ -102,16 +103,18 @@ def jobs_for_project(*, project: Project, filters: JobFilters = JobFilters()) ->
     return jobs.order_by(SORTS.get(filters.sort, SORTS["-created"]), "-created_at")
 
 
-def _with_label(jobs: QuerySet[Job], label: str) -> QuerySet[Job]:
+def _with_label(jobs: _Jobs, label: str) -> _Jobs:
     """`key` or `key=value`, on PostgreSQL and SQLite alike (SQLite has no JSON `contains`).
 
     Never build a lookup from user text: `labels__<key>` would let `a__regex` through, so the
-    key is an expression's argument (a quoted JSON path), not part of a lookup name; the
-    value is compared as JSON (SQLite has no `->>` text form that `exact` accepts)."""
+    key is an expression's argument (a quoted JSON path), not part of a lookup name. The value
+    is compared as a JSON string: KeyTextTransform's `exact` on SQLite parses it as JSON."""
     key, sep, value = label.partition("=")
     if not sep:
         return jobs.filter(labels__has_key=key)
-    return jobs.alias(label_value=KeyTransform(key, "labels")).filter(label_value=value)
+    return cast(
+        _Jobs, jobs.alias(label_value=KeyTransform(key, "labels")).filter(label_value=value)
+    )
 
 
 def job_get(*, project: Project, job_id: Any) -> Job:
