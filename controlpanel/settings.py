@@ -343,6 +343,8 @@ KUBERNETES_STORAGE_CLASS = env_str("KUBERNETES_STORAGE_CLASS") or None
 JOB_WORKSPACE_GIB = env_int("JOB_WORKSPACE_GIB", 50, minimum=1)
 CURRENCY = env_str("CURRENCY") or "EUR"
 JOB_SWEEP_SECONDS = env_int("JOB_SWEEP_SECONDS", 10, minimum=1)
+# A failed webhook is retried 8 times, the first after about this, doubling up to a minute.
+WEBHOOK_RETRY_BASE_MS = env_int("WEBHOOK_RETRY_BASE_MS", 2000, minimum=1)
 CELERY_BEAT_SCHEDULE["jobs-sweep"] = {
     "task": "controlpanel.workloads.tasks.jobs_sweep",
     "schedule": float(JOB_SWEEP_SECONDS),

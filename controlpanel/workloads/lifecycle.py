@@ -93,9 +93,12 @@ def _exit_reason(exit_code: int | None) -> str:
     return f"exit code {exit_code}" if exit_code is not None else "failed"
 
 
+PUSH_RETRIED = "push retried by"  # the reason of the FINALIZING a retried push starts with
+
+
 def apply_observation(job: Job, observed: ObservedWorkload) -> bool:
     """Record what the backend saw of the job's current run; True when the state changed."""
-    if observed.run != job.run or job.state in FINAL_STATES:
+    if observed.run != job.run or job.state in FINAL_STATES or _retried_push_failed(job, observed):
         return False
     _record_times(job, observed)
     changed = False
@@ -106,6 +109,17 @@ def apply_observation(job: Job, observed: ObservedWorkload) -> bool:
         if state in FINAL_STATES:
             break
     return changed
+
+
+def _retried_push_failed(job: Job, observed: ObservedWorkload) -> bool:
+    """The failure of a push that was since retried: until the task has started the next
+    attempt, the cluster still shows the old one failed, which must not end the job again."""
+    if job.state != S.FINALIZING or observed.phase is not Phase.SYNC_FAILED:
+        return False
+    retries = JobEvent.objects.filter(
+        job=job, run=job.run, state=S.FINALIZING, reason__startswith=PUSH_RETRIED
+    ).count()
+    return observed.push_attempt <= retries
 
 
 _BEFORE_RUNNING = (S.QUEUED, S.INITIALIZING, S.PENDING)

@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from controlpanel.projects.access import ProjectAccess
 from controlpanel.workloads import tasks
-from controlpanel.workloads.lifecycle import record_state
+from controlpanel.workloads.lifecycle import PUSH_RETRIED, record_state
 from controlpanel.workloads.models import FINAL_STATES, Job, JobEvent, JobLogLine, JobState
 from controlpanel.workloads.validation import clean_job
 
@@ -84,7 +84,7 @@ def job_retry_push(*, access: ProjectAccess, user: Any, job: Job) -> Job:
     if job.state != S.SYNC_FAILED:
         raise ValidationError("Only a job whose final push failed (SYNC_FAILED) can retry it.")
     # Back to FINALIZING by hand: a final state is otherwise never left.
-    reason = f"push retried by {user.username}"
+    reason = f"{PUSH_RETRIED} {user.username}"
     JobEvent.objects.create(job=job, run=job.run, state=S.FINALIZING, reason=reason)
     job.state, job.state_reason, job.state_changed_at = S.FINALIZING, reason, timezone.now()
     job.save(update_fields=["state", "state_reason", "state_changed_at", "updated_at"])

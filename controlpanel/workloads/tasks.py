@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import logging
+import random
 from typing import TYPE_CHECKING, Any
 
-from celery import shared_task
+from celery import Task, shared_task
 
 from deploy.types import TransientError
 
@@ -109,13 +110,30 @@ def job_notify(job_id: str, run: int | None = None, state: str | None = None) ->
     send_job_email(job)
 
 
-@shared_task(**{**RETRY, "autoretry_for": (Exception,), "max_retries": 8})
-def job_webhook(job_id: str, run: int | None = None, state: str | None = None) -> None:
+WEBHOOK_RETRIES = 8
+WEBHOOK_RETRY_MAX_S = 60.0
+
+
+def webhook_retry_delay(retries: int) -> float:
+    """Seconds before retry number `retries` + 1: doubling from WEBHOOK_RETRY_BASE_MS up to a
+    minute, the second half of it random (receivers that were down are not hit all at once)."""
+    from django.conf import settings
+
+    ceiling = min(WEBHOOK_RETRY_MAX_S, settings.WEBHOOK_RETRY_BASE_MS / 1000 * 2**retries)
+    return random.uniform(ceiling / 2, ceiling)  # noqa: S311 (jitter, not a secret)
+
+
+@shared_task(bind=True, max_retries=WEBHOOK_RETRIES, acks_late=True, reject_on_worker_lost=True)
+def job_webhook(self: Task, job_id: str, run: int | None = None, state: str | None = None) -> None:
     from controlpanel.workloads.notifications import post_webhook
 
     job = _still_ended(job_id, run, state, "project")
-    if job is not None:
+    if job is None:
+        return
+    try:
         post_webhook(job)
+    except Exception as exc:  # any failure to deliver: retried, then given up
+        raise self.retry(exc=exc, countdown=webhook_retry_delay(self.request.retries)) from exc
 
 
 @shared_task(**RETRY)

@@ -20,9 +20,10 @@ from controlpanel.projects.access import project_access
 from controlpanel.projects.models import Project
 from controlpanel.workloads import backend as backend_module
 from controlpanel.workloads import logs, services, tasks
-from controlpanel.workloads.lifecycle import record_state
+from controlpanel.workloads.lifecycle import apply_observation, record_state
 from controlpanel.workloads.models import Job, JobState
 from controlpanel.workloads.notifications import post_webhook, send_job_email, sign
+from deploy.types import ObservedWorkload, Phase, WorkloadKind
 
 S = JobState
 
@@ -264,3 +265,24 @@ def test_notifications(project: Project, owner: Any, receiver: Any, settings: An
     assert headers["X-Ajuste-Signature"] == sign("s3cret", body)
     payload = json.loads(body)
     assert (payload["state"], payload["exit_code"], payload["project"]) == ("FAILED", 1, "alpha")
+
+
+def test_the_retried_push_is_not_ended_by_the_old_ones_failure(
+    project: Project, owner: Any, sent: Any
+) -> None:
+    """Until the retry task starts attempt 2, the cluster still shows attempt 1 failed; a watch
+    or sweep seeing that must not put the job back to SYNC_FAILED (it would never end DONE)."""
+    job = _job(project, owner, S.SYNC_FAILED, state_reason="final push failed: 503")
+    job = services.job_retry_push(
+        access=project_access(user=owner, slug="alpha"), user=owner, job=job
+    )
+
+    def seen(attempt: int, phase: Phase) -> ObservedWorkload:
+        return ObservedWorkload(
+            WorkloadKind.JOB, str(job.pk), phase, "final push failed: 503", push_attempt=attempt
+        )
+
+    assert not apply_observation(job, seen(1, Phase.SYNC_FAILED))
+    assert Job.objects.get(pk=job.pk).state == S.FINALIZING
+    assert apply_observation(job, seen(2, Phase.SYNC_FAILED))  # the retried push failed too
+    assert Job.objects.get(pk=job.pk).state == S.SYNC_FAILED
