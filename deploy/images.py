@@ -6,6 +6,8 @@ from deploy.version import REGISTRY, VERSION
 
 # The built-in fine-tune image: runs `python -m training.finetune ...` (training/Dockerfile).
 FINETUNE_IMAGE = f"{REGISTRY}/finetune:{VERSION}"
+# Its torch is a CUDA 13 build, which dropped Volta (V100, 7.0): Turing (7.5) and newer only.
+FINETUNE_MIN_COMPUTE_CAPABILITY = (7, 5)
 
 # The panel/worker image: it contains `storage/`, so it runs the volume sync engine
 # (`python -m storage.sync pull|push ...`) in init containers, sidecars and finalize Jobs.

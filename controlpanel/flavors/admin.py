@@ -14,6 +14,7 @@ class FlavorAdmin(admin.ModelAdmin):
     list_display = [
         "name",
         "gpu_model",
+        "compute_capability",
         "gpus_per_unit",
         "vcpu_per_unit",
         "memory_gib_per_unit",

@@ -19,10 +19,28 @@ DEFAULTS = [
     ("h100-1-gpu", "H100", "NVIDIA-H100-80GB-HBM3", 30, 200, 80, "2.8000"),
     ("h200-1-gpu", "H200", "NVIDIA-H200", 30, 240, 141, "3.6000"),
 ]
+# The CUDA compute capability of each default GPU model.
+CAPABILITIES = {
+    "L4": "8.9",
+    "V100S": "7.0",
+    "A100": "8.0",
+    "L40S": "8.9",
+    "H100": "9.0",
+    "H200": "9.0",
+}
+
+
+def fill_capabilities(flavor_model: Any) -> None:
+    """Set the compute capability of GPU flavors whose model is a default one and that say none."""
+    for model, capability in CAPABILITIES.items():
+        flavor_model.objects.filter(gpu_model=model, compute_capability="").update(
+            compute_capability=capability
+        )
 
 
 def ensure_default_flavors(flavor_model: Any, price_model: Any) -> None:
-    """Create the defaults that are missing (models passed in: migrations use historical ones)."""
+    """Create the defaults that are missing (models passed in: migrations use historical ones,
+    which may predate later fields: those are filled by their own migrations)."""
     for order, (name, model, product, vcpu, mem, gpu_mem, price) in enumerate(DEFAULTS):
         is_gpu = bool(model)
         flavor, created = flavor_model.objects.get_or_create(
@@ -40,6 +58,10 @@ def ensure_default_flavors(flavor_model: Any, price_model: Any) -> None:
                 "sort_order": order,
             },
         )
+        if created and hasattr(flavor, "compute_capability"):
+            flavor_model.objects.filter(pk=flavor.pk).update(
+                compute_capability=CAPABILITIES.get(model, "")
+            )
         if created:
             price_model.objects.create(
                 flavor=flavor, valid_from=PRICES_FROM, price_per_hour=Decimal(price)

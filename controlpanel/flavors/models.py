@@ -15,6 +15,9 @@ FLAVOR_NAME = RegexValidator(
 )
 
 
+COMPUTE_CAPABILITY = RegexValidator(r"^[0-9]{1,2}\.[0-9]$", "Write it as major.minor, e.g. 8.9.")
+
+
 class Flavor(models.Model):
     """An admin-defined machine shape: one unit is `gpus_per_unit` GPUs of `gpu_model` plus
     vCPU and memory; where it may run (node selector, tolerations) and its dated prices."""
@@ -26,6 +29,13 @@ class Flavor(models.Model):
     vcpu_per_unit = models.PositiveSmallIntegerField(validators=[MinValueValidator(1)])
     memory_gib_per_unit = models.PositiveSmallIntegerField(validators=[MinValueValidator(1)])
     gpu_memory_gib = models.PositiveSmallIntegerField(default=0, help_text="Per GPU.")
+    compute_capability = models.CharField(
+        max_length=5,
+        blank=True,
+        validators=[COMPUTE_CAPABILITY],
+        help_text="The GPU's CUDA compute capability (9.0 for H100): images built for newer "
+        "GPUs only (the fine-tune image needs 7.5) are refused on older ones. Empty: unknown.",
+    )
     node_selector = models.JSONField(default=dict, blank=True)
     tolerations = models.JSONField(default=list, blank=True)
     resource_key = models.CharField(max_length=60, default=GPU_RESOURCE_KEY)
@@ -44,6 +54,14 @@ class Flavor(models.Model):
     @property
     def is_gpu(self) -> bool:
         return self.gpus_per_unit > 0
+
+    @property
+    def capability(self) -> tuple[int, int] | None:
+        """The compute capability as (major, minor), None when unknown or a CPU flavor."""
+        if not self.is_gpu or not self.compute_capability:
+            return None
+        major, minor = self.compute_capability.split(".")
+        return int(major), int(minor)
 
     def to_spec(self) -> FlavorSpec:
         return FlavorSpec(

@@ -37,6 +37,7 @@ class FlavorSerializer(serializers.ModelSerializer):
             "gpu_model",
             "gpus_per_unit",
             "gpu_memory_gib",
+            "compute_capability",
             "vcpu_per_unit",
             "memory_gib_per_unit",
             "max_units",

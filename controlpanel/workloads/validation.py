@@ -78,6 +78,8 @@ def clean_job(*, project: Project, data: dict[str, Any]) -> JobInput:
     if preset not in Preset.values:
         errors.add("preset", f"Unknown preset {preset!r}; use 'finetune' or leave it empty.")
     flavor = errors.check("flavor", _flavor, data.get("flavor"))
+    if preset == Preset.FINETUNE and flavor is not None:
+        errors.check("flavor", _runs_the_finetune_image, flavor)
     gpu = errors.check("gpu", _gpu, data.get("gpu", 1), flavor, project)
     specs = errors.check("volumes", _volumes, data.get("volumes") or [], project) or []
     image = settings.AJUSTE_FINETUNE_IMAGE if preset == Preset.FINETUNE else data.get("image")
@@ -123,6 +125,18 @@ def _flavor(name: Any) -> Flavor:
     flavor = Flavor.objects.filter(name=name, enabled=True).first()
     if flavor is None:
         raise ValidationError(f"Unknown flavor {name!r}; `ajuste flavor list` shows them.")
+    return flavor
+
+
+def _runs_the_finetune_image(flavor: Flavor) -> Flavor:
+    """The fine-tune image's CUDA build has no kernels for GPUs older than it supports."""
+    needed = images.FINETUNE_MIN_COMPUTE_CAPABILITY
+    if flavor.capability is not None and flavor.capability < needed:
+        raise ValidationError(
+            f"The fine-tune image (a CUDA 13 build) needs a GPU of compute capability "
+            f"{needed[0]}.{needed[1]} or newer; {flavor.name}'s {flavor.gpu_model} has "
+            f"{flavor.compute_capability}. Choose another flavor, or a custom image built for it."
+        )
     return flavor
 
 

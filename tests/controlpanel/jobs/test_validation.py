@@ -179,3 +179,17 @@ def test_the_kubernetes_backend_takes_custom_images_without_a_note(
 ) -> None:
     assert clean_job(project=project, data=GOOD).image == GOOD["image"]
     assert "backend-note" not in owner_client.get("/p/alpha/jobs/new/?tab=custom").content.decode()
+
+
+def test_the_finetune_preset_refuses_gpus_its_cuda_build_cannot_run(
+    project: Project, k8s_jobs: Any
+) -> None:
+    finetune = {"preset": "finetune", "image": None, "command": [], "gpu": 1,
+                "params": {"base_model": "mistralai/Mistral-7B-v0.1"}}  # fmt: skip
+    refused = errors_for(project, **finetune, flavor="v100s-1-gpu")
+    assert "compute capability 7.5 or newer; v100s-1-gpu's V100S has 7.0" in refused["flavor"][0]
+    with pytest.raises(ValidationError) as other:  # a flavor it runs on: no flavor error
+        clean_job(project=project, data=GOOD | finetune | {"flavor": "l4-1-gpu"})
+    assert "flavor" not in other.value.message_dict
+    # A custom image on the same flavor is the user's call.
+    assert clean_job(project=project, data=GOOD | {"flavor": "v100s-1-gpu", "gpu": 1}).gpu == 1
