@@ -9,7 +9,20 @@ Tests run against the real PostgreSQL and Redis on loopback. To point a run at o
 import os
 
 # Everything the settings, the CLI, Django's management commands and the cluster client read.
-_PREFIXES = ("DJANGO_", "S3_", "AJUSTE_", "KUBERNETES_", "EMAIL_", "AXES_", "SECURE_", "CSP_")
+_PREFIXES = (
+    "DJANGO_",
+    "S3_",
+    "AJUSTE_",
+    "KUBERNETES_",
+    "EMAIL_",
+    "AXES_",
+    "SECURE_",
+    "CSP_",
+    "SECRET_KEY",
+    "WEBHOOK_",
+    "WORKER_",
+    "JOB_",
+)
 _NAMES = {
     "ALLOWED_HOSTS",
     "BEHIND_PROXY",
@@ -22,14 +35,11 @@ _NAMES = {
     "DEFAULT_FROM_EMAIL",
     "FIELD_ENCRYPTION_KEY",
     "HTTPS",
-    "JOB_SWEEP_SECONDS",
-    "JOB_WORKSPACE_GIB",
     "KUBECONFIG",
     "LOG_LEVEL",
     "MAX_GPUS_PER_JOB",
     "REDIS_KEY_PREFIX",
     "REDIS_URL",
-    "SECRET_KEY",
     "SITE_URL",
     "STATIC_MANIFEST",
     "AWS_ACCESS_KEY_ID",

@@ -147,3 +147,15 @@ def test_run_env_is_private_and_loses_to_the_shell(
     load_run_env(tmp_path)  # the checkout's root: its var/ holds run.env
     assert os.environ["SECRET_KEY"] == "from-make-run"
     assert os.environ["REDIS_URL"] == "redis://exported/2"
+
+
+def test_the_test_session_cleans_every_variable_the_code_reads() -> None:
+    """A setting added later is cleaned too, or this fails: a user's shell never leaks in."""
+    read = set()
+    for package in ("controlpanel", "deploy", "storage"):
+        for path in (ROOT / package).rglob("*.py"):
+            read |= set(
+                re.findall(r'env_(?:str|bool|int|list|choice)\("([A-Z_0-9]+)"', path.read_text())
+            )
+    assert len(read) > 30
+    assert sorted(name for name in read if not outside_variable(name)) == []
