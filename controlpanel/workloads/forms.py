@@ -118,6 +118,13 @@ class _JobForm(forms.Form):
             "timeout": data.get("timeout"),
         }
 
+    def forget_missing(self) -> None:
+        """While the form is still being filled in (live validation), an empty required field
+        is not an error yet: only what was typed is judged."""
+        for name, errors in list(self.errors.as_data().items()):
+            if name in self.fields and all(e.code == "required" for e in errors):
+                del self.errors[name]
+
     def add_service_errors(self, error: ValidationError) -> None:
         """Show each API-level error beside the form field it concerns."""
         for key, messages in error.message_dict.items():

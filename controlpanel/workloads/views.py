@@ -144,6 +144,8 @@ def job_new(request: HttpRequest) -> HttpResponse:
             clean_job(project=access.project, data=form.to_job_data())
         except ValidationError as exc:
             form.add_service_errors(exc)
+        if validating:
+            form.forget_missing()
     context = _form_context(request, preset, finetune, custom)
     if wants_fragment(request) and validating:
         # A validation answer, errors included, is a successful response for htmx.

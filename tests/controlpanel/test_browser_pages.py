@@ -112,6 +112,10 @@ def test_every_page_without_a_console_error(
         # attribute (blocked).
         for field in ("#id_ft-output_volume", "#id_ft-timeout", "#id_ft-name"):
             page.locator(field).evaluate("el => el.style.setProperty('caret-color', 'red')")
+        page.fill("#id_ft-output_volume", "results@LOCAL/finetune/mistral-7b-chat-2026-12-03")
+        page.select_option("#id_ft-flavor", "h100-1-gpu")
+        expect(page.locator("label[for=id_ft-gpu]")).to_have_text("Units (1 GPU each)")
+        visit.check("job-new-gpu")
         page.fill("#id_ft-timeout", "2h")
         page.select_option("#id_ft-flavor", "ai1-1-cpu")
         expect(page.locator("label[for=id_ft-gpu]")).to_have_text("Units (1 vCPU each)")

@@ -123,3 +123,19 @@ def test_no_help_text_shows_raw_markdown(owner_client: Client, panel_s3: Any) ->
     for tab in ("finetune", "custom"):
         page = owner_client.get(f"/p/alpha/jobs/new/?tab={tab}").content.decode()
         assert "`" not in page
+
+
+def test_live_validation_judges_what_was_typed_not_what_is_still_empty(
+    owner_client: Client, data_bucket: Bucket
+) -> None:
+    data = finetune(data_bucket, data_volume="", output_volume="", timeout="soon")
+    response = owner_client.post(
+        "/p/alpha/jobs/new/?tab=finetune", data | {"validate": "1"}, **VALIDATE
+    )
+    form = response.context["form"]
+    assert "data_volume" not in form.errors and "output_volume" not in form.errors
+    assert list(form.errors) == ["timeout"]
+    submitted = owner_client.post("/p/alpha/jobs/new/?tab=finetune", data)
+    assert submitted.status_code == 400  # a real submission says what is missing
+    assert "This field is required." in submitted.context["form"].errors["data_volume"]
+    assert not Job.objects.exists()
