@@ -174,11 +174,15 @@ def download_object(api: Api, bucket: str, key: str, dest: Path, progress: Progr
     return {"key": key, "size": size, "path": str(dest)}
 
 
+_UNSAFE = ("\\", "\0", ":")
+
+
 def local_path(root: Path, relative_key: str) -> Path | None:
     """Where a key lands under `root`, or None if it could escape it or name no plain path
-    (`..`, `.`, `/x`, `a//b`, a backslash or NUL)."""
+    (`..`, `.`, `/x`, `a//b`, a backslash, NUL, or a ':': on Windows `C:x` is relative to the
+    drive's current folder and `x:y` opens a stream of `x`)."""
     parts = relative_key.split("/")
-    if any(part in ("", ".", "..") or "\\" in part or "\0" in part for part in parts):
+    if any(part in ("", ".", "..") or any(c in part for c in _UNSAFE) for part in parts):
         return None
     return root.joinpath(*parts)
 

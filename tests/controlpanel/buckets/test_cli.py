@@ -223,6 +223,9 @@ def test_the_cli_imports_no_django() -> None:
         ("/abs", None),
         ("a//b", None),
         ("./a", None),
+        ("C:/Windows/x", None),  # Windows: a drive, whatever the target folder
+        ("a/C:evil.txt", None),  # drive-relative: C:'s current folder, not a/
+        ("a/file.txt:stream", None),  # an NTFS alternate data stream
         ("ok name ü", "ok name ü"),
     ],
 )
