@@ -119,11 +119,16 @@ def member_remove(*, access: ProjectAccess, membership: Membership) -> None:
 
 
 def _keep_one_manager(membership: Membership, *, leaving: bool) -> None:
-    """A project never loses its last manager (admins can still fix it in the admin)."""
-    if not leaving or membership.role != Role.MANAGER:
+    """A project never loses its last manager (admins can still fix it in the admin).
+
+    The project row is locked first: two managers demoting each other at once take turns, and
+    the second counts after the first committed (a FOR UPDATE on a COUNT locks no row)."""
+    if not leaving:
         return
-    managers = Membership.objects.select_for_update().filter(
-        project=membership.project, role=Role.MANAGER
-    )
+    Project.objects.select_for_update().filter(pk=membership.project_id).first()
+    role = Membership.objects.filter(pk=membership.pk).values_list("role", flat=True).first()
+    if role != Role.MANAGER:
+        return
+    managers = Membership.objects.filter(project_id=membership.project_id, role=Role.MANAGER)
     if managers.count() <= 1:
         raise ValidationError("A project keeps at least one manager.")

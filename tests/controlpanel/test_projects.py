@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
-from django.db import connection
+from django.core.exceptions import ValidationError
+from django.db import connection, transaction
 from django.test import Client
 from rest_framework.test import APIClient
 
 from controlpanel.accounts.models import User
+from controlpanel.projects.access import ProjectAccess
 from controlpanel.projects.models import Membership, Project, Role
+from controlpanel.projects.services import member_set_role
 from tests.fixtures.panel import ProjectFactory, UserFactory, add_member, logged_in
 
 
@@ -280,3 +285,50 @@ def test_migration_encrypts_secrets_and_gives_urls_one(transactional_db: None) -
         assert cursor.fetchone()[0] == "plain"
     executor = MigrationExecutor(connection)
     executor.migrate(after)
+
+
+def test_two_managers_demoting_each_other_at_once_keep_one(transactional_db: None) -> None:
+    """Each demotion runs in its own transaction; the first holds its transaction open until
+    the second is seen waiting on a lock, or has finished (the race COUNT ... FOR UPDATE lost:
+    both counted two managers and both were demoted)."""
+    project = ProjectFactory(slug="race")
+    first, second = (
+        add_member(project, UserFactory(username=name), Role.MANAGER) for name in ("ann", "bob")
+    )
+    access = ProjectAccess(project=project, role=Role.MANAGER, is_admin=False)
+    second_done = threading.Event()
+    outcome: dict[str, str] = {}
+
+    def demote_second() -> None:
+        try:
+            member_set_role(access=access, membership=second, role=Role.MEMBER)
+            outcome["second"] = "demoted"
+        except ValidationError as exc:
+            outcome["second"] = exc.messages[0]
+        finally:
+            connection.close()
+            second_done.set()
+
+    def someone_waits_on_a_lock() -> bool:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM pg_locks WHERE NOT granted")
+            return bool(cursor.fetchone()[0])
+
+    def demote_first_and_hold() -> None:
+        try:
+            with transaction.atomic():
+                member_set_role(access=access, membership=first, role=Role.MEMBER)
+                other = threading.Thread(target=demote_second)
+                other.start()
+                while not second_done.wait(0.05) and not someone_waits_on_a_lock():
+                    pass
+            outcome["first"] = "demoted"
+            other.join(30)
+        finally:
+            connection.close()
+
+    holder = threading.Thread(target=demote_first_and_hold)
+    holder.start()
+    holder.join(60)
+    assert outcome == {"first": "demoted", "second": "A project keeps at least one manager."}
+    assert Membership.objects.filter(project=project, role=Role.MANAGER).count() == 1
