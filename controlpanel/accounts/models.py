@@ -38,6 +38,12 @@ class ApiToken(models.Model):
     last_used_at = models.DateTimeField(null=True, blank=True)
     expires_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
+    # The token that made this one through the API (None: made in a logged-in session or by
+    # `manage.py apitoken`). A child never outlives it: its expiry is capped at the parent's,
+    # and revoking the parent revokes its children.
+    parent = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.CASCADE, related_name="children"
+    )
 
     class Meta:
         ordering = ["-created_at"]

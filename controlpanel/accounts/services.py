@@ -13,9 +13,12 @@ LAST_USED_RESOLUTION = timedelta(minutes=1)
 
 
 def token_create(
-    *, user: Any, name: str, expires_at: datetime | None = None
+    *, user: Any, name: str, expires_at: datetime | None = None, parent: ApiToken | None = None
 ) -> tuple[ApiToken, str]:
-    """Create a token; the raw value is returned once and never stored."""
+    """Create a token; the raw value is returned once and never stored.
+
+    `parent` is the token the request came with (API calls): the new token expires when it
+    does at the latest (no expiry given: the parent's), and is revoked with it."""
     name = (name or "").strip()
     if not name:
         raise ValidationError({"name": "Give the token a name."})
@@ -23,16 +26,35 @@ def token_create(
         raise ValidationError({"name": "Use at most 100 characters."})
     if expires_at is not None and expires_at <= timezone.now():
         raise ValidationError({"expires_at": "The expiry must be in the future."})
+    if parent is not None and parent.expires_at is not None:
+        if expires_at is not None and expires_at > parent.expires_at:
+            raise ValidationError(
+                {
+                    "expires_at": "A token made with another token cannot outlive it: choose "
+                    f"an expiry at or before {parent.expires_at.isoformat()} (or none, to "
+                    "expire with it)."
+                }
+            )
+        expires_at = expires_at or parent.expires_at
     raw = new_raw_token()
     token = ApiToken.objects.create(
-        user=user, name=name, digest=hash_token(raw), hint=raw[:10], expires_at=expires_at
+        user=user,
+        name=name,
+        digest=hash_token(raw),
+        hint=raw[:10],
+        expires_at=expires_at,
+        parent=parent,
     )
     return token, raw
 
 
 def token_revoke(*, token: ApiToken) -> None:
-    if token.revoked_at is None:
-        ApiToken.objects.filter(pk=token.pk, revoked_at=None).update(revoked_at=timezone.now())
+    """Revoke the token and every token made with it, and with those, and so on."""
+    now = timezone.now()
+    ids = [token.pk]
+    while ids:
+        ApiToken.objects.filter(pk__in=ids, revoked_at=None).update(revoked_at=now)
+        ids = list(ApiToken.objects.filter(parent_id__in=ids).values_list("pk", flat=True))
 
 
 def token_authenticate(*, raw: str) -> ApiToken | None:

@@ -106,7 +106,9 @@ class TokenViewSet(
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         serializer = s.TokenSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        token, raw = token_create(user=request.user, **serializer.validated_data)
+        # A token made with a token never outlives it (nor survives its revocation).
+        parent = request.auth if isinstance(request.auth, ApiToken) else None
+        token, raw = token_create(user=request.user, parent=parent, **serializer.validated_data)
         data = s.TokenCreatedSerializer(token).data | {"token": raw}
         return Response(data, status=status.HTTP_201_CREATED)
 

@@ -138,3 +138,37 @@ def test_api_tokens_endpoint(owner_api: APIClient, owner: User) -> None:
     assert owner_api.delete(f"/api/v1/tokens/{created.json()['id']}/").status_code == 204
     assert APIClient().get("/api/v1/me/", HTTP_AUTHORIZATION=f"Bearer {raw}").status_code == 401
     assert owner_api.post("/api/v1/tokens/", {"name": ""}, format="json").status_code == 400
+
+
+def _bearer(raw: str) -> APIClient:
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
+    return client
+
+
+def test_a_token_made_with_a_token_never_outlives_it(owner: User) -> None:
+    """A stolen short-lived token must not mint a lasting one."""
+    ends = timezone.now() + timedelta(hours=1)
+    parent, raw = token_create(user=owner, name="ci, one hour", expires_at=ends)
+    api = _bearer(raw)
+    unlimited = api.post("/api/v1/tokens/", {"name": "forever"}, format="json")
+    assert unlimited.status_code == 201
+    child = ApiToken.objects.get(pk=unlimited.json()["id"])
+    assert (child.expires_at, child.parent) == (ends, parent)
+    later = (ends + timedelta(days=30)).isoformat()
+    refused = api.post("/api/v1/tokens/", {"name": "later", "expires_at": later}, format="json")
+    assert refused.status_code == 400
+    assert "cannot outlive it" in refused.json()["expires_at"][0]
+    assert not ApiToken.objects.filter(name="later").exists()
+    grandchild_raw = _bearer(unlimited.json()["token"]).post(
+        "/api/v1/tokens/", {"name": "grandchild"}, format="json"
+    )
+    grandchild_raw = grandchild_raw.json()["token"]
+    assert api.delete(f"/api/v1/tokens/{parent.pk}/").status_code == 204  # revoked: all go
+    for token in (unlimited.json()["token"], grandchild_raw):
+        assert _bearer(token).get("/api/v1/me/").status_code == 401
+
+
+def test_a_token_made_in_a_session_has_no_parent(owner_client: Client, owner: User) -> None:
+    owner_client.post("/settings/", {"name": "laptop"})
+    assert ApiToken.objects.get(user=owner, name="laptop").parent is None
