@@ -162,6 +162,12 @@ AXES_COOLOFF_TIME = env_int("AXES_COOLOFF_MINUTES", 15, minimum=1) / 60
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
+# Behind a proxy, failures count against the client's address (in X-Forwarded-For, that many
+# proxies from the right), not the proxy's: one client cannot lock everyone out of an account.
+AXES_TRUSTED_PROXY_COUNT = env_int("AXES_TRUSTED_PROXY_COUNT", 1, minimum=1)
+AXES_CLIENT_IP_CALLABLE = (
+    "controlpanel.accounts.client_ip.client_ip" if env_bool("BEHIND_PROXY", False) else None
+)
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"

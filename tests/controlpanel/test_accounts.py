@@ -172,3 +172,40 @@ def test_a_token_made_with_a_token_never_outlives_it(owner: User) -> None:
 def test_a_token_made_in_a_session_has_no_parent(owner_client: Client, owner: User) -> None:
     owner_client.post("/settings/", {"name": "laptop"})
     assert ApiToken.objects.get(user=owner, name="laptop").parent is None
+
+
+def test_behind_a_proxy_one_client_cannot_lock_out_another(owner: User, settings: Any) -> None:
+    """Every request reaches the panel from the proxy's address; throttling must key on the
+    client the proxy names (its own entry, the rightmost), not on what a client wrote."""
+    settings.AXES_CLIENT_IP_CALLABLE = "controlpanel.accounts.client_ip.client_ip"
+    settings.AXES_TRUSTED_PROXY_COUNT = 1
+    proxy = {"REMOTE_ADDR": "10.0.0.2"}
+    attacker = Client(**proxy, HTTP_X_FORWARDED_FOR="198.51.100.7, 203.0.113.66")
+    for _ in range(settings.AXES_FAILURE_LIMIT + 1):
+        attacker.post("/login/", {"username": "owner", "password": "wrong"})
+    assert attacker.post("/login/", {"username": "owner", "password": PASSWORD}).status_code == 429
+    owner_from_home = Client(**proxy, HTTP_X_FORWARDED_FOR="198.51.100.7")  # the forged one
+    response = owner_from_home.post("/login/", {"username": "owner", "password": PASSWORD})
+    assert response.status_code == 302
+
+
+@pytest.mark.parametrize(
+    ("forwarded", "count", "expected"),
+    [
+        ("", 1, "10.0.0.2"),  # not through the proxy: the peer
+        ("203.0.113.66", 1, "203.0.113.66"),
+        ("1.2.3.4, 203.0.113.66", 1, "203.0.113.66"),  # the left part is the client's word
+        ("1.2.3.4, 203.0.113.66, 10.1.1.1", 2, "203.0.113.66"),
+        ("203.0.113.66", 2, "10.0.0.2"),  # fewer hops than proxies: not through them all
+        ("1.2.3.4, not-an-address", 1, "10.0.0.2"),
+        ("2001:db8::1", 1, "2001:db8::1"),
+    ],
+)
+def test_client_ip_behind_proxies(
+    forwarded: str, count: int, expected: str, settings: Any, rf: Any
+) -> None:
+    from controlpanel.accounts.client_ip import client_ip
+
+    settings.AXES_TRUSTED_PROXY_COUNT = count
+    request = rf.get("/", REMOTE_ADDR="10.0.0.2", HTTP_X_FORWARDED_FOR=forwarded)
+    assert client_ip(request) == expected

@@ -97,3 +97,11 @@ def test_secret_key_fallbacks_from_the_environment_keep_stored_credentials() -> 
     assert rotated.stdout.strip().splitlines()[-1] == "s3-secret"
     lost = _shell({"SECRET_KEY": new}, read)
     assert lost.returncode != 0 and "SECRET_KEY_FALLBACKS" in lost.stderr
+
+
+def test_behind_proxy_throttles_on_the_forwarded_client() -> None:
+    code = "from django.conf import settings as s; print(s.AXES_CLIENT_IP_CALLABLE)"
+    behind = _shell({"BEHIND_PROXY": "1"}, code)
+    assert behind.stdout.split()[-1:] == ["controlpanel.accounts.client_ip.client_ip"], behind
+    direct = _shell({}, code)
+    assert direct.stdout.split()[-1:] == ["None"], direct
