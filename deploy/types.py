@@ -239,7 +239,7 @@ class EgressRule:
 class ProjectRequest:
     """A project's namespace and its guard rails.
 
-    `datastores` become the project's Secret (env names from `DatastoreConfig.to_env`);
+    `datastores` become the project's Secret (key names from `DatastoreConfig.to_files`);
     `egress` lists what pods may reach besides DNS (at least the S3 endpoints).
     `ingress_namespace` is where the ingress controller runs (let through to notebooks).
     """

@@ -25,6 +25,7 @@ PROBE_TIMEOUT_S = 2
 
 _clients: dict[DatastoreConfig, BaseClient] = {}
 _probe_clients: dict[DatastoreConfig, BaseClient] = {}
+_sts_clients: dict[tuple[DatastoreConfig, str | None], BaseClient] = {}
 _lock = threading.Lock()
 
 
@@ -75,11 +76,37 @@ def make_probe_client(config: DatastoreConfig) -> BaseClient:
         return client
 
 
+def make_sts_client(config: DatastoreConfig, *, endpoint_url: str | None) -> BaseClient:
+    """The STS client that assumes roles with `config`'s keys (storage.credentials); None for
+    `endpoint_url` is boto3's regional AWS endpoint."""
+    key = (config, endpoint_url)
+    with _lock:
+        client = _sts_clients.get(key)
+        if client is None:
+            session = boto3.session.Session()
+            client = session.client(
+                "sts",
+                endpoint_url=endpoint_url,
+                region_name=config.region or "us-east-1",
+                aws_access_key_id=config.access_key,
+                aws_secret_access_key=config.secret_key,
+                aws_session_token=config.session_token or None,
+                config=botocore.config.Config(
+                    retries={"max_attempts": MAX_ATTEMPTS, "mode": "standard"},
+                    connect_timeout=CONNECT_TIMEOUT_S,
+                    read_timeout=CONNECT_TIMEOUT_S * 3,
+                ),
+            )
+            _sts_clients[key] = client
+        return client
+
+
 def clear_client_cache() -> None:
     """Forget every cached client (after credentials rotate, or between tests)."""
     with _lock:
         _clients.clear()
         _probe_clients.clear()
+        _sts_clients.clear()
 
 
 def _build_client(
@@ -92,5 +119,6 @@ def _build_client(
         region_name=config.region or "us-east-1",
         aws_access_key_id=config.access_key,
         aws_secret_access_key=config.secret_key,
+        aws_session_token=config.session_token or None,
         config=settings or client_settings(),
     )

@@ -71,7 +71,7 @@ def adopt(api: KubeApi, current: Obj, desired: Obj) -> Obj:
     if kind in IMMUTABLE_KINDS:
         log.warning("%s differs from the request but cannot change; keeping it", where)
         return current
-    return api.patch(kind, meta.get("namespace"), meta["name"], _patch_body(desired))
+    return api.patch(kind, meta.get("namespace"), meta["name"], _patch_body(desired, current))
 
 
 def delete(api: KubeApi, kind: str, namespace: str | None, name: str) -> bool:
@@ -91,7 +91,7 @@ def delete_labelled(api: KubeApi, kind: str, namespace: str, selector: str) -> i
     return sum(delete(api, kind, namespace, item["metadata"]["name"]) for item in items)
 
 
-def _patch_body(desired: Obj) -> Obj:
+def _patch_body(desired: Obj, current: Obj) -> Obj:
     meta = desired["metadata"]
     body: dict[str, Any] = {
         "metadata": {"labels": meta.get("labels", {}), "annotations": meta.get("annotations", {})}
@@ -102,4 +102,14 @@ def _patch_body(desired: Obj) -> Obj:
     frozen = FROZEN_SPEC_FIELDS.get(desired["kind"], ())
     if frozen and isinstance(body.get("spec"), dict):
         body["spec"] = {k: v for k, v in body["spec"].items() if k not in frozen}
+    if desired["kind"] in ("Secret", "ConfigMap"):
+        body["data"] = _stale_keys_removed(desired, current)
     return body
+
+
+def _stale_keys_removed(desired: Obj, current: Obj) -> dict[str, Any]:
+    """A merge patch only adds keys to `data`: null the keys we no longer ask for (a datastore's
+    credentials once the project's last bucket there is gone), keep what we send."""
+    wanted = {**(desired.get("data") or {}), **(desired.get("stringData") or {})}
+    removed: dict[str, Any] = {key: None for key in current.get("data") or {} if key not in wanted}
+    return {**removed, **(desired.get("data") or {})}

@@ -8,6 +8,7 @@ from typing import Any
 
 from deploy import names
 from deploy.types import FlavorSpec, Toleration, WorkloadRef
+from storage.datastore import DIR_VARIABLE, POD_DIR
 from storage.volumes import VolumeSpec, render_volume_spec
 
 Manifest = dict[str, Any]
@@ -17,6 +18,9 @@ WORKSPACE = "/workspace"
 RUN_AS = 1000
 SHM_PATH = "/dev/shm"  # noqa: S108 - a mount point for a memory volume, not a temp file
 SYNC_MODULE = ("python", "-m", "storage.sync")
+# The project Secret's volume: mounted into the sync containers only, read-only, owner-read.
+DATASTORES_VOLUME = "datastores"
+SECRET_FILE_MODE = 0o400
 # Written by the pull; the finalize push reads it to know the pull was complete.
 PULL_PROGRESS = "/workspace/.ajuste-pull.json"
 
@@ -109,7 +113,9 @@ def sync_container(
     progress_file: str | None = None,
     guarded: bool = False,
 ) -> Manifest:
-    """A container running the storage sync engine; only it sees the S3 credentials.
+    """A container running the storage sync engine; only it sees the S3 credentials, as files
+    of the project Secret mounted at `POD_DIR` (never env: a process's environment is readable
+    at /proc/<pid>/environ and copied into every child). The pod needs `datastore_volume()`.
     `guarded` runs it through `deploy.finalize`, which pushes only after a complete pull."""
     command = [*SYNC_MODULE, action, *(render_volume_spec(v) for v in volumes), "--root", "/"]
     if every_s is not None:
@@ -122,14 +128,26 @@ def sync_container(
         "name": name,
         "image": image,
         "command": command,
-        "envFrom": [{"secretRef": {"name": secret}}],
+        "env": [{"name": DIR_VARIABLE, "value": POD_DIR}],
         "terminationMessagePolicy": "FallbackToLogsOnError",
         "resources": {
             "requests": {"cpu": "250m", "memory": "512Mi"},
             "limits": {"cpu": "2", "memory": "2Gi"},
         },
         "securityContext": container_security_context(),
-        "volumeMounts": [{"name": "workspace", "mountPath": WORKSPACE}],
+        "volumeMounts": [
+            {"name": "workspace", "mountPath": WORKSPACE},
+            {"name": DATASTORES_VOLUME, "mountPath": POD_DIR, "readOnly": True},
+        ],
+    }
+
+
+def datastore_volume(secret: str) -> Manifest:
+    """The project Secret as files (`<ALIAS>.access_key`, ...), for the sync containers' mount.
+    A Secret volume follows updates of the Secret (refreshed temporary credentials)."""
+    return {
+        "name": DATASTORES_VOLUME,
+        "secret": {"secretName": secret, "defaultMode": SECRET_FILE_MODE},
     }
 
 

@@ -25,6 +25,7 @@ from deploy.manifests.common import (
     WORKSPACE,
     Manifest,
     container_security_context,
+    datastore_volume,
     env_list,
     flavor_resources,
     main_mounts,
@@ -117,7 +118,7 @@ def _push_pod_spec(job: JobRequest) -> Manifest:
         "enableServiceLinks": False,
         "securityContext": pod_security_context(),
         "containers": [push],
-        "volumes": [_workspace_volume(job)],
+        "volumes": [_workspace_volume(job), datastore_volume(job.datastore_secret)],
     }
 
 
@@ -149,6 +150,8 @@ def _pod_spec(job: JobRequest) -> Manifest:
         pod["initContainers"] = init
     pod["containers"] = [_main_container(job)]
     pod["volumes"] = [_workspace_volume(job), shm_volume(job.flavor, job.units)]
+    if init:  # the sync containers' credentials; the user's container never mounts them
+        pod["volumes"].append(datastore_volume(job.datastore_secret))
     return pod
 
 

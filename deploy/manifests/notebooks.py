@@ -10,6 +10,7 @@ from deploy.manifests.common import (
     WORKSPACE,
     Manifest,
     container_security_context,
+    datastore_volume,
     env_list,
     flavor_resources,
     main_mounts,
@@ -190,6 +191,8 @@ def _pod_spec(notebook: NotebookRequest) -> Manifest:
         pod["initContainers"] = init
     pod["containers"] = [_editor_container(notebook)]
     pod["volumes"] = [shm_volume(notebook.flavor, notebook.units)]
+    if init:  # the sync containers' credentials; the editor never mounts them
+        pod["volumes"].append(datastore_volume(notebook.datastore_secret))
     return pod
 
 

@@ -102,11 +102,13 @@ def make_network_policies(*, project: ProjectRequest) -> list[Manifest]:
 
 
 def make_datastore_secret(*, project: ProjectRequest) -> Manifest:
-    """The datastore credentials as `AJUSTE_DATASTORE_<ALIAS>_*` keys, read by sync
-    containers through `envFrom` (never copied into a pod spec)."""
+    """The credentials pods get (`project.datastores`: scoped to the project's buckets where
+    the datastore can issue such keys) as `<ALIAS>.<field>` keys, mounted as files into the
+    sync containers only (`common.datastore_volume`). A datastore the project no longer has
+    buckets on is absent, and applying drops its keys from the cluster's Secret."""
     data: dict[str, str] = {}
     for datastore in project.datastores:
-        data.update(datastore.to_env(pod=True))
+        data.update(datastore.to_files(pod=True))
     return {
         "apiVersion": "v1",
         "kind": "Secret",

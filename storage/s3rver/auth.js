@@ -1,12 +1,14 @@
 'use strict';
 /*
  * Request checks in front of s3rver's router (see main.js): bucket names, anonymous requests,
- * signature V4, keys the router cannot match, and AbortMultipartUpload.
+ * signature V4, scoped keys (keys.js), keys the router cannot match, and AbortMultipartUpload.
  */
 
 const crypto = require('crypto');
 const fs = require('fs');
 const path = require('path');
+
+const keys = require('./keys');
 
 const BUCKET_RE = /^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$/;
 let S3Error; // s3rver's error model and account registry, set by guard()
@@ -88,9 +90,10 @@ function v4Parts(ctx) {
   };
 }
 
+/** The access key of a verified V4 request; '' for V2 (s3rver verifies those). */
 function verifySignatureV4(ctx) {
   const parts = v4Parts(ctx);
-  if (!parts) return false;
+  if (!parts) return '';
   const [accessKey, date, region, service, terminator] = parts.credential.split('/');
   const account = AWSAccount.registry.get(accessKey);
   const secret = account && account.accessKeys.get(accessKey);
@@ -122,7 +125,7 @@ function verifySignatureV4(ctx) {
       'The request signature we calculated does not match the signature you provided.',
     );
   }
-  return true;
+  return accessKey;
 }
 
 /** DELETE /bucket/key?uploadId=...: drop the upload's parts (only for verified requests). */
@@ -148,6 +151,10 @@ function guard(s3rverDir) {
   S3Error = require(path.join(s3rverDir, 'lib/models/error'));
   AWSAccount = require(path.join(s3rverDir, 'lib/models/account'));
   return async function guardRequest(ctx, next) {
+    if (keys.isAdminPath(ctx)) {
+      if (!hasCredentials(ctx)) throw new S3Error('AccessDenied', 'Access Denied');
+      return keys.admin(ctx, verifySignatureV4);
+    }
     let bucket = '';
     try {
       bucket = decodeURIComponent(ctx.path.split('/')[1] || '');
@@ -165,6 +172,7 @@ function guard(s3rverDir) {
     if (ctx.method !== 'OPTIONS') {
       if (!hasCredentials(ctx)) throw new S3Error('AccessDenied', 'Access Denied');
       const verified = verifySignatureV4(ctx);
+      keys.authorize(ctx, verified, bucket, /^\/[^/]+\/./s.test(ctx.path));
       if (verified && ctx.method === 'DELETE' && 'uploadId' in ctx.query) {
         return abortMultipartUpload(ctx);
       }

@@ -30,12 +30,16 @@
  * - Anonymous requests are refused (stock s3rver serves them), bucket names in paths are
  *   checked before they reach the file system, and every bucket gets a default CORS rule
  *   (browser uploads with presigned URLs) unless one was set through the API.
+ * - Scoped keys (keys.js): besides the root key, key pairs that reach only the buckets they
+ *   list, issued and revoked by the panel through /_ajuste/keys, kept across restarts. Pods
+ *   get those, never the root key.
  */
 
 const fs = require('fs');
 const path = require('path');
 
 const { guard } = require('./auth');
+const keys = require('./keys');
 const { install } = require('./store');
 
 const [modulesDir, directory, address, portText, ...corsOrigins] = process.argv.slice(2);
@@ -51,15 +55,17 @@ function configureAccount() {
   }
   AWSAccount.DUMMY_ACCOUNT.revokeAccessKey('S3RVER');
   AWSAccount.DUMMY_ACCOUNT.createKeyPair(accessKey, secretKey);
+  return accessKey;
 }
 
 async function main() {
   install(s3rverDir, corsOrigins);
-  configureAccount();
+  const rootKey = configureAccount();
   // s3rver logs to stdout; stdout carries only our "listening" line, so logs go to stderr.
   const writeStdout = process.stdout.write.bind(process.stdout);
   process.stdout.write = process.stderr.write.bind(process.stderr);
   fs.mkdirSync(directory, { recursive: true });
+  keys.load(s3rverDir, directory, rootKey);
   const server = new S3rver({
     directory,
     address,

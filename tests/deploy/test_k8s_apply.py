@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import base64
 import copy
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -17,6 +19,7 @@ from deploy.types import (
     ProjectRequest,
     TransientError,
 )
+from storage.datastore import DatastoreConfig
 from tests.fixtures.k8s_emulator import EmulatedCluster
 
 pytestmark = [pytest.mark.k8s, pytest.mark.usefixtures("vision_namespace")]
@@ -144,3 +147,30 @@ def test_ensure_project_is_idempotent_and_follows_quota_changes(
     )
     quota = k8s_cluster.get("resourcequotas", "ajuste-vision", "ajuste-quota")
     assert quota is not None and quota["spec"]["hard"] == {"requests.nvidia.com/gpu": "16"}
+
+
+def test_a_datastore_dropped_from_the_project_leaves_its_secret(
+    k8s_cluster: EmulatedCluster, k8s_backend: KubernetesBackend, project_request: ProjectRequest
+) -> None:
+    """A merge patch only adds to a Secret's `data`: once the project's last bucket on SBG is
+    gone, the next apply must take SBG's keys out of the cluster's Secret, not keep them."""
+    sbg = DatastoreConfig("SBG", "https://s3.sbg.example", "sbg", "AKIA-SBG", "sbg-secret")
+    both = replace(project_request, datastores=(*project_request.datastores, sbg))
+    k8s_backend.ensure_project(project=both)
+    secret = k8s_cluster.get("secrets", "ajuste-vision", "ajuste-datastores")
+    assert secret is not None and "SBG.secret_key" in secret["data"]
+
+    k8s_backend.ensure_project(project=project_request)
+    secret = k8s_cluster.get("secrets", "ajuste-vision", "ajuste-datastores")
+    assert secret is not None
+    assert sorted(secret["data"]) == [
+        "GRA.access_key",
+        "GRA.endpoint_url",
+        "GRA.region",
+        "GRA.secret_key",
+    ]
+    assert base64.b64decode(secret["data"]["GRA.secret_key"]) == b"gra-secret"
+
+    k8s_backend.ensure_project(project=replace(project_request, datastores=()))
+    secret = k8s_cluster.get("secrets", "ajuste-vision", "ajuste-datastores")
+    assert secret is not None and not secret.get("data")

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
+
+import pytest
 
 from deploy.manifests import make_job, make_push_job, make_workspace_claim
 from deploy.types import JobRequest
-from tests.deploy.conftest import CPU, DATASET, make_job_request, validate
+from tests.deploy.conftest import CPU, DATASET, OUTPUT, make_job_request, validate
 
 LABELS = {
     "app.kubernetes.io/managed-by": "ajuste",
@@ -35,6 +38,16 @@ SYNC_RESOURCES = {
 }
 SYNC = ["python", "-m", "storage.sync"]
 WORKSPACE_MOUNT = {"name": "workspace", "mountPath": "/workspace"}
+# The project Secret, as files, for the sync containers only.
+DATASTORES_MOUNT = {
+    "name": "datastores",
+    "mountPath": "/var/run/ajuste/datastores",
+    "readOnly": True,
+}
+DATASTORES_VOLUME = {
+    "name": "datastores",
+    "secret": {"secretName": "ajuste-datastores", "defaultMode": 0o400},
+}
 
 
 def sync_container(name: str, command: list[str]) -> dict[str, object]:
@@ -42,11 +55,11 @@ def sync_container(name: str, command: list[str]) -> dict[str, object]:
         "name": name,
         "image": "ghcr.io/ajuste/ajuste:0.1.0",
         "command": command,
-        "envFrom": [{"secretRef": {"name": "ajuste-datastores"}}],
+        "env": [{"name": "AJUSTE_DATASTORE_DIR", "value": "/var/run/ajuste/datastores"}],
         "terminationMessagePolicy": "FallbackToLogsOnError",
         "resources": SYNC_RESOURCES,
         "securityContext": CONTAINER_SECURITY,
-        "volumeMounts": [WORKSPACE_MOUNT],
+        "volumeMounts": [WORKSPACE_MOUNT, DATASTORES_MOUNT],
     }
 
 
@@ -114,6 +127,7 @@ def test_job_with_two_volumes_and_two_h100(job_request: JobRequest) -> None:
                             "persistentVolumeClaim": {"claimName": "job-42-r1-ws"},
                         },
                         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "100Gi"}},
+                        DATASTORES_VOLUME,
                     ],
                 },
             },
@@ -165,7 +179,8 @@ def test_push_job_mounts_the_claim_and_pushes_only_rw(job_request: JobRequest) -
                         {
                             "name": "workspace",
                             "persistentVolumeClaim": {"claimName": "job-42-r1-ws"},
-                        }
+                        },
+                        DATASTORES_VOLUME,
                     ],
                 },
             },
@@ -203,10 +218,34 @@ def test_queue_label_suspends_for_kueue_and_pull_secrets_are_used() -> None:
     assert manifest["spec"]["template"]["spec"]["imagePullSecrets"] == [{"name": "regcred"}]
 
 
-def test_credentials_never_appear_in_the_pod_spec(job_request: JobRequest) -> None:
-    text = repr(make_job(job=job_request))
-    assert "AJUSTE_DATASTORE_" not in text
-    assert text.count("'secretRef': {'name': 'ajuste-datastores'}") == 2
+def _containers(pod: dict[str, Any]) -> list[dict[str, Any]]:
+    return [*pod.get("initContainers", []), *pod["containers"]]
+
+
+@pytest.mark.parametrize(
+    "volumes", [(DATASET, OUTPUT), (DATASET,), ()], ids=["rw", "ro-only", "no-volumes"]
+)
+def test_credentials_reach_the_sync_containers_only_as_files(volumes: tuple[Any, ...]) -> None:
+    """No container gets credentials through its environment (envFrom, secretKeyRef); the
+    Secret's volume is mounted, read-only, by the sync containers and by no other."""
+    job = make_job_request(volumes=volumes, env={"HF_HOME": "/workspace/hf"})
+    pods = [make_job(job=job)["spec"]["template"]["spec"]]
+    if job.pushed_volumes:
+        pods.append(make_push_job(job=job, attempt=1)["spec"]["template"]["spec"])
+    for pod in pods:
+        text = repr(pod)
+        assert "envFrom" not in text and "secretKeyRef" not in text and "secretRef" not in text
+        secret_volumes = [v["name"] for v in pod["volumes"] if "secret" in v]
+        assert secret_volumes == (["datastores"] if volumes else [])
+        for container in _containers(pod):
+            mounts = {m["name"]: m for m in container.get("volumeMounts", [])}
+            is_sync = container["name"] in ("pull", "push")
+            assert ("datastores" in mounts) == is_sync, container["name"]
+            if is_sync:
+                assert mounts["datastores"]["readOnly"] is True
+        main = pod["containers"][0]
+        if main["name"] == "main":
+            assert [e["name"] for e in main.get("env", [])] == ["HF_HOME"]
 
 
 def test_user_labels_travel_as_an_annotation_and_names_stay_valid() -> None:

@@ -13,6 +13,7 @@ from deploy.types import Editor, NotebookRequest
 from tests.deploy.conftest import validate
 from tests.deploy.test_manifests_job import (
     CONTAINER_SECURITY,
+    DATASTORES_VOLUME,
     POD_SECURITY,
     SYNC,
     WORKSPACE_MOUNT,
@@ -109,7 +110,8 @@ def test_statefulset_keeps_the_workspace_claim(notebook_request: NotebookRequest
                         }
                     ],
                     "volumes": [
-                        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "50Gi"}}
+                        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "50Gi"}},
+                        DATASTORES_VOLUME,
                     ],
                 },
             },

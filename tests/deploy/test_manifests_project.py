@@ -156,10 +156,10 @@ def test_secret_and_role_binding(project_request: ProjectRequest) -> None:
         "metadata": meta("ajuste-datastores"),
         "type": "Opaque",
         "stringData": {
-            "AJUSTE_DATASTORE_GRA_ACCESS_KEY": "AKIA-GRA",
-            "AJUSTE_DATASTORE_GRA_ENDPOINT_URL": "https://s3.gra.example",
-            "AJUSTE_DATASTORE_GRA_REGION": "gra",
-            "AJUSTE_DATASTORE_GRA_SECRET_KEY": "gra-secret",
+            "GRA.access_key": "AKIA-GRA",
+            "GRA.endpoint_url": "https://s3.gra.example",
+            "GRA.region": "gra",
+            "GRA.secret_key": "gra-secret",
         },
     }
     binding = make_role_binding(
