@@ -33,12 +33,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from storage.sync.engine import key_prefix, pull, push
+    from storage.sync.engine import key_prefix, pull
+    from storage.sync.pushing import push
     from storage.sync.stats import ProgressCallback, SyncFailure, SyncStats
 
 __all__ = ["ProgressCallback", "SyncFailure", "SyncStats", "key_prefix", "pull", "push"]
 
-_ENGINE = {"key_prefix", "pull", "push"}
+_ENGINE = {"key_prefix", "pull"}
 
 
 def __getattr__(name: str) -> Any:
@@ -48,6 +49,10 @@ def __getattr__(name: str) -> Any:
         from storage.sync import engine
 
         return getattr(engine, name)
+    if name == "push":
+        from storage.sync import pushing
+
+        return pushing.push
     if name in __all__:
         from storage.sync import stats
 

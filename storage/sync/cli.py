@@ -1,18 +1,29 @@
-"""`python -m storage.sync pull|push SPEC [SPEC ...] --root DIR [--every S] [--progress-file F]
-[--workers N]`: the command a pod's init container (pull) and finalize/sidecar container (push)
-runs. deploy/ relies on this contract exactly.
+"""`python -m storage.sync pull|push SPEC [SPEC ...] --root DIR [--state-dir D] [--every S]
+[--progress-file F] [--summary-file F] [--workers N]`: the command a pod's init container
+(pull) and finalize/sidecar container (push) runs. deploy/ relies on this contract exactly.
 
 - The local directory of a spec is ROOT / mount_path without its leading '/'.
 - Credentials: AJUSTE_DATASTORE_<ALIAS>_{ENDPOINT_URL,REGION,ACCESS_KEY,SECRET_KEY}.
 - pull pulls every spec; push pushes rw/rwd specs and skips ro ones.
+- --state-dir D: where the pull records each volume's manifest, the base of the three-way
+  push (storage/sync/manifest.py); each push reads it and moves it forward. Without it a
+  push starts from an empty base (nothing deleted, nothing overwritten with other content),
+  kept in a private temporary directory for the life of the process.
 - --every S (push only): push every S seconds until SIGTERM/SIGINT, then push once more, exit.
 - stdout: one JSON object per line: {"event": "progress"|"result"|"skip", "direction", "spec",
   "local_dir", "total", "processed", "failed", "skipped", "deleted", "transferred",
-  "transferred_bytes", "elapsed_s", "final"}; "result" lines add "failures": [{key, error}].
+  "transferred_bytes", "elapsed_s", "final"}; "result" lines add "failures": [{key, error}]
+  and "conflicts": [keys changed on both sides, whose remote copy was kept]. After each push
+  of every volume, one summary line: {"event": "push", "uploaded", "deleted", "failed",
+  "conflicts": [keys], "conflicts_total", "final"}.
 - --progress-file F: rewritten atomically with {"direction", "updated", "volumes": [the last
   line of each spec]}, for whoever watches the workload.
+- --summary-file F (push): the summary line, cut to 4 KiB (conflict keys dropped first), as
+  Kubernetes reads a termination message (/dev/termination-log).
+- --state-dir, --progress-file and --summary-file are refused inside a volume's directory: a
+  volume's bucket must never see nor rewrite them.
 - Exit status: 0 everything transferred; 1 some files failed; 2 bad usage, bad spec or missing
-  credentials (message on stderr).
+  credentials (message on stderr). Conflicts alone are not a failure.
 """
 
 from __future__ import annotations
@@ -22,16 +33,19 @@ import json
 import os
 import signal
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
 from storage.datastore import DatastoreConfig
-from storage.sync.engine import DEFAULT_WORKERS, pull, push
+from storage.sync.engine import DEFAULT_WORKERS, pull
+from storage.sync.manifest import manifest_path
+from storage.sync.pushing import push
 from storage.sync.stats import SyncStats
 from storage.volumes import (
     Mode,
@@ -45,6 +59,7 @@ from storage.volumes import (
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 PROGRESS_LINE_INTERVAL_S = 1.0
 MAX_FAILURES_SHOWN = 100  # a result line stays readable even when thousands of files fail
+MAX_SUMMARY_BYTES = 4096  # what Kubernetes keeps of a termination message
 
 
 class UsageError(Exception):
@@ -58,6 +73,7 @@ class Volume:
     spec: VolumeSpec
     config: DatastoreConfig
     local_dir: Path
+    manifest: Path | None = None
 
     @property
     def text(self) -> str:
@@ -67,9 +83,16 @@ class Volume:
 class Reporter:
     """Writes the JSON lines and the progress file; thread-safe (workers report progress)."""
 
-    def __init__(self, direction: str, progress_file: Path | None, out: TextIO) -> None:
+    def __init__(
+        self,
+        direction: str,
+        progress_file: Path | None,
+        out: TextIO,
+        summary_file: Path | None = None,
+    ) -> None:
         self.direction = direction
         self.progress_file = progress_file
+        self.summary_file = summary_file
         self.out = out
         self._latest: dict[str, dict[str, Any]] = {}
         self._last_line: dict[str, float] = {}
@@ -91,10 +114,13 @@ class Reporter:
         if stats is not None:
             line.update(stats.to_dict())
             del line["failures"]
+            del line["conflicts"]
             if event == "result":
                 failures = stats.to_dict()["failures"]
                 line["failures"] = failures[:MAX_FAILURES_SHOWN]
                 line["failures_omitted"] = max(0, len(failures) - MAX_FAILURES_SHOWN)
+                line["conflicts"] = stats.conflicts[:MAX_FAILURES_SHOWN]
+                line["conflicts_omitted"] = max(0, len(stats.conflicts) - MAX_FAILURES_SHOWN)
         line["elapsed_s"] = round(time.monotonic() - started, 3)
         line.update(extra)
         with self._lock:
@@ -102,6 +128,24 @@ class Reporter:
             self.out.flush()
             self._latest[volume.text] = line
             self._write_progress_file()
+
+    def summary(self, results: Sequence[SyncStats], *, final: bool) -> None:
+        """The push's summary line, and the summary file (a termination message)."""
+        conflicts = sorted(key for stats in results for key in stats.conflicts)
+        line: dict[str, Any] = {
+            "event": "push",
+            "uploaded": sum(stats.transferred for stats in results),
+            "deleted": sum(stats.deleted for stats in results),
+            "failed": sum(stats.failed for stats in results),
+            "conflicts": conflicts[:MAX_FAILURES_SHOWN],
+            "conflicts_total": len(conflicts),
+            "final": final,
+        }
+        with self._lock:
+            self.out.write(json.dumps(line, ensure_ascii=False) + "\n")
+            self.out.flush()
+        if self.summary_file is not None:
+            _write_summary(self.summary_file, line)
 
     def _write_progress_file(self) -> None:
         if self.progress_file is None:
@@ -114,6 +158,28 @@ class Reporter:
         temporary = self.progress_file.with_name(self.progress_file.name + ".tmp")
         temporary.write_text(json.dumps(document, ensure_ascii=False), encoding="utf-8")
         os.replace(temporary, self.progress_file)
+
+
+def summary_text(line: dict[str, Any], limit: int = MAX_SUMMARY_BYTES) -> str:
+    """The summary as JSON of at most `limit` bytes: conflict keys are dropped from the end
+    until it fits (`conflicts_total` still counts them all)."""
+    line = dict(line)
+    keys = list(line["conflicts"])
+    while True:
+        text = json.dumps({**line, "conflicts": keys}, ensure_ascii=False)
+        if len(text.encode()) <= limit or not keys:
+            return text
+        keys = keys[: len(keys) // 2] if len(keys) > 8 else keys[:-1]
+
+
+def _write_summary(path: Path, line: dict[str, Any]) -> None:
+    try:
+        # Rewritten in place: /dev/termination-log is a file the kubelet mounted, not ours
+        # to replace.
+        with open(path, "w", encoding="utf-8") as out:
+            out.write(summary_text(line))
+    except OSError as error:
+        print(f"python -m storage.sync: cannot write {path}: {error}", file=sys.stderr)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -142,12 +208,29 @@ def build_parser() -> argparse.ArgumentParser:
         help="push: repeat every SECONDS until SIGTERM, then push once more",
     )
     parser.add_argument("--progress-file", type=Path, default=None, metavar="FILE")
+    parser.add_argument(
+        "--state-dir",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="where the pull records each volume's manifest (the base of later pushes)",
+    )
+    parser.add_argument(
+        "--summary-file",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="push: write the summary there too (Kubernetes: /dev/termination-log)",
+    )
     parser.add_argument("--workers", type=int, default=DEFAULT_WORKERS, metavar="N")
     return parser
 
 
 def resolve_volumes(
-    texts: Sequence[str], root: Path, environ: dict[str, str] | os._Environ[str]
+    texts: Sequence[str],
+    root: Path,
+    environ: dict[str, str] | os._Environ[str],
+    state_dir: Path | None = None,
 ) -> list[Volume]:
     """Parse the specs and find their credentials; UsageError says what is wrong."""
     specs = []
@@ -166,8 +249,31 @@ def resolve_volumes(
             config = DatastoreConfig.from_env(spec.alias, environ)
         except KeyError as error:
             raise UsageError(str(error.args[0])) from None
-        volumes.append(Volume(spec, config, root / spec.mount_path.lstrip("/")))
+        manifest = manifest_path(state_dir, spec) if state_dir is not None else None
+        volumes.append(Volume(spec, config, root / spec.mount_path.lstrip("/"), manifest))
     return volumes
+
+
+def check_outside_volumes(volumes: Sequence[Volume], **paths: Path | None) -> None:
+    """UsageError when one of `paths` (the state dir, the progress file...) would sit in a
+    volume's directory, where the pull could overwrite it from the bucket and the push
+    upload it there."""
+    for option, path in paths.items():
+        if path is None:
+            continue
+        for volume in volumes:
+            if _inside(path, volume.local_dir):
+                flag = "--" + option.replace("_", "-")
+                raise UsageError(
+                    f"{flag} {path} is inside the directory of volume {volume.text} "
+                    f"({volume.local_dir}): keep it outside every volume"
+                )
+
+
+def _inside(path: Path, directory: Path) -> bool:
+    lexical = os.path.abspath(path), os.path.abspath(directory)
+    resolved = path.resolve(), directory.resolve()
+    return any(Path(p).is_relative_to(d) for p, d in (lexical, resolved))
 
 
 def _spec_error(error: VolumeSpecError, text: str) -> str:
@@ -185,6 +291,7 @@ def sync_once(
 ) -> int:
     """Pull or push every volume once; the exit status of the run."""
     status = EXIT_OK
+    results = []
     for volume in volumes:
         started = time.monotonic()
         if direction == "push" and volume.spec.mode is Mode.RO:
@@ -192,8 +299,11 @@ def sync_once(
             continue
         stats = _sync_volume(volume, direction, reporter, workers, started)
         reporter.emit("result", volume, stats, started, final=final)
+        results.append(stats)
         if not stats.ok:
             status = EXIT_FAILED
+    if direction == "push":
+        reporter.summary(results, final=final)
     return status
 
 
@@ -203,11 +313,15 @@ def _sync_volume(
     def progress(stats: SyncStats) -> None:
         reporter.progress(volume, stats, started)
 
-    if direction == "pull":
-        return pull(
-            volume.config, volume.spec, volume.local_dir, workers=workers, progress=progress
-        )
-    return push(volume.config, volume.spec, volume.local_dir, workers=workers, progress=progress)
+    sync = pull if direction == "pull" else push
+    return sync(
+        volume.config,
+        volume.spec,
+        volume.local_dir,
+        workers=workers,
+        progress=progress,
+        manifest=volume.manifest,
+    )
 
 
 def push_every(
@@ -233,13 +347,37 @@ def main(
 ) -> int:
     """Run the command; `stop` (set by a signal) ends an `--every` loop."""
     args = build_parser().parse_args(argv)
+    environ = os.environ if environ is None else environ
     try:
         _check_arguments(args)
-        volumes = resolve_volumes(args.specs, args.root, os.environ if environ is None else environ)
+        volumes = resolve_volumes(args.specs, args.root, environ, args.state_dir)
+        check_outside_volumes(
+            volumes,
+            state_dir=args.state_dir,
+            progress_file=args.progress_file,
+            summary_file=args.summary_file,
+        )
     except UsageError as error:
         print(f"python -m storage.sync: {error}", file=sys.stderr)
         return EXIT_USAGE
-    reporter = Reporter(args.direction, args.progress_file, sys.stdout)
+    reporter = Reporter(args.direction, args.progress_file, sys.stdout, args.summary_file)
+    if args.state_dir is not None or args.direction == "pull":
+        return _run_command(args, volumes, reporter, stop)
+    # No state dir: the pushes of this process share a private base, empty at first.
+    with tempfile.TemporaryDirectory(prefix="ajuste-sync-") as private:
+        volumes = [
+            replace(volume, manifest=manifest_path(Path(private), volume.spec))
+            for volume in volumes
+        ]
+        return _run_command(args, volumes, reporter, stop)
+
+
+def _run_command(
+    args: argparse.Namespace,
+    volumes: list[Volume],
+    reporter: Reporter,
+    stop: threading.Event | None,
+) -> int:
     if args.every is not None:
         return push_every(volumes, reporter, args.workers, args.every, stop)
     return sync_once(volumes, args.direction, reporter, args.workers)

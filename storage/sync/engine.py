@@ -18,22 +18,26 @@ from botocore.exceptions import BotoCoreError, ClientError
 from storage.client import make_s3_client
 from storage.datastore import DatastoreConfig
 from storage.errors import StorageError, translate
-from storage.objects import ObjectInfo, delete_objects, iter_objects
+from storage.objects import ObjectInfo, iter_objects
 from storage.sync.local import (
-    MAX_KEY_BYTES,
     PART_SIZE,
     PARTIAL_PREFIX,
     PARTIAL_SUFFIX,
     HashCache,
-    LocalFile,
-    LocalScan,
     UnsafeKeyError,
     local_path,
     same_content,
-    scan,
+)
+from storage.sync.manifest import (
+    Entry,
+    ManifestError,
+    Signature,
+    load_manifest,
+    save_manifest,
+    signature,
 )
 from storage.sync.stats import ProgressCallback, SyncStats, Tracker
-from storage.volumes import Mode, VolumeSpec
+from storage.volumes import VolumeSpec
 
 MiB = 1024 * 1024
 # Up to this size a file moves in one request, read into memory and checked against its MD5.
@@ -45,6 +49,7 @@ MAX_PARTS_IN_FLIGHT = 40  # stays under the client's 64 pooled connections
 
 _hashes = HashCache()  # shared by every sync of the process, so periodic pushes hash once
 T = TypeVar("T")
+R = TypeVar("R")
 
 
 class IntegrityError(Exception):
@@ -87,9 +92,10 @@ def pull(
     *,
     workers: int = DEFAULT_WORKERS,
     progress: ProgressCallback | None = None,
+    manifest: Path | None = None,
 ) -> SyncStats:
     """Download the volume's objects into `local_dir` (created if needed); never deletes a
-    local file."""
+    local file. `manifest` (a path outside every volume) records the base of later pushes."""
     sync = _start("pull", config, spec, local_dir, workers, progress)
     try:
         sync.root.mkdir(parents=True, exist_ok=True)
@@ -100,69 +106,43 @@ def pull(
     files = [obj for obj in remote if _is_file_key(obj.key, sync)]
     large = sum(1 for obj in files if obj.size > SINGLE_REQUEST_LIMIT)
     sync = replace(sync, transfer=transfer_config(workers, large))
-    _make_folders(sync, [obj.key for obj in remote if not _is_file_key(obj.key, sync)])
+    markers = [obj for obj in remote if not _is_file_key(obj.key, sync)]
+    _make_folders(sync, [obj.key for obj in markers])
     sync.tracker.add_total(len(files))
-    _run(workers, lambda obj: _pull_one(sync, obj), files)
+    outcomes = _run(workers, lambda obj: _pull_one(sync, obj), files)
+    if manifest is not None:
+        _record_pull(manifest, spec, sync, zip(files, outcomes, strict=True), markers)
     return sync.tracker.finish()
 
 
-def push(
-    config: DatastoreConfig,
+def _record_pull(
+    path: Path,
     spec: VolumeSpec,
-    local_dir: Path | str,
-    *,
-    delete: bool | None = None,
-    workers: int = DEFAULT_WORKERS,
-    progress: ProgressCallback | None = None,
-) -> SyncStats:
-    """Upload new and changed files of `local_dir` to the volume. `delete` (default: the spec
-    is `rwd`) also removes remote objects absent locally, unless the local scan was
-    incomplete. A read-only spec is refused (ValueError)."""
-    if spec.mode is Mode.RO:
-        raise ValueError(f"volume {spec.bucket}@{spec.alias} is read-only: it is never pushed")
-    sync = _start("push", config, spec, local_dir, workers, progress)
-    local = _scan_local(sync)
-    remote = _list_remote(config, spec, sync) if local is not None else None
-    if local is None or remote is None:
-        return sync.tracker.finish()
-    large = sum(1 for file in local.files.values() if file.stat.st_size > SINGLE_REQUEST_LIMIT)
-    sync = replace(sync, transfer=transfer_config(workers, large))
-    sync.tracker.add_total(len(local.files) + len(local.symlinks))
-    for _ in local.symlinks:
-        sync.tracker.skipped()  # never followed: a link could point anywhere on this machine
-    _run(
-        workers,
-        lambda file: _push_one(sync, file, remote.get(sync.prefix + file.relative)),
-        local.files.values(),
-    )
-    mirror_deletions = spec.mode is Mode.RWD if delete is None else delete
-    if mirror_deletions:
-        _delete_absent(config, sync, local, remote)
-    return sync.tracker.finish()
-
-
-def _scan_local(sync: _Sync) -> LocalScan | None:
-    """The local files, or None (and a failure) when the directory is missing."""
-    if not sync.root.is_dir():
-        sync.tracker.failed(str(sync.root), "local directory does not exist", counts_as_file=False)
-        return None
-    local = scan(sync.root)
-    for failure in local.errors:
-        sync.tracker.failed(failure.key, failure.error, counts_as_file=False)
-    return local
-
-
-def _list_remote(
-    config: DatastoreConfig, spec: VolumeSpec, sync: _Sync
-) -> dict[str, ObjectInfo] | None:
-    """The volume's objects by key, or None (and a failure) when they cannot be listed."""
+    sync: _Sync,
+    pulled: Iterable[tuple[ObjectInfo, Signature | bool | None]],
+    markers: list[ObjectInfo],
+) -> None:
+    """The new base: each object that now agrees with its local file; for a file kept
+    because it is newer (or failed), the base it had, if any (else the object as pulled:
+    the newer local file then wins, as before, unless someone changes the object since)."""
     try:
-        return {
-            obj.key: obj for obj in iter_objects(config, bucket=spec.bucket, prefix=sync.prefix)
-        }
-    except StorageError as error:
-        sync.tracker.failed(_where(spec), _describe(error), counts_as_file=False)
-        return None
+        old = load_manifest(path, spec)
+    except ManifestError:
+        old = {}
+    base = dict(old)
+    for obj in markers:
+        base[obj.key] = Entry(obj.etag, obj.size)
+    for obj, outcome in pulled:
+        if isinstance(outcome, tuple):
+            base[obj.key] = Entry(obj.etag, obj.size, outcome)
+        elif outcome is True and obj.key not in old:  # kept: newer locally
+            base[obj.key] = Entry(obj.etag, obj.size)
+    try:
+        save_manifest(path, spec, base)
+    except OSError as error:
+        sync.tracker.failed(
+            str(path), f"cannot record the manifest: {_describe(error)}", counts_as_file=False
+        )
 
 
 def _start(
@@ -185,10 +165,9 @@ def _start(
     )
 
 
-def _run(workers: int, task: Callable[[T], None], items: Iterable[T]) -> None:
+def _run(workers: int, task: Callable[[T], R], items: Iterable[T]) -> list[R]:
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="sync") as pool:
-        for _ in pool.map(task, items):
-            pass
+        return list(pool.map(task, items))
 
 
 def _is_file_key(key: str, sync: _Sync) -> bool:
@@ -209,17 +188,29 @@ def _make_folders(sync: _Sync, keys: list[str]) -> None:
 # ---- pull ------------------------------------------------------------------------------
 
 
-def _pull_one(sync: _Sync, obj: ObjectInfo) -> None:
+def _pull_one(sync: _Sync, obj: ObjectInfo) -> Signature | bool | None:
+    """The signature of the local file now holding the object; True when a newer local file
+    was kept; None when it failed."""
     try:
         path = local_path(sync.root, obj.key[len(sync.prefix) :])
         info = _regular_file_stat(path)
         if info is not None and not _pull_needed(path, info, obj):
             sync.tracker.skipped()
-            return
+            return signature(info) if _agrees(path, info, obj) else True
         _download(sync, obj, path)
         sync.tracker.transferred()
+        return signature(path.lstat())
     except Exception as error:  # one file's failure must not stop the others
         sync.tracker.failed(obj.key, _describe(error))
+        return None
+
+
+def _agrees(path: Path, info: os.stat_result, obj: ObjectInfo) -> bool:
+    """A local file the pull left alone holds the object (not newer local work)."""
+    same = same_content(path, info, obj, _hashes)
+    if same is None:
+        return int(info.st_mtime) == int(obj.last_modified.timestamp())
+    return same
 
 
 def _regular_file_stat(path: Path) -> os.stat_result | None:
@@ -277,96 +268,6 @@ def _get_checked(sync: _Sync, obj: ObjectInfo, out: Any) -> None:
         body.close()
     if len(obj.etag) == 32 and "-" not in obj.etag and digest.hexdigest() != obj.etag:
         raise IntegrityError(f"downloaded bytes do not match the ETag {obj.etag}")
-
-
-# ---- push ------------------------------------------------------------------------------
-
-
-def _push_one(sync: _Sync, file: LocalFile, obj: ObjectInfo | None) -> None:
-    key = sync.prefix + file.relative
-    try:
-        _check_key(key)
-        if obj is not None and not _push_needed(file, obj):
-            sync.tracker.skipped()
-            return
-        _upload(sync, file, key)
-        sync.tracker.transferred()
-    except FileNotFoundError:
-        sync.tracker.skipped()  # deleted since the scan (a rotated checkpoint): next push
-    except Exception as error:  # one file's failure must not stop the others
-        sync.tracker.failed(key, _describe(error))
-
-
-def _check_key(key: str) -> None:
-    try:
-        size = len(key.encode("utf-8"))
-    except UnicodeEncodeError:
-        raise UnsafeKeyError("the file name is not valid UTF-8, so it cannot be a key") from None
-    if size > MAX_KEY_BYTES:
-        raise UnsafeKeyError(f"the key would be {size} bytes long; S3 allows {MAX_KEY_BYTES}")
-
-
-def _push_needed(file: LocalFile, obj: ObjectInfo) -> bool:
-    same = same_content(file.path, file.stat, obj, _hashes)
-    if same is not None:
-        return not same
-    return int(file.stat.st_mtime) > int(obj.last_modified.timestamp())
-
-
-def _upload(sync: _Sync, file: LocalFile, key: str) -> None:
-    if file.stat.st_size > SINGLE_REQUEST_LIMIT:
-        sync.client.upload_file(
-            str(file.path), sync.bucket, key, Config=sync.transfer, Callback=sync.tracker.add_bytes
-        )
-        return
-    data = file.path.read_bytes()
-    md5 = hashlib.md5(data, usedforsecurity=False).hexdigest()
-    response = sync.client.put_object(Bucket=sync.bucket, Key=key, Body=data)
-    etag = str(response.get("ETag", "")).strip('"')
-    if len(etag) == 32 and etag != md5:
-        raise IntegrityError(f"the store answered ETag {etag} for bytes whose MD5 is {md5}")
-    sync.tracker.add_bytes(len(data))
-    if len(data) == file.stat.st_size:
-        _hashes.remember(file.stat, md5)
-
-
-def _delete_absent(
-    config: DatastoreConfig, sync: _Sync, local: LocalScan, remote: dict[str, ObjectInfo]
-) -> None:
-    """Mirror local deletions (rwd); nothing is deleted when the scan missed something."""
-    if local.errors:
-        sync.tracker.failed(
-            str(sync.root), "deletions skipped: the local scan was incomplete", counts_as_file=False
-        )
-        return
-    absent = [key for key in remote if _absent_locally(key[len(sync.prefix) :], sync.root, local)]
-    if not absent:
-        return
-    try:
-        result = delete_objects(config, bucket=sync.bucket, keys=absent)
-    except StorageError as error:
-        sync.tracker.failed(sync.bucket, f"deletions failed: {error}", counts_as_file=False)
-        return
-    sync.tracker.deleted(len(result.deleted))
-    for item in result.errors:
-        sync.tracker.failed(
-            item.key, f"delete failed: {item.code} {item.message}", counts_as_file=False
-        )
-
-
-def _absent_locally(relative: str, root: Path, local: LocalScan) -> bool:
-    """True for an object whose file (or folder, for a marker) is gone; keys that could never
-    exist locally (unsafe names) are left alone rather than deleted."""
-    if not relative:
-        return False
-    name = relative.rstrip("/")
-    try:
-        local_path(root, name)
-    except UnsafeKeyError:
-        return False
-    if relative.endswith("/"):
-        return name not in local.dirs
-    return relative not in local.files and relative not in local.symlinks
 
 
 def _where(spec: VolumeSpec) -> str:

@@ -30,7 +30,9 @@ class SyncStats:
     `total` files were considered; `processed` of them are handled so far, each one either
     `transferred` (`transferred_bytes` in all), `skipped` (unchanged, or kept for a reason) or
     `failed` (listed in `failures`). `deleted` counts remote objects a `rwd` push removed.
-    Failures that concern no single file (listing, scan) are in `failures` too."""
+    Failures that concern no single file (listing, scan) are in `failures` too. `conflicts`
+    are the keys a push found changed on both sides since its base: the remote copy was
+    kept (they are neither failed nor skipped: counted as processed)."""
 
     direction: str
     total: int = 0
@@ -41,6 +43,7 @@ class SyncStats:
     transferred: int = 0
     transferred_bytes: int = 0
     failures: list[SyncFailure] = field(default_factory=list)
+    conflicts: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -89,6 +92,14 @@ class Tracker:
                 self._stats.processed += 1
         self._report()
 
+    def conflict(self, key: str, *, counts_as_file: bool = True) -> None:
+        """A key changed on both sides: the remote copy is kept."""
+        with self._lock:
+            self._stats.conflicts.append(key)
+            if counts_as_file:
+                self._stats.processed += 1
+        self._report()
+
     def deleted(self, count: int) -> None:
         with self._lock:
             self._stats.deleted += count
@@ -102,7 +113,11 @@ class Tracker:
 
     def snapshot(self) -> SyncStats:
         with self._lock:
-            return replace(self._stats, failures=list(self._stats.failures))
+            return replace(
+                self._stats,
+                failures=list(self._stats.failures),
+                conflicts=sorted(self._stats.conflicts),
+            )
 
     def finish(self) -> SyncStats:
         stats = self.snapshot()
@@ -126,3 +141,20 @@ class Tracker:
         except Exception:
             # A broken progress consumer (a closed pipe...) must not fail the transfer itself.
             logger.exception("sync progress callback failed")
+
+
+MAX_NOTE_KEYS = 5
+
+
+def conflict_note(conflicts: list[str], total: int | None = None) -> str:
+    """The sentence a job's history shows for a push's conflicts ("" when there are none)."""
+    total = len(conflicts) if total is None else total
+    if not total:
+        return ""
+    shown = ", ".join(conflicts[:MAX_NOTE_KEYS])
+    more = (
+        f" and {total - min(len(conflicts), MAX_NOTE_KEYS)} more" if total > MAX_NOTE_KEYS else ""
+    )
+    plural = "conflict" if total == 1 else "conflicts"
+    copies = "copy was" if total == 1 else "copies were"
+    return f"pushed with {total} {plural}: {shown}{more}; the remote {copies} kept"

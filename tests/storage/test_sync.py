@@ -127,16 +127,17 @@ def test_pull_of_a_missing_bucket_fails_cleanly(s3_server: DatastoreConfig, tmp_
 def test_push_uploads_new_and_changed_files_only(
     s3_server: DatastoreConfig, bucket: str, tmp_path: Path
 ) -> None:
-    write(tmp_path / "a.txt", b"a")
-    write(tmp_path / "deep/er/b.bin", b"b" * 1000)
-    write(tmp_path / ".ajuste-x.partial", b"temporary download, never pushed")
-    first = push(s3_server, spec(bucket, mode=Mode.RW), tmp_path)
+    root, manifest = tmp_path / "root", tmp_path / "state/manifest.json"
+    write(root / "a.txt", b"a")
+    write(root / "deep/er/b.bin", b"b" * 1000)
+    write(root / ".ajuste-x.partial", b"temporary download, never pushed")
+    first = push(s3_server, spec(bucket, mode=Mode.RW), root, manifest=manifest)
     assert first == SyncStats("push", total=2, processed=2, transferred=2, transferred_bytes=1001)
     assert remote_keys(s3_server, bucket) == ["data/a.txt", "data/deep/er/b.bin"]
-    second = push(s3_server, spec(bucket, mode=Mode.RW), tmp_path)
+    second = push(s3_server, spec(bucket, mode=Mode.RW), root, manifest=manifest)
     assert (second.skipped, second.transferred) == (2, 0)
-    write(tmp_path / "a.txt", b"A")  # same size, same second: the hash tells
-    third = push(s3_server, spec(bucket, mode=Mode.RW), tmp_path)
+    write(root / "a.txt", b"A")  # same size, same second: the hash tells
+    third = push(s3_server, spec(bucket, mode=Mode.RW), root, manifest=manifest)
     assert (third.skipped, third.transferred) == (1, 1)
     assert read_object(s3_server, bucket=bucket, key="data/a.txt", max_bytes=1) == b"A"
 
@@ -155,13 +156,18 @@ def test_rw_never_deletes_and_rwd_mirrors_deletions(
     s3_server: DatastoreConfig, bucket: str, tmp_path: Path
 ) -> None:
     for key in ["data/keep", "data/gone", "data/old-folder/", "data/sub/gone2", "data/../weird"]:
-        put_object(s3_server, bucket=bucket, key=key, data=b"r")
+        put_object(s3_server, bucket=bucket, key=key, data=b"r" if key[-1] != "/" else b"")
     put_object(s3_server, bucket=bucket, key="outside-prefix", data=b"o")
-    write(tmp_path / "keep", b"r")
-    rw = push(s3_server, spec(bucket, mode=Mode.RW), tmp_path)
+    root, manifest = tmp_path / "root", tmp_path / "manifest.json"
+    pulled = pull(s3_server, spec(bucket), root, manifest=manifest)
+    assert len(pulled.failures) == 1  # data/../weird cannot land locally
+    (root / "gone").unlink()
+    (root / "sub/gone2").unlink()
+    (root / "old-folder").rmdir()
+    rw = push(s3_server, spec(bucket, mode=Mode.RW), root, manifest=manifest)
     assert rw.deleted == 0
     assert len(remote_keys(s3_server, bucket)) == 6
-    rwd = push(s3_server, spec(bucket, mode=Mode.RWD), tmp_path)
+    rwd = push(s3_server, spec(bucket, mode=Mode.RWD), root, manifest=manifest)
     assert (rwd.deleted, rwd.skipped, rwd.ok) == (3, 1, True)
     # "data/../weird" could never exist locally: it is left alone, as is the rest of the bucket
     assert remote_keys(s3_server, bucket) == ["data/../weird", "data/keep", "outside-prefix"]

@@ -40,10 +40,16 @@ def _env(config: DatastoreConfig | None) -> dict[str, str]:
 
 
 def lines(stdout: str) -> list[dict[str, Any]]:
-    """The JSON lines other than progress (which come at most once a second)."""
+    """The result and skip lines (progress comes at most once a second; summaries apart)."""
     parsed = [json.loads(line) for line in stdout.splitlines()]
-    assert all(line["event"] in ("progress", "result", "skip") for line in parsed)
-    return [line for line in parsed if line["event"] != "progress"]
+    assert all(line["event"] in ("progress", "result", "skip", "push") for line in parsed)
+    return [line for line in parsed if line["event"] in ("result", "skip")]
+
+
+def summaries(stdout: str) -> list[dict[str, Any]]:
+    """The push summary lines, one per push of every volume."""
+    parsed = [json.loads(line) for line in stdout.splitlines()]
+    return [line for line in parsed if line["event"] == "push"]
 
 
 @contextmanager
