@@ -24,11 +24,17 @@ FINALIZE_GRACE = timedelta(minutes=2)
 
 
 def sweep() -> dict[str, int]:
-    observed = {(o.id, o.run): o for o in get_backend().observe_all() if o.kind is WorkloadKind.JOB}
+    # Keyed by namespace too: a run counts only in its own project's namespace, whatever an
+    # object elsewhere claims with our labels (the backend drops those as well).
+    observed = {
+        (o.namespace, o.id, o.run): o
+        for o in get_backend().observe_all()
+        if o.kind is WorkloadKind.JOB
+    }
     counts = {"live": 0, "changed": 0, "relaunched": 0, "missing": 0}
     for job in _live_jobs():
         counts["live"] += 1
-        seen = observed.get((str(job.pk), job.run))
+        seen = observed.get((job.project.namespace, str(job.pk), job.run))
         if seen is None:
             _missing(job, counts)
         elif _differs(job, seen):
@@ -52,7 +58,9 @@ def record_observation(observed: ObservedWorkload) -> bool:
         .filter(pk=job_id, run=observed.run, state__in=LIVE_STATES)
         .first()
     )
-    if job is None or not _differs(job, observed):
+    if job is None or job.project.namespace != observed.namespace:
+        return False  # an object outside the job's project namespace speaks for nothing
+    if not _differs(job, observed):
         return False
     observe(str(job.pk), observed)
     return True
@@ -62,7 +70,9 @@ def _live_jobs() -> list[Job]:
     admitted = Q(state__in=LIVE_STATES) & ~Q(state=JobState.QUEUED, admitted_at=None)
     # Only what comparing with an observation needs: observe() re-reads a job it acts on.
     return list(
-        Job.objects.filter(admitted).only(
+        Job.objects.filter(admitted)
+        .select_related("project")
+        .only(
             "state",
             "state_reason",
             "run",
@@ -73,6 +83,7 @@ def _live_jobs() -> list[Job]:
             "finished_at",
             "admitted_at",
             "project_id",
+            "project__slug",
         )
     )
 

@@ -21,6 +21,7 @@ from deploy.kubernetes.listing import (
 from deploy.kubernetes.logs import read_pod_log
 from deploy.kubernetes.observe import JobObjects, observe_job
 from deploy.kubernetes.pods import container_run, container_status, newest
+from deploy.kubernetes.trust import controlled_by
 from deploy.kubernetes.watcher import watch_workloads
 from deploy.types import (
     JobRequest,
@@ -117,9 +118,7 @@ class KubernetesBackend:
         return observe_job(ref, job_objects(self.api, ref))
 
     def read_logs(self, *, ref: WorkloadRef, cursor: str | None, limit: int = 1000) -> LogChunk:
-        selector = names.selector({**names.selector_labels(ref), names.COMPONENT: _main(ref)})
-        pods, _ = self.api.list("Pod", ref.namespace, label_selector=selector)
-        pod = newest(pods)
+        pod = newest(self._main_pods(ref))
         if pod is None:
             return LogChunk(lines=(), cursor=cursor or "", eof=self._ended(ref))
         run = container_run(container_status(pod, "main"))
@@ -165,7 +164,7 @@ class KubernetesBackend:
         if ref.kind is WorkloadKind.NOTEBOOK:
             return self.observe_notebook(ref=ref)
         objects = job_objects(self.api, ref)
-        if deleted_pod is not None:
+        if deleted_pod is not None and controlled_by(deleted_pod, objects.job):
             uids = {p["metadata"].get("uid") for p in objects.pods}
             if deleted_pod["metadata"].get("uid") not in uids and _main(ref) == "main":
                 objects = JobObjects(
@@ -175,6 +174,23 @@ class KubernetesBackend:
                     push_pods=objects.push_pods,
                 )
         return observe_job(ref, objects)
+
+    def _main_pods(self, ref: WorkloadRef) -> list[Obj]:
+        """The pods running the user's process, as their Job or StatefulSet controls them (a
+        pod that only carries the labels must not feed this run's log)."""
+        selector = names.selector({**names.selector_labels(ref), names.COMPONENT: _main(ref)})
+        pods, _ = self.api.list("Pod", ref.namespace, label_selector=selector)
+        if ref.kind is WorkloadKind.NOTEBOOK:
+            kind, name = "StatefulSet", names.notebook_name(ref)
+        else:
+            kind, name = "Job", names.job_name(ref)
+        try:
+            owner: Obj | None = self.api.read(kind, ref.namespace, name)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            owner = None
+        return [pod for pod in pods if controlled_by(pod, owner)]
 
     def _read_pod(self, pod: Obj, cursor: str | None, limit: int, *, finished: bool) -> LogChunk:
         meta = pod["metadata"]

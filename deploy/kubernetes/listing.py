@@ -1,4 +1,5 @@
-"""Fetch and group our objects so `observe` can map them: per run, or everything at once."""
+"""Fetch and group our objects so `observe` can map them: per run, or everything at once.
+Only objects `trust` vouches for are grouped: labels alone prove nothing."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from deploy import names
 from deploy.kubernetes.api import KubeApi, Obj
 from deploy.kubernetes.observe import JobObjects, observe_job, observe_notebook
 from deploy.kubernetes.pods import newest, unscheduled_reason
+from deploy.kubernetes.trust import ProjectNamespaces, controlled_by, is_main_job, is_push_job
 from deploy.types import ObservedWorkload, WorkloadKind, WorkloadRef
 
 MANAGED = names.selector({names.MANAGED_BY: names.MANAGER})
@@ -65,18 +67,23 @@ def job_objects(api: KubeApi, ref: WorkloadRef) -> JobObjects:
     selector = names.selector(names.selector_labels(ref))
     jobs, _ = api.list("Job", ref.namespace, label_selector=selector)
     pods, _ = api.list("Pod", ref.namespace, label_selector=selector)
-    return group_job(api, jobs, pods)
+    return group_job(api, ref, jobs, pods)
 
 
-def group_job(api: KubeApi, jobs: list[Obj], pods: list[Obj]) -> JobObjects:
-    """Split one run's objects by component and fetch events for an unscheduled pod."""
-    main_pods = [p for p in pods if component(p) == "main"]
-    job = newest(j for j in jobs if component(j) == "main")
+def group_job(api: KubeApi, ref: WorkloadRef, jobs: list[Obj], pods: list[Obj]) -> JobObjects:
+    """Split one run's objects by component and fetch events for an unscheduled pod. The Jobs
+    are the run's by name, the pods count only when one of those Jobs controls them."""
+    job = next((j for j in jobs if component(j) == "main" and is_main_job(ref, j)), None)
+    push_jobs = [j for j in jobs if component(j) == "push" and is_push_job(ref, j)]
+    main_pods = [p for p in pods if component(p) == "main" and controlled_by(p, job)]
+    push_pods = [
+        p for p in pods if component(p) == "push" and any(controlled_by(p, j) for j in push_jobs)
+    ]
     return JobObjects(
         job=job,
         pods=main_pods,
-        push_jobs=[j for j in jobs if component(j) == "push"],
-        push_pods=[p for p in pods if component(p) == "push"],
+        push_jobs=push_jobs,
+        push_pods=push_pods,
         events=pod_events(api, newest(main_pods)) if main_pods else job_events(api, job),
     )
 
@@ -97,15 +104,24 @@ def notebook_state(api: KubeApi, ref: WorkloadRef) -> ObservedWorkload:
 def map_notebook(
     api: KubeApi, ref: WorkloadRef, statefulset: Obj | None, pods: list[Obj]
 ) -> ObservedWorkload:
-    """`observe_notebook` with the URL from the StatefulSet and events when unscheduled."""
+    """`observe_notebook` with the URL from the StatefulSet and events when unscheduled; only
+    the StatefulSet of this name and the pods it controls count."""
+    if statefulset is not None and statefulset["metadata"].get("name") != names.notebook_name(ref):
+        statefulset = None
+    pods = [p for p in pods if controlled_by(p, statefulset)]
     annotations = ((statefulset or {}).get("metadata") or {}).get("annotations") or {}
     events = pod_events(api, newest(pods))
     return observe_notebook(ref, statefulset, pods, events, annotations.get(names.URL))
 
 
-def observe_everything(api: KubeApi, namespace: str | None) -> tuple[list[ObservedWorkload], str]:
-    """The sweep: three list calls, then one observation per run (events only when needed).
+def observe_everything(
+    api: KubeApi, namespace: str | None, projects: ProjectNamespaces | None = None
+) -> tuple[list[ObservedWorkload], str]:
+    """The sweep: four list calls, then one observation per run (events only when needed),
+    for runs in Ajuste's project namespaces only (`projects` is refreshed here).
     Also returns the pod list's resourceVersion, where a watch can start."""
+    projects = projects or ProjectNamespaces(api)
+    projects.refresh()
     jobs, _ = api.list("Job", namespace, label_selector=MANAGED)
     pods, pods_version = api.list("Pod", namespace, label_selector=MANAGED)
     sets, _ = api.list("StatefulSet", namespace, label_selector=MANAGED)
@@ -115,7 +131,7 @@ def observe_everything(api: KubeApi, namespace: str | None) -> tuple[list[Observ
     for key, objects in (("jobs", jobs), ("pods", pods), ("sets", sets)):
         for obj in objects:
             ref = ref_of(obj)
-            if ref is not None:
+            if ref is not None and projects.holds(ref, look_up=False):
                 by_ref[ref][key].append(obj)
     ordered = sorted(by_ref.items(), key=_order)
     return [_observe_group(api, ref, group) for ref, group in ordered], pods_version
@@ -123,8 +139,10 @@ def observe_everything(api: KubeApi, namespace: str | None) -> tuple[list[Observ
 
 def _observe_group(api: KubeApi, ref: WorkloadRef, group: dict[str, list[Obj]]) -> ObservedWorkload:
     if ref.kind is WorkloadKind.NOTEBOOK:
-        return map_notebook(api, ref, newest(group["sets"]), group["pods"])
-    return observe_job(ref, group_job(api, group["jobs"], group["pods"]))
+        wanted = names.notebook_name(ref)
+        named = (s for s in group["sets"] if s["metadata"].get("name") == wanted)
+        return map_notebook(api, ref, next(named, None), group["pods"])
+    return observe_job(ref, group_job(api, ref, group["jobs"], group["pods"]))
 
 
 def _order(item: tuple[WorkloadRef, object]) -> tuple[str, str, str, int]:

@@ -1,6 +1,7 @@
 """List, then watch our pods from the list's resourceVersion; relist on 410, on errors and on
 a timer. Every (re)list yields every workload again, so the stream is level-triggered: a
-consumer that missed events converges at the next relist."""
+consumer that missed events converges at the next relist. Pods outside Ajuste's project
+namespaces are dropped whatever their labels say (`trust`)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from kubernetes.client.exceptions import ApiException
 
 from deploy.kubernetes.api import KubeApi, Obj
 from deploy.kubernetes.listing import MANAGED, observe_everything, ref_of
+from deploy.kubernetes.trust import ProjectNamespaces
 from deploy.types import ObservedWorkload, TransientError, WorkloadRef
 
 log = logging.getLogger(__name__)
@@ -34,11 +36,14 @@ def watch_workloads(
     """Observations as pods change, until `stop` is set. `observe(ref, deleted_pod)` maps
     one run; `deleted_pod` is the last state of a pod that just went away."""
     backoff = 0.5
+    projects = ProjectNamespaces(api)
     while not stop.is_set():
         try:
-            observations, version = observe_everything(api, namespace)
+            observations, version = observe_everything(api, namespace, projects)
             yield from observations
-            yield from _follow(api, stop, namespace, version, resync_s, watch_timeout_s, observe)
+            yield from _follow(
+                api, stop, namespace, version, resync_s, watch_timeout_s, observe, projects
+            )
             backoff = 0.5
         except ApiException as exc:
             if exc.status == 410:
@@ -61,6 +66,7 @@ def _follow(
     resync_s: float,
     watch_timeout_s: int,
     observe: Observer,
+    projects: ProjectNamespaces,
 ) -> Iterator[ObservedWorkload]:
     """Watch from `version` until the resync timer fires; the server ends each stream after
     `watch_timeout_s`, which is also how often `stop` is looked at when nothing happens."""
@@ -74,7 +80,7 @@ def _follow(
             obj = event.get("object") or {}
             version = (obj.get("metadata") or {}).get("resourceVersion") or version
             ref = ref_of(obj) if event.get("type") != "BOOKMARK" else None
-            if ref is not None:
+            if ref is not None and projects.holds(ref):
                 yield observe(ref, obj if event.get("type") == "DELETED" else None)
             if stop.is_set():
                 return

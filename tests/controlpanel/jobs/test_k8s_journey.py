@@ -226,3 +226,34 @@ def test_one_sweep_at_a_time(
     assert tasks.jobs_sweep()["changed"] == 1
     assert Job.objects.get(pk=job.pk).state == S.RUNNING
     assert cache.get(tasks.SWEEP_LOCK) is None  # released for the next beat
+
+
+def test_a_forged_run_elsewhere_neither_ends_nor_bills_a_job(
+    k8s_cluster: Any, k8s_jobs: Any, project: Project, owner: Any, panel_s3: Any
+) -> None:
+    from dataclasses import replace
+
+    from controlpanel.workloads.backend import job_request
+    from controlpanel.workloads.sweep import record_observation
+    from deploy.kubernetes.apply import with_hash
+    from deploy.manifests import make_job
+    from deploy.types import Phase
+
+    job = start(submit(project, owner))
+    k8s_cluster.kubelet.run(NS, pod_of(k8s_cluster, job))
+    sweep()
+    assert Job.objects.get(pk=job.pk).state == S.RUNNING
+    # Someone who may create Jobs in a namespace of their own copies ours, labels and all.
+    k8s_cluster.create_namespace("mallory")
+    forged = make_job(job=replace(job_request(job), namespace="mallory"))
+    k8s_cluster.create(with_hash(forged))
+    pod = k8s_cluster.pod_of("mallory", forged["metadata"]["name"])
+    k8s_cluster.kubelet.run("mallory", pod)
+    k8s_cluster.kubelet.finish("mallory", pod, exit_code=1)
+    sweep()
+    # And an observation that names the job from there, as a watch would hand it over.
+    seen = k8s_jobs.observe_job(ref=job_ref(job))
+    assert not record_observation(replace(seen, namespace="mallory", phase=Phase.FAILED))
+    job.refresh_from_db()
+    assert job.state == S.RUNNING
+    assert JobRun.objects.filter(job=job).count() == 1
