@@ -15,7 +15,7 @@ import pytest
 
 from storage.datastore import DatastoreConfig
 from storage.objects import iter_objects, put_object
-from storage.sync.cli import main
+from storage.sync.cli import main, summary_text
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -221,3 +221,60 @@ def test_sigint_while_starting_still_ends_with_a_final_push(
     assert process.returncode == 0
     [final] = lines(stdout)
     assert (final["final"], final["transferred"]) == (True, 1)
+
+
+def test_state_dir_carries_the_base_from_pull_to_push_and_conflicts_are_summarized(
+    s3_server: DatastoreConfig, bucket: str, tmp_path: Path
+) -> None:
+    put_object(s3_server, bucket=bucket, key="out/a.txt", data=b"base")
+    put_object(s3_server, bucket=bucket, key="out/b.txt", data=b"base")
+    spec = f"{bucket}@LOCAL/out:/workspace/out:rwd"
+    state = ["--root", str(tmp_path), "--state-dir", str(tmp_path / "state")]
+    assert run_sync(s3_server, "pull", spec, *state).returncode == 0
+    (tmp_path / "workspace/out/a.txt").write_bytes(b"changed here")
+    (tmp_path / "workspace/out/b.txt").unlink()
+    put_object(s3_server, bucket=bucket, key="out/a.txt", data=b"changed there")
+    put_object(s3_server, bucket=bucket, key="out/theirs.txt", data=b"after the pull")
+    summary_file = tmp_path / "termination-log"
+    pushed = run_sync(s3_server, "push", spec, *state, "--summary-file", str(summary_file))
+    assert pushed.returncode == 0, pushed.stderr
+    [result] = lines(pushed.stdout)
+    assert (result["conflicts"], result["deleted"]) == (["out/a.txt"], 1)
+    [summary] = summaries(pushed.stdout)
+    assert summary == {
+        "event": "push",
+        "uploaded": 0,
+        "deleted": 1,
+        "failed": 0,
+        "conflicts": ["out/a.txt"],
+        "conflicts_total": 1,
+        "final": True,
+    }
+    assert json.loads(summary_file.read_text()) == summary
+    keys = [info.key for info in iter_objects(s3_server, bucket=bucket)]
+    assert keys == ["out/a.txt", "out/theirs.txt"]
+
+
+@pytest.mark.parametrize("option", ["--state-dir", "--progress-file", "--summary-file"])
+def test_sync_files_inside_a_volume_are_refused(
+    s3_server: DatastoreConfig, capsys: pytest.CaptureFixture[str], tmp_path: Path, option: str
+) -> None:
+    # A volume mounted at /workspace itself holds everything below it.
+    spec = "abc@LOCAL:/workspace:rw"
+    inside = str(tmp_path / "workspace/.ajuste-pull.json")
+    code = main(["pull", spec, "--root", str(tmp_path), option, inside], s3_server.to_env())
+    assert code == 2
+    err = capsys.readouterr().err
+    assert f"{option} {inside} is inside the directory of volume {spec}" in err
+    assert not (tmp_path / "workspace").exists()
+
+
+def test_summary_text_fits_a_termination_message() -> None:
+    keys = [f"runs/{index:05}/" + "k" * 80 for index in range(500)]
+    line = {"event": "push", "uploaded": 3, "conflicts": keys, "conflicts_total": 500}
+    text = summary_text(line)
+    assert len(text.encode()) <= 4096
+    parsed = json.loads(text)
+    assert parsed["conflicts_total"] == 500
+    assert 0 < len(parsed["conflicts"]) < 500
+    assert parsed["conflicts"] == keys[: len(parsed["conflicts"])]
