@@ -11,6 +11,7 @@ they can see, so pods get narrower ones where the datastore can issue them.
 from __future__ import annotations
 
 import hashlib
+import html
 import http.client
 import json
 import re
@@ -109,10 +110,19 @@ def _admin(
         connection.close()
     if response.status < 300 or response.status in allowed:
         return response.status, data
-    code = response.getheader("x-amz-error-code") or str(response.status)
-    message = response.getheader("x-amz-error-message") or ""
+    code, message = _error_of(data, response.status)
     kind = AccessDenied if response.status == 403 else CredentialError
     raise kind(f"the embedded store refused {method} {path}: {code} {message}".strip(), code=code)
+
+
+def _error_of(body: bytes, status: int) -> tuple[str, str]:
+    """The <Code> and <Message> of an S3 error answer."""
+    text = body.decode("utf-8", "replace")
+    code = re.search(r"<Code>([^<]*)</Code>", text)
+    message = re.search(r"<Message>([^<]*)</Message>", text)
+    return (code.group(1) if code else str(status)), html.unescape(
+        message.group(1) if message else ""
+    )
 
 
 # ---- STS AssumeRole with a session policy ----------------------------------------------
