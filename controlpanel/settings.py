@@ -5,6 +5,7 @@ A bad value stops start-up with a message naming the variable.
 
 from __future__ import annotations
 
+import ipaddress
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from controlpanel.env import env_bool, env_choice, env_int, env_list, env_str
 from deploy import images
-from deploy.egress import parse_egress
+from deploy.egress import parse_cidrs, parse_dns, parse_egress, parse_node_local_dns
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("AJUSTE_VAR_DIR") or BASE_DIR / "var")
@@ -343,6 +344,21 @@ try:
 except ValueError as exc:
     raise ImproperlyConfigured(f"KUBERNETES_EGRESS: {exc}") from None
 KUBERNETES_EGRESS_FROM_DATASTORES = env_bool("KUBERNETES_EGRESS_FROM_DATASTORES", True)
+# DNS goes only to these resolvers (`NAMESPACE/LABEL=VALUE`, `NAMESPACE` or CIDRs) and to a
+# node-local cache's address; wide egress rules leave out the private and link-local ranges
+# but those KUBERNETES_EGRESS_ALLOW_PRIVATE lists (CIDRs). See deploy/egress.py.
+try:
+    KUBERNETES_DNS = parse_dns(env_str("KUBERNETES_DNS") or "kube-system/k8s-app=kube-dns")
+except ValueError as exc:
+    raise ImproperlyConfigured(f"KUBERNETES_DNS: {exc}") from None
+try:
+    KUBERNETES_NODE_LOCAL_DNS = parse_node_local_dns(env_str("KUBERNETES_NODE_LOCAL_DNS") or "")
+except ValueError as exc:
+    raise ImproperlyConfigured(f"KUBERNETES_NODE_LOCAL_DNS: {exc}") from None
+try:
+    KUBERNETES_EGRESS_ALLOW_PRIVATE = parse_cidrs(env_str("KUBERNETES_EGRESS_ALLOW_PRIVATE") or "")
+except ValueError as exc:
+    raise ImproperlyConfigured(f"KUBERNETES_EGRESS_ALLOW_PRIVATE: {exc}") from None
 KUBERNETES_INGRESS_NAMESPACE = env_str("KUBERNETES_INGRESS_NAMESPACE") or "ingress-nginx"
 KUBERNETES_IMAGE_PULL_SECRETS = tuple(env_list("KUBERNETES_IMAGE_PULL_SECRETS", []))
 KUBERNETES_STORAGE_CLASS = env_str("KUBERNETES_STORAGE_CLASS") or None
@@ -351,6 +367,22 @@ CURRENCY = env_str("CURRENCY") or "EUR"
 JOB_SWEEP_SECONDS = env_int("JOB_SWEEP_SECONDS", 10, minimum=1)
 # A failed webhook is retried 8 times, the first after about this, doubling up to a minute.
 WEBHOOK_RETRY_BASE_MS = env_int("WEBHOOK_RETRY_BASE_MS", 2000, minimum=1)
+# Webhooks reach public addresses only (controlpanel/core/public_http.py): ALLOW lets private
+# ranges through (a receiver on the company network), DENY refuses more (the cluster's pod and
+# service ranges when they are public); DENY wins.
+WEBHOOK_ALLOW_CIDRS = env_list("WEBHOOK_ALLOW_CIDRS", [])
+WEBHOOK_DENY_CIDRS = env_list("WEBHOOK_DENY_CIDRS", [])
+for _name, _cidrs in (
+    ("WEBHOOK_ALLOW_CIDRS", WEBHOOK_ALLOW_CIDRS),
+    ("WEBHOOK_DENY_CIDRS", WEBHOOK_DENY_CIDRS),
+):
+    for _cidr in _cidrs:
+        try:
+            ipaddress.ip_network(_cidr, strict=False)
+        except ValueError:
+            raise ImproperlyConfigured(
+                f"{_name}: {_cidr!r} is not an address range such as 10.0.0.0/8."
+            ) from None
 CELERY_BEAT_SCHEDULE["jobs-sweep"] = {
     "task": "controlpanel.workloads.tasks.jobs_sweep",
     "schedule": float(JOB_SWEEP_SECONDS),

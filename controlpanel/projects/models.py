@@ -13,6 +13,7 @@ from django.db import models
 from django.utils import timezone
 
 from controlpanel.buckets.crypto import DecryptionError, EncryptedTextField
+from controlpanel.core import public_http
 
 log = logging.getLogger(__name__)
 SLUG_RE = r"^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$"
@@ -20,7 +21,8 @@ SLUG_RE = r"^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$"
 
 def validate_webhook_url(url: str) -> None:
     """Only http(s), with a host and no credentials: the body is signed instead (an empty URL
-    passes: no webhook). Says precisely what is wrong; URLField checks the rest."""
+    passes: no webhook); a host that is, or resolves to, a non-public address is refused (it
+    is checked again at every send). Says precisely what is wrong; URLField checks the rest."""
     if not url:
         return
     try:
@@ -40,6 +42,10 @@ def validate_webhook_url(url: str) -> None:
         )
     if not host:
         raise ValidationError("The URL has no host name.", code="host")
+    try:
+        public_http.check_url_host(url)
+    except public_http.AddressRefused as exc:
+        raise ValidationError(str(exc), code="address") from None
 
 
 def new_webhook_secret() -> str:

@@ -1,7 +1,8 @@
 """When a job reaches a final state: an e-mail to its owner and, if the project has one, a
 webhook POST of signed JSON (`X-Ajuste-Signature: sha256=<hex HMAC-SHA256 of the raw body,
 keyed with the project's webhook secret>`). Every webhook is signed: a project with a URL and
-no secret gets one first (managers see it on the project page)."""
+no secret gets one first (managers see it on the project page). It goes only to a public
+address, vetted when it is sent (controlpanel/core/public_http.py)."""
 
 from __future__ import annotations
 
@@ -11,12 +12,12 @@ import json
 import logging
 from typing import Any
 
-import httpx
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.mail import send_mail
 from django.urls import reverse
 
+from controlpanel.core import public_http
 from controlpanel.projects.models import validate_webhook_url
 from controlpanel.projects.services import project_webhook_secret_ensure
 from controlpanel.workloads.models import Job
@@ -65,7 +66,8 @@ def send_job_email(job: Job) -> None:
 
 
 def post_webhook(job: Job) -> None:
-    """Raises on a non-2xx answer so the task retries with backoff."""
+    """Raises on a non-2xx answer so the task retries with backoff; a URL whose host is (or
+    now resolves to) an address webhooks may not reach is logged and not retried."""
     project = job.project
     if not project.webhook_url:
         return
@@ -82,7 +84,11 @@ def post_webhook(job: Job) -> None:
         "X-Ajuste-Event": "job.finished",
         "X-Ajuste-Signature": sign(secret, body),
     }
-    response = httpx.post(
-        project.webhook_url, content=body, headers=headers, timeout=WEBHOOK_TIMEOUT_S
-    )
+    try:
+        response = public_http.post(
+            project.webhook_url, content=body, headers=headers, timeout=WEBHOOK_TIMEOUT_S
+        )
+    except public_http.AddressRefused as exc:
+        log.warning("project %s: webhook not sent: %s", project.slug, exc)
+        return
     response.raise_for_status()

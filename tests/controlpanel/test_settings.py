@@ -38,6 +38,8 @@ def _check(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
         ({"DEBUG": "1", "SECRET_KEY_FILE": "/nonexistent/secret"}, "SECRET_KEY_FILE"),
         ({"DEBUG": "1", "KUBERNETES_EGRESS": "s3.example.com"}, "KUBERNETES_EGRESS"),
         ({"DEBUG": "1", "JOB_WORKSPACE_GIB": "big"}, "JOB_WORKSPACE_GIB"),
+        ({"DEBUG": "1", "WEBHOOK_ALLOW_CIDRS": "intranet"}, "WEBHOOK_ALLOW_CIDRS"),
+        ({"DEBUG": "1", "WEBHOOK_DENY_CIDRS": "10.0.0.0/33"}, "WEBHOOK_DENY_CIDRS"),
     ],
 )
 def test_bad_value_stops_startup_naming_the_variable(env: dict[str, str], named: str) -> None:

@@ -5,18 +5,23 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import ipaddress
 import json
+import socket
 import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from types import SimpleNamespace
 from typing import Any
 
+import httpx
 import pytest
 from django.core import mail
+from django.core.exceptions import ValidationError
 from django.db import connection
 
+from controlpanel.core import public_http
 from controlpanel.flavors.models import Flavor
-from controlpanel.projects.access import project_access
+from controlpanel.projects.access import ProjectAccess, project_access
 from controlpanel.projects.models import Project
 from controlpanel.workloads import backend as backend_module
 from controlpanel.workloads import logs, services, tasks
@@ -42,7 +47,9 @@ class _Receiver(BaseHTTPRequestHandler):
 
 
 @pytest.fixture
-def receiver() -> Any:
+def receiver(settings: Any) -> Any:
+    """A receiver on loopback, which webhooks may reach only because this test allows it."""
+    settings.WEBHOOK_ALLOW_CIDRS = ["127.0.0.1/32"]
     server = HTTPServer(("127.0.0.1", 0), _Receiver)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -286,3 +293,189 @@ def test_the_retried_push_is_not_ended_by_the_old_ones_failure(
     assert Job.objects.get(pk=job.pk).state == S.FINALIZING
     assert apply_observation(job, seen(2, Phase.SYNC_FAILED))  # the retried push failed too
     assert Job.objects.get(pk=job.pk).state == S.SYNC_FAILED
+
+
+@pytest.mark.parametrize(
+    ("url", "why"),
+    [
+        ("http://169.254.169.254/latest/meta-data/", "169.254.169.254 a link-local address"),
+        ("http://127.0.0.1:8000/admin/", "127.0.0.1 a loopback address"),
+        ("http://[::1]/x", "::1 a loopback address"),
+        ("http://[::ffff:10.0.0.1]/x", "::ffff:10.0.0.1 a private address"),
+        ("http://10.96.0.1:443/api", "10.96.0.1 a private address"),
+        ("https://192.168.1.20/hook", "192.168.1.20 a private address"),
+        ("http://100.64.0.7/hook", "100.64.0.7 not a public address"),  # shared (CGNAT)
+        ("http://224.0.0.1/x", "224.0.0.1 a multicast address"),
+        ("http://0.0.0.0:8000/x", "0.0.0.0 an unspecified address"),
+    ],
+)
+def test_webhook_to_a_non_public_address_is_refused_at_save(
+    project: Project, url: str, why: str
+) -> None:
+    from controlpanel.projects.services import project_webhook_set
+
+    access = ProjectAccess(project=project, role="manager", is_admin=False)
+    with pytest.raises(ValidationError) as caught:
+        project_webhook_set(access=access, url=url)
+    message = caught.value.message_dict["webhook_url"][0]
+    assert message.startswith(why + ": webhooks reach public addresses only"), message
+    assert Project.objects.get(pk=project.pk).webhook_url == ""
+
+
+def test_a_name_resolving_to_a_private_address_is_refused_at_save(
+    project: Project, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from controlpanel.projects.services import project_webhook_set
+
+    monkeypatch.setattr(public_http, "resolve", _answer("10.0.0.12"))
+    access = ProjectAccess(project=project, role="manager", is_admin=False)
+    with pytest.raises(ValidationError) as caught:
+        project_webhook_set(access=access, url="https://jenkins.corp.test/hook")
+    assert caught.value.message_dict["webhook_url"] == [
+        "jenkins.corp.test resolves to 10.0.0.12, a private address: webhooks reach public "
+        "addresses only (an admin can allow a private range with WEBHOOK_ALLOW_CIDRS)."
+    ]
+
+
+def _answer(address: str, asked: list[str] | None = None) -> Any:
+    def getaddrinfo(host: str, port: int, **kwargs: Any) -> list[Any]:
+        if asked is not None:
+            asked.append(host)
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (address, port))]
+
+    return getaddrinfo
+
+
+def test_a_name_now_resolving_to_the_metadata_address_is_not_sent(
+    project: Project, owner: Any, monkeypatch: pytest.MonkeyPatch, caplog: Any
+) -> None:
+    """Saved while it resolved to a public address; at send time it resolves to the metadata
+    service: nothing is sent, and it is not retried (post_webhook returns)."""
+    Project.objects.filter(pk=project.pk).update(
+        webhook_url="http://hooks.attacker.test/x", webhook_secret="k" * 43
+    )
+    project.refresh_from_db()
+    monkeypatch.setattr(public_http, "resolve", _answer("169.254.169.254"))
+    post_webhook(_job(project, owner, S.DONE))
+    assert (
+        "webhook not sent: hooks.attacker.test resolves to 169.254.169.254, a link-local address"
+        in caplog.text
+    )
+
+
+def test_webhook_connects_to_the_address_it_vetted(
+    project: Project, owner: Any, receiver: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """DNS rebinding: the vetting lookup answers the (allowed) receiver; any later lookup of the
+    name would answer another address, where nothing listens. The POST reaches the receiver,
+    with the name in Host: the connection used the vetted address."""
+    url, received = receiver
+    port = int(url.rsplit(":", 1)[1].split("/")[0])
+    vetted: list[str] = []
+    monkeypatch.setattr(public_http, "resolve", _answer("127.0.0.1", vetted))
+    real = socket.getaddrinfo
+
+    def rebound(host: Any, *args: Any, **kwargs: Any) -> Any:
+        if host == "hooks.example.test":
+            return _answer("127.0.0.2")(host, args[0] if args else 0)
+        return real(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", rebound)
+    Project.objects.filter(pk=project.pk).update(
+        webhook_url=f"http://hooks.example.test:{port}/hook", webhook_secret="k" * 43
+    )
+    project.refresh_from_db()
+    post_webhook(_job(project, owner, S.DONE))
+    headers, body = received[0]
+    assert headers["Host"] == f"hooks.example.test:{port}"
+    assert json.loads(body)["state"] == "DONE"
+    assert set(vetted) == {"hooks.example.test"}
+
+
+def test_https_webhook_to_the_vetted_address_checks_the_name_certificate(
+    settings: Any, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Connecting to an address, not a name, must keep TLS as strict as before: the handshake
+    carries the name (SNI) and the certificate is checked against it."""
+    import ssl
+    from http.server import ThreadingHTTPServer
+
+    settings.WEBHOOK_ALLOW_CIDRS = ["127.0.0.1/32"]
+    cert, key = _self_signed(tmp_path, "hooks.example.test")
+    server_context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_context.load_cert_chain(cert, key)
+    names: list[str | None] = []
+    server_context.sni_callback = lambda sock, name, ctx: names.append(name)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Receiver)
+    server.socket = server_context.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    _Receiver.received = []
+    trust = ssl.create_default_context(cafile=str(cert))
+    monkeypatch.setattr(public_http, "resolve", _answer("127.0.0.1"))
+    try:
+        port = server.server_port
+        response = public_http.post(
+            f"https://hooks.example.test:{port}/hook",
+            content=b"{}",
+            headers={"Content-Type": "application/json"},
+            timeout=10,
+            verify=trust,
+        )
+        assert response.status_code == 204 and names == ["hooks.example.test"]
+        with pytest.raises(httpx.ConnectError, match=r"certificate|hostname"):
+            public_http.post(  # the certificate names hooks.example.test, not this
+                f"https://other.example.test:{port}/hook",
+                content=b"{}",
+                headers={},
+                timeout=10,
+                verify=trust,
+            )
+    finally:
+        server.shutdown()
+    assert len(_Receiver.received) == 1
+
+
+def _self_signed(folder: Any, name: str) -> tuple[Any, Any]:
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName(name)]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = folder / "cert.pem", folder / "key.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return cert_path, key_path
+
+
+def test_the_deny_list_wins_over_the_allow_list(settings: Any) -> None:
+    settings.WEBHOOK_ALLOW_CIDRS = ["10.0.0.0/8"]
+    settings.WEBHOOK_DENY_CIDRS = ["10.96.0.0/12", "8.8.4.0/24"]
+    assert public_http.refusal(ipaddress.ip_address("10.1.2.3")) is None
+    for denied in ("10.96.0.1", "8.8.4.4"):
+        why = public_http.refusal(ipaddress.ip_address(denied))
+        assert why == "in WEBHOOK_DENY_CIDRS (the cluster's own ranges)"
+    assert public_http.refusal(ipaddress.ip_address("8.8.8.8")) is None
+    assert public_http.refusal(ipaddress.ip_address("172.16.0.1")) == "a private address"
