@@ -397,7 +397,7 @@ def test_the_list_says_when_it_counted_and_recounts_on_request(
     assert since is not None
     polled = owner_client.get(f"/p/alpha/buckets/LOCAL/{bucket.name}/row/?since={since[1]}")
     counted = polled.content.decode()
-    assert ">1</td>" in counted and "5\xa0bytes" in counted and ">just now</time>" in counted
+    assert ">1</td>" in counted and ">just now</time>" in counted
     assert "hx-trigger" not in counted
 
 
