@@ -22,7 +22,18 @@ SYNC_MODULE = ("python", "-m", "storage.sync")
 DATASTORES_VOLUME = "datastores"
 SECRET_FILE_MODE = 0o400
 # Written by the pull; the finalize push reads it to know the pull was complete.
-PULL_PROGRESS = "/workspace/.ajuste-pull.json"
+# The sync engine's own files (each volume's manifest, the base of a three-way push; the
+# pull's progress) live here, outside /workspace, so outside every volume: a bucket mounted
+# at /workspace itself can neither see them nor overwrite them. Only sync containers mount it.
+SYNC_STATE = "/ajuste-sync"
+PULL_PROGRESS = f"{SYNC_STATE}/pull.json"
+# A finalize push writes its summary (conflicts) here; the watcher reads it from pod status.
+TERMINATION_LOG = "/dev/termination-log"
+# A job's workspace volume holds /workspace under WORKSPACE_SUBPATH and the sync state under
+# STATE_SUBPATH: the user's container mounts only the first.
+WORKSPACE_SUBPATH = "workspace"
+STATE_SUBPATH = "sync"
+SYNC_STATE_VOLUME = "sync-state"
 
 
 def metadata(
@@ -112,17 +123,22 @@ def sync_container(
     every_s: int | None = None,
     progress_file: str | None = None,
     guarded: bool = False,
+    subpaths: bool = True,
 ) -> Manifest:
     """A container running the storage sync engine; only it sees the S3 credentials, as files
     of the project Secret mounted at `POD_DIR` (never env: a process's environment is readable
     at /proc/<pid>/environ and copied into every child). The pod needs `datastore_volume()`.
-    `guarded` runs it through `deploy.finalize`, which pushes only after a complete pull."""
+    Its manifests and progress go to SYNC_STATE (`sync_mounts`). `guarded` runs it through
+    `deploy.finalize`, which pushes only after a complete pull, and writes the push's summary
+    as the termination message."""
     command = [*SYNC_MODULE, action, *(render_volume_spec(v) for v in volumes), "--root", "/"]
+    command += ["--state-dir", SYNC_STATE]
     if every_s is not None:
         command += ["--every", str(every_s)]
     if progress_file is not None:
         command += ["--progress-file", progress_file]
     if guarded:
+        command += ["--summary-file", TERMINATION_LOG]
         command = ["python", "-m", "deploy.finalize", PULL_PROGRESS, "--", *command[3:]]
     return {
         "name": name,
@@ -136,10 +152,30 @@ def sync_container(
         },
         "securityContext": container_security_context(),
         "volumeMounts": [
-            {"name": "workspace", "mountPath": WORKSPACE},
+            *sync_mounts(subpaths=subpaths),
             {"name": DATASTORES_VOLUME, "mountPath": POD_DIR, "readOnly": True},
         ],
     }
+
+
+def sync_mounts(*, subpaths: bool) -> list[Manifest]:
+    """The workspace and the sync state: two subPaths of the workspace volume (a job: the
+    state must outlive the pod, for the finalize push), or the whole workspace and a
+    `sync_state_volume()` (a notebook, whose workspace already holds the user's files)."""
+    if subpaths:
+        return [
+            {"name": "workspace", "mountPath": WORKSPACE, "subPath": WORKSPACE_SUBPATH},
+            {"name": "workspace", "mountPath": SYNC_STATE, "subPath": STATE_SUBPATH},
+        ]
+    return [
+        {"name": "workspace", "mountPath": WORKSPACE},
+        {"name": SYNC_STATE_VOLUME, "mountPath": SYNC_STATE},
+    ]
+
+
+def sync_state_volume() -> Manifest:
+    """The sync state of a pod whose workspace has no room for it (notebooks)."""
+    return {"name": SYNC_STATE_VOLUME, "emptyDir": {"sizeLimit": "1Gi"}}
 
 
 def datastore_volume(secret: str) -> Manifest:
@@ -162,9 +198,9 @@ def shm_volume(flavor: FlavorSpec, units: int) -> Manifest:
     return {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": size}}
 
 
-def main_mounts() -> list[Manifest]:
-    """Mounts of the user's container: the workspace and /dev/shm."""
-    return [
-        {"name": "workspace", "mountPath": WORKSPACE},
-        {"name": "dshm", "mountPath": SHM_PATH},
-    ]
+def main_mounts(*, subpaths: bool = True) -> list[Manifest]:
+    """Mounts of the user's container: the workspace (never the sync state) and /dev/shm."""
+    workspace: Manifest = {"name": "workspace", "mountPath": WORKSPACE}
+    if subpaths:
+        workspace["subPath"] = WORKSPACE_SUBPATH
+    return [workspace, {"name": "dshm", "mountPath": SHM_PATH}]

@@ -9,9 +9,14 @@ How rw volumes survive the pod (the design, also in docs/deploy-kubernetes.md):
 - The native sidecar `push` (an init container with `restartPolicy: Always`) runs
   `storage.sync push ... --every S`, so checkpoints reach the bucket during the run; it ends
   (with a last push) when the user's container has exited, and never holds the Job open.
+- The workspace volume holds two folders: `workspace`, mounted at /workspace in every
+  container, and `sync`, mounted at /ajuste-sync in the sync containers only. The pull
+  records there each volume's manifest (the base of the three-way push) and its progress:
+  outside every volume, out of the user's container's reach, and kept for the finalize Job.
 - Once the Job is finished, the backend creates a finalize Job (`...-push-<attempt>`) that
   mounts the same claim and pushes once more, through `deploy.finalize`, which skips the push
   when the pull never completed (an `rwd` push of a partial workspace would delete data).
+  Its summary (the keys pushed with a conflict) is its termination message.
   Its success ends the run; its failure is SYNC_FAILED and leaves the claim in place, so
   `retry_push` starts attempt n+1 on the same data. The claim is deleted only with the run
   (`delete_job`).

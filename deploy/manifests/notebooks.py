@@ -19,6 +19,7 @@ from deploy.manifests.common import (
     pull_secrets,
     shm_volume,
     sync_container,
+    sync_state_volume,
     tolerations,
     workload_annotations,
 )
@@ -193,6 +194,7 @@ def _pod_spec(notebook: NotebookRequest) -> Manifest:
     pod["volumes"] = [shm_volume(notebook.flavor, notebook.units)]
     if init:  # the sync containers' credentials; the editor never mounts them
         pod["volumes"].append(datastore_volume(notebook.datastore_secret))
+        pod["volumes"].append(sync_state_volume())
     return pod
 
 
@@ -203,7 +205,12 @@ def _sync_containers(notebook: NotebookRequest) -> list[Manifest]:
     if notebook.volumes:
         containers.append(
             sync_container(
-                name="pull", image=image, action="pull", volumes=notebook.volumes, secret=secret
+                name="pull",
+                image=image,
+                action="pull",
+                volumes=notebook.volumes,
+                secret=secret,
+                subpaths=False,
             )
         )
     if notebook.pushed_volumes:
@@ -214,6 +221,7 @@ def _sync_containers(notebook: NotebookRequest) -> list[Manifest]:
             volumes=notebook.pushed_volumes,
             secret=secret,
             every_s=notebook.push_every_s,
+            subpaths=False,
         )
         sidecar["restartPolicy"] = "Always"
         containers.append(sidecar)
@@ -237,5 +245,5 @@ def _editor_container(notebook: NotebookRequest) -> Manifest:
         "periodSeconds": 5,
         "failureThreshold": 3,
     }
-    container["volumeMounts"] = main_mounts()
+    container["volumeMounts"] = main_mounts(subpaths=False)
     return container

@@ -38,6 +38,11 @@ SYNC_RESOURCES = {
 }
 SYNC = ["python", "-m", "storage.sync"]
 WORKSPACE_MOUNT = {"name": "workspace", "mountPath": "/workspace"}
+# A job's workspace volume: /workspace for every container, the sync state (manifests, pull
+# progress) for the sync containers only, outside /workspace.
+JOB_WORKSPACE_MOUNT = {**WORKSPACE_MOUNT, "subPath": "workspace"}
+STATE_MOUNT = {"name": "workspace", "mountPath": "/ajuste-sync", "subPath": "sync"}
+STATE = ["--state-dir", "/ajuste-sync"]
 # The project Secret, as files, for the sync containers only.
 DATASTORES_MOUNT = {
     "name": "datastores",
@@ -50,7 +55,9 @@ DATASTORES_VOLUME = {
 }
 
 
-def sync_container(name: str, command: list[str]) -> dict[str, object]:
+def sync_container(
+    name: str, command: list[str], mounts: tuple[dict[str, object], ...] = ()
+) -> dict[str, object]:
     return {
         "name": name,
         "image": "ghcr.io/ajuste/ajuste:0.1.0",
@@ -59,7 +66,7 @@ def sync_container(name: str, command: list[str]) -> dict[str, object]:
         "terminationMessagePolicy": "FallbackToLogsOnError",
         "resources": SYNC_RESOURCES,
         "securityContext": CONTAINER_SECURITY,
-        "volumeMounts": [WORKSPACE_MOUNT, DATASTORES_MOUNT],
+        "volumeMounts": [*(mounts or (JOB_WORKSPACE_MOUNT, STATE_MOUNT)), DATASTORES_MOUNT],
     }
 
 
@@ -73,13 +80,23 @@ def test_job_with_two_volumes_and_two_h100(job_request: JobRequest) -> None:
             "corpus@GRA/output:/workspace/output:rw",
             "--root",
             "/",
+            *STATE,
             "--progress-file",
-            "/workspace/.ajuste-pull.json",
+            "/ajuste-sync/pull.json",
         ],
     )
     push = sync_container(
         "push",
-        [*SYNC, "push", "corpus@GRA/output:/workspace/output:rw", "--root", "/", "--every", "300"],
+        [
+            *SYNC,
+            "push",
+            "corpus@GRA/output:/workspace/output:rw",
+            "--root",
+            "/",
+            *STATE,
+            "--every",
+            "300",
+        ],
     )
     push["restartPolicy"] = "Always"
     gpus = {"cpu": "52", "memory": "400Gi", "nvidia.com/gpu": "2"}
@@ -92,7 +109,7 @@ def test_job_with_two_volumes_and_two_h100(job_request: JobRequest) -> None:
         "terminationMessagePolicy": "FallbackToLogsOnError",
         "resources": {"requests": gpus, "limits": gpus},
         "securityContext": CONTAINER_SECURITY,
-        "volumeMounts": [WORKSPACE_MOUNT, {"name": "dshm", "mountPath": "/dev/shm"}],
+        "volumeMounts": [JOB_WORKSPACE_MOUNT, {"name": "dshm", "mountPath": "/dev/shm"}],
     }
     labels = {**LABELS, "ajuste.io/component": "main"}
     assert make_job(job=job_request) == {
@@ -151,9 +168,19 @@ def test_workspace_claim_kept_for_the_push(job_request: JobRequest) -> None:
 
 def test_push_job_mounts_the_claim_and_pushes_only_rw(job_request: JobRequest) -> None:
     labels = {**LABELS, "ajuste.io/component": "push"}
-    guarded = ["python", "-m", "deploy.finalize", "/workspace/.ajuste-pull.json", "--"]
+    guarded = ["python", "-m", "deploy.finalize", "/ajuste-sync/pull.json", "--"]
     push = sync_container(
-        "push", [*guarded, "push", "corpus@GRA/output:/workspace/output:rw", "--root", "/"]
+        "push",
+        [
+            *guarded,
+            "push",
+            "corpus@GRA/output:/workspace/output:rw",
+            "--root",
+            "/",
+            *STATE,
+            "--summary-file",
+            "/dev/termination-log",
+        ],
     )
     assert make_push_job(job=job_request, attempt=2) == {
         "apiVersion": "batch/v1",
@@ -263,3 +290,22 @@ def test_sync_image_is_overridable(job_request: JobRequest) -> None:
     job = replace(job_request, sync_image="registry.local/ajuste:dev")
     images = {c["image"] for c in make_job(job=job)["spec"]["template"]["spec"]["initContainers"]}
     assert images == {"registry.local/ajuste:dev"}
+
+
+def test_the_sync_state_is_outside_every_volume_and_out_of_the_users_reach(
+    job_request: JobRequest,
+) -> None:
+    pods = [make_job(job=job_request), make_push_job(job=job_request, attempt=1)]
+    for pod in (manifest["spec"]["template"]["spec"] for manifest in pods):
+        for container in [*pod.get("initContainers", []), *pod["containers"]]:
+            mounts = {m["mountPath"]: m.get("subPath") for m in container["volumeMounts"]}
+            assert mounts["/workspace"] == "workspace"
+            command = container.get("command") or []
+            if container["name"] == "main":
+                assert "sync" not in mounts.values()
+                continue
+            assert mounts["/ajuste-sync"] == "sync"
+            for flag in ("--state-dir", "--progress-file"):
+                if flag in command:
+                    path = command[command.index(flag) + 1]
+                    assert path.startswith("/ajuste-sync"), path

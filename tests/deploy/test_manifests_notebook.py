@@ -15,6 +15,7 @@ from tests.deploy.test_manifests_job import (
     CONTAINER_SECURITY,
     DATASTORES_VOLUME,
     POD_SECURITY,
+    STATE,
     SYNC,
     WORKSPACE_MOUNT,
     sync_container,
@@ -32,9 +33,21 @@ NGINX = "nginx.ingress.kubernetes.io/"
 
 
 def test_statefulset_keeps_the_workspace_claim(notebook_request: NotebookRequest) -> None:
+    # The workspace claim holds the user's files only; the sync state is the pod's own.
+    mounts = (WORKSPACE_MOUNT, {"name": "sync-state", "mountPath": "/ajuste-sync"})
     push = sync_container(
         "push",
-        [*SYNC, "push", "corpus@GRA/output:/workspace/output:rw", "--root", "/", "--every", "300"],
+        [
+            *SYNC,
+            "push",
+            "corpus@GRA/output:/workspace/output:rw",
+            "--root",
+            "/",
+            *STATE,
+            "--every",
+            "300",
+        ],
+        mounts,
     )
     push["restartPolicy"] = "Always"
     pull = sync_container(
@@ -46,7 +59,9 @@ def test_statefulset_keeps_the_workspace_claim(notebook_request: NotebookRequest
             "corpus@GRA/output:/workspace/output:rw",
             "--root",
             "/",
+            *STATE,
         ],
+        mounts,
     )
     one_gpu = {"cpu": "26", "memory": "200Gi", "nvidia.com/gpu": "1"}
     annotations = {**ANNOTATIONS, "ajuste.io/url": "https://nb.ajuste.example/notebooks/7/"}
@@ -112,6 +127,7 @@ def test_statefulset_keeps_the_workspace_claim(notebook_request: NotebookRequest
                     "volumes": [
                         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "50Gi"}},
                         DATASTORES_VOLUME,
+                        {"name": "sync-state", "emptyDir": {"sizeLimit": "1Gi"}},
                     ],
                 },
             },
