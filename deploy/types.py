@@ -266,7 +266,8 @@ class ObservedWorkload:
     `started_at`/`finished_at` are the user container's own start and end (billing meters
     from them); `run_uid` is the pod UID (one usage interval per pod run) or, locally, the
     supervisor's run id. `reason` is a human sentence for the state history.
-    `push_attempt` counts final pushes started (retries included).
+    `push_attempt` counts final pushes started (retries included). `push_note` is what the
+    final push has to say besides success (the keys it left alone as conflicts).
     """
 
     kind: WorkloadKind
@@ -285,6 +286,7 @@ class ObservedWorkload:
     push_attempt: int = 0
     node: str | None = None
     url: str | None = None
+    push_note: str = ""
 
     @property
     def ref(self) -> WorkloadRef:
