@@ -299,7 +299,7 @@ if S3_PUBLIC_ENDPOINT_URL and not (
     )
 # Where job and notebook pods reach the default datastore, when S3_ENDPOINT_URL is an address
 # only the panel resolves (http://minio:9000 under Compose, the panel on another network):
-# the pods' AJUSTE_DATASTORE_<ALIAS>_ENDPOINT_URL and their egress rule use it. Unset:
+# the pods' credential file <ALIAS>.endpoint_url and their egress rule use it. Unset:
 # S3_ENDPOINT_URL.
 S3_POD_ENDPOINT_URL = (env_str("S3_POD_ENDPOINT_URL") or "").rstrip("/")
 if S3_POD_ENDPOINT_URL and not (
@@ -308,6 +308,23 @@ if S3_POD_ENDPOINT_URL and not (
 ):
     raise ImproperlyConfigured(
         f"S3_POD_ENDPOINT_URL={S3_POD_ENDPOINT_URL!r} must be an http(s):// URL."
+    )
+# What the default datastore gives job and notebook pods (see the datastore admin page):
+# `shared` (its own keys: they reach every bucket they can), `embedded-scoped` (the embedded
+# store issues per-project keys; `make run` sets it) or `sts` (AssumeRole on S3_ROLE_ARN with a
+# session policy limited to the project's buckets; S3_STS_ENDPOINT_URL where STS answers,
+# S3_CREDENTIAL_DURATION_S how long the keys last).
+S3_CREDENTIAL_MODE = env_choice(
+    "S3_CREDENTIAL_MODE", "shared", ("shared", "embedded-scoped", "sts")
+)
+S3_ROLE_ARN = env_str("S3_ROLE_ARN") or ""
+S3_STS_ENDPOINT_URL = (env_str("S3_STS_ENDPOINT_URL") or "").rstrip("/")
+S3_CREDENTIAL_DURATION_S = env_int("S3_CREDENTIAL_DURATION_S", 3600, minimum=900)
+if S3_CREDENTIAL_MODE == "sts" and not S3_ROLE_ARN:
+    raise ImproperlyConfigured("S3_CREDENTIAL_MODE=sts: set S3_ROLE_ARN, the role pods assume.")
+if S3_CREDENTIAL_DURATION_S > 43200:
+    raise ImproperlyConfigured(
+        "S3_CREDENTIAL_DURATION_S must be at most 43200 (12 h, STS's limit)."
     )
 # Origins allowed to upload from a browser into the buckets Ajuste creates (bucket CORS).
 S3_CORS_ORIGINS = env_list("S3_CORS_ORIGINS", [SITE_URL])

@@ -235,12 +235,18 @@ class EgressRule:
     ports: tuple[int, ...] = ()
 
 
+# The resolvers of most clusters: the CoreDNS/kube-dns pods (`KUBERNETES_DNS` names others).
+CLUSTER_DNS = EgressRule(namespace="kube-system", pod_labels={"k8s-app": "kube-dns"})
+
+
 @dataclass(frozen=True)
 class ProjectRequest:
     """A project's namespace and its guard rails.
 
     `datastores` become the project's Secret (key names from `DatastoreConfig.to_files`);
-    `egress` lists what pods may reach besides DNS (at least the S3 endpoints).
+    `egress` lists what pods may reach besides DNS (at least the S3 endpoints); `dns` the
+    resolvers they may ask (port 53 nowhere else); `private_allowed` the private and
+    link-local blocks a wide egress rule may still reach (see `deploy.egress`).
     `ingress_namespace` is where the ingress controller runs (let through to notebooks).
     """
 
@@ -254,9 +260,11 @@ class ProjectRequest:
     gpu_resource_key: str = GPU_RESOURCE_KEY
     default_cpu: str = "500m"
     default_memory: str = "1Gi"
+    dns: tuple[EgressRule, ...] = (CLUSTER_DNS,)
+    private_allowed: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        _tuplify(self, "datastores", "egress")
+        _tuplify(self, "datastores", "egress", "dns", "private_allowed")
 
 
 @dataclass(frozen=True)

@@ -115,4 +115,6 @@ def project_request(project: Project) -> ProjectRequest:
         datastores=datastores,
         egress=tuple(rule for i, rule in enumerate(egress) if rule not in egress[:i]),
         ingress_namespace=settings.KUBERNETES_INGRESS_NAMESPACE,
+        dns=(*settings.KUBERNETES_DNS, *settings.KUBERNETES_NODE_LOCAL_DNS),
+        private_allowed=settings.KUBERNETES_EGRESS_ALLOW_PRIVATE,
     )

@@ -6,6 +6,7 @@ exceptions, the datastore Secret, and the RoleBinding that lets the panel manage
 from __future__ import annotations
 
 from deploy import names
+from deploy.egress import excluded_ranges
 from deploy.manifests.common import Manifest, metadata
 from deploy.types import EgressRule, ProjectRequest
 
@@ -87,7 +88,7 @@ def make_network_policies(*, project: ProjectRequest) -> list[Manifest]:
     project's egress rules (the S3 endpoints)."""
     policies = [
         _policy(project, "ajuste-default-deny", {}, ingress=[], egress=[]),
-        _policy(project, "ajuste-allow-dns", {}, egress=_dns_rules()),
+        _policy(project, "ajuste-allow-dns", {}, egress=_dns_rules(project)),
         _policy(
             project,
             "ajuste-allow-ingress-controller",
@@ -96,7 +97,7 @@ def make_network_policies(*, project: ProjectRequest) -> list[Manifest]:
         ),
     ]
     if project.egress:
-        rules = [_egress_rule(rule) for rule in project.egress]
+        rules = [_egress_rule(rule, project.private_allowed) for rule in project.egress]
         policies.append(_policy(project, "ajuste-allow-egress", {}, egress=rules))
     return policies
 
@@ -170,23 +171,12 @@ def _policy(
     }
 
 
-def _dns_rules() -> list[Manifest]:
-    """Port 53 to anywhere: the resolver in a pod's resolv.conf is not always a kube-dns pod
-    (NodeLocal DNSCache answers on 169.254.20.10 from the node). OpenShift's DNS pods listen
-    on 5353 behind their Service, and policies see the pod's port."""
-    return [
-        {"ports": _tcp_udp(53)},
-        {
-            "to": [
-                {
-                    "namespaceSelector": {
-                        "matchLabels": {"kubernetes.io/metadata.name": "openshift-dns"}
-                    }
-                },
-            ],
-            "ports": _tcp_udp(5353),
-        },
-    ]
+def _dns_rules(project: ProjectRequest) -> list[Manifest]:
+    """DNS to the cluster's resolvers only (and a node-local cache when one is set): port 53
+    to any address would be a tunnel out of default deny. OpenShift's DNS pods listen on 5353
+    behind their Service, and policies see the pod's port."""
+    peers = [_peer(rule, project.private_allowed) for rule in project.dns]
+    return [{"to": peers, "ports": [*_tcp_udp(53), *_tcp_udp(5353)]}]
 
 
 def _tcp_udp(port: int) -> list[Manifest]:
@@ -202,15 +192,24 @@ def _ingress_controller_rule(namespace: str) -> Manifest:
     }
 
 
-def _egress_rule(rule: EgressRule) -> Manifest:
+def _egress_rule(rule: EgressRule, private_allowed: tuple[str, ...]) -> Manifest:
+    result: Manifest = {"to": [_peer(rule, private_allowed)]}
+    if rule.ports:
+        result["ports"] = [{"protocol": "TCP", "port": port} for port in rule.ports]
+    return result
+
+
+def _peer(rule: EgressRule, private_allowed: tuple[str, ...]) -> Manifest:
+    """An address block (wide ones without the private and link-local ranges, see
+    `deploy.egress`) or pods of a namespace."""
     peer: Manifest = {}
     if rule.cidr:
         peer["ipBlock"] = {"cidr": rule.cidr}
+        excluded = excluded_ranges(rule.cidr, private_allowed)
+        if excluded:
+            peer["ipBlock"]["except"] = excluded
     if rule.namespace:
         peer["namespaceSelector"] = {"matchLabels": {"kubernetes.io/metadata.name": rule.namespace}}
         if rule.pod_labels:
             peer["podSelector"] = {"matchLabels": dict(rule.pod_labels)}
-    result: Manifest = {"to": [peer]}
-    if rule.ports:
-        result["ports"] = [{"protocol": "TCP", "port": port} for port in rule.ports]
-    return result
+    return peer

@@ -75,7 +75,10 @@ def test_default_deny_with_dns_ingress_controller_and_s3(project_request: Projec
             "spec": spec,
         }
 
-    openshift_dns = {"kubernetes.io/metadata.name": "openshift-dns"}
+    kube_system = {"kubernetes.io/metadata.name": "kube-system"}
+    dns_ports = [
+        {"protocol": proto, "port": port} for port in (53, 5353) for proto in ("UDP", "TCP")
+    ]
     assert make_network_policies(project=project_request) == [
         policy(
             "ajuste-default-deny",
@@ -86,14 +89,15 @@ def test_default_deny_with_dns_ingress_controller_and_s3(project_request: Projec
             {
                 "podSelector": {},
                 "egress": [
-                    {"ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]},
                     {
-                        "to": [{"namespaceSelector": {"matchLabels": openshift_dns}}],
-                        "ports": [
-                            {"protocol": "UDP", "port": 5353},
-                            {"protocol": "TCP", "port": 5353},
+                        "to": [
+                            {
+                                "namespaceSelector": {"matchLabels": kube_system},
+                                "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
+                            }
                         ],
-                    },
+                        "ports": dns_ports,
+                    }
                 ],
                 "policyTypes": ["Egress"],
             },

@@ -38,3 +38,17 @@ def test_jobs_carry_the_pull_secrets_and_workspace_settings(
     request = job_request(submit(project, owner))
     assert request.image_pull_secrets == ("registry-creds",)
     assert (request.storage_class, request.workspace_gib) == ("fast-ssd", 500)
+
+
+def test_project_pods_ask_only_the_named_resolvers(project: Project, settings: Any) -> None:
+    from deploy.egress import parse_cidrs, parse_dns, parse_node_local_dns
+
+    settings.KUBERNETES_DNS = parse_dns("kube-system/k8s-app=coredns")
+    settings.KUBERNETES_NODE_LOCAL_DNS = parse_node_local_dns("169.254.20.10")
+    settings.KUBERNETES_EGRESS_ALLOW_PRIVATE = parse_cidrs("10.20.0.0/16")
+    request = project_request(project)
+    assert request.dns == (
+        EgressRule(namespace="kube-system", pod_labels={"k8s-app": "coredns"}),
+        EgressRule(cidr="169.254.20.10/32"),
+    )
+    assert request.private_allowed == ("10.20.0.0/16",)
