@@ -105,6 +105,8 @@ def apply_observation(job: Job, observed: ObservedWorkload) -> bool:
     for state, reason, at in passed_states(job, observed):
         changed = record_state(job, state, reason, at=at) or changed
     for state, reason in target_states(job, observed):
+        if state in FINAL_STATES and observed.push_note:
+            reason = f"{reason}; {observed.push_note}"  # conflicts of the final push
         changed = record_state(job, state, reason) or changed
         if state in FINAL_STATES:
             break

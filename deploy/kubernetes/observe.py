@@ -6,6 +6,7 @@ pods. The user's container is `main`; `pull` and `push` are the sync containers.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field, replace
 
 from deploy import names
@@ -25,6 +26,7 @@ from deploy.kubernetes.pods import (
     waiting_reason,
 )
 from deploy.types import ObservedWorkload, Phase, WorkloadKind, WorkloadRef
+from storage.sync.stats import conflict_note
 
 
 @dataclass(frozen=True)
@@ -174,17 +176,34 @@ def _after_push(outcome: ObservedWorkload, objects: JobObjects) -> ObservedWorkl
     attempt = push_attempt(push)
     final = replace(outcome, push_attempt=attempt)
     if is_true(push, "Complete") or is_true(push, "SuccessCriteriaMet"):
-        return final
+        return replace(final, push_note=_push_note(objects.push_pods, push))
     if is_true(push, "Failed") or is_true(push, "FailureTarget"):
         detail = _push_failure(objects.push_pods, push)
         return replace(final, phase=Phase.SYNC_FAILED, reason=clip(f"final push failed: {detail}"))
     return replace(final, phase=Phase.FINALIZING, reason=f"pushing rw volumes (attempt {attempt})")
 
 
-def _push_failure(pods: list[Obj], push: Obj) -> str:
+def _push_run(pods: list[Obj], push: Obj) -> ContainerRun:
     name = push["metadata"]["name"]
     mine = [p for p in pods if (p["metadata"].get("labels") or {}).get("job-name") == name]
-    run = container_run(container_status(newest(mine) or {}, "push"))
+    return container_run(container_status(newest(mine) or {}, "push"))
+
+
+def _push_note(pods: list[Obj], push: Obj) -> str:
+    """The conflicts of a finished push, from the summary it wrote as its termination message
+    (`storage.sync --summary-file /dev/termination-log`); "" when there were none."""
+    try:
+        summary = json.loads(_push_run(pods, push).message or "{}")
+    except ValueError:
+        return ""
+    if not isinstance(summary, dict) or summary.get("event") != "push":
+        return ""
+    conflicts = [str(key) for key in summary.get("conflicts") or []]
+    return conflict_note(conflicts, int(summary.get("conflicts_total") or len(conflicts)))
+
+
+def _push_failure(pods: list[Obj], push: Obj) -> str:
+    run = _push_run(pods, push)
     if run.state == "terminated":
         return last_line(run.message) or f"exit code {run.exit_code}"
     failed = condition(push, "Failed") or {}

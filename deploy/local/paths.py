@@ -15,6 +15,8 @@ Layout of `<base>`:
         state.json     what happened so far, written atomically (see `state`)
         output.log     the process's stdout and stderr
         sync.log       the sync engine's JSON lines (pull and push)
+        sync/          the sync engine's manifests (base of the three-way push): outside root,
+                       so outside every volume
         supervisor.log the supervisor's own errors
         stop           present once a stop was asked for
         root/workspace the volumes and the process's working directory

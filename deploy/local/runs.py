@@ -161,6 +161,7 @@ def _observed(ref: WorkloadRef, state: State, phase: Phase, reason: str) -> Obse
         push_attempt=int(state.get("push_attempt") or 0),
         node=os.uname().nodename if state.get("started_at") else None,
         url=state.get("url") if phase is Phase.RUNNING else None,
+        push_note=str(state.get("push_note") or ""),
     )
 
 

@@ -5,9 +5,10 @@ so Celery tasks never wait on a workload and a panel restart loses nothing.
 
 It pulls the volumes, runs the command (never through a shell) with its output in
 `output.log`, enforces the timeout, honours a stop (SIGTERM to itself, or the `stop` file):
-SIGTERM to the process group, SIGKILL after the grace period; then pushes rw volumes.
-Every step is recorded in `state.json`. `--push-only` retries the final push after
-SYNC_FAILED.
+SIGTERM to the process group, SIGKILL after the grace period; then pushes rw volumes
+(three-way, against the manifests the pull left in `<run>/sync`, outside the volumes; the
+keys left alone as conflicts become `push_note`). Every step is recorded in `state.json`.
+`--push-only` retries the final push after SYNC_FAILED.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import Any
 
 from deploy.local.state import now_iso, process_start_ticks, read_json, read_state, update_state
 from deploy.types import Phase
+from storage.sync.stats import conflict_note
 
 POLL_S = 0.1
 
@@ -156,9 +158,11 @@ class Supervisor:
             outcome=outcome,
             **facts,
         )
+        log_path = self.run / "sync.log"
+        start = log_path.stat().st_size if log_path.exists() else 0
         code, why = self.sync("push", self.plan["push"])
         if code == 0:
-            self.finish(outcome)
+            self.finish({**outcome, "push_note": push_note(log_path, start)})
             return
         self.announce(phase=Phase.SYNC_FAILED.value, reason=f"final push failed: {why}")
 
@@ -172,7 +176,8 @@ class Supervisor:
     def _sync_process(self, action: str, specs: list[str], log_path: Path) -> int:
         """Runs the engine to its end; a stop during a pull cuts it short."""
         argv = [self.plan["python"], "-m", "storage.sync", action, *specs]
-        argv += ["--root", self.plan["root"]]
+        # The manifests (the base of the three-way push) stay beside the root, outside it.
+        argv += ["--root", self.plan["root"], "--state-dir", str(sync_state_dir(self.run))]
         with open(log_path, "ab") as log:
             process = subprocess.Popen(
                 argv,
@@ -223,6 +228,25 @@ def sync_failure(log: Path, start: int, code: int) -> str:
             return _clip(f"{event.get('spec')}: {detail}")
     plain = [line for line in lines if not line.lstrip().startswith("{")]
     return _clip(plain[-1]) if plain else f"the sync engine exited with {code}"
+
+
+def sync_state_dir(run: Path) -> Path:
+    """The sync engine's manifests of a run: beside `root`, so outside every volume."""
+    return run / "sync"
+
+
+def push_note(log: Path, start: int) -> str:
+    """The conflicts of the push whose lines start at `start`, as the job's history says
+    them ("" when there were none): from the engine's last `push` summary line."""
+    summary: dict[str, Any] = {}
+    for line in _tail_lines(log, start):
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(event, dict) and event.get("event") == "push":
+            summary = event
+    return conflict_note(list(summary.get("conflicts") or []), summary.get("conflicts_total"))
 
 
 def _tail_lines(log: Path, start: int) -> list[str]:

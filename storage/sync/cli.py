@@ -18,8 +18,9 @@
   "conflicts": [keys], "conflicts_total", "final"}.
 - --progress-file F: rewritten atomically with {"direction", "updated", "volumes": [the last
   line of each spec]}, for whoever watches the workload.
-- --summary-file F (push): the summary line, cut to 4 KiB (conflict keys dropped first), as
-  Kubernetes reads a termination message (/dev/termination-log).
+- --summary-file F (push): the summary line of a push without failures, cut to 4 KiB
+  (conflict keys dropped first), as Kubernetes reads a termination message
+  (/dev/termination-log); a failed push leaves it alone.
 - --state-dir, --progress-file and --summary-file are refused inside a volume's directory: a
   volume's bucket must never see nor rewrite them.
 - Exit status: 0 everything transferred; 1 some files failed; 2 bad usage, bad spec or missing
@@ -144,7 +145,9 @@ class Reporter:
         with self._lock:
             self.out.write(json.dumps(line, ensure_ascii=False) + "\n")
             self.out.flush()
-        if self.summary_file is not None:
+        # Only a successful push writes the file: a failed one leaves it empty, so Kubernetes
+        # falls back to the log's last lines, which say why (FallbackToLogsOnError).
+        if self.summary_file is not None and all(stats.ok for stats in results):
             _write_summary(self.summary_file, line)
 
     def _write_progress_file(self) -> None:

@@ -151,10 +151,14 @@ def conflict_note(conflicts: list[str], total: int | None = None) -> str:
     total = len(conflicts) if total is None else total
     if not total:
         return ""
-    shown = ", ".join(conflicts[:MAX_NOTE_KEYS])
-    more = (
-        f" and {total - min(len(conflicts), MAX_NOTE_KEYS)} more" if total > MAX_NOTE_KEYS else ""
-    )
+    shown = ", ".join(_short(key) for key in conflicts[:MAX_NOTE_KEYS])
+    hidden = total - min(len(conflicts), MAX_NOTE_KEYS)
+    more = f" and {hidden} more" if hidden > 0 else ""
     plural = "conflict" if total == 1 else "conflicts"
     copies = "copy was" if total == 1 else "copies were"
     return f"pushed with {total} {plural}: {shown}{more}; the remote {copies} kept"
+
+
+def _short(key: str, limit: int = 60) -> str:
+    """A key shortened in its middle: its start and its file name stay readable."""
+    return key if len(key) <= limit else f"{key[: limit // 2 - 1]}…{key[-(limit // 2) :]}"

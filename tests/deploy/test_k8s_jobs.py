@@ -296,3 +296,27 @@ def test_observe_all_reports_each_run_once(
         ("ajuste-nlp", "99", 1): Phase.PENDING,
     }
     assert [o.id for o in k8s_backend.observe_all(namespace="ajuste-nlp")] == ["99"]
+
+
+def test_the_final_push_reports_its_conflicts_through_its_termination_message(
+    k8s_cluster: EmulatedCluster, k8s_backend: KubernetesBackend, job_request: JobRequest
+) -> None:
+    pod = start(k8s_cluster, k8s_backend, job_request)
+    k8s_cluster.kubelet.finish(NS, pod, exit_code=0)
+    k8s_backend.apply_job(job=job_request)
+    push = k8s_cluster.get("jobs", NS, "job-42-r1-push-1")
+    assert push is not None
+    command = push["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert command[-2:] == ["--summary-file", "/dev/termination-log"]
+    # What `storage.sync --summary-file` wrote there, as the kubelet hands it back.
+    summary = (
+        '{"event": "push", "uploaded": 3, "deleted": 0, "failed": 0, '
+        '"conflicts": ["output/a.txt", "output/b.txt"], "conflicts_total": 9, "final": true}'
+    )
+    k8s_cluster.kubelet.finish(NS, k8s_cluster.pod_of(NS, "job-42-r1-push-1"), message=summary)
+    done = k8s_backend.observe_job(ref=job_request.ref)
+    assert (done.phase, done.push_note) == (
+        Phase.SUCCEEDED,
+        "pushed with 9 conflicts: output/a.txt, output/b.txt and 7 more; "
+        "the remote copies were kept",
+    )

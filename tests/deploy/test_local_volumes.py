@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from deploy.local import LocalBackend
+from deploy.local.paths import run_dir
 from deploy.types import NotebookRequest, Phase, ProjectRequest
 from storage.datastore import DatastoreConfig
 from storage.objects import create_bucket, delete_bucket, put_object, read_object
@@ -72,6 +73,51 @@ def test_pull_run_push_then_sync_failed_and_retry(
     assert (done.push_attempt, done.reason) == (2, "exit code 0")
     model = read_object(s3_server, bucket=bucket, key="output/model.txt", max_bytes=100)
     assert model == b"HELLO CORPUS"
+
+
+@pytest.mark.slow
+def test_the_push_keeps_what_others_changed_meanwhile_and_reports_conflicts(
+    local: LocalBackend, s3_server: DatastoreConfig, bucket: str, tmp_path: Path
+) -> None:
+    put_object(s3_server, bucket=bucket, key="dataset/corpus.txt", data=b"hello corpus")
+    put_object(s3_server, bucket=bucket, key="output/model.txt", data=b"base model")
+    put_object(s3_server, bucket=bucket, key="output/notes.txt", data=b"pulled, untouched")
+    go = tmp_path / "go"
+    job = py_job(
+        TRAIN,
+        "/workspace/data/corpus.txt",
+        "/workspace/output",
+        str(go),
+        volumes=(
+            VolumeSpec(bucket, "LOCAL", "dataset", "/workspace/data", Mode.RO),
+            VolumeSpec(bucket, "LOCAL", "output", "/workspace/output", Mode.RWD),
+        ),
+        push_every_s=0,
+    )
+    local.apply_job(job=job)
+    running(local, job.ref)  # pulled
+    # Someone else, while the job runs: a new object, and new versions of two pulled ones.
+    put_object(s3_server, bucket=bucket, key="output/theirs.txt", data=b"uploaded meanwhile")
+    put_object(s3_server, bucket=bucket, key="output/model.txt", data=b"their model")
+    put_object(s3_server, bucket=bucket, key="output/notes.txt", data=b"their notes")
+    go.touch()  # the job writes output/model.txt
+    done = finished(local, job.ref)
+    assert (done.phase, done.reason) == (Phase.SUCCEEDED, "exit code 0")
+    assert done.push_note == ("pushed with 1 conflict: output/model.txt; the remote copy was kept")
+    contents = {
+        key: read_object(s3_server, bucket=bucket, key=f"output/{key}", max_bytes=100)
+        for key in ("model.txt", "notes.txt", "theirs.txt")
+    }
+    assert contents == {
+        "model.txt": b"their model",
+        "notes.txt": b"their notes",
+        "theirs.txt": b"uploaded meanwhile",
+    }
+    # The manifests sit beside the run's root, never inside a volume.
+    run = run_dir(tmp_path / "local", job.ref)
+    assert len(list((run / "sync").glob("manifest-*.json"))) == 2
+    inside = [p.name for p in (run / "root").rglob("*") if "manifest" in p.name]
+    assert inside == []
 
 
 @pytest.mark.slow
