@@ -7,6 +7,7 @@ from django.core.exceptions import ValidationError
 from django.utils import timezone
 
 from controlpanel.accounts.models import TOKEN_PREFIX, ApiToken, hash_token, new_raw_token
+from controlpanel.core.validators import validate_visible_name
 
 # last_used_at is written at most this often, so API calls do not write on every request.
 LAST_USED_RESOLUTION = timedelta(minutes=1)
@@ -24,6 +25,10 @@ def token_create(
         raise ValidationError({"name": "Give the token a name."})
     if len(name) > 100:
         raise ValidationError({"name": "Use at most 100 characters."})
+    try:
+        validate_visible_name(name)
+    except ValidationError as exc:
+        raise ValidationError({"name": exc.messages}) from None
     if expires_at is not None and expires_at <= timezone.now():
         raise ValidationError({"expires_at": "The expiry must be in the future."})
     if parent is not None and parent.expires_at is not None:

@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from controlpanel.buckets.crypto import DecryptionError, EncryptedTextField
 from controlpanel.core import public_http
+from controlpanel.core.validators import validate_visible_name
 
 log = logging.getLogger(__name__)
 SLUG_RE = r"^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$"
@@ -126,6 +127,12 @@ class Project(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    def clean(self) -> None:
+        try:
+            validate_visible_name(self.name)
+        except ValidationError as exc:
+            raise ValidationError({"name": exc.messages}) from None
 
     @property
     def namespace(self) -> str:

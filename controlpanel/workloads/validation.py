@@ -13,6 +13,7 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import ValidationError
 
+from controlpanel.core.validators import validate_visible_name
 from controlpanel.flavors.models import Flavor
 from controlpanel.projects.models import Project
 from controlpanel.workloads.backend import get_backend
@@ -202,8 +203,9 @@ def _name(value: Any, image: Any) -> str:
         raise ValidationError("The name must be text.")
     if not name:
         name = str(image or "job").rsplit("/", 1)[-1].split(":")[0][:100] or "job"
-    if len(name) > 100 or any(ord(c) < 32 for c in name):
-        raise ValidationError("Use at most 100 printable characters.")
+    if len(name) > 100:
+        raise ValidationError("Use at most 100 characters.")
+    validate_visible_name(name)
     return name
 
 
@@ -274,9 +276,9 @@ def _labels(value: Any) -> dict[str, str]:
         if not (
             isinstance(key, str)
             and key
-            and LABEL_RE.match(key)
+            and LABEL_RE.fullmatch(key)
             and isinstance(val, str)
-            and LABEL_RE.match(val)
+            and LABEL_RE.fullmatch(val)
         )
     ]
     if len(value) > 32:
