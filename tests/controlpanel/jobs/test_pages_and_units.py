@@ -216,3 +216,23 @@ def test_a_fine_tune_error_event_reads_as_its_message(project: Project, owner: A
     other = make_job(project, owner, state=JobState.RUNNING)
     apply_observation(other, replace(seen, id=str(other.pk), reason="exit code 1: {not json"))
     assert other.state_reason == "exit code 1: {not json"
+
+
+def test_push_conflicts_are_told_on_the_job_page(
+    owner_client: Client, project: Project, owner: Any
+) -> None:
+    job = make_job(project, owner, state=JobState.FINALIZING)
+    note = "pushed with 2 conflicts: output/a.txt, output/b.txt; the remote copies were kept"
+    seen = ObservedWorkload(
+        kind=WorkloadKind.JOB,
+        id=str(job.pk),
+        phase=Phase.SUCCEEDED,
+        reason="exit code 0",
+        push_attempt=1,
+        push_note=note,
+    )
+    assert apply_observation(job, seen)
+    assert (job.state, job.state_reason) == (JobState.DONE, f"exit code 0; {note}")
+    assert job.events.get(state=JobState.DONE).reason == f"exit code 0; {note}"
+    page = owner_client.get(f"/p/alpha/jobs/{job.pk}/").content.decode()
+    assert "pushed with 2 conflicts: output/a.txt, output/b.txt" in page
