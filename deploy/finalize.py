@@ -5,7 +5,8 @@ had been pulled completely.
 
 Why the guard: a run stopped or failed while its init container was still pulling leaves a
 partial /workspace; pushing it back would be harmless for `rw` but would delete every object
-not pulled yet for `rwd`. The pull writes its progress file (`storage.sync --progress-file`);
+not pulled yet for `rwd`. The pull writes its progress file (`storage.sync --progress-file`,
+in the sync state folder beside its manifests, outside every volume: a bucket cannot forge it);
 when it does not show every volume pulled without failure, this prints one `skip` line and
 exits 0 having pushed nothing. Otherwise it becomes `python -m storage.sync push ...`.
 """

@@ -10,17 +10,29 @@ Rules (safe by default):
   or `md5(part md5s)-N` for multipart uploads made with 16 MiB (ours), 8 MiB or 5 MiB parts.
   Hashes are cached per (inode, size, mtime), so a periodic push re-reads only changed files.
   When the ETag cannot be checked (SSE-KMS, an unknown part size), dates decide: pull sets
-  each file's mtime to the object's LastModified, so an untouched file matches exactly; push
-  uploads when the file is newer than the object.
+  each file's mtime to the object's LastModified, so an untouched file matches exactly.
 - **pull** downloads missing and changed files (through a temporary name, renamed when
   complete), checks small downloads against their MD5, and never deletes a local file. It
   does not overwrite a local file that is newer than the object (more than 2 s, for clock
-  slack): local work that was not pushed yet survives a restart.
-- **push** (`rw` or `rwd`; a read-only spec is refused) uploads new and changed regular files.
-  Symlinks are never followed nor pushed (counted as skipped). `rw` never deletes remote
-  objects. `rwd` then deletes remote objects under the prefix whose file is gone locally,
-  except when the local scan was incomplete (then nothing is deleted and a failure says why)
-  and except keys that could never exist locally (such as `a/../b`).
+  slack): local work that was not pushed yet survives a restart. Given a `manifest` path
+  (outside every volume), it records the base of later pushes: each key's ETag and size, and
+  the signature of the local file that holds it (storage/sync/manifest.py).
+- **push** (`rw` or `rwd`; a read-only spec is refused) is three-way against that base, which
+  each push moves forward to what it pushed:
+  - a file that still holds the base's content is not sent, whatever the remote holds now;
+  - a new or changed file is uploaded when its object is absent or still the base's;
+  - a key changed on both sides (or created on both sides with other content) keeps the
+    remote copy and is listed in `SyncStats.conflicts` (not a failure);
+  - `rwd` deletes only keys of the base whose file is gone locally and whose object still
+    carries the base's ETag; objects others uploaded are never deleted; nothing is deleted
+    when the local scan was incomplete, nor keys that could never exist locally (`a/../b`).
+  Without a base (no manifest) new files go and nothing is overwritten or deleted.
+  `rw` never deletes remote objects.
+- **Uploads never follow a link.** The scan walks folders by descriptor, each opened with
+  O_NOFOLLOW beneath the root; the upload opens the file the same way, checks that it is the
+  regular file the scan saw (device and inode), and reads that descriptor, never the path
+  again. A file swapped for a symlink (to /proc/self/environ, say) or for another file since
+  the scan is not uploaded and is reported as a failure; symlinks themselves are skipped.
 - Keys that would escape the local directory (`..`, empty or `.` segments, through a
   symlinked folder) are refused and reported as failures; nothing is written for them.
 - Files move in parallel (`workers` threads); files over 8 MiB use boto3 multipart transfers

@@ -1,4 +1,5 @@
-"""pull() and push(): the rules are in the package docstring (storage/sync/__init__.py)."""
+"""pull(), and what push() (storage/sync/pushing.py) shares with it: the rules are in the
+package docstring (storage/sync/__init__.py)."""
 
 from __future__ import annotations
 
