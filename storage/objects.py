@@ -140,18 +140,54 @@ def add_bucket_cors(config: DatastoreConfig, *, bucket: str, origins: Iterable[s
     wanted = list(origins)
     client = make_s3_client(config)
     with s3_errors(bucket=bucket):
-        try:
-            rules = client.get_bucket_cors(Bucket=bucket).get("CORSRules", [])
-        except ClientError as error:
-            if error.response.get("Error", {}).get("Code") != "NoSuchCORSConfiguration":
-                raise
-            rules = []
+        rules = _cors_rules(client, bucket)
         if all(_cors_allows(rules, origin) for origin in wanted):
             return False
         client.put_bucket_cors(
             Bucket=bucket, CORSConfiguration={"CORSRules": [*rules, _cors_rule(wanted)]}
         )
     return True
+
+
+def remove_bucket_cors(config: DatastoreConfig, *, bucket: str, origins: Iterable[str]) -> bool:
+    """Take back the rule `add_bucket_cors` added for `origins`, and nothing else: the
+    bucket's own rules stay as they are (the configuration is deleted only when Ajuste's rule
+    was its last). Returns True when a rule was removed, False when none was there."""
+    ours = _rule_key(_cors_rule(list(origins)))
+    client = make_s3_client(config)
+    with s3_errors(bucket=bucket):
+        rules = _cors_rules(client, bucket)
+        found = [index for index, rule in enumerate(rules) if _rule_key(rule) == ours]
+        if not found:
+            return False
+        kept = rules[: found[0]] + rules[found[0] + 1 :]
+        if kept:
+            client.put_bucket_cors(Bucket=bucket, CORSConfiguration={"CORSRules": kept})
+        else:
+            client.delete_bucket_cors(Bucket=bucket)
+    return True
+
+
+def _cors_rules(client: Any, bucket: str) -> list[dict[str, Any]]:
+    """The bucket's CORS rules ([] when it has no configuration); call within s3_errors."""
+    try:
+        return list(client.get_bucket_cors(Bucket=bucket).get("CORSRules", []))
+    except ClientError as error:
+        if error.response.get("Error", {}).get("Code") != "NoSuchCORSConfiguration":
+            raise
+        return []
+
+
+def _rule_key(rule: dict[str, Any]) -> tuple[Any, ...]:
+    """What makes two CORS rules the same rule, whatever order or case a server answers in
+    (header names are case-insensitive; an ID is a label, not part of the rule)."""
+    return (
+        frozenset(rule.get("AllowedOrigins", [])),
+        frozenset(rule.get("AllowedMethods", [])),
+        frozenset(header.lower() for header in rule.get("AllowedHeaders", [])),
+        frozenset(header.lower() for header in rule.get("ExposeHeaders", [])),
+        rule.get("MaxAgeSeconds"),
+    )
 
 
 _CORS_METHODS = ("GET", "PUT", "HEAD")

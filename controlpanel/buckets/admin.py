@@ -1,4 +1,5 @@
-"""Admins add datastores here; credentials are typed in, never shown back (hints only)."""
+"""Admins add datastores here (credentials are typed in, never shown back: hints only), and
+grant existing buckets to the projects that may attach them."""
 
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ from django.contrib import admin
 from django.core.exceptions import ValidationError
 from django.http import HttpRequest
 
-from controlpanel.buckets.models import Bucket, Datastore
+from controlpanel.buckets.models import Bucket, BucketGrant, Datastore
+from controlpanel.buckets.selectors import datastore_list
 from controlpanel.buckets.services import datastore_alias_check
+from storage.names import BucketNameError, validate_bucket_name
 
 FIELDS = ["alias", "endpoint_url", "public_endpoint_url", "region", "access_key", "secret_key"]
 
@@ -87,3 +90,61 @@ class BucketAdmin(admin.ModelAdmin):
     list_filter = ["datastore", "origin", "state"]
     search_fields = ["name", "project__slug"]
     readonly_fields = ["object_count", "total_size", "stats_at", "empty_done", "empty_total"]
+
+
+class BucketGrantForm(forms.ModelForm):
+    """A grant names a valid bucket on a known datastore; a bucket another project has
+    attached is detached there first (a grant never moves data between projects silently)."""
+
+    class Meta:
+        model = BucketGrant
+        fields = ["datastore", "name", "project", "note"]
+
+    def clean_name(self) -> str:
+        name: str = self.cleaned_data["name"]
+        try:
+            validate_bucket_name(name)
+        except BucketNameError as error:
+            raise ValidationError(error.message) from None
+        return name
+
+    def clean_datastore(self) -> str:
+        alias: str = self.cleaned_data["datastore"]
+        known = [info.alias for info in datastore_list()]
+        if alias not in known:
+            raise ValidationError(
+                f"No datastore is named {alias!r} (known: {', '.join(known) or 'none'})."
+            )
+        return alias
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        alias, name, project = data.get("datastore"), data.get("name"), data.get("project")
+        if alias and name and project:
+            holder = (
+                Bucket.objects.filter(datastore=alias, name=name)
+                .exclude(project=project)
+                .select_related("project")
+                .first()
+            )
+            if holder is not None:
+                self.add_error(
+                    None,
+                    f"{name}@{alias} is attached to the project {holder.project.slug}: "
+                    "detach it there first.",
+                )
+        return data
+
+
+@admin.register(BucketGrant)
+class BucketGrantAdmin(admin.ModelAdmin):
+    form = BucketGrantForm
+    list_display = ["name", "datastore", "project", "granted_by", "granted_at", "note"]
+    list_filter = ["datastore"]
+    search_fields = ["name", "project__slug", "note"]
+    readonly_fields = ["granted_by", "granted_at"]
+
+    def save_model(self, request: HttpRequest, obj: BucketGrant, form: Any, change: bool) -> None:
+        if not change or form.has_changed():
+            obj.granted_by = request.user  # type: ignore[assignment]
+        super().save_model(request, obj, form, change)

@@ -110,6 +110,9 @@ class Bucket(models.Model):
     empty_total = models.BigIntegerField(null=True, blank=True)
     # Why the CORS rule browser uploads need could not be set ("" once it is), for the page.
     cors_error = models.CharField(max_length=500, blank=True)
+    # The origins of the CORS rule Ajuste added to this bucket ([]: none added, as when the
+    # bucket's own rules already allowed them): a detach removes that rule and nothing else.
+    cors_origins_added = models.JSONField(default=list, blank=True)
 
     class Meta:
         ordering = ["name"]
@@ -129,3 +132,30 @@ class Bucket(models.Model):
         if not self.empty_total:
             return 0
         return min(100, int(self.empty_done * 100 / self.empty_total))
+
+
+class BucketGrant(models.Model):
+    """An admin's say that one project may attach one existing bucket of a datastore.
+
+    Attaching hands the project the bucket's data through the datastore's shared keys, which
+    reach every bucket there: that the keys can reach a bucket says nothing about whose it is,
+    so only a grant (or a site admin attaching it) lets a project claim one. One grant per
+    bucket: moving it to another project is an admin's decision too."""
+
+    datastore = models.CharField(max_length=32, help_text="The datastore's alias.")
+    name = models.CharField(max_length=63, help_text="The existing bucket's name.")
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="bucket_grants")
+    granted_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    granted_at = models.DateTimeField(default=timezone.now)
+    note = models.CharField(max_length=200, blank=True, help_text="Why, for the next admin.")
+
+    class Meta:
+        ordering = ["datastore", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["datastore", "name"], name="one_grant_per_bucket")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name}@{self.datastore} → {self.project.slug}"

@@ -10,10 +10,10 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from django.conf import settings
-from django.db.models import QuerySet
+from django.db.models import Exists, OuterRef, QuerySet
 from django.http import Http404
 
-from controlpanel.buckets.models import Bucket, Datastore
+from controlpanel.buckets.models import Bucket, BucketGrant, Datastore
 from controlpanel.projects.models import Project
 from storage import objects
 from storage.datastore import DatastoreConfig
@@ -111,6 +111,19 @@ def datastore_origins() -> list[str]:
 
 def buckets_for_project(*, project: Project) -> QuerySet[Bucket]:
     return Bucket.objects.filter(project=project).select_related("created_by").order_by("name")
+
+
+def grants_to_attach(*, project: Project) -> QuerySet[BucketGrant]:
+    """Existing buckets an admin granted to the project that it has not attached (yet)."""
+    attached = Bucket.objects.filter(
+        project=project, datastore=OuterRef("datastore"), name=OuterRef("name")
+    )
+    return (
+        BucketGrant.objects.filter(project=project)
+        .exclude(Exists(attached))
+        .select_related("granted_by")
+        .order_by("datastore", "name")
+    )
 
 
 def project_bucket(*, project: Project, datastore: str, name: str) -> Bucket | None:

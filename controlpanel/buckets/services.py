@@ -17,7 +17,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from controlpanel.buckets.models import Bucket, BucketState, Datastore, Origin
+from controlpanel.buckets.models import Bucket, BucketGrant, BucketState, Datastore, Origin
 from controlpanel.buckets.selectors import (
     DatastoreNotFound,
     bucket_config,
@@ -36,6 +36,16 @@ log = logging.getLogger(__name__)
 MAX_PREFIX_DELETE = 10_000  # a bigger folder is deleted through the API/CLI in batches
 STATS_PENDING_TTL_S = 300
 STATS_DELAY_S = 2  # lets a burst of uploads finish before one recount
+
+
+class BucketNotGranted(PermissionDenied):
+    """Attaching an existing bucket no admin granted to the project."""
+
+    def __init__(self, *, bucket: str, alias: str, project: str) -> None:
+        super().__init__(
+            f"Attaching an existing bucket needs an admin's grant: ask an admin to grant "
+            f"{bucket} on {alias} to the project {project}."
+        )
 
 
 class BucketNotEmptyError(Exception):
@@ -167,20 +177,23 @@ def bucket_create(
             "on a datastore): choose another name, or attach it if it is yours."
         )
         raise ValidationError({"name": taken}) from None
-    _allow_browser_uploads(config, bucket, replace=True)
+    _allow_browser_uploads(config, bucket)
     return bucket
 
 
-def _allow_browser_uploads(config: DatastoreConfig, bucket: Bucket, *, replace: bool) -> None:
-    """Give the bucket the CORS rule browser uploads need (`replace`: as its only rule, for
-    a bucket we created; else added to the rules it has). A refusal is kept on the row for
-    the object browser to explain: the bucket is usable without it (API, CLI, boto3)."""
+def _allow_browser_uploads(config: DatastoreConfig, bucket: Bucket) -> None:
+    """Add the CORS rule browser uploads need to the rules the bucket has (never replacing
+    them: even a bucket just created may be one that existed, on a server that answers 200
+    to creating a bucket these keys own), and remember the rule added, for a detach to take
+    back. A refusal is kept on the row for the object browser to explain: the bucket is
+    usable without it (API, CLI, boto3)."""
     origins = _cors_origins()
     if not origins:
         return
-    allow = objects.set_bucket_cors if replace else objects.add_bucket_cors
     try:
-        allow(config, bucket=bucket.name, origins=origins)
+        if objects.add_bucket_cors(config, bucket=bucket.name, origins=origins):
+            bucket.cors_origins_added = origins
+            Bucket.objects.filter(pk=bucket.pk).update(cors_origins_added=origins)
     except StorageError as error:
         log.warning("could not set CORS on %s@%s: %s", bucket.name, config.alias, error.code)
         reason = error.code or error.message
@@ -194,9 +207,15 @@ def _allow_browser_uploads(config: DatastoreConfig, bucket: Bucket, *, replace: 
 def bucket_attach(
     *, access: ProjectAccess, by: Any, name: str, datastore: str | None = None
 ) -> Bucket:
-    """Attach an existing bucket once the datastore's credentials are seen to reach it."""
+    """Attach an existing bucket an admin granted to the project (a site admin may attach
+    any), once the datastore's credentials are seen to reach it.
+
+    The grant is checked first: the shared keys reach every bucket of the datastore, so
+    reaching one proves nothing about whose it is, and a member without a grant learns
+    nothing about which buckets exist."""
     _check_name(name)
     alias, config = _resolve(datastore)
+    _check_grant(access=access, alias=alias, name=name)
     if Bucket.objects.filter(datastore=alias, name=name).exists():
         raise ValidationError({"name": f"{name} is already attached to a project on {alias}."})
     try:
@@ -217,9 +236,17 @@ def bucket_attach(
         )
     except IntegrityError:
         raise ValidationError({"name": f"{name} is already attached to a project."}) from None
-    _allow_browser_uploads(config, bucket, replace=False)
+    _allow_browser_uploads(config, bucket)
     bucket_stats_request(bucket=bucket)
     return bucket
+
+
+def _check_grant(*, access: ProjectAccess, alias: str, name: str) -> None:
+    if access.is_admin:
+        return  # a site admin attaching it is the admin's say
+    granted = BucketGrant.objects.filter(datastore=alias, name=name, project=access.project)
+    if not granted.exists():
+        raise BucketNotGranted(bucket=name, alias=alias, project=access.project.slug)
 
 
 def bucket_delete(*, access: ProjectAccess, bucket: Bucket, empty: bool = False) -> bool:
@@ -231,6 +258,7 @@ def bucket_delete(*, access: ProjectAccess, bucket: Bucket, empty: bool = False)
     if bucket.project_id != access.project.pk:
         raise PermissionDenied("Not this project's bucket.")
     if bucket.origin == Origin.ATTACHED:
+        _take_back_cors(bucket)
         bucket.delete()
         return True
     if bucket.is_busy:
@@ -252,6 +280,20 @@ def bucket_delete(*, access: ProjectAccess, bucket: Bucket, empty: bool = False)
         raise BucketNotEmptyError(bucket) from None
     bucket.delete()
     return True
+
+
+def _take_back_cors(bucket: Bucket) -> None:
+    """Remove the CORS rule Ajuste added to a bucket it is detaching, and only that rule. A
+    failure is logged, not raised: the rule left behind lets our origins use presigned URLs,
+    which only the keys can sign, and the detach must not be held by the datastore."""
+    if not bucket.cors_origins_added:
+        return
+    try:
+        objects.remove_bucket_cors(
+            bucket_config(bucket=bucket), bucket=bucket.name, origins=bucket.cors_origins_added
+        )
+    except (StorageError, DatastoreNotFound) as error:
+        log.warning("could not remove our CORS rule from %s: %s", bucket, error)
 
 
 def _start_emptying(bucket: Bucket) -> None:

@@ -85,13 +85,21 @@ def bucket_list(request: HttpRequest) -> HttpResponse:
             )
         except ValidationError as error:
             _form_errors(form, error)
+        except services.BucketNotGranted as error:
+            # A form error (400, which htmx swaps in) beside the name; the API answers 403.
+            form.add_error("name", str(error))
         else:
             verb = "attached" if data["action"] == "attach" else "created"
             messages.success(request, f"Bucket {bucket.name} {verb}.")
             return redirect("bucket-list", slug=access.project.slug)
     buckets = list(selectors.buckets_for_project(project=access.project))
     _refresh_stale(buckets)
-    context = {"project": access.project, "buckets": buckets, "form": form}
+    context = {
+        "project": access.project,
+        "buckets": buckets,
+        "grants": list(selectors.grants_to_attach(project=access.project)),
+        "form": form,
+    }
     return _render(
         request, "buckets/list.html", "panel", context, status=400 if form.errors else 200
     )

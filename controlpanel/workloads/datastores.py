@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from django.core.exceptions import ValidationError
 
 from controlpanel.buckets.selectors import datastore_config, datastore_list, project_bucket
 from controlpanel.projects.models import Project
 from storage.datastore import DatastoreConfig
-from storage.volumes import VolumeSpec
+from storage.volumes import VolumeSpec, VolumeSpecError, parse_volume_spec
 
 
 def check_volume_access(*, project: Project, spec: VolumeSpec) -> None:
@@ -22,6 +24,24 @@ def check_volume_access(*, project: Project, spec: VolumeSpec) -> None:
             f"bucket {spec.bucket!r} on {spec.alias} is not one of this project's buckets "
             "(create or attach it under Object Storage first)."
         )
+
+
+def launch_refusal(*, project: Project, volumes: Sequence[str]) -> str | None:
+    """Why a run of a job with these volume specs must not start now, or None.
+
+    Specs are checked at submit, but a rerun or a long-queued job launches later: by then a
+    bucket may have been deleted or detached and its name taken by another project, whose
+    data the run would read (and an rwd push delete). So every launch checks again."""
+    for index, text in enumerate(volumes, start=1):
+        try:
+            spec = parse_volume_spec(text)
+        except VolumeSpecError as error:
+            return f"volume {index}: {error}"
+        if spec.alias not in {info.alias for info in datastore_list()}:
+            return f"volume {index}: the datastore {spec.alias} is no longer configured"
+        if project_bucket(project=project, datastore=spec.alias, name=spec.bucket) is None:
+            return f"volume {index}: bucket {spec.bucket}@{spec.alias} is no longer this project's"
+    return None
 
 
 def project_datastores(*, project: Project) -> list[DatastoreConfig]:

@@ -12,6 +12,7 @@ import logging
 from django.db import transaction
 
 from controlpanel.workloads.backend import ensure_project, get_backend, job_ref, job_request
+from controlpanel.workloads.datastores import launch_refusal
 from controlpanel.workloads.lifecycle import apply_observation, record_state
 from controlpanel.workloads.models import FINAL_STATES, Job, JobState
 from deploy.types import DeployError, ObservedWorkload, TransientError
@@ -36,6 +37,11 @@ def reconcile(job_id: str) -> Job | None:
         return job
     if job.state == JobState.QUEUED and job.admitted_at is None:
         return job  # waits for admission (admission.py)
+    if job.launched_run < job.run and not job.stop_requested:
+        refused = launch_refusal(project=job.project, volumes=job.volumes)
+        if refused:  # nothing is created: no namespace change, no Job, no process
+            record_state(job, JobState.FAILED, f"not started: {refused}")
+            return job
     try:
         observed = _drive(job)
     except TransientError:

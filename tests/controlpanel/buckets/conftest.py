@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 from django.core.cache.backends.locmem import LocMemCache
 
+from controlpanel.buckets.models import BucketGrant
 from controlpanel.projects.access import ProjectAccess, project_access
 from storage import objects
 from storage.datastore import DatastoreConfig
@@ -45,6 +46,19 @@ def name() -> str:
 @pytest.fixture
 def access(owner: Any, project: Any) -> ProjectAccess:
     return project_access(user=owner, slug=project.slug)
+
+
+@pytest.fixture
+def grant(project: Any, admin_user: Any) -> Callable[..., BucketGrant]:
+    """`grant(name, to=project)`: an admin grants the existing bucket `name` on LOCAL to a
+    project (alpha unless `to` says), so that it may attach it."""
+
+    def make(name: str, to: Any = None) -> BucketGrant:
+        return BucketGrant.objects.create(
+            datastore="LOCAL", name=name, project=to or project, granted_by=admin_user
+        )
+
+    return make
 
 
 @pytest.fixture

@@ -55,8 +55,9 @@ def test_create_answers_the_naming_rule(datastore: DatastoreConfig, owner_api: A
 
 
 def test_attach_and_attach_missing(
-    datastore: DatastoreConfig, owner_api: APIClient, name: str
+    datastore: DatastoreConfig, owner_api: APIClient, name: str, grant: Any
 ) -> None:
+    grant(name)
     missing = owner_api.post("/api/v1/buckets/attach/", {"name": name}, format="json")
     assert missing.status_code == 400
     assert missing.json() == {"name": [f"There is no bucket named {name} on LOCAL."]}

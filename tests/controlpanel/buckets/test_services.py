@@ -76,9 +76,10 @@ def test_create_refuses_an_unknown_datastore(
 
 
 def test_attach_an_existing_bucket_after_an_access_check(
-    datastore: DatastoreConfig, access: ProjectAccess, owner: Any, name: str
+    datastore: DatastoreConfig, access: ProjectAccess, owner: Any, name: str, grant: Any
 ) -> None:
     objects.create_bucket(datastore, bucket=name)
+    grant(name)
     bucket = services.bucket_attach(access=access, by=owner, name=name, datastore="LOCAL")
     assert bucket.origin == Origin.ATTACHED
     with pytest.raises(ValidationError) as error:
@@ -87,8 +88,9 @@ def test_attach_an_existing_bucket_after_an_access_check(
 
 
 def test_attach_a_missing_bucket_is_refused(
-    datastore: DatastoreConfig, access: ProjectAccess, owner: Any, name: str
+    datastore: DatastoreConfig, access: ProjectAccess, owner: Any, name: str, grant: Any
 ) -> None:
+    grant(name)
     with pytest.raises(ValidationError) as error:
         services.bucket_attach(access=access, by=owner, name=name)
     assert _messages(error)["name"] == [f"There is no bucket named {name} on LOCAL."]
@@ -96,10 +98,16 @@ def test_attach_a_missing_bucket_is_refused(
 
 
 def test_another_project_cannot_take_a_bucket_already_owned(
-    datastore: DatastoreConfig, access: ProjectAccess, owner: Any, outsider: Any, name: str
+    datastore: DatastoreConfig,
+    access: ProjectAccess,
+    owner: Any,
+    outsider: Any,
+    name: str,
+    grant: Any,
 ) -> None:
     services.bucket_create(access=access, by=owner, name=name)
     theirs = project_access(user=outsider, slug="beta")
+    grant(name, to=theirs.project)  # even an admin's grant moves no bucket held elsewhere
     for action in (services.bucket_create, services.bucket_attach):
         with pytest.raises(ValidationError):
             action(access=theirs, by=outsider, name=name)
@@ -166,9 +174,10 @@ def test_emptying_records_its_progress_and_failures(
 
 
 def test_deleting_an_attached_bucket_only_detaches_it(
-    datastore: DatastoreConfig, access: ProjectAccess, owner: Any, name: str
+    datastore: DatastoreConfig, access: ProjectAccess, owner: Any, name: str, grant: Any
 ) -> None:
     objects.create_bucket(datastore, bucket=name)
+    grant(name)
     objects.put_object(datastore, bucket=name, key="keep.txt", data=b"theirs")
     bucket = services.bucket_attach(access=access, by=owner, name=name)
     assert services.bucket_delete(access=access, bucket=bucket) is True
@@ -228,9 +237,10 @@ def test_a_folder_delete_takes_that_folder_only(
 
 
 def test_attach_adds_the_cors_rule_and_keeps_the_buckets_own(
-    datastore: DatastoreConfig, access: ProjectAccess, owner: Any, name: str
+    datastore: DatastoreConfig, access: ProjectAccess, owner: Any, name: str, grant: Any
 ) -> None:
     objects.create_bucket(datastore, bucket=name)
+    grant(name)
     theirs = {"AllowedOrigins": ["https://their.app"], "AllowedMethods": ["GET"]}
     client = make_s3_client(datastore)
     client.put_bucket_cors(Bucket=name, CORSConfiguration={"CORSRules": [theirs]})
@@ -249,8 +259,10 @@ def test_attach_succeeds_when_cors_is_refused_and_keeps_why(
     owner: Any,
     name: str,
     monkeypatch: pytest.MonkeyPatch,
+    grant: Any,
 ) -> None:
     objects.create_bucket(datastore, bucket=name)
+    grant(name)
 
     def refuse(*args: Any, **kwargs: Any) -> bool:
         raise AccessDenied("AccessDenied: Access Denied (x)", code="AccessDenied")
