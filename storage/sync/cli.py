@@ -350,10 +350,10 @@ def main(
 ) -> int:
     """Run the command; `stop` (set by a signal) ends an `--every` loop."""
     args = build_parser().parse_args(argv)
-    environ = os.environ if environ is None else environ
     try:
         _check_arguments(args)
-        volumes = resolve_volumes(args.specs, args.root, environ, args.state_dir)
+        variables = os.environ if environ is None else environ
+        volumes = resolve_volumes(args.specs, args.root, variables, args.state_dir)
         check_outside_volumes(
             volumes,
             state_dir=args.state_dir,

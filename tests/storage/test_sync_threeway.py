@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 from storage.datastore import DatastoreConfig
 from storage.objects import iter_objects, put_object, read_object
-from storage.sync import SyncStats, pull, push
+from storage.sync import ProgressCallback, SyncStats, pull, push
 from storage.volumes import Mode, VolumeSpec
 
 SECRET = b"AWS_SECRET_ACCESS_KEY=the-datastore-wide-key"
@@ -35,7 +36,7 @@ def bucket_contents(config: DatastoreConfig, bucket: str) -> dict[str, bytes]:
     }
 
 
-def between_scan_and_upload(action):  # type: ignore[no-untyped-def]
+def between_scan_and_upload(action: Callable[[], None]) -> ProgressCallback:
     """A progress callback that runs `action` once: after the scan and the listing (the
     total is known), before any file is processed."""
     done: list[bool] = []
