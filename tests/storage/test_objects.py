@@ -1,6 +1,7 @@
 """Bucket and object operations against two S3 servers: the embedded s3rver and moto."""
 
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 
@@ -35,6 +36,7 @@ from storage.objects import (
     object_exists,
     put_object,
     read_object,
+    remove_bucket_cors,
     set_bucket_cors,
 )
 from tests.fixtures.s3 import S3_SERVERS, SIGNATURES_CHECKED, each_s3_server
@@ -256,3 +258,39 @@ def test_add_bucket_cors_keeps_the_buckets_own_rules(
     set_bucket_cors(s3_server, bucket=bucket, origins=["https://*.example.net"])
     assert add_bucket_cors(s3_server, bucket=bucket, origins=["https://a.example.net"]) is False
     assert len(client.get_bucket_cors(Bucket=bucket)["CORSRules"]) == 1
+
+
+def test_remove_bucket_cors_takes_back_only_the_rule_added(
+    s3_server: DatastoreConfig, bucket: str
+) -> None:
+    theirs = {"AllowedOrigins": ["https://their.app"], "AllowedMethods": ["GET"]}
+    client = make_s3_client(s3_server)
+    client.put_bucket_cors(Bucket=bucket, CORSConfiguration={"CORSRules": [theirs]})
+    assert add_bucket_cors(s3_server, bucket=bucket, origins=["http://panel"]) is True
+    assert remove_bucket_cors(s3_server, bucket=bucket, origins=["http://other"]) is False
+    assert remove_bucket_cors(s3_server, bucket=bucket, origins=["http://panel"]) is True
+    rules = client.get_bucket_cors(Bucket=bucket)["CORSRules"]
+    assert [(r["AllowedOrigins"], r["AllowedMethods"]) for r in rules] == [
+        (["https://their.app"], ["GET"])
+    ]
+    assert remove_bucket_cors(s3_server, bucket=bucket, origins=["http://panel"]) is False
+
+
+def test_remove_bucket_cors_of_the_last_rule_deletes_the_configuration(
+    s3_server: DatastoreConfig, bucket: str
+) -> None:
+    set_bucket_cors(s3_server, bucket=bucket, origins=["http://panel"])  # ours, alone
+    assert remove_bucket_cors(s3_server, bucket=bucket, origins=["http://panel"]) is True
+    client = make_s3_client(s3_server)
+    assert ["http://panel"] not in [
+        rule["AllowedOrigins"] for rule in _cors_or_none(client, bucket)
+    ]
+
+
+def _cors_or_none(client: Any, bucket: str) -> list[dict[str, Any]]:
+    """The bucket's CORS rules, [] when it has no configuration (s3rver then answers with the
+    embedded store's default rule, which is not ours to remove)."""
+    try:
+        return list(client.get_bucket_cors(Bucket=bucket)["CORSRules"])
+    except client.exceptions.ClientError:
+        return []
