@@ -10,12 +10,48 @@ from django.contrib import admin
 from django.core.exceptions import ValidationError
 from django.http import HttpRequest
 
-from controlpanel.buckets.models import Bucket, BucketGrant, Datastore
+from controlpanel.buckets.models import (
+    SHARED_BLAST_RADIUS,
+    Bucket,
+    BucketGrant,
+    CredentialMode,
+    Datastore,
+)
 from controlpanel.buckets.selectors import datastore_list
 from controlpanel.buckets.services import datastore_alias_check
+from storage.credentials import embedded_keys
+from storage.datastore import DatastoreConfig
+from storage.errors import StorageError
 from storage.names import BucketNameError, validate_bucket_name
 
-FIELDS = ["alias", "endpoint_url", "public_endpoint_url", "region", "access_key", "secret_key"]
+FIELDS = [
+    "alias",
+    "endpoint_url",
+    "public_endpoint_url",
+    "region",
+    "access_key",
+    "secret_key",
+    "credential_mode",
+    "role_arn",
+    "sts_endpoint_url",
+    "credential_duration_s",
+]
+
+
+def pods_reach(mode: str) -> str:
+    """The blast radius a credential mode leaves, in words for the admin page."""
+    if mode == CredentialMode.EMBEDDED_SCOPED:
+        return (
+            "Each project's pods hold a key pair the embedded store issued for that project: it "
+            "reaches that project's buckets only, and is narrowed or revoked when they go."
+        )
+    if mode == CredentialMode.STS:
+        return (
+            "Each project's pods hold STS session keys whose policy allows that project's "
+            "buckets only. They cannot be revoked: a bucket deleted from the project stays "
+            "reachable with keys issued before, until they expire (the duration below)."
+        )
+    return SHARED_BLAST_RADIUS
 
 
 class DatastoreForm(forms.ModelForm):
@@ -29,6 +65,26 @@ class DatastoreForm(forms.ModelForm):
         assume_scheme="https",
         required=False,
         help_text=Datastore._meta.get_field("public_endpoint_url").help_text,
+    )
+    # Not required: a form that leaves them out keeps the datastore's (or the defaults).
+    credential_mode = forms.ChoiceField(
+        choices=CredentialMode.choices,
+        required=False,
+        initial=CredentialMode.SHARED,
+        help_text=Datastore._meta.get_field("credential_mode").help_text,
+    )
+    credential_duration_s = forms.IntegerField(
+        min_value=900,
+        max_value=43200,
+        required=False,
+        initial=3600,
+        help_text=Datastore._meta.get_field("credential_duration_s").help_text,
+    )
+    sts_endpoint_url = forms.URLField(
+        max_length=500,
+        assume_scheme="https",
+        required=False,
+        help_text=Datastore._meta.get_field("sts_endpoint_url").help_text,
     )
     access_key = forms.CharField(widget=forms.PasswordInput(render_value=False), required=False)
     secret_key = forms.CharField(widget=forms.PasswordInput(render_value=False), required=False)
@@ -54,7 +110,31 @@ class DatastoreForm(forms.ModelForm):
                 data[field] = getattr(self.instance, field)  # keep the stored credential
             else:
                 self.add_error(field, "Required for a new datastore.")
+        for field in ("credential_mode", "credential_duration_s"):
+            if data.get(field) in (None, ""):
+                current = getattr(self.instance, field, None) if self.instance.pk else None
+                data[field] = current or Datastore._meta.get_field(field).default
+        if data.get("credential_mode") == CredentialMode.EMBEDDED_SCOPED and not self.errors:
+            self._check_issues_scoped_keys(data)
         return data
+
+    def _check_issues_scoped_keys(self, data: dict[str, Any]) -> None:
+        """Embedded scoped keys need Ajuste's embedded store, reached with its root key."""
+        config = DatastoreConfig(
+            alias=data["alias"],
+            endpoint_url=data["endpoint_url"],
+            region=data.get("region") or "us-east-1",
+            access_key=data["access_key"],
+            secret_key=data["secret_key"],
+        )
+        try:
+            embedded_keys(config)
+        except StorageError as error:
+            self.add_error(
+                "credential_mode",
+                "This endpoint does not issue scoped keys with these credentials (it must be "
+                f"Ajuste's embedded store, with its root key): {error.message}",
+            )
 
 
 @admin.register(Datastore)
@@ -66,13 +146,19 @@ class DatastoreAdmin(admin.ModelAdmin):
         "public_endpoint_url",
         "region",
         "access_key_hint",
+        "credential_mode",
         "created_at",
     ]
-    readonly_fields = ["access_key_hint", "secret_key_hint", "created_at"]
+    readonly_fields = ["access_key_hint", "secret_key_hint", "created_at", "pods_reach"]
     search_fields = ["alias", "endpoint_url"]
 
     def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
-        return FIELDS + (["access_key_hint", "secret_key_hint", "created_at"] if obj else [])
+        shown = ["access_key_hint", "secret_key_hint", "created_at", "pods_reach"]
+        return FIELDS + (shown if obj else [])
+
+    @admin.display(description="What pods can reach")
+    def pods_reach(self, obj: Datastore) -> str:
+        return pods_reach(obj.credential_mode)
 
 
 @admin.register(Bucket)

@@ -6,6 +6,7 @@ class BucketsConfig(AppConfig):
     label = "buckets"
 
     def ready(self) -> None:
+        from controlpanel.buckets import credentials  # noqa: F401 - its bucket-deleted receiver
         from controlpanel.buckets.crypto import check_keys
         from controlpanel.buckets.health import check_storage
         from controlpanel.core.health import READINESS_CHECKS

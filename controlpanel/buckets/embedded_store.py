@@ -57,5 +57,7 @@ def start_object_store(var: Path, env: dict[str, str], children: list[subprocess
         S3_SECRET_KEY=server.secret_key,
         S3_REGION="us-east-1",
         S3_ALIAS="LOCAL",
+        # pods (local processes) get per-project keys the store issues, never its root key
+        S3_CREDENTIAL_MODE="embedded-scoped",
     )
     env.setdefault("S3_CORS_ORIGINS", ",".join(dict.fromkeys(origins)))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.utils import timezone
 
@@ -18,6 +19,31 @@ def _check_alias(value: str) -> None:
         validate_alias(value)
     except AliasError as error:
         raise ValidationError(error.message) from None
+
+
+class CredentialMode(models.TextChoices):
+    """What a datastore gives pods: its own keys, or keys narrowed to one project's buckets."""
+
+    SHARED = "shared", "Shared: pods get the datastore's own keys"
+    EMBEDDED_SCOPED = "embedded-scoped", "Scoped keys issued by Ajuste's embedded store"
+    STS = "sts", "STS AssumeRole with a per-project session policy"
+
+
+SHARED_BLAST_RADIUS = (
+    "Shared: every pod of every project holds this datastore's own key pair, so a job that "
+    "reads its sync container's credentials reaches every bucket those keys reach, other "
+    "projects' included. Use it only for keys that reach nothing but Ajuste's buckets of one "
+    "trust domain; prefer STS (AWS, MinIO, Ceph RGW) or the embedded store's scoped keys."
+)
+
+
+def _check_role_arn(value: str) -> None:
+    from storage.credentials import role_partition
+
+    try:
+        role_partition(value)
+    except ValueError as error:
+        raise ValidationError(str(error)) from None
 
 
 class Datastore(models.Model):
@@ -44,6 +70,36 @@ class Datastore(models.Model):
     region = models.CharField(max_length=64, default="us-east-1")
     access_key = EncryptedTextField()
     secret_key = EncryptedTextField()
+    credential_mode = models.CharField(
+        max_length=16,
+        choices=CredentialMode.choices,
+        default=CredentialMode.SHARED,
+        help_text=(
+            "What job and notebook pods get. STS: temporary keys for the role below, limited "
+            "by a session policy to the project's buckets (they expire; renewed at each "
+            "launch). Embedded: key pairs Ajuste's embedded store issues per project. "
+            + SHARED_BLAST_RADIUS
+        ),
+    )
+    role_arn = models.CharField(
+        max_length=600,
+        blank=True,
+        validators=[_check_role_arn],
+        help_text="STS only: the role pods' sessions assume (arn:aws:iam::123456789012:role/x); "
+        "the datastore's keys must be allowed to assume it.",
+    )
+    sts_endpoint_url = models.URLField(
+        max_length=500,
+        blank=True,
+        help_text="STS only: where STS answers. Blank: AWS's own for an amazonaws.com "
+        "endpoint, else the endpoint URL (MinIO, Ceph RGW).",
+    )
+    credential_duration_s = models.PositiveIntegerField(
+        default=3600,
+        validators=[MinValueValidator(900), MaxValueValidator(43200)],
+        help_text="STS only: how long pods' keys last (900 to 43,200 s, at most the role's "
+        "maximum session; 3,600 s when the datastore's keys are themselves a role session).",
+    )
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
@@ -54,6 +110,10 @@ class Datastore(models.Model):
 
     def __repr__(self) -> str:
         return f"<Datastore {self.alias} {self.endpoint_url}>"
+
+    def clean(self) -> None:
+        if self.credential_mode == CredentialMode.STS and not self.role_arn:
+            raise ValidationError({"role_arn": "STS needs the role pods' sessions assume."})
 
     @property
     def access_key_hint(self) -> str:
@@ -159,3 +219,31 @@ class BucketGrant(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name}@{self.datastore} → {self.project.slug}"
+
+
+class PodCredential(models.Model):
+    """The keys one project's pods hold for one datastore, when the datastore issues narrowed
+    ones (`CredentialMode.EMBEDDED_SCOPED`, `STS`): they reach `buckets` only. Kept so that a
+    reconcile reuses them until the project's buckets there change (re-granted) or, for STS,
+    until half their life is gone (renewed); revoked (embedded) or dropped (STS, which cannot
+    revoke: they expire) when the project's last bucket on the datastore goes."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="pod_credentials")
+    datastore = models.CharField(max_length=32, help_text="The datastore's alias.")
+    mode = models.CharField(max_length=16, choices=CredentialMode.choices)
+    access_key = models.CharField(max_length=128)
+    secret_key = EncryptedTextField()
+    session_token = EncryptedTextField(blank=True, default="")
+    buckets = models.JSONField(default=list)
+    issued_at = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["project", "datastore"], name="one_pod_credential_per_datastore"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.project.slug}@{self.datastore} ({self.mode})"

@@ -6,9 +6,12 @@ from collections.abc import Sequence
 
 from django.core.exceptions import ValidationError
 
-from controlpanel.buckets.selectors import datastore_config, datastore_list, project_bucket
+from controlpanel.buckets.credentials import pod_datastore_configs
+from controlpanel.buckets.selectors import datastore_list, project_bucket
 from controlpanel.projects.models import Project
+from deploy.types import DeployError, TransientError
 from storage.datastore import DatastoreConfig
+from storage.errors import StorageError, StorageUnavailable
 from storage.volumes import VolumeSpec, VolumeSpecError, parse_volume_spec
 
 
@@ -45,6 +48,13 @@ def launch_refusal(*, project: Project, volumes: Sequence[str]) -> str | None:
 
 
 def project_datastores(*, project: Project) -> list[DatastoreConfig]:
-    """Credentials of the datastores this project's buckets live on (for its Secret)."""
-    aliases = sorted(set(project.buckets.values_list("datastore", flat=True)))
-    return [datastore_config(alias) for alias in aliases]
+    """The credentials this project's pods get, one per datastore its buckets live on (for its
+    Secret): narrowed to its buckets where the datastore can (controlpanel.buckets.credentials).
+    A datastore that does not answer is a TransientError (the launch is retried); one that
+    refuses to issue keys is a DeployError (the run fails with the reason)."""
+    try:
+        return pod_datastore_configs(project=project)
+    except StorageUnavailable as error:
+        raise TransientError(f"the object store did not answer: {error.message}") from error
+    except StorageError as error:
+        raise DeployError(f"pod credentials could not be issued: {error.message}") from error
