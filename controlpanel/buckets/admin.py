@@ -38,6 +38,13 @@ FIELDS = [
 ]
 
 
+# What a form that leaves the credential fields out gets for a new datastore.
+FORM_DEFAULTS: dict[str, Any] = {
+    "credential_mode": CredentialMode.SHARED,
+    "credential_duration_s": 3600,
+}
+
+
 def pods_reach(mode: str) -> str:
     """The blast radius a credential mode leaves, in words for the admin page."""
     if mode == CredentialMode.EMBEDDED_SCOPED:
@@ -113,7 +120,7 @@ class DatastoreForm(forms.ModelForm):
         for field in ("credential_mode", "credential_duration_s"):
             if data.get(field) in (None, ""):
                 current = getattr(self.instance, field, None) if self.instance.pk else None
-                data[field] = current or Datastore._meta.get_field(field).default
+                data[field] = current or FORM_DEFAULTS[field]
         if data.get("credential_mode") == CredentialMode.EMBEDDED_SCOPED and not self.errors:
             self._check_issues_scoped_keys(data)
         return data
