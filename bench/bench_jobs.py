@@ -85,7 +85,15 @@ def setup_panel() -> tuple[Any, str]:
     from controlpanel.accounts.services import token_create
     from controlpanel.projects.models import Membership, Project
 
-    project = Project.objects.create(slug="alpha", name="Alpha", gpu_quota=100_000)
+    project = Project.objects.create(
+        slug="alpha",
+        name="Alpha",
+        gpu_quota=100_000,
+        cpu_quota=0,  # 0: no limit (thousands of jobs at once)
+        memory_gib_quota=0,
+        pod_quota=0,
+        storage_gib_quota=0,
+    )
     owner = User.objects.create_user("owner", password="bench-password-123")  # noqa: S106
     Membership.objects.create(project=project, user=owner, role="manager")
     return project, token_create(user=owner, name="bench")[1]

@@ -52,6 +52,11 @@ class ComputeBackend(Protocol):
         """Remove every object and file of this run, the kept workspace included."""
         ...
 
+    def release_workspace(self, *, ref: WorkloadRef) -> None:
+        """Free the storage a run that ended cleanly still holds (nothing is left to push);
+        its log and state stay. Idempotent; a no-op where there is nothing to free."""
+        ...
+
     def observe_job(self, *, ref: WorkloadRef) -> ObservedWorkload:
         """What this run looks like now (GONE when nothing of it exists)."""
         ...

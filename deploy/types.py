@@ -248,6 +248,8 @@ class ProjectRequest:
     resolvers they may ask (port 53 nowhere else); `private_allowed` the private and
     link-local blocks a wide egress rule may still reach (see `deploy.egress`).
     `ingress_namespace` is where the ingress controller runs (let through to notebooks).
+    `gpu_quota` GPUs at most; the CPU (vCPU), memory (GiB), pod and storage (GiB) quotas
+    likewise, 0 meaning no limit.
     """
 
     slug: str
@@ -262,6 +264,10 @@ class ProjectRequest:
     default_memory: str = "1Gi"
     dns: tuple[EgressRule, ...] = (CLUSTER_DNS,)
     private_allowed: tuple[str, ...] = ()
+    cpu_quota: int = 0
+    memory_gib_quota: int = 0
+    pod_quota: int = 0
+    storage_gib_quota: int = 0
 
     def __post_init__(self) -> None:
         _tuplify(self, "datastores", "egress", "dns", "private_allowed")

@@ -11,7 +11,17 @@ class MembershipInline(admin.TabularInline):
 
 @admin.register(Project)
 class ProjectAdmin(admin.ModelAdmin):
-    list_display = ["name", "slug", "gpu_quota", "monthly_budget", "created_at"]
+    list_display = [
+        "name",
+        "slug",
+        "gpu_quota",
+        "cpu_quota",
+        "memory_gib_quota",
+        "pod_quota",
+        "storage_gib_quota",
+        "monthly_budget",
+        "created_at",
+    ]
     search_fields = ["name", "slug"]
     inlines = [MembershipInline]
     # Managers see and rotate the webhook secret on the project page; it is encrypted at rest.

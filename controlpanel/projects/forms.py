@@ -12,7 +12,17 @@ from controlpanel.projects.models import Project, Role, validate_webhook_url
 class ProjectForm(forms.ModelForm):
     class Meta:
         model = Project
-        fields = ["name", "slug", "gpu_quota", "monthly_budget", "notebook_idle_minutes"]
+        fields = [
+            "name",
+            "slug",
+            "gpu_quota",
+            "cpu_quota",
+            "memory_gib_quota",
+            "pod_quota",
+            "storage_gib_quota",
+            "monthly_budget",
+            "notebook_idle_minutes",
+        ]
 
 
 class WebhookForm(forms.Form):

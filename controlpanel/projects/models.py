@@ -77,7 +77,8 @@ class Role(models.TextChoices):
 
 
 class Project(models.Model):
-    """A team: members with roles, one Kubernetes namespace, a GPU quota and a monthly budget."""
+    """A team: members with roles, one Kubernetes namespace, quotas (GPUs, CPU, memory, pods,
+    storage) and a monthly budget."""
 
     slug = models.CharField(
         max_length=40,
@@ -94,6 +95,27 @@ class Project(models.Model):
     name = models.CharField(max_length=100)
     gpu_quota = models.PositiveIntegerField(
         "GPU quota", default=8, help_text="Most GPUs the project may use at once."
+    )
+    # Enforced at admission (jobs wait in QUEUED) and by the namespace's ResourceQuota.
+    cpu_quota = models.PositiveIntegerField(
+        "CPU quota",
+        default=256,
+        help_text="Most vCPUs the project's jobs may request at once (0 = no limit).",
+    )
+    memory_gib_quota = models.PositiveIntegerField(
+        "memory quota (GiB)",
+        default=2048,
+        help_text="Most memory, in GiB, the project's jobs may request at once (0 = no limit).",
+    )
+    pod_quota = models.PositiveIntegerField(
+        "pod quota",
+        default=100,
+        help_text="Most jobs the project may run at once (0 = no limit).",
+    )
+    storage_gib_quota = models.PositiveIntegerField(
+        "storage quota (GiB)",
+        default=2048,
+        help_text="Most workspace storage, in GiB, the project's runs may hold (0 = no limit).",
     )
     monthly_budget = models.DecimalField(
         max_digits=12,

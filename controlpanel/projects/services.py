@@ -18,7 +18,7 @@ from controlpanel.projects.models import (
 def project_create(*, by: Any, slug: str, name: str, **settings: Any) -> Project:
     """Only site admins create projects; the creator is not made a member implicitly.
 
-    `settings` are further Project fields (gpu_quota, monthly_budget, notebook_idle_minutes).
+    `settings` are further Project fields (the quotas, monthly_budget, notebook_idle_minutes).
     """
     if not by.is_staff:
         raise PermissionDenied("Only site admins can create projects.")

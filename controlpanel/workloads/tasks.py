@@ -62,13 +62,15 @@ def job_retry_push(job_id: str) -> None:
 
 @shared_task(**RETRY)
 def job_finalize(job_id: str, run: int) -> None:
-    """After a final state: notify once, free the quota, archive the log (in that order: a
-    failing archive retries this task, and must cost neither the notice nor the quota)."""
+    """After a final state: notify once, free the quota (and a clean run's workspace claim),
+    archive the log (in that order: a failing archive retries this task, and must cost neither
+    the notice nor the quota)."""
     from controlpanel.buckets.services import buckets_recount_written
+    from controlpanel.workloads.admission import release_workspace
     from controlpanel.workloads.logs import archive_logs
     from controlpanel.workloads.models import Job
 
-    job = Job.objects.filter(pk=job_id, run=run).first()
+    job = Job.objects.select_related("project").filter(pk=job_id, run=run).first()
     if job is None:
         return
     # Claimed with a conditional update: a duplicate or retried task never notifies twice,
@@ -78,6 +80,7 @@ def job_finalize(job_id: str, run: int) -> None:
     ).update(notified_run=run)
     if claimed:
         job_notify.delay(job_id, run, job.state)
+    release_workspace(job=job)
     project_admit.delay(job.project_id)
     # What the job pushed changed its buckets' object counts and sizes.
     buckets_recount_written(project_id=job.project_id, volumes=job.volumes)

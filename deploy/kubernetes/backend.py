@@ -114,6 +114,11 @@ class KubernetesBackend:
         for kind in ("Job", "Pod", "PersistentVolumeClaim"):
             delete_labelled(self.api, kind, ref.namespace, selector)
 
+    def release_workspace(self, *, ref: WorkloadRef) -> None:
+        """The run's workspace claim goes once the run ended cleanly (a failed push keeps it
+        for `retry_push`); 404 means it is gone already, or the run never had one."""
+        delete(self.api, "PersistentVolumeClaim", ref.namespace, names.workspace_claim_name(ref))
+
     def observe_job(self, *, ref: WorkloadRef) -> ObservedWorkload:
         return observe_job(ref, job_objects(self.api, ref))
 

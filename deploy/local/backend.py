@@ -90,6 +90,10 @@ class LocalBackend:
     def delete_job(self, *, ref: WorkloadRef) -> None:
         self._delete(run_dir(self.base, ref))
 
+    def release_workspace(self, *, ref: WorkloadRef) -> None:
+        """Nothing to free: a local run's directory is this machine's disk, kept (outputs and
+        log with it) until the job is deleted."""
+
     def observe_job(self, *, ref: WorkloadRef) -> ObservedWorkload:
         return runs.observation(ref, read_state(run_dir(self.base, ref)))
 

@@ -18,8 +18,9 @@ How rw volumes survive the pod (the design, also in docs/deploy-kubernetes.md):
   when the pull never completed (an `rwd` push of a partial workspace would delete data).
   Its summary (the keys pushed with a conflict) is its termination message.
   Its success ends the run; its failure is SYNC_FAILED and leaves the claim in place, so
-  `retry_push` starts attempt n+1 on the same data. The claim is deleted only with the run
-  (`delete_job`).
+  `retry_push` starts attempt n+1 on the same data. Once the run has ended cleanly (pushed,
+  or with nothing to push) the panel releases the claim (`release_workspace`); after
+  SYNC_FAILED or ERROR it stays until the push succeeds or the job is deleted (`delete_job`).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A project's namespace and guard rails: Pod Security `restricted`, a GPU quota, container
+"""A project's namespace and guard rails: Pod Security `restricted`, quotas, container
 defaults without a GPU default, default-deny networking with DNS, ingress-controller and S3
 exceptions, the datastore Secret, and the RoleBinding that lets the panel manage it.
 """
@@ -59,13 +59,23 @@ def make_role_binding(
 
 
 def make_resource_quota(*, project: ProjectRequest) -> Manifest:
-    """At most `gpu_quota` GPUs requested at once in the namespace."""
-    key = f"requests.{project.gpu_resource_key}"
+    """At most `gpu_quota` GPUs requested at once in the namespace, and the CPU, memory, pod
+    and claim-storage quotas that are set (0: no limit). The panel queues jobs before these
+    are reached; this is the cluster's own guarantee."""
+    hard = {f"requests.{project.gpu_resource_key}": str(project.gpu_quota)}
+    if project.cpu_quota:
+        hard["requests.cpu"] = str(project.cpu_quota)
+    if project.memory_gib_quota:
+        hard["requests.memory"] = f"{project.memory_gib_quota}Gi"
+    if project.pod_quota:
+        hard["pods"] = str(project.pod_quota)
+    if project.storage_gib_quota:
+        hard["requests.storage"] = f"{project.storage_gib_quota}Gi"
     return {
         "apiVersion": "v1",
         "kind": "ResourceQuota",
         "metadata": _meta(project, QUOTA_NAME),
-        "spec": {"hard": {key: str(project.gpu_quota)}},
+        "spec": {"hard": hard},
     }
 
 

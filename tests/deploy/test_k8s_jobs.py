@@ -11,7 +11,14 @@ import pytest
 from deploy.kubernetes import KubernetesBackend
 from deploy.manifests.jobs import PUSH_BACKOFF_LIMIT
 from deploy.types import JobRequest, Phase, ProjectRequest
-from tests.deploy.conftest import CPU, DATASET, make_job_request, project_namespace, validate
+from tests.deploy.conftest import (
+    CPU,
+    DATASET,
+    OUTPUT,
+    make_job_request,
+    project_namespace,
+    validate,
+)
 from tests.fixtures.k8s_emulator import EmulatedCluster
 from tests.fixtures.k8s_emulator.store import Obj
 
@@ -320,3 +327,20 @@ def test_the_final_push_reports_its_conflicts_through_its_termination_message(
         "pushed with 9 conflicts: output/a.txt, output/b.txt and 7 more; "
         "the remote copies were kept",
     )
+
+
+def test_the_namespace_quota_counts_cpu_memory_and_pods(
+    k8s_cluster: EmulatedCluster, k8s_backend: KubernetesBackend
+) -> None:
+    project = ProjectRequest(
+        slug="vision", namespace=NS, gpu_quota=0, cpu_quota=3, memory_gib_quota=100, pod_quota=5
+    )
+    k8s_backend.ensure_project(project=project)
+    first = make_job_request(flavor=CPU, units=1, volumes=())  # 2 vCPU, 4 GiB
+    assert k8s_backend.apply_job(job=first).phase is Phase.PENDING
+    assert k8s_cluster.pod_of(NS, "job-42-r1")
+    # The push sidecar counts too: 2 vCPU + 250m for a job with an rw volume, over 3 in all.
+    second = make_job_request(id="43", flavor=CPU, units=1, volumes=(OUTPUT,))
+    k8s_backend.apply_job(job=second)
+    reason = k8s_backend.observe_job(ref=second.ref).reason
+    assert "exceeded quota: ajuste-quota, requested: requests.cpu=2.250" in reason

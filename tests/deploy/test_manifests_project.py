@@ -66,6 +66,28 @@ def test_gpu_quota_and_defaults_without_gpu(project_request: ProjectRequest) -> 
     }
 
 
+def test_cpu_memory_pod_and_storage_quotas(project_request: ProjectRequest) -> None:
+    quotas = replace(
+        project_request, cpu_quota=64, memory_gib_quota=512, pod_quota=20, storage_gib_quota=1000
+    )
+    quota = make_resource_quota(project=quotas)
+    validate(quota)
+    assert quota["spec"] == {
+        "hard": {
+            "requests.nvidia.com/gpu": "8",
+            "requests.cpu": "64",
+            "requests.memory": "512Gi",
+            "pods": "20",
+            "requests.storage": "1000Gi",
+        }
+    }
+    # 0 is no limit; the GPU quota is always there (0 GPUs means none).
+    unlimited = replace(quotas, gpu_quota=0, cpu_quota=0, memory_gib_quota=0, pod_quota=0)
+    assert make_resource_quota(project=unlimited)["spec"] == {
+        "hard": {"requests.nvidia.com/gpu": "0", "requests.storage": "1000Gi"}
+    }
+
+
 def test_default_deny_with_dns_ingress_controller_and_s3(project_request: ProjectRequest) -> None:
     def policy(name: str, spec: dict[str, object]) -> dict[str, object]:
         return {

@@ -3,6 +3,7 @@ reconcile, sweep, logs), with the test kubelet moving pods through their phases.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import pytest
@@ -174,8 +175,13 @@ def test_quota_queues_first_in_first_out(
     assert admit_jobs(project_id=project.pk) == [str(first.pk)]
     second.refresh_from_db()
     third.refresh_from_db()
-    assert "3 of 4 GPUs in use, needs 2; position 1" in second.state_reason
-    assert "position 2" in third.state_reason  # a small job does not overtake the queue
+    assert second.state_reason == (
+        "waiting: project GPU quota 4 GPUs, 3 in use, this job needs 2; position 1 in the queue"
+    )
+    # A small job does not overtake the queue.
+    assert third.state_reason == (
+        "waiting behind earlier jobs for the project's GPU quota; position 2 in the queue"
+    )
     reconcile(str(first.pk))
     pod = pod_of(k8s_cluster, first)
     k8s_cluster.kubelet.run(NS, pod)
@@ -216,7 +222,10 @@ def test_one_sweep_at_a_time(
 
     from controlpanel.workloads import tasks
 
-    settings.CACHES = {"default": settings.CACHES["default"] | {"KEY_PREFIX": f"t{project.pk}"}}
+    # Its own cache space, this process's only: Redis outlives the session, and a key left by an
+    # earlier run (same project pk) would make ensure_project skip the namespace.
+    prefix = f"t{os.getpid()}-{project.pk}"
+    settings.CACHES = {"default": settings.CACHES["default"] | {"KEY_PREFIX": prefix}}
     job = start(submit(project, owner))
     k8s_cluster.kubelet.run(NS, pod_of(k8s_cluster, job))
     cache.add(tasks.SWEEP_LOCK, "another worker's sweep", timeout=60)
@@ -257,3 +266,99 @@ def test_a_forged_run_elsewhere_neither_ends_nor_bills_a_job(
     job.refresh_from_db()
     assert job.state == S.RUNNING
     assert JobRun.objects.filter(job=job).count() == 1
+
+
+def _finish(cluster: Any, job: Job, *, pushed: bool = False) -> Job:
+    pod = pod_of(cluster, job)
+    cluster.kubelet.run(NS, pod)
+    cluster.kubelet.finish(NS, pod, exit_code=0)
+    sweep()
+    if pushed:
+        cluster.kubelet.finish(NS, cluster.pod_of(NS, names.push_job_name(job_ref(job), 1)))
+        sweep()
+    job.refresh_from_db()
+    assert job.state == S.DONE, job.state_reason
+    return job
+
+
+def test_cpu_memory_and_pod_quotas_queue_cpu_jobs_too(
+    k8s_cluster: Any, k8s_jobs: Any, project: Project, owner: Any, panel_s3: Any
+) -> None:
+    project.cpu_quota, project.memory_gib_quota, project.pod_quota = 2, 16, 2
+    project.save()
+    first = submit(project, owner, flavor="ai1-1-cpu", gpu=1)  # 1 vCPU, 4 GiB
+    second = submit(project, owner, flavor="ai1-1-cpu", gpu=2)  # 2 vCPU, 8 GiB
+    assert admit_jobs(project_id=project.pk) == [str(first.pk)]
+    second.refresh_from_db()
+    assert second.state_reason == (
+        "waiting: project CPU quota 2 vCPU, 1 in use, this job needs 2; position 1 in the queue"
+    )
+    reconcile(str(first.pk))
+    hard = k8s_cluster.get("resourcequotas", NS, "ajuste-quota")["spec"]["hard"]
+    assert hard == {
+        "requests.nvidia.com/gpu": "8",
+        "requests.cpu": "2",
+        "requests.memory": "16Gi",
+        "pods": "2",
+        "requests.storage": "2048Gi",
+    }
+    _finish(k8s_cluster, first)
+    assert admit_jobs(project_id=project.pk) == [str(second.pk)]
+
+    project.memory_gib_quota, project.pod_quota, project.cpu_quota = 12, 1, 0
+    project.save()
+    third = submit(project, owner, flavor="ai1-1-cpu", gpu=4)
+    fourth = submit(project, owner, flavor="ai1-1-cpu", gpu=1)
+    assert admit_jobs(project_id=project.pk) == []
+    third.refresh_from_db()
+    fourth.refresh_from_db()
+    assert third.state_reason == (
+        "this job needs 16 GiB, more than the project's memory quota of 12: it cannot start "
+        "until an admin raises the quota; position 1 in the queue"
+    )
+    assert fourth.state_reason == (  # the job that can never start blocks nobody
+        "waiting: project pod quota 1 pods, 1 in use, this job needs 1; position 2 in the queue"
+    )
+
+
+def test_a_clean_end_releases_the_workspace_a_failed_push_keeps_it(
+    k8s_cluster: Any,
+    k8s_jobs: Any,
+    project: Project,
+    owner: Any,
+    volumes: list[str],
+    settings: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from controlpanel.workloads import tasks
+
+    for task in (tasks.job_notify, tasks.project_admit):
+        monkeypatch.setattr(task, "delay", lambda *args: None)
+    settings.JOB_WORKSPACE_GIB = 50
+    project.storage_gib_quota = 60
+    project.save()
+    first = submit(project, owner, volumes=volumes)
+    second = submit(project, owner, volumes=volumes)
+    assert admit_jobs(project_id=project.pk) == [str(first.pk)]
+    second.refresh_from_db()
+    assert second.state_reason == (
+        "waiting: project storage quota 60 GiB, 50 in use, this job needs 50; "
+        "position 1 in the queue"
+    )
+    reconcile(str(first.pk))
+    claim = names.workspace_claim_name(job_ref(first))
+    assert k8s_cluster.get("persistentvolumeclaims", NS, claim) is not None
+    _finish(k8s_cluster, first, pushed=True)
+    tasks.job_finalize(str(first.pk), 1)
+    assert k8s_cluster.get("persistentvolumeclaims", NS, claim) is None
+    assert admit_jobs(project_id=project.pk) == [str(second.pk)]
+
+    # A push that must be retried keeps its claim, and the storage it counts.
+    reconcile(str(second.pk))
+    kept = names.workspace_claim_name(job_ref(second))
+    Job.objects.filter(pk=second.pk).update(state=S.SYNC_FAILED)
+    tasks.job_finalize(str(second.pk), 1)
+    assert k8s_cluster.get("persistentvolumeclaims", NS, kept) is not None
+    third = submit(project, owner, volumes=volumes)
+    assert admit_jobs(project_id=project.pk) == []
+    assert "storage quota 60 GiB, 50 in use" in Job.objects.get(pk=third.pk).state_reason
