@@ -275,6 +275,10 @@ EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL") or "ajuste@localhost"
 
 COMPUTE_BACKEND = env_choice("COMPUTE_BACKEND", "local", ("local", "kubernetes"))
+# The local backend runs workloads as this machine's user: a server reachable by other host
+# names than loopback, or with more than one active user, refuses to start with it unless the
+# operator accepts one trust domain (controlpanel/workloads/checks.py).
+AJUSTE_LOCAL_BACKEND_TRUSTED = env_bool("AJUSTE_LOCAL_BACKEND_TRUSTED", False)
 
 # Object storage: the default datastore (`make run` starts an embedded one and sets these).
 S3_ENDPOINT_URL = (env_str("S3_ENDPOINT_URL") or "").rstrip("/")

@@ -19,10 +19,10 @@ from controlpanel.projects.models import Project
 from controlpanel.workloads.backend import get_backend
 from controlpanel.workloads.datastores import check_volume_access
 from controlpanel.workloads.models import DEFAULT_TIMEOUT_S, Preset
-from controlpanel.workloads.presets import clean_finetune
+from controlpanel.workloads.presets import clean_finetune, finetune_command
 from deploy import images
 from deploy.local import LocalBackend
-from deploy.local.plan import local_argv
+from deploy.local.plan import local_argv, preset_problem
 from storage.volumes import (
     VolumeSpec,
     VolumeSpecError,
@@ -104,6 +104,8 @@ def clean_job(*, project: Project, data: dict[str, Any]) -> JobInput:
         errors.add("params", "Parameters are only taken by a preset.")
     if "image" not in errors.by_field:
         errors.check("image", _runs_on_this_backend, cleaned["image"])
+        if "image" not in errors.by_field and runs_only_the_finetune_image():
+            _local_preset_only(errors, preset, params, cleaned["env"])
     if errors.by_field:
         raise ValidationError(errors.by_field)
     return JobInput(
@@ -222,8 +224,13 @@ def _image(value: Any) -> str:
 
 LOCAL_BACKEND_NOTE = (
     "Custom images need the Kubernetes backend (COMPUTE_BACKEND=kubernetes): this panel runs "
-    f"jobs on its own machine, where only the built-in fine-tune image {images.FINETUNE_IMAGE} "
-    "runs. Use the Fine-tune tab, or a cluster."
+    f"jobs on its own machine, as its own user, where only the built-in fine-tune preset "
+    f"({images.FINETUNE_IMAGE}) runs. Use the Fine-tune tab, or a cluster."
+)
+LOCAL_COMMAND_NOTE = (
+    "Custom commands need the Kubernetes backend (COMPUTE_BACKEND=kubernetes): on this panel's "
+    "machine a job runs as the panel's own user, beside its secrets, so only the fine-tune "
+    "preset runs. Use the Fine-tune tab, or a cluster."
 )
 
 
@@ -236,6 +243,19 @@ def _runs_on_this_backend(image: str) -> None:
     """Refused at submit what the backend would only fail at start."""
     if runs_only_the_finetune_image() and not local_argv(image, [], python="python"):
         raise ValidationError(f"{image} cannot run here. {LOCAL_BACKEND_NOTE}")
+
+
+def _local_preset_only(
+    errors: _Errors, preset: str, params: dict[str, Any], env: dict[str, str] | None
+) -> None:
+    """The local backend runs only the preset's own command (deploy/local/plan.py): say so at
+    submit rather than fail at start."""
+    if preset != Preset.FINETUNE:
+        errors.add("command", LOCAL_COMMAND_NOTE)
+        return
+    problem = preset_problem(finetune_command(params=params), env or {})
+    if problem and "env" not in errors.by_field:
+        errors.add("env", problem[0].upper() + problem[1:] + ".")
 
 
 def _command(value: Any, preset: str) -> list[str]:

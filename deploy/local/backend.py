@@ -18,7 +18,7 @@ from deploy import images
 from deploy.local import runs
 from deploy.local.gpus import Gpu, detect_gpus, pick_gpus
 from deploy.local.paths import run_dir, secret_file
-from deploy.local.plan import editor_argv, local_argv, make_plan, ref_dict
+from deploy.local.plan import editor_argv, local_argv, make_plan, preset_problem, ref_dict
 from deploy.local.state import State, now_iso, read_json, read_state, update_state, write_json
 from deploy.types import (
     FlavorSpec,
@@ -40,6 +40,10 @@ class LocalBackend:
     Only CPU flavors and flavors whose GPUs this machine has (NVML or nvidia-smi) run; others
     wait PENDING with the reason. Notebooks run the editor from this Python environment (the
     request's image is not used) on 127.0.0.1.
+
+    A job runs as this machine's user, beside the panel's secrets, so only the fine-tune
+    preset's own command runs (`plan.preset_problem`); `any_command=True` lifts that for
+    tests of the process machinery only.
     """
 
     name = "local"
@@ -51,8 +55,10 @@ class LocalBackend:
         python: str = sys.executable,
         grace_s: float = 10.0,
         gpus: Callable[[], list[Gpu]] = detect_gpus,
+        any_command: bool = False,
     ) -> None:
         self.base = Path(base_dir)
+        self.any_command = any_command
         self.python = python
         self.grace_s = grace_s
         self.gpus = gpus
@@ -145,6 +151,10 @@ class LocalBackend:
         argv = local_argv(job.image, job.command, python=self.python)
         if argv is None:
             self._decide(job.ref, run, Phase.FAILED, _needs_kubernetes(job.image))
+            return
+        problem = None if self.any_command else preset_problem(job.command, job.env)
+        if problem:
+            self._decide(job.ref, run, Phase.FAILED, problem)
             return
         gpus = self._gpus_for(job.ref, run, job.flavor, job.units)
         if gpus is None:

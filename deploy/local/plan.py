@@ -4,15 +4,17 @@ the supervisor is a dumb executor and every decision is testable without process
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import Mapping, Sequence
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from deploy import images
 from deploy.local.paths import rewrite, rewrite_env, workspace_dir
 from deploy.types import NotebookRequest, WorkloadRef
 from storage.volumes import VolumeSpec, render_volume_spec
+from training.options import OptionsError, parse_options
 
 # The only host variables a workload inherits: the panel's own secrets stay out.
 PASS_THROUGH = (
@@ -28,6 +30,57 @@ PASS_THROUGH = (
 )
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 FINETUNE_MODULE = ("-m", "training.finetune")
+
+
+# Variables that choose what the interpreter, the loader or a compiler runs: a job on this
+# machine may not set them (its code would run as the panel's OS user).
+UNSAFE_ENV = re.compile(
+    r"^(LD_|DYLD_|PYTHON|TRITON_|TORCHINDUCTOR_|TORCH_EXTENSIONS_DIR$|CUDA_|NCCL_|GCONV_PATH$"
+    r"|PATH$|HOME$|TMPDIR$|CC$|CXX$|CPATH$|LIBRARY_PATH$|BASH_ENV$|ENV$|HOSTALIASES$"
+    r"|LOCALDOMAIN$|RES_OPTIONS$|NODE_OPTIONS$|HF_HOME$|XDG_)"
+)
+HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)?$")
+WORKSPACE = PurePosixPath("/workspace")
+
+
+def preset_problem(command: Sequence[str], env: Mapping[str, str]) -> str | None:
+    """Why this is not a run of the built-in fine-tune preset, or None.
+
+    The local backend runs only what the preset itself makes: `python -m training.finetune`
+    with its options, reading and writing under /workspace, no model code, and no variable
+    that changes what the interpreter loads. Anything else would run as the panel's OS user,
+    beside its secret key and database."""
+    options = list(command)
+    if options[:3] in (
+        ["python", "-m", "training.finetune"],
+        ["python3", "-m", "training.finetune"],
+    ):
+        options = options[3:]
+    elif options and not options[0].startswith("-"):
+        return "the local backend runs only the fine-tune preset (python -m training.finetune)"
+    unsafe = sorted(name for name in env if UNSAFE_ENV.match(name))
+    if unsafe:
+        return f"the local backend does not let a job set {', '.join(unsafe)}"
+    try:
+        opts = parse_options(options)
+    except OptionsError as exc:
+        return f"the fine-tune options are not valid: {exc}"
+    except SystemExit:  # --help, --version: argparse would end this process
+        return "the fine-tune options are not valid: give a run's options, not --help"
+    if opts.trust_remote_code:
+        return "the local backend does not run model code (--trust-remote-code)"
+    paths = {"--data": opts.data, "--output": opts.output, "--eval-data": opts.eval_data}
+    if not HUB_ID.match(opts.model):
+        paths["--model"] = opts.model
+    for flag, path in paths.items():
+        if path is not None and not _in_workspace(path):
+            return f"{flag} must be a path under /workspace on the local backend (got {path})"
+    return None
+
+
+def _in_workspace(path: str) -> bool:
+    pure = PurePosixPath(path)
+    return ".." not in pure.parts and pure.is_relative_to(WORKSPACE)
 
 
 def base_env(extra_path: Path = PROJECT_ROOT) -> dict[str, str]:

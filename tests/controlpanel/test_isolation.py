@@ -21,7 +21,6 @@ from django.urls import URLPattern, URLResolver, get_resolver
 from rest_framework.test import APIClient
 
 from controlpanel.projects.models import Membership
-from deploy.images import FINETUNE_IMAGE
 from storage.datastore import DatastoreConfig
 from storage.errors import BucketNotFound
 from storage.objects import create_bucket, delete_bucket, put_object
@@ -243,8 +242,18 @@ def _upload(ctx: dict[str, Any], *, with_part: bool = False) -> dict[str, Any]:
     return data
 
 
-# The built-in image: the local backend (the default here) refuses others at submit.
-JOB_SPEC = {"image": FINETUNE_IMAGE, "flavor": "ai1-1-cpu", "command": ["--help"]}
+def _job_spec(ctx: dict[str, Any]) -> dict[str, Any]:
+    """The fine-tune preset: the local backend (the default here) refuses anything else."""
+    bucket = _bucket(ctx).split("/")[1]
+    return {
+        "preset": "finetune",
+        "flavor": "ai1-1-cpu",
+        "volumes": [
+            f"{bucket}@LOCAL/chat:/workspace/data",
+            f"{bucket}@LOCAL/runs:/workspace/output:rw",
+        ],
+        "params": {"base_model": "org/tiny"},
+    }
 OWNER: dict[str, tuple[Probe, ...]] = {
     "project-home": (Probe("get", 200, "<title>Alpha \u00b7"),),
     "member-list": (
@@ -273,7 +282,7 @@ OWNER: dict[str, tuple[Probe, ...]] = {
     "job-action": (Probe("post", 302, "/p/alpha/jobs/{job}/"),),
     "api-job-list": (
         Probe("get", 200, '"name":"secret-job"'),
-        Probe("post", 201, '"project":"alpha"', JOB_SPEC),
+        Probe("post", 201, '"project":"alpha"', _job_spec),
     ),
     "api-job-detail": (
         Probe("get", 200, '"name":"secret-job"'),

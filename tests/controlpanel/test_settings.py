@@ -61,6 +61,7 @@ def test_deploy_check_is_clean_with_production_settings() -> None:
             "DEBUG": "0",
             "SECRET_KEY": "k" * 20 + "Zq9-v8!x#P2m@L5r$T7w%Y3n^B6c&D1f",
             "ALLOWED_HOSTS": "ajuste.example.com",
+            "COMPUTE_BACKEND": "kubernetes",  # the local backend refuses a public host name
         },
         "--deploy",
         "--fail-level",

@@ -62,7 +62,7 @@ def running(backend: LocalBackend, ref: WorkloadRef) -> ObservedWorkload:
 
 @pytest.fixture
 def local(tmp_path: Path) -> LocalBackend:
-    return LocalBackend(base_dir=tmp_path / "local", grace_s=1.0, gpus=list)
+    return LocalBackend(base_dir=tmp_path / "local", grace_s=1.0, gpus=list, any_command=True)
 
 
 def all_lines(backend: LocalBackend, ref: WorkloadRef) -> list[str]:
@@ -210,7 +210,7 @@ def test_only_the_finetune_image_runs_here(local: LocalBackend) -> None:
 
 
 def test_gpu_flavors_wait_for_gpus_of_their_model(tmp_path: Path) -> None:
-    none_here = LocalBackend(base_dir=tmp_path / "a", gpus=list)
+    none_here = LocalBackend(base_dir=tmp_path / "a", gpus=list, any_command=True)
     wanted = py_job("print(1)", flavor=H100)
     observed = none_here.apply_job(job=wanted)
     assert (observed.phase, observed.reason) == (
@@ -219,7 +219,9 @@ def test_gpu_flavors_wait_for_gpus_of_their_model(tmp_path: Path) -> None:
         "or pick the CPU flavor",
     )
 
-    one_h100 = LocalBackend(base_dir=tmp_path / "b", gpus=lambda: [Gpu(0, "NVIDIA H100 80GB HBM3")])
+    one_h100 = LocalBackend(
+        base_dir=tmp_path / "b", gpus=lambda: [Gpu(0, "NVIDIA H100 80GB HBM3")], any_command=True
+    )
     first = py_job(
         "import os, time; print(os.environ['CUDA_VISIBLE_DEVICES'], flush=True); time.sleep(60)",
         id="g1",
@@ -242,8 +244,8 @@ def test_gpu_flavors_wait_for_gpus_of_their_model(tmp_path: Path) -> None:
 
 def test_state_survives_a_panel_restart_and_a_lost_supervisor_is_an_error(tmp_path: Path) -> None:
     job = py_job("import time; time.sleep(60)")
-    LocalBackend(base_dir=tmp_path, gpus=list).apply_job(job=job)
-    restarted = LocalBackend(base_dir=tmp_path, gpus=list)  # a new panel process
+    LocalBackend(base_dir=tmp_path, gpus=list, any_command=True).apply_job(job=job)
+    restarted = LocalBackend(base_dir=tmp_path, gpus=list, any_command=True)  # a new panel process
     observed = running(restarted, job.ref)
     state = read_state(run_dir(tmp_path, job.ref))
     assert state is not None
@@ -307,3 +309,56 @@ def test_watch_yields_changes(local: LocalBackend) -> None:
     consumer.start()
     consumer.join(20)
     assert not consumer.is_alive() and seen[-1] is Phase.SUCCEEDED
+
+
+@pytest.fixture
+def panel_local(tmp_path: Path) -> LocalBackend:
+    """The local backend as the panel builds it: presets only."""
+    return LocalBackend(base_dir=tmp_path / "panel", grace_s=1.0, gpus=list)
+
+
+PRESET = ("python", "-m", "training.finetune", "--model", "/workspace/model")
+PRESET_IO = ("--data", "/workspace/data", "--output", "/workspace/output")
+
+
+@pytest.mark.parametrize(
+    ("command", "env", "why"),
+    [
+        (("python", "-c", "open('/tmp/x','w')"), {}, "runs only the fine-tune preset"),
+        (("bash", "-c", "id"), {}, "runs only the fine-tune preset"),
+        (("python", "-m", "http.server"), {}, "runs only the fine-tune preset"),
+        ((*PRESET, *PRESET_IO), {"PYTHONPATH": "/workspace/data"}, "set PYTHONPATH"),
+        ((*PRESET, *PRESET_IO), {"LD_PRELOAD": "/workspace/data/x.so"}, "set LD_PRELOAD"),
+        ((*PRESET, *PRESET_IO, "--trust-remote-code"), {}, "does not run model code"),
+        ((*PRESET, "--data", "/etc", "--output", "/workspace/o"), {}, "--data must be a path"),
+        ((*PRESET, "--data", "/workspace/d", "--output", "/workspace/../x"), {}, "--output"),
+        (
+            ("python", "-m", "training.finetune", "--model", "../../.ssh", *PRESET_IO),
+            {},
+            "--model must be a path under /workspace",
+        ),
+    ],
+)
+def test_the_panels_local_backend_runs_only_the_preset(
+    panel_local: LocalBackend, tmp_path: Path, command: tuple[str, ...], env: dict, why: str
+) -> None:
+    """Through the custom tab, any member could run anything as the panel's OS user."""
+    job = py_job("", command=command, env=env, id=str(abs(hash(command + tuple(env)))))
+    observed = panel_local.apply_job(job=job)
+    assert observed.phase is Phase.FAILED, observed
+    assert why in observed.reason
+    assert not (tmp_path / "x").exists()
+
+
+def test_the_presets_own_commands_pass(panel_local: LocalBackend) -> None:
+    from deploy.local.plan import preset_problem
+
+    assert preset_problem((*PRESET, *PRESET_IO, "--rank", "8"), {"HF_HUB_OFFLINE": "1"}) is None
+    hub = ("python", "-m", "training.finetune", "--model", "org/model-7b", *PRESET_IO)
+    assert preset_problem(hub, {"WANDB_MODE": "offline"}) is None
+    assert preset_problem(("--help",), {}) is not None  # argparse would exit the panel
+    # Through the backend it starts (and fails on its own: there is no data here).
+    job = py_job("", command=(*PRESET, *PRESET_IO), id="preset")
+    panel_local.apply_job(job=job)
+    observed = finished(panel_local, job.ref)
+    assert "local backend" not in observed.reason and "exit code" in observed.reason, observed

@@ -32,7 +32,7 @@ TRAIN = (
 
 @pytest.fixture
 def local(tmp_path: Path, s3_server: DatastoreConfig) -> LocalBackend:
-    backend = LocalBackend(base_dir=tmp_path / "local", grace_s=1.0, gpus=list)
+    backend = LocalBackend(base_dir=tmp_path / "local", grace_s=1.0, gpus=list, any_command=True)
     backend.ensure_project(
         project=ProjectRequest(slug="local", namespace=NS, gpu_quota=0, datastores=(s3_server,))
     )
@@ -134,7 +134,7 @@ def test_a_missing_dataset_fails_the_pull(local: LocalBackend, s3_server: Datast
 
 
 def test_local_notebook_stops_and_restarts_at_the_same_url(tmp_path: Path) -> None:
-    backend = LocalBackend(base_dir=tmp_path, grace_s=1.0, gpus=list)
+    backend = LocalBackend(base_dir=tmp_path, grace_s=1.0, gpus=list, any_command=True)
     notebook = NotebookRequest(
         id="5",
         project="local",
@@ -162,7 +162,7 @@ def test_local_notebook_stops_and_restarts_at_the_same_url(tmp_path: Path) -> No
 
 
 def test_local_notebook_without_its_editor_says_so(tmp_path: Path) -> None:
-    backend = LocalBackend(base_dir=tmp_path, gpus=list)
+    backend = LocalBackend(base_dir=tmp_path, gpus=list, any_command=True)
     notebook = NotebookRequest(
         id="6", project="local", namespace=NS, name="nb", image="jupyter", flavor=CPU
     )

@@ -10,7 +10,7 @@ from django.core.exceptions import ValidationError
 from controlpanel.buckets.models import Bucket
 from controlpanel.projects.models import Project
 from controlpanel.workloads.models import Job
-from controlpanel.workloads.validation import LOCAL_BACKEND_NOTE, clean_job
+from controlpanel.workloads.validation import LOCAL_BACKEND_NOTE, LOCAL_COMMAND_NOTE, clean_job
 from deploy import images
 from tests.fixtures.jobs import submit
 
@@ -159,11 +159,32 @@ def test_a_custom_image_is_refused_at_submit_on_the_local_backend(
         f"x/y:1 cannot run here. {LOCAL_BACKEND_NOTE}"
     ]
     assert not Job.objects.exists()
-    builtin = clean_job(
-        project=project,
-        data={"image": images.FINETUNE_IMAGE, "command": ["--help"], "flavor": "ai1-1-cpu"},
-    )
-    assert builtin.image == images.FINETUNE_IMAGE
+    # The fine-tune image with a command of one's own: a shell on the panel's machine.
+    builtin = {"image": images.FINETUNE_IMAGE, "command": ["bash", "-c", "id"]}
+    assert errors_for(project, flavor="ai1-1-cpu", gpu=1, **builtin) == {
+        "command": [LOCAL_COMMAND_NOTE]
+    }
+
+
+def test_the_preset_may_not_set_loader_variables_on_the_local_backend(
+    project: Project, local_jobs: Any, data_bucket: Bucket
+) -> None:
+    volumes = [
+        f"{data_bucket.name}@LOCAL/chat:/workspace/data",
+        f"{data_bucket.name}@LOCAL/runs:/workspace/output:rw",
+    ]
+    data = {
+        "preset": "finetune",
+        "flavor": "ai1-1-cpu",
+        "volumes": volumes,
+        "params": {"base_model": "org/tiny"},
+    }
+    with pytest.raises(ValidationError) as caught:
+        clean_job(project=project, data=data | {"env": {"LD_PRELOAD": "/workspace/data/x.so"}})
+    assert caught.value.message_dict == {
+        "env": ["The local backend does not let a job set LD_PRELOAD."]
+    }
+    assert clean_job(project=project, data=data | {"env": {"WANDB_MODE": "off"}}).preset
 
 
 def test_the_custom_image_tab_says_so_on_the_local_backend_only(
