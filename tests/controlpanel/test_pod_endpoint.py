@@ -25,7 +25,7 @@ def test_pods_get_the_pod_endpoint_and_the_panel_keeps_its_own(db: Any, settings
     project = ProjectRequest(
         slug="vision", namespace="ajuste-vision", gpu_quota=1, datastores=(config,)
     )
-    assert make_datastore_secret(project=project)["stringData"][KEY] == (
+    assert make_datastore_secret(project=project)["stringData"]["S3.endpoint_url"] == (
         "http://docker-host.corp:8333"
     )
     assert config.to_env()[KEY] == "http://s3:8333"
