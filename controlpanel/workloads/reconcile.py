@@ -49,11 +49,22 @@ def reconcile(job_id: str) -> Job | None:
     except DeployError as exc:
         record_state(job, JobState.ERROR, str(exc))
         return job
-    apply_observation(job, observed)
+    if observed is not None:
+        apply_observation(job, observed)
     return job
 
 
-def _drive(job: Job) -> ObservedWorkload:
+def _push_refused(job: Job) -> bool:
+    """The final push is a launch too (it writes, and with rwd deletes, in the buckets): a
+    volume no longer the project's ends the run SYNC_FAILED, the workspace kept, no push."""
+    refused = launch_refusal(project=job.project, volumes=job.volumes)
+    if refused:
+        record_state(job, JobState.SYNC_FAILED, f"push not started: {refused}")
+    return bool(refused)
+
+
+def _drive(job: Job) -> ObservedWorkload | None:
+    """What the backend shows after moving it on; None when the job ended here instead."""
     backend = get_backend()
     request = job_request(job)
     ensure_project(job.project)
@@ -62,10 +73,16 @@ def _drive(job: Job) -> ObservedWorkload:
         observed = backend.observe_job(ref=job_ref(job))
         # A stopped run still pushes its rw volumes; apply only starts that push here,
         # since the run's objects exist (an unlaunched job is stopped without the backend).
-        return backend.apply_job(job=request) if observed.needs_apply else observed
+        if not observed.needs_apply:
+            return observed
+        return None if _push_refused(job) else backend.apply_job(job=request)
     if job.launched_run < job.run:
         job.launched_run = job.run
         job.save(update_fields=["launched_run", "updated_at"])
+    elif launch_refusal(project=job.project, volumes=job.volumes):
+        # A volume left the project during the run: apply could start the push; look only.
+        observed = backend.observe_job(ref=job_ref(job))
+        return None if observed.needs_apply and _push_refused(job) else observed
     return backend.apply_job(job=request)
 
 
@@ -81,6 +98,8 @@ def observe(job_id: str, observed: ObservedWorkload | None = None) -> Job | None
     if observed is None:
         observed = get_backend().observe_job(ref=job_ref(job))
     if observed.needs_apply:
+        if _push_refused(job):
+            return job
         observed = get_backend().apply_job(job=job_request(job))
     apply_observation(job, observed)
     return job

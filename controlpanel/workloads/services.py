@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from controlpanel.projects.access import ProjectAccess
 from controlpanel.workloads import tasks
+from controlpanel.workloads.datastores import launch_refusal
 from controlpanel.workloads.lifecycle import PUSH_RETRIED, record_state
 from controlpanel.workloads.models import FINAL_STATES, Job, JobEvent, JobLogLine, JobState
 from controlpanel.workloads.validation import clean_job
@@ -83,6 +84,9 @@ def job_retry_push(*, access: ProjectAccess, user: Any, job: Job) -> Job:
     job = _locked_for(access, user, job)
     if job.state != S.SYNC_FAILED:
         raise ValidationError("Only a job whose final push failed (SYNC_FAILED) can retry it.")
+    refused = launch_refusal(project=job.project, volumes=job.volumes)
+    if refused:  # the push would write (rwd: delete) in a bucket no longer this project's
+        raise ValidationError(f"The push cannot be retried: {refused}.")
     # Back to FINALIZING by hand: a final state is otherwise never left.
     reason = f"{PUSH_RETRIED} {user.username}"
     JobEvent.objects.create(job=job, run=job.run, state=S.FINALIZING, reason=reason)

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from django.core.exceptions import ValidationError
 
 from controlpanel.buckets import services as buckets
 from controlpanel.projects.access import project_access
@@ -17,7 +18,7 @@ from controlpanel.workloads.backend import job_ref
 from controlpanel.workloads.datastores import launch_refusal
 from controlpanel.workloads.models import Job, JobState
 from controlpanel.workloads.reconcile import reconcile
-from controlpanel.workloads.services import job_rerun
+from controlpanel.workloads.services import job_rerun, job_retry_push
 from controlpanel.workloads.sweep import sweep
 from deploy import names
 from storage import objects
@@ -128,3 +129,49 @@ def test_launch_refusal_names_the_volume_and_why(
     assert launch_refusal(project=project, volumes=[f"{ours.name}@GRA:/workspace/a"]) == (
         "volume 1: the datastore GRA is no longer configured"
     )
+
+
+def test_a_bucket_taken_during_the_run_gets_no_push_and_no_retried_push(
+    k8s_cluster: Any,
+    k8s_jobs: Any,
+    project: Project,
+    owner: Any,
+    outsider: Any,
+    other_project: Project,
+    panel_s3: DatastoreConfig,
+    settings: Any,
+) -> None:
+    """The final push is a launch too: a bucket detached and taken while the run ran gets
+    no push (SYNC_FAILED, the workspace kept), and the push cannot be retried into it."""
+    settings.S3_CORS_ORIGINS = []
+    out = project_bucket(project, panel_s3)
+    job = submit(project, owner, volumes=[f"{out.name}@LOCAL/output:/workspace/output:rwd"])
+    assert admit_jobs(project_id=job.project_id) == [str(job.pk)]
+    reconcile(str(job.pk))
+    pod = k8s_cluster.pod_of(NS, names.job_name(job_ref(job)))
+    k8s_cluster.kubelet.run(NS, pod)
+    sweep()
+
+    buckets.bucket_delete(access=access_for(project), bucket=out)
+    beta = project_access(user=outsider, slug="beta")
+    buckets.bucket_create(access=beta, by=outsider, name=out.name)
+    objects.put_object(panel_s3, bucket=out.name, key="output/theirs.bin", data=b"beta's")
+    reconcile(str(job.pk))  # while it runs: nothing changes
+    job.refresh_from_db()
+    assert job.state == S.RUNNING
+
+    k8s_cluster.kubelet.finish(NS, pod, exit_code=0)
+    sweep()
+    job.refresh_from_db()
+    assert job.state == S.SYNC_FAILED
+    assert job.state_reason == (
+        f"push not started: volume 1: bucket {out.name}@LOCAL is no longer this project's"
+    )
+    push = names.push_job_name(job_ref(job), 1)
+    assert push not in _k8s_jobs(k8s_cluster)
+    with pytest.raises(ValidationError, match="The push cannot be retried: volume 1: bucket"):
+        job_retry_push(access=access_for(project), user=owner, job=job)
+    job.refresh_from_db()
+    assert job.state == S.SYNC_FAILED
+    kept = [o.key for o in objects.iter_objects(panel_s3, bucket=out.name)]
+    assert kept == ["output/theirs.bin"]
