@@ -45,7 +45,7 @@ def visible_key(value: str) -> SafeString:
     character's name on hover), so that a spoofed key is seen for what it is."""
     if not any(_hidden(char) for char in value):
         return escape(value)
-    parts = []
+    parts: list[str] = []
     for char in value:
         if not _hidden(char):
             parts.append(escape(char))
