@@ -106,7 +106,7 @@ def test_browser_shows_folders_first_with_sizes_dates_and_etags(
     page = _page(owner_client, bucket)
     assert _rows(page) == ["b/", "data/", "a.txt", "z.txt"]
     etag = objects.head_object(datastore, bucket=bucket.name, key="z.txt").etag
-    assert etag in page and "5\xa0bytes" in page
+    assert etag in page and ">5 B<" in page
     inside = _page(owner_client, bucket, prefix="data/")
     assert _rows(inside) == ["one"]
     assert f'href="/p/alpha/buckets/LOCAL/{bucket.name}/?prefix=data%2F"' in inside
@@ -404,7 +404,7 @@ def test_the_list_says_when_it_counted_and_recounts_on_request(
     assert since is not None
     polled = owner_client.get(f"/p/alpha/buckets/LOCAL/{bucket.name}/row/?since={since[1]}")
     counted = polled.content.decode()
-    assert ">1</td>" in counted and "5\xa0bytes" in counted and ">just now</time>" in counted
+    assert ">1</td>" in counted and ">just now</time>" in counted
     assert "hx-trigger" not in counted
 
 
