@@ -20,6 +20,8 @@ DEFAULT_JOB_TIMEOUT_S = 7 * 24 * 3600
 GPU_RESOURCE_KEY = "nvidia.com/gpu"
 # The name of the project Secret holding datastore credentials (a name, not a secret).
 DATASTORE_SECRET_NAME = "ajuste-datastores"  # noqa: S105
+# The project Secret holding the secrets its managers set, one key per secret name.
+PROJECT_SECRETS_NAME = "ajuste-project-secrets"
 
 
 class WorkloadKind(StrEnum):
@@ -130,7 +132,9 @@ class JobRequest:
     `run` counts re-runs of the same job, so each run gets fresh objects. `command` is an argv
     list, never run through a shell. `env` never carries S3 credentials: those live in the
     project's Secret named `datastore_secret` and reach only the sync containers.
-    `sync_image` None means `deploy.images.SYNC_IMAGE`.
+    `sync_image` None means `deploy.images.SYNC_IMAGE`. `secret_env` maps env names to keys of
+    the project's Secret `project_secrets` (the values the managers set): the request carries
+    the names only, and the user's container reads them from that Secret (`secretKeyRef`).
     """
 
     id: str
@@ -153,6 +157,8 @@ class JobRequest:
     storage_class: str | None = None
     push_every_s: int = 300
     sync_image: str | None = None
+    secret_env: Mapping[str, str] = field(default_factory=dict)
+    project_secrets: str = PROJECT_SECRETS_NAME
 
     def __post_init__(self) -> None:
         _tuplify(self, "command", "volumes", "image_pull_secrets")
@@ -249,7 +255,8 @@ class ProjectRequest:
     link-local blocks a wide egress rule may still reach (see `deploy.egress`).
     `ingress_namespace` is where the ingress controller runs (let through to notebooks).
     `gpu_quota` GPUs at most; the CPU (vCPU), memory (GiB), pod and storage (GiB) quotas
-    likewise, 0 meaning no limit.
+    likewise, 0 meaning no limit. `secrets` (name → value, set by the project's managers)
+    become the Secret `project_secrets`, which jobs reference by key; never in a repr.
     """
 
     slug: str
@@ -268,6 +275,8 @@ class ProjectRequest:
     memory_gib_quota: int = 0
     pod_quota: int = 0
     storage_gib_quota: int = 0
+    secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
+    project_secrets: str = PROJECT_SECRETS_NAME
 
     def __post_init__(self) -> None:
         _tuplify(self, "datastores", "egress", "dns", "private_allowed")

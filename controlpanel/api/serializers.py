@@ -7,7 +7,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from controlpanel.accounts.models import ApiToken
-from controlpanel.projects.models import Membership, Project, Role
+from controlpanel.projects.models import MAX_SECRET_BYTES, Membership, Project, ProjectSecret, Role
 
 
 class ProjectSerializer(serializers.ModelSerializer):
@@ -79,3 +79,21 @@ class TokenCreatedSerializer(TokenSerializer):
 
     class Meta(TokenSerializer.Meta):
         fields = [*TokenSerializer.Meta.fields, "token"]
+
+
+class SecretSerializer(serializers.ModelSerializer):
+    """A project secret: the value is write-only (never in a response)."""
+
+    value = serializers.CharField(
+        write_only=True,
+        trim_whitespace=False,
+        max_length=MAX_SECRET_BYTES,
+        help_text="Stored encrypted; never returned.",
+    )
+    updated_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+
+    class Meta:
+        model = ProjectSecret
+        fields = ["name", "value", "updated_by", "updated_at"]
+        read_only_fields = ["updated_at"]
+        extra_kwargs = {"name": {"validators": []}}  # the service says what is wrong

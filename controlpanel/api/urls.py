@@ -15,6 +15,9 @@ router.register("tokens", views.TokenViewSet, basename="api-token")
 router.register(
     r"projects/(?P<project_slug>[a-z0-9-]+)/members", views.MemberViewSet, basename="api-member"
 )
+router.register(
+    r"projects/(?P<project_slug>[a-z0-9-]+)/secrets", views.SecretViewSet, basename="api-secret"
+)
 router.register("jobs", job_api.JobViewSet, basename="api-job")
 router.register("flavors", job_api.FlavorViewSet, basename="api-flavor")
 

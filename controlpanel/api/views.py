@@ -6,7 +6,7 @@ from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import api_view
-from rest_framework.exceptions import PermissionDenied
+from rest_framework.exceptions import NotFound, PermissionDenied
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -15,8 +15,8 @@ from controlpanel.accounts.services import token_create, token_revoke
 from controlpanel.api import serializers as s
 from controlpanel.api.scoping import api_project
 from controlpanel.projects import services as project_services
-from controlpanel.projects.models import Membership, Project
-from controlpanel.projects.selectors import members_of, projects_for_user
+from controlpanel.projects.models import Membership, Project, ProjectSecret
+from controlpanel.projects.selectors import members_of, projects_for_user, secrets_of
 
 
 @extend_schema(responses=s.MeSerializer)
@@ -83,6 +83,37 @@ class MemberViewSet(viewsets.ViewSet):
         access = api_project(request, slug=project_slug, manage=True)
         membership = get_object_or_404(Membership, pk=pk, project=access.project)
         project_services.member_remove(access=access, membership=membership)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class SecretViewSet(viewsets.ViewSet):
+    """Names of one project's secrets (every member sees them, to reference them from jobs as
+    env `NAME=secret:<name>`); managers set and delete them. A value is never returned."""
+
+    serializer_class = s.SecretSerializer
+    lookup_field = "name"
+    lookup_value_regex = "[A-Za-z0-9_]+"
+
+    def list(self, request: Request, project_slug: str) -> Response:
+        access = api_project(request, slug=project_slug)
+        return Response(s.SecretSerializer(secrets_of(project=access.project), many=True).data)
+
+    def create(self, request: Request, project_slug: str) -> Response:
+        """Create the secret, or replace the value of the one with that name."""
+        access = api_project(request, slug=project_slug, manage=True)
+        serializer = s.SecretSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        secret = project_services.project_secret_set(
+            access=access, by=request.user, **serializer.validated_data
+        )
+        return Response(s.SecretSerializer(secret).data, status=status.HTTP_201_CREATED)
+
+    def destroy(self, request: Request, project_slug: str, name: str) -> Response:
+        access = api_project(request, slug=project_slug, manage=True)
+        try:
+            project_services.project_secret_delete(access=access, name=name)
+        except ProjectSecret.DoesNotExist as exc:
+            raise NotFound(str(exc)) from None
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 

@@ -6,7 +6,12 @@ from django import forms
 from django.contrib.auth import get_user_model
 from django.core.validators import URLValidator
 
-from controlpanel.projects.models import Project, Role, validate_webhook_url
+from controlpanel.projects.models import (
+    MAX_SECRET_BYTES,
+    Project,
+    Role,
+    validate_webhook_url,
+)
 
 
 class ProjectForm(forms.ModelForm):
@@ -58,3 +63,20 @@ class MemberAddForm(forms.Form):
 
 class MemberRoleForm(forms.Form):
     role = forms.ChoiceField(choices=Role.choices)
+
+
+class SecretForm(forms.Form):
+    """A project secret: its name and value (the service checks both; the value is never
+    rendered back, even after an error)."""
+
+    name = forms.CharField(
+        max_length=63,
+        help_text="Jobs use it as an env value: HF_TOKEN=secret:<name>.",
+        widget=forms.TextInput(attrs={"placeholder": "HF_TOKEN", "autocomplete": "off"}),
+    )
+    value = forms.CharField(
+        max_length=MAX_SECRET_BYTES,
+        strip=False,
+        widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "new-password"}),
+        help_text="Stored encrypted; never shown again. Setting an existing name replaces it.",
+    )

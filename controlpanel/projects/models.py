@@ -179,3 +179,37 @@ class Membership(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user} in {self.project} ({self.role})"
+
+
+SECRET_NAME_RE = r"^[A-Za-z_][A-Za-z0-9_]{0,62}$"  # noqa: S105 (a pattern)
+NAME_RULE_FOR_SECRETS = (
+    "Use 1–63 letters, digits and underscores, not starting with a digit (like an environment "
+    "variable)."
+)
+MAX_SECRET_BYTES = 32_768
+
+
+class ProjectSecret(models.Model):
+    """A value jobs of the project reference by name (env `NAME=secret:<name>`), encrypted at
+    rest. Managers and site admins set it; no page or API ever shows the value again: jobs get
+    it from the project's Kubernetes Secret (`secretKeyRef`) or, locally, in their process
+    environment."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="secrets")
+    name = models.CharField(
+        max_length=63, validators=[RegexValidator(SECRET_NAME_RE, NAME_RULE_FOR_SECRETS)]
+    )
+    value = EncryptedTextField()
+    updated_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["project", "name"], name="one_secret_per_name")
+        ]
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return f"{self.name} in {self.project}"

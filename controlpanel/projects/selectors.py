@@ -4,7 +4,7 @@ from typing import Any
 
 from django.db.models import QuerySet
 
-from controlpanel.projects.models import Membership, Project
+from controlpanel.projects.models import Membership, Project, ProjectSecret
 
 
 def projects_for_user(*, user: Any) -> QuerySet[Project]:
@@ -28,3 +28,23 @@ def default_project_for(*, user: Any, preferred: str | None = None) -> Project |
 
 def members_of(*, project: Project) -> QuerySet[Membership]:
     return project.memberships.select_related("user").order_by("user__username")
+
+
+def secrets_of(*, project: Project) -> QuerySet[ProjectSecret]:
+    """The project's secrets for listing: name, who set it and when; the value is never
+    loaded (deferred, so never decrypted) by a page or the API."""
+    return (
+        ProjectSecret.objects.filter(project=project)
+        .defer("value")
+        .select_related("updated_by")
+        .order_by("name")
+    )
+
+
+def secret_names(*, project: Project) -> set[str]:
+    return set(ProjectSecret.objects.filter(project=project).values_list("name", flat=True))
+
+
+def secret_values(*, project: Project) -> dict[str, str]:
+    """Every secret's value, for the compute backend only (the project's Secret)."""
+    return {s.name: s.value for s in ProjectSecret.objects.filter(project=project)}

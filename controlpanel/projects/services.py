@@ -1,14 +1,20 @@
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
+from django.utils import timezone
 
 from controlpanel.projects.access import ProjectAccess
 from controlpanel.projects.models import (
+    MAX_SECRET_BYTES,
+    NAME_RULE_FOR_SECRETS,
+    SECRET_NAME_RE,
     Membership,
     Project,
+    ProjectSecret,
     Role,
     new_webhook_secret,
     validate_webhook_url,
@@ -132,3 +138,46 @@ def _keep_one_manager(membership: Membership, *, leaving: bool) -> None:
     managers = Membership.objects.filter(project_id=membership.project_id, role=Role.MANAGER)
     if managers.count() <= 1:
         raise ValidationError("A project keeps at least one manager.")
+
+
+def _secret_name(name: Any) -> str:
+    if not isinstance(name, str) or not re.fullmatch(SECRET_NAME_RE, name):
+        raise ValidationError(
+            {"name": f"{name!r} is not a valid secret name. {NAME_RULE_FOR_SECRETS}"}
+        )
+    return name
+
+
+@transaction.atomic
+def project_secret_set(*, access: ProjectAccess, by: Any, name: str, value: str) -> ProjectSecret:
+    """Create or replace the secret `name` (managers and site admins only). The value is
+    stored encrypted and never shown again; jobs launched from now on get the new value."""
+    if not access.can_manage:
+        raise PermissionDenied("Only the project's managers can set secrets.")
+    name = _secret_name(name)
+    if not isinstance(value, str) or not value:
+        raise ValidationError(
+            {"value": "Give the secret's value (delete the secret to remove it)."}
+        )
+    if len(value.encode()) > MAX_SECRET_BYTES or "\x00" in value:
+        raise ValidationError(
+            {"value": f"The value must be text of at most {MAX_SECRET_BYTES:,} bytes, without NUL."}
+        )
+    _locked_project(access)  # two managers setting the same name take turns
+    secret, _ = ProjectSecret.objects.update_or_create(
+        project=access.project,
+        name=name,
+        defaults={"value": value, "updated_by": by, "updated_at": timezone.now()},
+    )
+    return secret
+
+
+@transaction.atomic
+def project_secret_delete(*, access: ProjectAccess, name: str) -> None:
+    """Remove the secret (managers and site admins only); a job that still references it
+    fails at its next launch with the reason. Unknown names raise ProjectSecret.DoesNotExist."""
+    if not access.can_manage:
+        raise PermissionDenied("Only the project's managers can delete secrets.")
+    deleted, _ = ProjectSecret.objects.filter(project=access.project, name=name).delete()
+    if not deleted:
+        raise ProjectSecret.DoesNotExist(f"No secret named {name!r} in this project.")

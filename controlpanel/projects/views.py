@@ -5,16 +5,24 @@ from django.contrib.admin.views.decorators import staff_member_required
 from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.utils.cache import add_never_cache_headers
-from django.views.decorators.debug import sensitive_variables
+from django.views.decorators.debug import sensitive_post_parameters, sensitive_variables
 from django.views.decorators.http import require_POST
 
 from controlpanel.buckets.crypto import secret_hint
+from controlpanel.core.htmx import wants_fragment
 from controlpanel.projects import services
 from controlpanel.projects.access import ProjectAccess, project_view
-from controlpanel.projects.forms import MemberAddForm, MemberRoleForm, ProjectForm, WebhookForm
-from controlpanel.projects.models import Membership, Project
-from controlpanel.projects.selectors import members_of
+from controlpanel.projects.forms import (
+    MemberAddForm,
+    MemberRoleForm,
+    ProjectForm,
+    SecretForm,
+    WebhookForm,
+)
+from controlpanel.projects.models import Membership, Project, ProjectSecret
+from controlpanel.projects.selectors import members_of, secrets_of
 
 
 @project_view()
@@ -45,6 +53,8 @@ def _home(
         else "",
         "webhook_secret": secret,
         "webhook_secret_new": new,
+        "secrets": secrets_of(project=project),
+        "secret_form": SecretForm(),
     }
     status = 400 if form is not None and form.errors else 200
     response = render(request, "projects/home.html", context, status=status)
@@ -85,6 +95,54 @@ def _webhook_save(request: HttpRequest, access: ProjectAccess) -> HttpResponse:
     saved = "saved" if access.project.webhook_url else "removed"
     messages.success(request, f"Job webhook {saved}.")
     return redirect("project-home", slug=access.project.slug)
+
+
+@require_POST
+@project_view()
+@sensitive_post_parameters("value")
+@sensitive_variables("value")
+def project_secrets(request: HttpRequest) -> HttpResponse:
+    """Set (`action=set`, name and value) or delete (`action=delete`, name) a project secret;
+    managers and site admins only. An htmx request gets the secrets section back, others a
+    redirect to the project page. The value is never rendered, not even after an error."""
+    access = request.access  # type: ignore[attr-defined]
+    if not access.can_manage:
+        return HttpResponse("Only the project's managers can change secrets.", status=403)
+    form = SecretForm(request.POST)
+    name = request.POST.get("name", "")
+    try:
+        if request.POST.get("action") == "delete":
+            services.project_secret_delete(access=access, name=name)
+            messages.success(request, f"Secret {name} deleted.")
+        elif form.is_valid():
+            value = form.cleaned_data["value"]
+            services.project_secret_set(
+                access=access, by=request.user, name=form.cleaned_data["name"], value=value
+            )
+            messages.success(request, f"Secret {form.cleaned_data['name']} saved.")
+            form = SecretForm()
+    except ProjectSecret.DoesNotExist as exc:
+        messages.error(request, str(exc))
+    except ValidationError as exc:
+        for field, errors in exc.message_dict.items():
+            for error in errors:
+                form.add_error(field if field in form.fields else None, error)
+    return _secrets_answer(request, access, form)
+
+
+def _secrets_answer(request: HttpRequest, access: ProjectAccess, form: SecretForm) -> HttpResponse:
+    status = 400 if form.errors else 200
+    if wants_fragment(request):
+        context = {
+            "project": access.project,
+            "current_access": access,
+            "secrets": secrets_of(project=access.project),
+            "secret_form": form,
+        }
+        return render(request, "projects/home.html#secrets", context, status=status)
+    if form.errors:
+        messages.error(request, " ".join(m for ms in form.errors.values() for m in ms))
+    return redirect(reverse("project-home", kwargs={"slug": access.project.slug}) + "#secrets")
 
 
 @project_view()

@@ -76,7 +76,7 @@ def job_request(job: Job) -> JobRequest:
     from controlpanel.workloads.presets import finetune_command
 
     command = finetune_command(params=job.params) if job.preset == "finetune" else job.command
-    env = dict(job.env)
+    env, secret_env = split_secret_env(job.env)
     if job.preset == "finetune" and not job.params.get("base_model"):
         env.setdefault("HF_HUB_OFFLINE", "1")  # the model comes from a volume
     return JobRequest(
@@ -89,6 +89,7 @@ def job_request(job: Job) -> JobRequest:
         flavor=job.flavor.to_spec(),
         units=job.gpu,
         env=env,
+        secret_env=secret_env,
         labels=dict(job.labels),
         volumes=tuple(parse_volume_spec(text) for text in job.volumes),
         timeout_s=job.timeout,
@@ -101,7 +102,31 @@ def job_request(job: Job) -> JobRequest:
     )
 
 
+def split_secret_env(env: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+    """The job's env as typed → (plain values, env name → project secret name): a value
+    `secret:<name>` becomes a reference, never text in the workload."""
+    from controlpanel.workloads.validation import secret_reference
+
+    plain, secret = {}, {}
+    for key, value in env.items():
+        name = secret_reference(value)
+        if name is None:
+            plain[key] = value
+        else:
+            secret[key] = name
+    return plain, secret
+
+
+def missing_secrets(job: Job) -> list[str]:
+    """The project secrets the job's env references that the project no longer has."""
+    from controlpanel.projects.selectors import secret_names
+
+    wanted = set(split_secret_env(job.env)[1].values())
+    return sorted(wanted - secret_names(project=job.project)) if wanted else []
+
+
 def project_request(project: Project) -> ProjectRequest:
+    from controlpanel.projects.selectors import secret_values
     from controlpanel.workloads.datastores import project_datastores
 
     datastores = tuple(project_datastores(project=project))
@@ -121,4 +146,5 @@ def project_request(project: Project) -> ProjectRequest:
         ingress_namespace=settings.KUBERNETES_INGRESS_NAMESPACE,
         dns=(*settings.KUBERNETES_DNS, *settings.KUBERNETES_NODE_LOCAL_DNS),
         private_allowed=settings.KUBERNETES_EGRESS_ALLOW_PRIVATE,
+        secrets=secret_values(project=project),
     )

@@ -11,7 +11,13 @@ import logging
 
 from django.db import transaction
 
-from controlpanel.workloads.backend import ensure_project, get_backend, job_ref, job_request
+from controlpanel.workloads.backend import (
+    ensure_project,
+    get_backend,
+    job_ref,
+    job_request,
+    missing_secrets,
+)
 from controlpanel.workloads.datastores import launch_refusal
 from controlpanel.workloads.lifecycle import apply_observation, record_state
 from controlpanel.workloads.models import FINAL_STATES, Job, JobState
@@ -38,7 +44,7 @@ def reconcile(job_id: str) -> Job | None:
     if job.state == JobState.QUEUED and job.admitted_at is None:
         return job  # waits for admission (admission.py)
     if job.launched_run < job.run and not job.stop_requested:
-        refused = launch_refusal(project=job.project, volumes=job.volumes)
+        refused = launch_refusal(project=job.project, volumes=job.volumes) or _secret_refusal(job)
         if refused:  # nothing is created: no namespace change, no Job, no process
             record_state(job, JobState.FAILED, f"not started: {refused}")
             return job
@@ -52,6 +58,14 @@ def reconcile(job_id: str) -> Job | None:
     if observed is not None:
         apply_observation(job, observed)
     return job
+
+
+def _secret_refusal(job: Job) -> str:
+    """A secret the env references was deleted since submit: the pod could not start."""
+    missing = missing_secrets(job)
+    if not missing:
+        return ""
+    return f"the project has no secret named {', '.join(missing)} (env references it)"
 
 
 def _push_refused(job: Job) -> bool:

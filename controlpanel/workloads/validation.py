@@ -15,7 +15,8 @@ from django.core.exceptions import ValidationError
 
 from controlpanel.core.validators import validate_visible_name
 from controlpanel.flavors.models import Flavor
-from controlpanel.projects.models import Project
+from controlpanel.projects.models import NAME_RULE_FOR_SECRETS, SECRET_NAME_RE, Project
+from controlpanel.projects.selectors import secret_names
 from controlpanel.workloads.backend import get_backend
 from controlpanel.workloads.datastores import check_volume_access
 from controlpanel.workloads.models import DEFAULT_TIMEOUT_S, Preset
@@ -37,6 +38,8 @@ LABEL_RE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
 RESERVED_ENV_PREFIXES = ("AJUSTE_DATASTORE_", "AWS_")
 MAX_TIMEOUT_S = 30 * 24 * 3600
 MAX_ARGS = 200
+# An env value `secret:<name>` is the project secret <name>, never the literal text.
+SECRET_PREFIX = "secret:"  # noqa: S105 (a prefix)
 
 
 @dataclass
@@ -88,7 +91,7 @@ def clean_job(*, project: Project, data: dict[str, Any]) -> JobInput:
         "name": errors.check("name", _name, data.get("name"), image),
         "image": errors.check("image", _image, image),
         "command": errors.check("command", _command, data.get("command") or [], preset),
-        "env": errors.check("env", _env, data.get("env") or {}),
+        "env": errors.check("env", _env, data.get("env") or {}, project),
         "labels": errors.check("labels", _labels, data.get("labels") or {}),
         "timeout": errors.check("timeout", _timeout, data.get("timeout")),
     }
@@ -270,10 +273,13 @@ def _command(value: Any, preset: str) -> list[str]:
     return list(value)
 
 
-def _env(value: Any) -> dict[str, str]:
+def _env(value: Any, project: Project) -> dict[str, str]:
+    """NAME=value pairs, stored as typed; a value `secret:<name>` references the project's
+    secret of that name (checked here, resolved only at launch: the job keeps the name)."""
     if not isinstance(value, dict):
         raise ValidationError("Give env as NAME=value pairs.")
     problems = []
+    known: set[str] | None = None
     for key, val in value.items():
         if not isinstance(key, str) or not ENV_KEY_RE.match(key):
             problems.append(f"{key!r} is not a valid variable name (letters, digits, _).")
@@ -281,9 +287,30 @@ def _env(value: Any) -> dict[str, str]:
             problems.append(f"{key} is reserved: credentials reach jobs only through volumes.")
         elif not isinstance(val, str) or len(val) > 32_768 or "\x00" in val:
             problems.append(f"The value of {key} must be text of at most 32,768 characters.")
+        elif secret_reference(val) is not None:
+            known = secret_names(project=project) if known is None else known
+            problem = _secret_problem(key, secret_reference(val) or "", known)
+            if problem:
+                problems.append(problem)
     if problems:
         raise ValidationError(problems)
     return dict(value)
+
+
+def secret_reference(value: str) -> str | None:
+    """The secret name a `secret:<name>` env value references, or None for plain text."""
+    return value[len(SECRET_PREFIX) :] if value.startswith(SECRET_PREFIX) else None
+
+
+def _secret_problem(key: str, name: str, known: set[str]) -> str | None:
+    if not re.fullmatch(SECRET_NAME_RE, name):
+        return f"{key}: {name!r} is not a secret name. {NAME_RULE_FOR_SECRETS}"
+    if name not in known:
+        return (
+            f"{key}: this project has no secret named {name}; its managers set secrets on the "
+            "project page."
+        )
+    return None
 
 
 def _labels(value: Any) -> dict[str, str]:

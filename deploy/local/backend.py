@@ -70,6 +70,9 @@ class LocalBackend:
         path = secret_file(self.base, project.namespace, project.datastore_secret)
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         write_json(path, env, private=True)
+        # The managers' secrets, like the Secret jobs read with secretKeyRef (0600).
+        secrets = secret_file(self.base, project.namespace, project.project_secrets)
+        write_json(secrets, dict(project.secrets), private=True)
 
     def apply_job(self, *, job: JobRequest) -> ObservedWorkload:
         run = run_dir(self.base, job.ref)
@@ -152,7 +155,10 @@ class LocalBackend:
         if argv is None:
             self._decide(job.ref, run, Phase.FAILED, _needs_kubernetes(job.image))
             return
-        problem = None if self.any_command else preset_problem(job.command, job.env)
+        env = {**job.env, **dict.fromkeys(job.secret_env, "")}  # the names, for the check
+        problem = None if self.any_command else preset_problem(job.command, env)
+        if not problem:
+            env, problem = self._with_secrets(job)
         if problem:
             self._decide(job.ref, run, Phase.FAILED, problem)
             return
@@ -163,7 +169,7 @@ class LocalBackend:
             ref=job.ref,
             run=run,
             argv=argv,
-            env=job.env,
+            env=env,
             volumes=job.volumes,
             pushed=job.pushed_volumes,
             gpus=gpus,
@@ -265,6 +271,17 @@ class LocalBackend:
             state = read_json(path)
             if state is not None and "ref" in state:
                 yield state
+
+    def _with_secrets(self, job: JobRequest) -> tuple[dict[str, str], str | None]:
+        """The job's env with each `secret_env` name set to the project secret's value (read
+        from the file `ensure_project` wrote), or why it cannot start: a Secret missing the
+        key is what keeps a Kubernetes pod from starting too. Values are never logged."""
+        stored = self._datastore_env(job.namespace, job.project_secrets)
+        missing = sorted(key for key in job.secret_env.values() if key not in stored)
+        if missing:
+            return {}, f"the project has no secret named {', '.join(missing)}"
+        env = {k: v for k, v in job.env.items() if k not in job.secret_env}
+        return env | {name: stored[key] for name, key in job.secret_env.items()}, None
 
     def _datastore_env(self, namespace: str, secret: str) -> dict[str, str]:
         data = read_json(secret_file(self.base, namespace, secret))

@@ -16,6 +16,7 @@ from deploy.manifests.projects import (
     make_namespace,
     make_network_policies,
     make_project_objects,
+    make_project_secrets,
     make_resource_quota,
     make_role_binding,
 )
@@ -30,6 +31,7 @@ __all__ = [
     "make_notebook_service",
     "make_notebook_statefulset",
     "make_project_objects",
+    "make_project_secrets",
     "make_push_job",
     "make_resource_quota",
     "make_role_binding",

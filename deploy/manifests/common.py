@@ -113,6 +113,14 @@ def env_list(env: Mapping[str, str]) -> list[Manifest]:
     return [{"name": key, "value": env[key]} for key in sorted(env)]
 
 
+def secret_env_list(env: Mapping[str, str], secret: str) -> list[Manifest]:
+    """Env vars read from keys of the Secret `secret` (no value in the manifest), sorted."""
+    return [
+        {"name": key, "valueFrom": {"secretKeyRef": {"name": secret, "key": env[key]}}}
+        for key in sorted(env)
+    ]
+
+
 def sync_container(
     *,
     name: str,

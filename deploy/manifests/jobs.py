@@ -38,6 +38,7 @@ from deploy.manifests.common import (
     metadata,
     pod_security_context,
     pull_secrets,
+    secret_env_list,
     shm_volume,
     sync_container,
     tolerations,
@@ -198,8 +199,9 @@ def _main_container(job: JobRequest) -> Manifest:
     if job.command:
         # `args`, like `docker run IMAGE CMD...`: the image's entrypoint wrapper still runs.
         container["args"] = list(job.command)
-    if job.env:
-        container["env"] = env_list(job.env)
+    if job.env or job.secret_env:
+        plain = {k: v for k, v in job.env.items() if k not in job.secret_env}
+        container["env"] = env_list(plain) + secret_env_list(job.secret_env, job.project_secrets)
     # The last lines of a failing run become the pod's termination message: our reason.
     container["terminationMessagePolicy"] = "FallbackToLogsOnError"
     container["resources"] = flavor_resources(job.flavor, job.units)

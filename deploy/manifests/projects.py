@@ -129,6 +129,19 @@ def make_datastore_secret(*, project: ProjectRequest) -> Manifest:
     }
 
 
+def make_project_secrets(*, project: ProjectRequest) -> Manifest:
+    """The secrets the project's managers set, one key each: jobs read them with
+    `secretKeyRef` (`common.secret_env_list`). A deleted secret is absent, and applying
+    drops its key from the cluster's Secret."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": _meta(project, project.project_secrets),
+        "type": "Opaque",
+        "stringData": dict(sorted(project.secrets.items())),
+    }
+
+
 def make_project_objects(
     *, project: ProjectRequest, service_account: str, service_account_namespace: str
 ) -> list[Manifest]:
@@ -144,6 +157,7 @@ def make_project_objects(
         make_limit_range(project=project),
         *make_network_policies(project=project),
         make_datastore_secret(project=project),
+        make_project_secrets(project=project),
     ]
 
 

@@ -81,8 +81,32 @@ def _api_bucket_url(suffix: str = "") -> Callable[[dict[str, Any]], str]:
     return lambda c: f"/api/v1/buckets/{_bucket(c)}/{suffix}"
 
 
+def _secret(ctx: dict[str, Any]) -> str:
+    """A secret of the owner's project (its value must never show anywhere)."""
+    from controlpanel.projects.models import ProjectSecret
+
+    project = Membership.objects.get(user=ctx["owner"]).project
+    ProjectSecret.objects.get_or_create(
+        project=project, name="ALPHA_TOKEN", defaults={"value": "alpha-secret-value"}
+    )
+    return "ALPHA_TOKEN"
+
+
 CASES: list[Case] = [
     Case("project-home", lambda c: "/p/alpha/"),
+    Case("project-secrets", lambda c: "/p/alpha/secrets/", ("post",)),
+    Case(
+        "api-secret-list",
+        lambda c: _secret(c) and "/api/v1/projects/alpha/secrets/",
+        ("get", "post"),
+        api=True,
+    ),
+    Case(
+        "api-secret-detail",
+        lambda c: f"/api/v1/projects/alpha/secrets/{_secret(c)}/",
+        ("delete",),
+        api=True,
+    ),
     Case("member-list", lambda c: "/p/alpha/members/", ("get", "post")),
     Case("member-update", lambda c: f"/p/alpha/members/{_membership(c)}/", ("post",)),
     Case("api-project-detail", lambda c: "/api/v1/projects/alpha/", ("get",), api=True),
@@ -256,6 +280,14 @@ def _job_spec(ctx: dict[str, Any]) -> dict[str, Any]:
     }
 OWNER: dict[str, tuple[Probe, ...]] = {
     "project-home": (Probe("get", 200, "<title>Alpha \u00b7"),),
+    "project-secrets": (
+        Probe("post", 302, "/p/alpha/#secrets", {"action": "set", "name": "B", "value": "v"}),
+    ),
+    "api-secret-list": (
+        Probe("get", 200, '"name":"ALPHA_TOKEN"'),
+        Probe("post", 201, '"name":"NEW_TOKEN"', {"name": "NEW_TOKEN", "value": "v"}),
+    ),
+    "api-secret-detail": (Probe("delete", 204, ""),),
     "member-list": (
         Probe("get", 200, "<td>member</td>"),
         Probe("post", 302, "/p/alpha/members/", {"username": "outsider", "role": "member"}),
@@ -358,7 +390,7 @@ def test_the_owner_gets_the_real_answer(
 ) -> None:
     """The positive control of the tests above: the same route, the project's manager."""
     ctx = ctx | {"s3": owner_s3, "bucket": "alpha-data"}
-    job, _ = _job(ctx), _bucket(ctx)
+    job, _, _ = _job(ctx), _bucket(ctx), _secret(ctx)
     url = case.path(ctx)
     client = owner_api if case.api else owner_client
     for probe in OWNER[case.name]:
@@ -369,6 +401,7 @@ def test_the_owner_gets_the_real_answer(
         seen = _answer(response)
         assert response.status_code == probe.status, (probe.method, url, seen[:2000])
         assert probe.shows.format(job=job) in seen, (probe.method, url, seen[:2000])
+        assert "alpha-secret-value" not in seen, (probe.method, url)  # never, on any route
 
 
 def _answer(response: Any) -> str:
@@ -380,6 +413,7 @@ def _answer(response: Any) -> str:
 
 # Routes about the project itself, not about one of its things (jobs, buckets, members).
 PROJECT_LEVEL = {"project-home", "member-list", "api-project-detail", "api-member-list"}
+PROJECT_LEVEL |= {"project-secrets", "api-secret-list"}
 PROJECT_LEVEL |= {"job-list", "job-new", "api-job-list", "bucket-list", "api-bucket-list"}
 OWNED = [c for c in CASES if c.name not in PROJECT_LEVEL | {"api-bucket-attach"}]
 
