@@ -18,7 +18,7 @@ from deploy.local import LocalBackend
 from deploy.local.gpus import Gpu
 from deploy.local.paths import run_dir
 from deploy.local.state import read_state
-from deploy.types import JobRequest, ObservedWorkload, Phase, WorkloadRef
+from deploy.types import JobRequest, ObservedWorkload, Phase, ProjectRequest, WorkloadRef
 from tests.deploy.conftest import CPU, H100
 
 NS = "ajuste-local"
@@ -125,6 +125,35 @@ def test_command_is_not_a_shell_and_sees_its_workspace(
             "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
         },
     }
+
+
+def test_a_project_secret_reaches_the_process_env_by_reference(local: LocalBackend) -> None:
+    """ensure_project keeps the managers' secrets (0600, like the Kubernetes Secret); a job
+    whose env references one gets its value, a deleted one fails the run with the reason."""
+    local.ensure_project(
+        project=ProjectRequest(
+            slug="local", namespace=NS, gpu_quota=0, secrets={"hf_prod": "s3cr3t /workspace"}
+        )
+    )
+    secrets = local.base / "projects" / NS / "ajuste-project-secrets.json"
+    assert secrets.stat().st_mode & 0o777 == 0o600
+    code = "import os; print(repr(os.environ.get('HF_TOKEN')), os.environ.get('PLAIN'))"
+    job = py_job(code, env={"PLAIN": "x"}, secret_env={"HF_TOKEN": "hf_prod"})
+    local.apply_job(job=job)
+    assert finished(local, job.ref).phase is Phase.SUCCEEDED
+    assert all_lines(local, job.ref) == ["'s3cr3t /workspace' x"]
+    # the value is never written to the run's log or state, only to the 0600 plan
+    run = run_dir(local.base, job.ref)
+    assert "s3cr3t" not in (run / "state.json").read_text()
+
+    local.ensure_project(project=ProjectRequest(slug="local", namespace=NS, gpu_quota=0))
+    gone = py_job(code, id="2", secret_env={"HF_TOKEN": "hf_prod"})
+    local.apply_job(job=gone)
+    failed = finished(local, gone.ref)
+    assert (failed.phase, failed.reason) == (
+        Phase.FAILED,
+        "the project has no secret named hf_prod",
+    )
 
 
 def test_logs_are_read_incrementally_without_duplicates(local: LocalBackend) -> None:

@@ -275,6 +275,31 @@ def test_credentials_reach_the_sync_containers_only_as_files(volumes: tuple[Any,
             assert [e["name"] for e in main.get("env", [])] == ["HF_HOME"]
 
 
+def test_secret_references_become_secret_key_refs_without_a_value() -> None:
+    """env HF_TOKEN=secret:hf_prod reaches the user's container from the project's Secret;
+    the Job holds the secret's name only, and the sync containers get none of it."""
+    job = make_job_request(
+        volumes=(DATASET, OUTPUT),
+        env={"EPOCHS": "3"},
+        secret_env={"HF_TOKEN": "hf_prod", "A_KEY": "A_KEY"},
+    )
+    manifest = make_job(job=job)
+    validate(manifest)
+    pod = manifest["spec"]["template"]["spec"]
+    ref = "secretKeyRef"
+    assert pod["containers"][0]["env"] == [
+        {"name": "EPOCHS", "value": "3"},
+        {"name": "A_KEY", "valueFrom": {ref: {"name": "ajuste-project-secrets", "key": "A_KEY"}}},
+        {
+            "name": "HF_TOKEN",
+            "valueFrom": {ref: {"name": "ajuste-project-secrets", "key": "hf_prod"}},
+        },
+    ]
+    for container in pod["initContainers"]:
+        assert ref not in repr(container) and "hf_prod" not in repr(container)
+    assert ref not in repr(make_push_job(job=job, attempt=1))
+
+
 def test_user_labels_travel_as_an_annotation_and_names_stay_valid() -> None:
     job = make_job_request(id="Run_42/Ü", run=3, labels={"team": "nlp", "odd key!": "x y"})
     manifest = make_job(job=job)

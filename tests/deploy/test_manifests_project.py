@@ -10,6 +10,7 @@ from deploy.manifests import (
     make_namespace,
     make_network_policies,
     make_project_objects,
+    make_project_secrets,
     make_resource_quota,
     make_role_binding,
 )
@@ -218,4 +219,34 @@ def test_every_project_object_is_valid_and_in_apply_order(project_request: Proje
         validate(manifest)
     kinds = [o["kind"] for o in objects]
     assert kinds[:2] == ["Namespace", "RoleBinding"]  # the rest needs the binding
-    assert kinds.count("NetworkPolicy") == 4 and kinds[-1] == "Secret"
+    assert kinds.count("NetworkPolicy") == 4 and kinds[-2:] == ["Secret", "Secret"]
+    assert [o["metadata"]["name"] for o in objects[-2:]] == [
+        "ajuste-datastores",
+        "ajuste-project-secrets",
+    ]
+
+
+def test_the_managers_secrets_are_one_secret_with_a_key_each(
+    project_request: ProjectRequest,
+) -> None:
+    request = replace(project_request, secrets={"HF_TOKEN": "hf_abc", "WANDB_KEY": "w=1"})
+    manifest = make_project_secrets(project=request)
+    validate(manifest)
+    assert manifest == {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": "ajuste-project-secrets",
+            "namespace": "ajuste-vision",
+            "labels": {
+                "app.kubernetes.io/managed-by": "ajuste",
+                "ajuste.io/project": "vision",
+                "ajuste.io/kind": "project",
+            },
+        },
+        "type": "Opaque",
+        "stringData": {"HF_TOKEN": "hf_abc", "WANDB_KEY": "w=1"},
+    }
+    # a deleted secret is absent: applying the empty Secret drops its key
+    assert make_project_secrets(project=project_request)["stringData"] == {}
+    assert "hf_abc" not in repr(request)  # never in a log line of the request
