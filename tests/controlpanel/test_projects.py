@@ -340,3 +340,116 @@ def test_two_managers_demoting_each_other_at_once_keep_one(transactional_db: Non
     holder.join(60)
     assert outcome == {"first": "demoted", "second": "A project keeps at least one manager."}
     assert Membership.objects.filter(project=project, role=Role.MANAGER).count() == 1
+
+
+SECRET_VALUE = "hf-TOP-secret-4711"
+
+
+def test_a_manager_sets_a_secret_whose_value_is_never_shown(
+    owner_client: Client, owner_api: APIClient, project: Project, member: User
+) -> None:
+    from controlpanel.projects.models import ProjectSecret
+
+    page = owner_client.post(
+        "/p/alpha/secrets/", {"action": "set", "name": "HF_TOKEN", "value": SECRET_VALUE}
+    )
+    assert (page.status_code, page["Location"]) == (302, "/p/alpha/#secrets")
+    secret = ProjectSecret.objects.get(project=project, name="HF_TOKEN")
+    assert (secret.value, secret.updated_by.username) == (SECRET_VALUE, "owner")
+    with connection.cursor() as cursor:  # encrypted at rest
+        cursor.execute("SELECT value FROM projects_projectsecret")
+        assert SECRET_VALUE not in cursor.fetchone()[0]
+    # htmx: the section comes back; the password input is never filled
+    fragment = owner_client.post(
+        "/p/alpha/secrets/",
+        {"action": "set", "name": "WANDB", "value": SECRET_VALUE},
+        HTTP_HX_REQUEST="true",
+    )
+    assert fragment.status_code == 200 and b'data-secret="WANDB"' in fragment.content
+    assert b"<html" not in fragment.content
+    answers = [
+        fragment,
+        owner_client.get("/p/alpha/"),
+        logged_in(member).get("/p/alpha/"),
+        owner_api.get("/api/v1/projects/alpha/secrets/"),
+        owner_api.post(
+            "/api/v1/projects/alpha/secrets/",
+            {"name": "HF_TOKEN", "value": SECRET_VALUE},
+            format="json",
+        ),
+        owner_api.get("/api/v1/projects/alpha/"),
+    ]
+    for answer in answers:
+        assert answer.status_code in (200, 201), answer.content
+        assert SECRET_VALUE.encode() not in answer.content
+    assert b'data-secret="HF_TOKEN"' in answers[2].content  # members see the names
+    assert b'data-testid="secret-form"' not in answers[2].content  # and cannot set them
+    listed = answers[3].json()
+    assert [(s["name"], s["updated_by"]) for s in listed] == [
+        ("HF_TOKEN", "owner"),
+        ("WANDB", "owner"),
+    ]
+    assert set(listed[0]) == {"name", "updated_by", "updated_at"}
+
+
+def test_a_member_cannot_set_or_delete_secrets(project: Project, member: User) -> None:
+    from controlpanel.projects.models import ProjectSecret
+    from tests.fixtures.panel import api_client_for
+
+    ProjectSecret.objects.create(project=project, name="KEEP", value="v")
+    client, api = logged_in(member), api_client_for(member)
+    assert client.post("/p/alpha/secrets/", {"name": "X", "value": "y"}).status_code == 403
+    assert client.post("/p/alpha/secrets/", {"action": "delete", "name": "KEEP"}).status_code == 403
+    assert (
+        api.post("/api/v1/projects/alpha/secrets/", {"name": "X", "value": "y"}).status_code == 403
+    )
+    assert api.delete("/api/v1/projects/alpha/secrets/KEEP/").status_code == 403
+    assert api.get("/api/v1/projects/alpha/secrets/").status_code == 200
+    assert list(ProjectSecret.objects.values_list("name", flat=True)) == ["KEEP"]
+
+
+@pytest.mark.parametrize(
+    ("data", "field", "message", "on_page"),
+    [
+        ({"name": "1BAD", "value": "v"}, "name", "'1BAD' is not a valid secret name.", None),
+        (
+            {"name": "A" * 64, "value": "v"},
+            "name",
+            "no more than 63 characters",
+            "Ensure this value has at most 63",
+        ),
+        ({"name": "OK", "value": ""}, "value", "may not be blank", "This field is required"),
+    ],
+)
+def test_a_bad_secret_is_refused_precisely_and_saves_nothing(
+    owner_api: APIClient,
+    owner_client: Client,
+    project: Project,
+    data: dict,
+    field: str,
+    message: str,
+    on_page: str | None,
+) -> None:
+    from controlpanel.projects.models import ProjectSecret
+
+    answer = owner_api.post("/api/v1/projects/alpha/secrets/", data, format="json")
+    assert answer.status_code == 400 and message in str(answer.json()[field]), answer.json()
+    page = owner_client.post("/p/alpha/secrets/", data | {"action": "set"}, HTTP_HX_REQUEST="true")
+    assert page.status_code == 400
+    error = f'<small class="field-error" role="alert">{on_page or message}'
+    assert error in page.content.decode().replace("&#x27;", "'"), page.content.decode()
+    assert not ProjectSecret.objects.exists()
+
+
+def test_a_manager_deletes_a_secret(
+    owner_client: Client, owner_api: APIClient, project: Project
+) -> None:
+    from controlpanel.projects.models import ProjectSecret
+
+    ProjectSecret.objects.create(project=project, name="ONE", value="v")
+    ProjectSecret.objects.create(project=project, name="TWO", value="v")
+    assert owner_api.delete("/api/v1/projects/alpha/secrets/ONE/").status_code == 204
+    assert owner_api.delete("/api/v1/projects/alpha/secrets/ONE/").status_code == 404
+    page = owner_client.post("/p/alpha/secrets/", {"action": "delete", "name": "TWO"})
+    assert page.status_code == 302
+    assert not ProjectSecret.objects.exists()

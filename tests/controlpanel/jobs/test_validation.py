@@ -9,7 +9,7 @@ from django.core.exceptions import ValidationError
 
 from controlpanel.buckets.models import Bucket
 from controlpanel.projects.models import Project
-from controlpanel.workloads.models import Job
+from controlpanel.workloads.models import Job, JobState
 from controlpanel.workloads.validation import LOCAL_BACKEND_NOTE, LOCAL_COMMAND_NOTE, clean_job
 from deploy import images
 from tests.fixtures.jobs import submit
@@ -214,3 +214,73 @@ def test_the_finetune_preset_refuses_gpus_its_cuda_build_cannot_run(
     assert "flavor" not in other.value.message_dict
     # A custom image on the same flavor is the user's call.
     assert clean_job(project=project, data=GOOD | {"flavor": "v100s-1-gpu", "gpu": 1}).gpu == 1
+
+
+def _secret(project: Project, name: str = "hf_prod", value: str = "hf-VALUE-123") -> None:
+    from controlpanel.projects.models import ProjectSecret
+
+    ProjectSecret.objects.create(project=project, name=name, value=value)
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("secret:nope", "HF_TOKEN: this project has no secret named nope;"),
+        ("secret:bad-name", "HF_TOKEN: 'bad-name' is not a secret name."),
+        ("secret:", "HF_TOKEN: '' is not a secret name."),
+    ],
+)
+def test_an_env_value_naming_an_unknown_secret_is_refused(
+    project: Project, other_project: Project, panel_s3: Any, value: str, message: str
+) -> None:
+    _secret(other_project, "nope")  # another project's secret is not this one's
+    errors = errors_for(project, env={"HF_TOKEN": value})
+    assert [m for m in errors["env"] if m.startswith(message)], errors
+
+
+def test_a_secret_reference_is_stored_as_typed_and_launched_by_reference(
+    project: Project, owner: Any, panel_s3: Any, k8s_cluster: Any, k8s_jobs: Any
+) -> None:
+    """The job keeps `secret:hf_prod`; the cluster gets the value in the project's Secret and
+    the Job a secretKeyRef, never the value."""
+    from controlpanel.workloads.admission import admit_jobs
+    from controlpanel.workloads.backend import job_ref
+    from controlpanel.workloads.reconcile import reconcile
+    from deploy import names
+
+    _secret(project)
+    job = submit(project, owner, env={"HF_TOKEN": "secret:hf_prod", "A": "1"})
+    assert job.env == {"HF_TOKEN": "secret:hf_prod", "A": "1"}
+    assert admit_jobs(project_id=project.pk) == [str(job.pk)]
+    reconcile(str(job.pk))
+    k8s_job = k8s_cluster.get("jobs", project.namespace, names.job_name(job_ref(job)))
+    assert "hf-VALUE-123" not in repr(k8s_job)
+    assert k8s_job["spec"]["template"]["spec"]["containers"][0]["env"] == [
+        {"name": "A", "value": "1"},
+        {
+            "name": "HF_TOKEN",
+            "valueFrom": {"secretKeyRef": {"name": "ajuste-project-secrets", "key": "hf_prod"}},
+        },
+    ]
+    secret = k8s_cluster.get("secrets", project.namespace, "ajuste-project-secrets")
+    assert secret is not None and "hf_prod" in (secret.get("data") or secret.get("stringData"))
+
+
+def test_a_secret_deleted_before_launch_fails_the_run_with_the_reason(
+    project: Project, owner: Any, panel_s3: Any, k8s_cluster: Any, k8s_jobs: Any
+) -> None:
+    from controlpanel.projects.models import ProjectSecret
+    from controlpanel.workloads.admission import admit_jobs
+    from controlpanel.workloads.reconcile import reconcile
+
+    _secret(project)
+    job = submit(project, owner, env={"HF_TOKEN": "secret:hf_prod"})
+    ProjectSecret.objects.filter(project=project).delete()
+    admit_jobs(project_id=project.pk)
+    reconcile(str(job.pk))
+    job.refresh_from_db()
+    assert job.state == JobState.FAILED
+    assert k8s_cluster.list("jobs") == []  # nothing was created
+    last = job.events.order_by("-at", "-pk").first()
+    assert last is not None
+    assert last.reason == "not started: the project has no secret named hf_prod (env references it)"
