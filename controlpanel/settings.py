@@ -404,6 +404,13 @@ for _name, _cidrs in (
             raise ImproperlyConfigured(
                 f"{_name}: {_cidr!r} is not an address range such as 10.0.0.0/8."
             ) from None
+# Short-lived pod credentials (STS) of projects with live work are renewed this often.
+POD_CREDENTIALS_RENEW_SECONDS = env_int("POD_CREDENTIALS_RENEW_SECONDS", 900, minimum=60)
+CELERY_BEAT_SCHEDULE["pod-credentials-renew"] = {
+    "task": "controlpanel.workloads.tasks.pod_credentials_renew",
+    "schedule": float(POD_CREDENTIALS_RENEW_SECONDS),
+    "options": {"expires": float(POD_CREDENTIALS_RENEW_SECONDS)},
+}
 CELERY_BEAT_SCHEDULE["jobs-sweep"] = {
     "task": "controlpanel.workloads.tasks.jobs_sweep",
     "schedule": float(JOB_SWEEP_SECONDS),

@@ -170,3 +170,18 @@ def jobs_sweep() -> dict[str, int]:
     finally:
         if cache.get(SWEEP_LOCK) == token:
             cache.delete(SWEEP_LOCK)
+
+
+@shared_task(acks_late=True, ignore_result=True)
+def pod_credentials_renew() -> int:
+    """Keep the credentials of projects with live work fresh (beat, periodic): STS keys last
+    hours, jobs days. `ensure_project` re-issues what is past half its life and re-applies the
+    project's Secret; the sync sidecars read their files again before each push."""
+    from controlpanel.projects.models import Project
+    from controlpanel.workloads.backend import ensure_project
+    from controlpanel.workloads.models import LIVE_STATES
+
+    projects = Project.objects.filter(jobs__state__in=LIVE_STATES).distinct()
+    for project in projects:
+        ensure_project(project)
+    return len(projects)

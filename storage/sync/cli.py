@@ -339,8 +339,24 @@ def push_every(
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
     while not stop.wait(every):
+        volumes = fresh_credentials(volumes, os.environ)
         sync_once(volumes, "push", reporter, workers, final=False)
-    return sync_once(volumes, "push", reporter, workers, final=True)
+    return sync_once(fresh_credentials(volumes, os.environ), "push", reporter, workers, final=True)
+
+
+def fresh_credentials(
+    volumes: Sequence[Volume], environ: dict[str, str] | os._Environ[str]
+) -> list[Volume]:
+    """The volumes with their datastore read again: short-lived keys (STS) are renewed by the
+    panel into the mounted files while a job runs for days. Unreadable now: keep the last."""
+    fresh = []
+    for volume in volumes:
+        try:
+            config = DatastoreConfig.from_env(volume.spec.alias, environ)
+        except KeyError:
+            config = volume.config
+        fresh.append(replace(volume, config=config))
+    return fresh
 
 
 def main(

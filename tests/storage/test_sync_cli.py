@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from storage.datastore import DatastoreConfig
-from storage.objects import iter_objects, put_object
+from storage.objects import iter_objects, put_object, read_object
 from storage.sync.cli import main, summary_text
 
 REPO = Path(__file__).resolve().parents[2]
@@ -278,3 +278,48 @@ def test_summary_text_fits_a_termination_message() -> None:
     assert parsed["conflicts_total"] == 500
     assert 0 < len(parsed["conflicts"]) < 500
     assert parsed["conflicts"] == keys[: len(parsed["conflicts"])]
+
+
+def test_the_periodic_push_reads_renewed_credentials_from_their_files(
+    tmp_path: Path, s3_server: DatastoreConfig, bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Short-lived keys are renewed into the mounted files while a job runs: each push reads
+    them again, so a sidecar that started with keys that no longer work recovers."""
+    import io
+    import threading
+
+    from storage.datastore import DIR_VARIABLE, file_name
+    from storage.sync.cli import Reporter, push_every, resolve_volumes
+
+    keys = tmp_path / "datastores"
+    keys.mkdir()
+    fields = {"endpoint_url": s3_server.endpoint_url, "region": s3_server.region,
+              "access_key": s3_server.access_key, "secret_key": "expired"}  # fmt: skip
+    for name, value in fields.items():
+        (keys / file_name("LOCAL", name)).write_text(value)
+    monkeypatch.setenv(DIR_VARIABLE, str(keys))
+    root = tmp_path / "root"
+    (root / "workspace/out").mkdir(parents=True)
+    (root / "workspace/out/a.txt").write_text("checkpoint")
+    volumes = resolve_volumes([f"{bucket}@LOCAL:/workspace/out:rw"], root, os.environ)
+    out, stop = io.StringIO(), threading.Event()
+
+    def summaries() -> list[dict]:
+        lines = [json.loads(x) for x in out.getvalue().splitlines() if x.startswith("{")]
+        return [x for x in lines if x.get("event") == "push"]
+
+    def renew_then_stop() -> None:
+        while not summaries():  # the first push, refused with the expired key
+            time.sleep(0.05)
+        (keys / file_name("LOCAL", "secret_key")).write_text(s3_server.secret_key)
+        deadline = time.monotonic() + 30  # a bound, not a timing claim: stop either way
+        while not any(s["uploaded"] for s in summaries()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        stop.set()
+
+    helper = threading.Thread(target=renew_then_stop, daemon=True)
+    helper.start()
+    push_every(volumes, Reporter("push", None, out), workers=2, every=0.1, stop=stop)
+    helper.join(5)
+    assert summaries()[0]["uploaded"] == 0
+    assert read_object(s3_server, bucket=bucket, key="a.txt", max_bytes=100) == (b"checkpoint")

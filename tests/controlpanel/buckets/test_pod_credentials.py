@@ -248,3 +248,45 @@ def test_a_stored_embedded_datastore_issues_scoped_keys(
         assert pod.access_key not in credentials.embedded_keys(root)
     finally:
         objects.delete_bucket(root, bucket=name, force=True)
+
+
+@pytest.mark.k8s
+def test_the_beat_renews_sts_keys_of_projects_with_live_work_into_their_secret(
+    settings: Any,
+    moto_s3: DatastoreConfig,
+    project: Project,
+    other_project: Project,
+    owner: Any,
+    k8s_cluster: Any,
+    k8s_jobs: Any,
+) -> None:
+    """Jobs run for days, STS keys for hours: the periodic renewal re-issues them and re-applies
+    the Secret the sync containers read their files from (they read them before each push)."""
+    import base64
+
+    from controlpanel.workloads import tasks
+    from controlpanel.workloads.models import JobState
+    from tests.fixtures.jobs import submit
+
+    settings.S3_ENDPOINT_URL = moto_s3.endpoint_url
+    settings.S3_ACCESS_KEY, settings.S3_SECRET_KEY = moto_s3.access_key, moto_s3.secret_key
+    settings.S3_ALIAS, settings.S3_CREDENTIAL_MODE, settings.S3_ROLE_ARN = "LOCAL", "sts", ROLE
+    settings.S3_STS_ENDPOINT_URL, settings.S3_CREDENTIAL_DURATION_S = "", 3600
+    for each in (project, other_project):
+        Bucket.objects.create(project=each, datastore="LOCAL", name=f"{each.slug}-data")
+    job = submit(project, owner)
+    type(job).objects.filter(pk=job.pk).update(state=JobState.RUNNING)
+
+    assert tasks.pod_credentials_renew() == 1  # alpha only: beta has no live work
+    first = PodCredential.objects.get(project=project)
+    assert not PodCredential.objects.filter(project=other_project).exists()
+    type(first).objects.filter(pk=first.pk).update(
+        issued_at=timezone.now() - timedelta(minutes=40),
+        expires_at=timezone.now() + timedelta(minutes=20),
+    )
+    assert tasks.pod_credentials_renew() == 1
+    renewed = PodCredential.objects.get(project=project)
+    assert renewed.access_key != first.access_key
+    name = make_datastore_secret(project=project_request(project))["metadata"]["name"]
+    data = k8s_cluster.get("secrets", project.namespace, name)["data"]
+    assert base64.b64decode(data["LOCAL.access_key"]).decode() == renewed.access_key
