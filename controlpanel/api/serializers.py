@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from django.contrib.auth import get_user_model
 from drf_spectacular.utils import extend_schema_field
@@ -90,10 +90,14 @@ class SecretSerializer(serializers.ModelSerializer):
         max_length=MAX_SECRET_BYTES,
         help_text="Stored encrypted; never returned.",
     )
-    updated_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    updated_by: serializers.SlugRelatedField = serializers.SlugRelatedField(
+        slug_field="username", read_only=True
+    )
 
     class Meta:
         model = ProjectSecret
         fields = ["name", "value", "updated_by", "updated_at"]
         read_only_fields = ["updated_at"]
-        extra_kwargs = {"name": {"validators": []}}  # the service says what is wrong
+        extra_kwargs: ClassVar[dict[str, Any]] = {
+            "name": {"validators": []}
+        }  # the service says what is wrong

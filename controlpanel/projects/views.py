@@ -141,7 +141,7 @@ def _secrets_answer(request: HttpRequest, access: ProjectAccess, form: SecretFor
         }
         return render(request, "projects/home.html#secrets", context, status=status)
     if form.errors:
-        messages.error(request, " ".join(m for ms in form.errors.values() for m in ms))
+        messages.error(request, " ".join(str(m) for ms in form.errors.values() for m in ms))
     return redirect(reverse("project-home", kwargs={"slug": access.project.slug}) + "#secrets")
 
 
