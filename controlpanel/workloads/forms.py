@@ -106,7 +106,8 @@ class _JobForm(forms.Form):
             each = f"{flavor.vcpu_per_unit} vCPU each"
         field.label = f"Units ({each})"
         field.help_text = f"One unit of {flavor.name}: {unit_of(flavor)}. The CLI's --gpu N."
-        self._bound_fields_cache.pop("gpu", None)  # a bound field copies the label when made
+        # A bound field copies the label when made: forget one made before this call.
+        self._bound_fields_cache.pop("gpu", None)  # type: ignore[attr-defined]
 
     def common_data(self) -> dict[str, Any]:
         data = self.cleaned_data

@@ -278,6 +278,8 @@ def _job_spec(ctx: dict[str, Any]) -> dict[str, Any]:
         ],
         "params": {"base_model": "org/tiny"},
     }
+
+
 OWNER: dict[str, tuple[Probe, ...]] = {
     "project-home": (Probe("get", 200, "<title>Alpha \u00b7"),),
     "project-secrets": (
