@@ -32,7 +32,8 @@ if not SECRET_KEY:
 # and datastore credentials stored under them stay readable after SECRET_KEY is rotated.
 SECRET_KEY_FALLBACKS = env_list("SECRET_KEY_FALLBACKS", [])
 
-ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost"] if not DEBUG else ["*"])
+# Loopback only unless set, DEBUG included (Django itself allows only localhost under DEBUG).
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 # Public URL of the panel, used in e-mails, webhooks and notebook links.
 SITE_URL = (env_str("SITE_URL") or "http://127.0.0.1:8000").rstrip("/")

@@ -7,7 +7,14 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from controlpanel.accounts.models import ApiToken
-from controlpanel.projects.models import MAX_SECRET_BYTES, Membership, Project, ProjectSecret, Role
+from controlpanel.projects.models import (
+    MAX_SECRET_BYTES,
+    QUOTA_FIELDS,
+    Membership,
+    Project,
+    ProjectSecret,
+    Role,
+)
 
 
 class ProjectSerializer(serializers.ModelSerializer):
@@ -16,11 +23,7 @@ class ProjectSerializer(serializers.ModelSerializer):
         fields = [
             "slug",
             "name",
-            "gpu_quota",
-            "cpu_quota",
-            "memory_gib_quota",
-            "pod_quota",
-            "storage_gib_quota",
+            *QUOTA_FIELDS,
             "monthly_budget",
             "notebook_idle_minutes",
             "created_at",

@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from controlpanel.projects.models import Membership, Project
+from controlpanel.projects.models import QUOTA_FIELDS, Membership, Project
 
 
 class MembershipInline(admin.TabularInline):
@@ -14,11 +14,7 @@ class ProjectAdmin(admin.ModelAdmin):
     list_display = [
         "name",
         "slug",
-        "gpu_quota",
-        "cpu_quota",
-        "memory_gib_quota",
-        "pod_quota",
-        "storage_gib_quota",
+        *QUOTA_FIELDS,
         "monthly_budget",
         "created_at",
     ]

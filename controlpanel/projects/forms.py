@@ -8,6 +8,7 @@ from django.core.validators import URLValidator
 
 from controlpanel.projects.models import (
     MAX_SECRET_BYTES,
+    QUOTA_FIELDS,
     Project,
     Role,
     validate_webhook_url,
@@ -20,11 +21,7 @@ class ProjectForm(forms.ModelForm):
         fields = [
             "name",
             "slug",
-            "gpu_quota",
-            "cpu_quota",
-            "memory_gib_quota",
-            "pod_quota",
-            "storage_gib_quota",
+            *QUOTA_FIELDS,
             "monthly_budget",
             "notebook_idle_minutes",
         ]

@@ -76,6 +76,10 @@ class Role(models.TextChoices):
     MANAGER = "manager", "Manager"
 
 
+# What a project may use at once, in the order pages, forms and the API list them.
+QUOTA_FIELDS = ("gpu_quota", "cpu_quota", "memory_gib_quota", "pod_quota", "storage_gib_quota")
+
+
 class Project(models.Model):
     """A team: members with roles, one Kubernetes namespace, quotas (GPUs, CPU, memory, pods,
     storage) and a monthly budget."""
