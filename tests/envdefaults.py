@@ -22,6 +22,7 @@ _PREFIXES = (
     "WEBHOOK_",
     "WORKER_",
     "JOB_",
+    "POD_",
 )
 _NAMES = {
     "ALLOWED_HOSTS",
