@@ -8,6 +8,7 @@ touched (`ConflictError`), and a 404 on delete means the work is already done.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -17,7 +18,7 @@ from kubernetes.client.exceptions import ApiException
 
 from deploy import names
 from deploy.kubernetes.api import KubeApi, Obj
-from deploy.types import ConflictError, TransientError
+from deploy.types import ConflictError, DeployError, TransientError
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +44,11 @@ def with_hash(manifest: Obj) -> Obj:
     return {**manifest, "metadata": meta}
 
 
+# What the API server answers to a request it will refuse again, however often it is sent:
+# the workload ends in ERROR with the server's reason instead of being re-sent forever.
+REFUSED_STATUSES = frozenset({400, 403, 413, 415, 422})
+
+
 def apply(api: KubeApi, manifest: Obj) -> Obj:
     """Make the object exist as `manifest` says; safe to call any number of times."""
     desired = with_hash(manifest)
@@ -50,10 +56,27 @@ def apply(api: KubeApi, manifest: Obj) -> Obj:
         return api.create(desired)
     except ApiException as exc:
         if exc.status != 409:
-            raise
+            raise refused(exc, desired) from exc
     meta = desired["metadata"]
     current = api.read(desired["kind"], meta.get("namespace"), meta["name"])
-    return adopt(api, current, desired)
+    try:
+        return adopt(api, current, desired)
+    except ApiException as exc:
+        raise refused(exc, desired) from exc
+
+
+def refused(exc: ApiException, desired: Obj) -> Exception:
+    """A `DeployError` with the server's message for a request it will always refuse; the
+    exception itself otherwise (404, 409 and 5xx are for the caller and the retries)."""
+    if exc.status not in REFUSED_STATUSES:
+        return exc
+    message = exc.reason or ""
+    with contextlib.suppress(ValueError, AttributeError):  # a body that is not a Status
+        message = json.loads(exc.body or "{}").get("message") or message
+    meta = desired["metadata"]
+    return DeployError(
+        f"the cluster refused {desired['kind']} {meta['name']} (HTTP {exc.status}): {message}"
+    )
 
 
 def adopt(api: KubeApi, current: Obj, desired: Obj) -> Obj:

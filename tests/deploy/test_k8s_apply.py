@@ -125,10 +125,14 @@ def test_a_client_error_is_not_retried(
 ) -> None:
     from kubernetes.client.exceptions import ApiException
 
+    from deploy.types import DeployError, TransientError
+
     k8s_cluster.fail_next("POST", "jobs", status=403, times=1)
-    with pytest.raises(ApiException) as raised:
+    with pytest.raises(DeployError) as raised:  # final: the job ends in ERROR with the reason
         k8s_backend.apply_job(job=job_request)
-    assert raised.value.status == 403
+    assert not isinstance(raised.value, TransientError)
+    assert "(HTTP 403)" in str(raised.value)
+    assert isinstance(raised.value.__cause__, ApiException)
     assert sum(1 for method, path in methods(k8s_cluster) if path.endswith("/jobs")) == 2
 
 

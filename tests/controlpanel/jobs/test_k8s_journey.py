@@ -362,3 +362,21 @@ def test_a_clean_end_releases_the_workspace_a_failed_push_keeps_it(
     third = submit(project, owner, volumes=volumes)
     assert admit_jobs(project_id=project.pk) == []
     assert "storage quota 60 GiB, 50 in use" in Job.objects.get(pk=third.pk).state_reason
+
+
+@pytest.mark.parametrize("status", [413, 422, 403])
+def test_a_request_the_cluster_always_refuses_ends_in_error_with_its_reason(
+    status: int, k8s_cluster: Any, k8s_jobs: Any, project: Project, owner: Any, panel_s3: Any
+) -> None:
+    """Re-sending what the server refuses (too large, invalid, forbidden) changes nothing: the
+    job ends in ERROR with the server's answer instead of staying QUEUED, re-sent every sweep."""
+    job = submit(project, owner)
+    admit_jobs(project_id=project.pk)
+    k8s_cluster.fail_next("POST", "jobs", status=status)
+    reconcile(str(job.pk))
+    job.refresh_from_db()
+    assert job.state == S.ERROR
+    assert job.state_reason.startswith(f"the cluster refused Job {names.job_name(job_ref(job))}")
+    assert f"(HTTP {status})" in job.state_reason
+    sweep()  # the sweep leaves a final job alone: nothing is sent again
+    assert k8s_cluster.list("jobs", NS) == []
