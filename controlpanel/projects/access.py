@@ -61,7 +61,10 @@ def project_view(*, manage: bool = False) -> Callable:
         def wrapper(request: HttpRequest, slug: str, *args: Any, **kwargs: Any) -> HttpResponse:
             access = project_access(user=request.user, slug=slug, manage=manage)
             request.access = access  # type: ignore[attr-defined]
-            request.session["project"] = access.project.slug
+            # Written only when it changes: an assignment marks the session modified, and every
+            # poll of every open page would then write its row.
+            if request.session.get("project") != access.project.slug:
+                request.session["project"] = access.project.slug
             return view(request, *args, **kwargs)
 
         return wrapper

@@ -80,3 +80,19 @@ def test_the_gpu_quota_is_labelled_gpu_quota(admin_user: Any, project: Project) 
     add_member(project, admin_user)
     html = logged_in(admin_user).get("/projects/new/").content.decode()
     assert ">GPU quota</label>" in html and "Gpu quota" not in html
+
+
+@pytest.mark.django_db
+def test_pages_and_polls_of_the_same_project_do_not_write_the_session(
+    owner_client: Client, project: Project
+) -> None:
+    """The session row is written when the project changes, not at every poll of every page."""
+    from django.contrib.sessions.models import Session
+
+    owner_client.get("/p/alpha/jobs/")  # the first page of the project: remembered
+    key = owner_client.session.session_key
+    saved = Session.objects.get(session_key=key).expire_date
+    for path in ["/p/alpha/jobs/", "/p/alpha/buckets/", "/p/alpha/jobs/"]:
+        assert owner_client.get(path).status_code == 200
+    assert Session.objects.get(session_key=key).expire_date == saved
+    assert owner_client.session["project"] == "alpha"
