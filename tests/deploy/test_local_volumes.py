@@ -5,6 +5,7 @@ from __future__ import annotations
 import urllib.request
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -39,23 +40,29 @@ def local(tmp_path: Path, s3_server: DatastoreConfig) -> LocalBackend:
     return backend
 
 
-@pytest.mark.slow
-def test_pull_run_push_then_sync_failed_and_retry(
-    local: LocalBackend, s3_server: DatastoreConfig, bucket: str, tmp_path: Path
-) -> None:
-    put_object(s3_server, bucket=bucket, key="dataset/corpus.txt", data=b"hello corpus")
-    go = tmp_path / "go"
-    job = py_job(
+def train_job(bucket: str, go: Path, output_mode: Mode) -> Any:
+    """TRAIN reading the bucket's dataset/ and writing output/ (mounted `output_mode`) once
+    the file `go` exists."""
+    return py_job(
         TRAIN,
         "/workspace/data/corpus.txt",
         "/workspace/output",
         str(go),
         volumes=(
             VolumeSpec(bucket, "LOCAL", "dataset", "/workspace/data", Mode.RO),
-            VolumeSpec(bucket, "LOCAL", "output", "/workspace/output", Mode.RW),
+            VolumeSpec(bucket, "LOCAL", "output", "/workspace/output", output_mode),
         ),
         push_every_s=0,
     )
+
+
+@pytest.mark.slow
+def test_pull_run_push_then_sync_failed_and_retry(
+    local: LocalBackend, s3_server: DatastoreConfig, bucket: str, tmp_path: Path
+) -> None:
+    put_object(s3_server, bucket=bucket, key="dataset/corpus.txt", data=b"hello corpus")
+    go = tmp_path / "go"
+    job = train_job(bucket, go, Mode.RW)
     local.apply_job(job=job)
     running(local, job.ref)
     delete_bucket(s3_server, bucket=bucket, force=True)  # the push will find no bucket
@@ -83,17 +90,7 @@ def test_the_push_keeps_what_others_changed_meanwhile_and_reports_conflicts(
     put_object(s3_server, bucket=bucket, key="output/model.txt", data=b"base model")
     put_object(s3_server, bucket=bucket, key="output/notes.txt", data=b"pulled, untouched")
     go = tmp_path / "go"
-    job = py_job(
-        TRAIN,
-        "/workspace/data/corpus.txt",
-        "/workspace/output",
-        str(go),
-        volumes=(
-            VolumeSpec(bucket, "LOCAL", "dataset", "/workspace/data", Mode.RO),
-            VolumeSpec(bucket, "LOCAL", "output", "/workspace/output", Mode.RWD),
-        ),
-        push_every_s=0,
-    )
+    job = train_job(bucket, go, Mode.RWD)
     local.apply_job(job=job)
     running(local, job.ref)  # pulled
     # Someone else, while the job runs: a new object, and new versions of two pulled ones.
