@@ -321,12 +321,14 @@ class LogChunk:
     """New log lines since a cursor; pass `cursor` back to get the lines after these.
 
     `lines` have no trailing newline and no timestamp prefix. `eof` is set once the process
-    has ended and every line has been returned.
+    has ended and every line has been returned. `skipped` says what the read had to pass over
+    (too much at once to take): the collector stores it as a line of its own.
     """
 
     lines: tuple[str, ...]
     cursor: str
     eof: bool = False
+    skipped: str = ""
 
 
 def _tuplify(obj: object, *names: str) -> None:

@@ -18,7 +18,6 @@ from controlpanel.api.scoping import api_project
 from controlpanel.flavors.models import Flavor
 from controlpanel.workloads import logs, selectors, services
 from controlpanel.workloads.models import Job, JobEvent
-from deploy.types import DeployError
 
 log = logging.getLogger(__name__)
 MAX_LOG_LINES = 5000  # one page of `logs`
@@ -239,22 +238,9 @@ class JobViewSet(viewsets.ViewSet):
         after = query_int(request, "after", 0, 0, MAX_OFFSET)
         limit = query_int(request, "limit", 1000, 1, MAX_LOG_LINES)
         page: dict[str, Any] = {"run": run}
-        if run == job.run and (job.is_live or not job.logs_archived):
-            page |= _collect(job)
         lines = logs.lines_after(job=job, after=after, limit=limit, run=run)
         last = lines[-1].seq if lines else after
         ended = run < job.run or (job.is_final and job.logs_archived)
         eof = ended and last >= logs.run_line_count(job=job, run=run)
         lines_out = [{"seq": x.seq, "text": x.text} for x in lines]
         return Response({"lines": lines_out, "next": last, "eof": eof, "state": job.state} | page)
-
-
-def _collect(job: Job) -> dict[str, Any]:
-    """Fetch new lines; on a cluster error the stored ones are still served, with a warning."""
-    try:
-        logs.collect_logs(job_id=job.pk)
-    except DeployError as exc:
-        log.warning("collecting logs of job %s failed: %s", job.pk, exc)
-        return {"warning": f"New log lines could not be collected: {exc}"}
-    job.refresh_from_db()
-    return {}

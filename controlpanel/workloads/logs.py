@@ -1,9 +1,9 @@
 """Job logs: collected from the backend into the database (so they outlive the pod), read back
 by sequence number (tail, follow, download), and mined for fine-tune progress events.
 
-Collection is pull-through: whoever needs fresh lines (a page poll, the API, the final archive)
-asks the backend for the lines after the stored cursor, under the job's row lock, so viewers
-share one collection and no line is stored twice. No Celery worker follows a log.
+One collector per live workload stores lines as they come (collector.py, in the watcher), and
+the final archive takes the rest (`archive_logs`, from the finalize task). Pages and the API
+only read the stored rows: 50 viewers cost what one does, and a GET never reaches the cluster.
 """
 
 from __future__ import annotations
@@ -64,6 +64,8 @@ TEXT_FIELDS = frozenset(
     ("model", "method", "device", "dtype", "kind", "message", "adapter_path", "merged_path")
 )
 _DROP = object()
+# Lines Ajuste itself adds to a log (skipped bytes, a truncated archive) start with this.
+MARK = "[ajuste]"
 
 
 class UnknownRun(ValueError):
@@ -71,44 +73,62 @@ class UnknownRun(ValueError):
 
 
 def collect_logs(*, job_id: Any, limit: int = COLLECT_LIMIT) -> tuple[int, bool]:
-    """Store new lines of the job's current run; returns (lines added, end of log reached)."""
+    """Store new lines of the job's current run; returns (lines added, end of log reached).
+
+    The backend is read without holding the job's row (a slow read never blocks reconcile);
+    the lines are stored only if nobody stored lines from that cursor meanwhile."""
+    job = Job.objects.select_related("project").filter(pk=job_id).first()
+    if job is None or job.logs_archived or job.launched_run < job.run:
+        return 0, True
+    run, cursor = job.run, job.log_cursor
+    chunk = get_backend().read_logs(ref=job_ref(job), cursor=cursor or None, limit=limit)
+    lines = chunk.lines
+    if chunk.skipped:
+        lines = (*lines, f"{MARK} {chunk.skipped}")
     with transaction.atomic():
-        job = (
-            Job.objects.select_for_update(of=("self",))
-            .select_related("project")
-            .filter(pk=job_id)
-            .first()
-        )
-        if job is None or job.logs_archived or job.launched_run < job.run:
-            return 0, True
-        chunk = get_backend().read_logs(
-            ref=job_ref(job), cursor=job.log_cursor or None, limit=limit
-        )
-        start = job.log_lines
-        JobLogLine.objects.bulk_create(
-            [
-                JobLogLine(job=job, run=job.run, seq=start + i, text=_clean_text(line))
-                for i, line in enumerate(chunk.lines, start=1)
-            ],
-            batch_size=1000,
-        )
-        _note_progress(job, chunk.lines)
+        job = Job.objects.select_for_update(of=("self",)).filter(pk=job_id).first()
+        if job is None or job.logs_archived or (job.run, job.log_cursor) != (run, cursor):
+            return 0, False  # another collector moved on: the next read starts from its cursor
+        _store(job, lines)
         job.log_cursor = chunk.cursor
-        job.log_lines = start + len(chunk.lines)
         job.save(update_fields=["log_cursor", "log_lines", "progress", "loss_curve", "updated_at"])
-        return len(chunk.lines), chunk.eof
+        return len(lines), chunk.eof
+
+
+def _store(job: Job, lines: tuple[str, ...] | list[str]) -> None:
+    start = job.log_lines
+    JobLogLine.objects.bulk_create(
+        [
+            JobLogLine(job=job, run=job.run, seq=start + i, text=_clean_text(line))
+            for i, line in enumerate(lines, start=1)
+        ],
+        batch_size=1000,
+    )
+    _note_progress(job, lines)
+    job.log_lines = start + len(lines)
 
 
 def archive_logs(*, job_id: Any, max_rounds: int = 1000) -> bool:
-    """Collect until the end of the log (the job has ended); mark the log archived."""
+    """Collect until the end of the log (the job has ended); mark the log archived. An archive
+    that stops before the end says so in the log's last line."""
+    eof, empty = False, 0
     for _ in range(max_rounds):
         added, eof = collect_logs(job_id=job_id)
-        if eof or added == 0:
+        empty = 0 if added else empty + 1
+        if eof or empty >= 3:  # three empty reads that do not reach the end: give up
             break
-    return Job.objects.filter(pk=job_id).update(logs_archived=True) > 0
+    with transaction.atomic():
+        job = Job.objects.select_for_update(of=("self",)).filter(pk=job_id).first()
+        if job is None:
+            return False
+        if not job.logs_archived and not eof:
+            _store(job, [f"{MARK} log truncated: the archive stopped before the end of the log"])
+        job.logs_archived = True
+        job.save(update_fields=["log_lines", "progress", "loss_curve", "logs_archived"])
+    return True
 
 
-def _note_progress(job: Job, lines: tuple[str, ...]) -> None:
+def _note_progress(job: Job, lines: tuple[str, ...] | list[str]) -> None:
     """Keep the newest progress event and a bounded loss curve (for the bar, ETA and chart)."""
     for line in lines:
         event = _progress_event(line) if line.startswith("{") else None

@@ -1,4 +1,7 @@
-"""Job pages and their htmx fragments. Every view starts with the project access helper."""
+"""Job pages and their htmx fragments. Every view starts with the project access helper.
+
+They read rows only: the watcher, the sweep and the tasks talk to the cluster (a GET never
+does), so a page costs the same whether one person watches a job or fifty."""
 
 from __future__ import annotations
 
@@ -7,7 +10,6 @@ from typing import Any, cast
 
 from django import forms
 from django.contrib import messages
-from django.core.cache import cache
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
@@ -24,13 +26,11 @@ from controlpanel.workloads.ansi import ansi_to_html
 from controlpanel.workloads.demo import demo_form_initial
 from controlpanel.workloads.forms import CustomJobForm, FinetuneForm
 from controlpanel.workloads.models import Job, JobState
-from controlpanel.workloads.reconcile import observe
 from controlpanel.workloads.validation import (
     LOCAL_BACKEND_NOTE,
     clean_job,
     runs_only_the_finetune_image,
 )
-from deploy.types import DeployError
 
 log = logging.getLogger(__name__)
 PAGE_SIZE = 50
@@ -154,18 +154,6 @@ def job_new(request: HttpRequest) -> HttpResponse:
     return render(request, "jobs/new.html", context, status=status)
 
 
-def _refresh(job: Job) -> Job:
-    """While someone watches a live job, look at it at most once a second (a cheap observe:
-    the sweep and the tasks do the rest)."""
-    if job.is_live and job.launched_run >= job.run and cache.add(f"job-refresh:{job.pk}", 1, 1):
-        try:
-            observe(str(job.pk))
-            job.refresh_from_db()
-        except DeployError as exc:
-            log.warning("refreshing job %s failed: %s", job.pk, exc)
-    return job
-
-
 def _detail_context(job: Job) -> dict[str, Any]:
     return {
         "job": job,
@@ -179,9 +167,7 @@ def _detail_context(job: Job) -> dict[str, Any]:
 
 @project_view()
 def job_detail(request: HttpRequest, job_id: str) -> HttpResponse:
-    job = _refresh(selectors.job_get(project=_access(request).project, job_id=job_id))
-    if job.is_live or not job.logs_archived:
-        _collect(job)
+    job = selectors.job_get(project=_access(request).project, job_id=job_id)
     lines = logs.tail(job=job, count=LOG_TAIL)
     context = _detail_context(job) | _log_context(job, lines)
     context |= {"truncated": job.log_lines > len(lines), "earlier_runs": range(job.run - 1, 0, -1)}
@@ -190,18 +176,8 @@ def job_detail(request: HttpRequest, job_id: str) -> HttpResponse:
 
 @project_view()
 def job_status(request: HttpRequest, job_id: str) -> HttpResponse:
-    job = _refresh(selectors.job_get(project=_access(request).project, job_id=job_id))
+    job = selectors.job_get(project=_access(request).project, job_id=job_id)
     return render(request, "jobs/detail.html#job-status", _detail_context(job))
-
-
-def _collect(job: Job) -> None:
-    try:
-        logs.collect_logs(job_id=job.pk)
-        job.refresh_from_db(
-            fields=["log_lines", "log_cursor", "progress", "loss_curve", "logs_archived"]
-        )
-    except DeployError as exc:
-        log.warning("collecting logs of job %s failed: %s", job.pk, exc)
 
 
 def _log_context(job: Job, lines: list[Any], after: int = 0) -> dict[str, Any]:
@@ -219,8 +195,6 @@ def job_logs(request: HttpRequest, job_id: str) -> HttpResponse:
         after = max(int(request.GET.get("after", 0)), 0)
     except ValueError:
         after = 0
-    if job.is_live or not job.logs_archived:
-        _collect(job)
     context = {"job": job, "project": job.project} | _log_context(
         job, logs.lines_after(job=job, after=after, limit=LOG_TAIL), after
     )
@@ -238,8 +212,6 @@ def job_log_download(request: HttpRequest, job_id: str) -> HttpResponse | Stream
     except logs.UnknownRun as exc:
         # Plain text, not the bare 404 page: the message says which runs exist.
         return HttpResponse(str(exc), status=404, content_type="text/plain; charset=utf-8")
-    if run == job.run and (job.is_live or not job.logs_archived):
-        _collect(job)
     response = StreamingHttpResponse(
         logs.iter_log_text(job=job, run=run), content_type="text/plain; charset=utf-8"
     )

@@ -127,8 +127,8 @@ class KubernetesBackend:
         if pod is None:
             return LogChunk(lines=(), cursor=cursor or "", eof=self._ended(ref))
         run = container_run(container_status(pod, "main"))
-        if run.state in ("", "waiting"):
-            return LogChunk(lines=(), cursor=cursor or "", eof=False)
+        if run.state in ("", "waiting"):  # never started: its log ends if the run did
+            return LogChunk(lines=(), cursor=cursor or "", eof=self._ended(ref))
         return self._read_pod(pod, cursor, limit, finished=run.state == "terminated")
 
     def apply_notebook(self, *, notebook: NotebookRequest) -> ObservedWorkload:
@@ -200,7 +200,7 @@ class KubernetesBackend:
     def _read_pod(self, pod: Obj, cursor: str | None, limit: int, *, finished: bool) -> LogChunk:
         meta = pod["metadata"]
         try:
-            lines, after, at_end = read_pod_log(
+            read = read_pod_log(
                 self.api,
                 namespace=meta["namespace"],
                 pod=meta["name"],
@@ -213,7 +213,12 @@ class KubernetesBackend:
             if exc.status in (400, 404):  # not started yet, or gone meanwhile
                 return LogChunk(lines=(), cursor=cursor or "", eof=exc.status == 404)
             raise
-        return LogChunk(lines=tuple(lines), cursor=after, eof=finished and at_end)
+        return LogChunk(
+            lines=tuple(read.lines),
+            cursor=read.cursor,
+            eof=finished and read.at_end,
+            skipped=read.skipped,
+        )
 
     def _ended(self, ref: WorkloadRef) -> bool:
         if ref.kind is WorkloadKind.NOTEBOOK:

@@ -6,10 +6,15 @@ drops what the cursor has already returned: lines older than the cursor's time, 
 `count` lines carrying exactly the cursor's time. The cursor is
 `<pod uid>|<last time in ns>|<lines seen at that time>`; a new pod (a re-admitted Job) starts
 from its beginning.
+
+A read returns at most MAX_BYTES. When that much cannot move the cursor (more than MAX_BYTES
+written within one second, or one line longer than that), the cursor jumps to the next second
+and the read says how many bytes it passed over: collection never stalls.
 """
 
 from __future__ import annotations
 
+from contextlib import suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -96,6 +101,14 @@ def new_lines(
     return fresh, Cursor(cursor.pod_uid, last_ns, count)
 
 
+@dataclass(frozen=True)
+class PodLogRead:
+    lines: list[str]
+    cursor: str
+    at_end: bool  # the read reached the current end of the log
+    skipped: str = ""  # what was passed over, for the log itself
+
+
 def read_pod_log(
     api: KubeApi,
     *,
@@ -105,8 +118,7 @@ def read_pod_log(
     container: str,
     cursor: str | None,
     limit: int,
-) -> tuple[list[str], str, bool]:
-    """(new lines, next cursor, whether the read reached the current end of the log)."""
+) -> PodLogRead:
     position = Cursor.decode(cursor, pod_uid=pod_uid)
     body = api.pod_log(
         namespace,
@@ -115,7 +127,26 @@ def read_pod_log(
         since_time=since_time(position.last_ns),
         limit_bytes=MAX_BYTES,
     )
-    truncated = len(body.encode()) >= MAX_BYTES
+    size = len(body.encode())
+    truncated = size >= MAX_BYTES
     fresh, after = new_lines(split_lines(body), position, limit=limit)
-    at_end = not truncated and len(fresh) < limit
-    return fresh, after.encode(), at_end
+    if truncated and not fresh:
+        return _skip(body, size, position)
+    return PodLogRead(fresh, after.encode(), not truncated and len(fresh) < limit)
+
+
+def _skip(body: str, size: int, position: Cursor) -> PodLogRead:
+    """A full read with nothing new in it: jump past the second it is stuck in (the one of the
+    line cut at MAX_BYTES, else the cursor's own)."""
+    complete, _, partial = body.rpartition("\n")
+    stuck = position.last_ns
+    with suppress(ValueError):  # no timestamp in the cut line: the cursor's second is stuck
+        stuck = max(stuck, parse_timestamp(partial.partition(" ")[0]))
+    next_second = (max(stuck, 0) // 1_000_000_000 + 1) * 1_000_000_000
+    passed = size - len(complete.encode()) - (1 if complete else 0)
+    at = datetime.fromtimestamp(next_second // 1_000_000_000 - 1, tz=UTC)
+    note = (
+        f"at least {passed} bytes of log skipped at {at:%Y-%m-%d %H:%M:%S} UTC: more than "
+        f"{MAX_BYTES // (1024 * 1024)} MiB within one second, or a line longer than that"
+    )
+    return PodLogRead([], Cursor(position.pod_uid, next_second, 0).encode(), False, note)

@@ -1,6 +1,9 @@
 """`manage.py watch_workloads`: follow the backend's workloads and record changes as they
 happen (the Procfile's `watcher`). The Kubernetes backend lists then watches pods; a backend
-without a watch is polled. The beat sweep stays the safety net: either alone converges."""
+without a watch is polled. The beat sweep stays the safety net: either alone converges.
+
+Beside the watch, the same process runs the log collector (collector.py): the log of every
+running workload is stored as it is printed, watched or not."""
 
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ from django.core.management.base import BaseCommand, CommandParser
 from django.db import close_old_connections
 
 from controlpanel.workloads.backend import get_backend
+from controlpanel.workloads.collector import LogCollector
 from controlpanel.workloads.sweep import record_observation
 from deploy.types import DeployError
 
@@ -30,13 +34,26 @@ class Command(BaseCommand):
             help="Polling period for backends without a watch.",
         )
         parser.add_argument("--resync-seconds", type=float, default=300.0)
+        parser.add_argument(
+            "--log-seconds",
+            type=float,
+            default=0.25,
+            help="How often the log of a workload that is printing is read.",
+        )
 
     def handle(
-        self, *args: Any, poll_seconds: float, resync_seconds: float, **options: Any
+        self,
+        *args: Any,
+        poll_seconds: float,
+        resync_seconds: float,
+        log_seconds: float,
+        **options: Any,
     ) -> None:
         stop = threading.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
+        collector = LogCollector(interval_s=log_seconds)
+        threading.Thread(target=collector.run, args=(stop,), name="logs", daemon=True).start()
         backend = get_backend()
         if hasattr(backend, "watch"):
             for observed in backend.watch(stop=stop, resync_s=resync_seconds):
