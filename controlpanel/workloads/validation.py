@@ -17,12 +17,10 @@ from controlpanel.core.validators import validate_visible_name
 from controlpanel.flavors.models import Flavor
 from controlpanel.projects.models import NAME_RULE_FOR_SECRETS, SECRET_NAME_RE, Project
 from controlpanel.projects.selectors import secret_names
-from controlpanel.workloads.backend import get_backend
 from controlpanel.workloads.datastores import check_volume_access
 from controlpanel.workloads.models import DEFAULT_TIMEOUT_S, Preset
 from controlpanel.workloads.presets import clean_finetune, finetune_command
 from deploy import images
-from deploy.local import LocalBackend
 from deploy.local.plan import local_argv, preset_problem
 from storage.volumes import (
     VolumeSpec,
@@ -238,8 +236,9 @@ LOCAL_COMMAND_NOTE = (
 
 
 def runs_only_the_finetune_image() -> bool:
-    """True on the local backend (the `make run` default): it runs no container."""
-    return isinstance(get_backend(), LocalBackend)
+    """True on the local backend (the `make run` default): it runs no container. Read from the
+    settings, not the backend: the web process never builds one (it has no cluster identity)."""
+    return settings.COMPUTE_BACKEND == "local"
 
 
 def _runs_on_this_backend(image: str) -> None:

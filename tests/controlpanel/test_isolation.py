@@ -382,6 +382,22 @@ def owner_s3(panel_s3: DatastoreConfig) -> Iterator[DatastoreConfig]:
         delete_bucket(panel_s3, bucket="alpha-data", force=True)
 
 
+@pytest.fixture
+def no_cluster_identity(settings: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The web pods on a cluster: no token, so building a compute backend would fail there.
+    Here it fails the test: every answer must come from rows (and enqueued tasks)."""
+    from controlpanel.workloads import backend
+
+    def refuse() -> Any:
+        raise AssertionError("the web process built a compute backend")
+
+    settings.COMPUTE_BACKEND = "kubernetes"
+    backend.set_backend(None)
+    monkeypatch.setattr(backend, "_build_backend", refuse)
+    yield
+    backend.set_backend(None)
+
+
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 def test_the_owner_gets_the_real_answer(
     case: Case,
@@ -389,8 +405,10 @@ def test_the_owner_gets_the_real_answer(
     owner_client: Client,
     owner_api: APIClient,
     owner_s3: DatastoreConfig,
+    no_cluster_identity: None,
 ) -> None:
-    """The positive control of the tests above: the same route, the project's manager."""
+    """The positive control of the tests above: the same route, the project's manager, on a
+    web process that has no cluster identity (so no route may reach the cluster)."""
     ctx = ctx | {"s3": owner_s3, "bucket": "alpha-data"}
     job, _, _ = _job(ctx), _bucket(ctx), _secret(ctx)
     url = case.path(ctx)

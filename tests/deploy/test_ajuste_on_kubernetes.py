@@ -102,6 +102,7 @@ def test_renders_every_part_and_validates(objects: list[Obj]) -> None:
         ("Namespace", "ajuste"),
         ("Service", "ajuste-web"),
         ("ServiceAccount", "ajuste-controller"),
+        ("ServiceAccount", "ajuste-web"),
         ("ValidatingAdmissionPolicy", "ajuste-controller-scope"),
         ("ValidatingAdmissionPolicyBinding", "ajuste-controller-scope"),
     ]
@@ -216,12 +217,22 @@ def test_only_the_processes_that_call_the_cluster_get_a_token(objects: list[Obj]
     }
     assert {
         name for name, pod in pods.items() if pod.get("automountServiceAccountToken", True)
-    } == {
-        "ajuste-web",
-        "ajuste-worker",
-        "ajuste-watcher",
+    } == {"ajuste-worker", "ajuste-watcher"}
+    assert {name: pod.get("serviceAccountName") for name, pod in pods.items()} == {
+        "ajuste-web": "ajuste-web",
+        "ajuste-worker": "ajuste-controller",
+        "ajuste-watcher": "ajuste-controller",
+        "ajuste-beat": None,
     }
-    assert {pod.get("serviceAccountName") for pod in pods.values()} == {"ajuste-controller", None}
+    # The internet-facing web pods have an identity of their own, bound to nothing.
+    assert find(objects, "ServiceAccount", "ajuste-web")["automountServiceAccountToken"] is False
+    subjects = [
+        subject["name"]
+        for o in objects
+        if o["kind"] in ("RoleBinding", "ClusterRoleBinding")
+        for subject in o.get("subjects") or []
+    ]
+    assert "ajuste-web" not in subjects and "ajuste-controller" in subjects
 
 
 def test_rbac_has_no_wildcard_no_exec_no_cluster_wide_secrets(objects: list[Obj]) -> None:
