@@ -280,6 +280,10 @@ COMPUTE_BACKEND = env_choice("COMPUTE_BACKEND", "local", ("local", "kubernetes")
 # names than loopback, or with more than one active user, refuses to start with it unless the
 # operator accepts one trust domain (controlpanel/workloads/checks.py).
 AJUSTE_LOCAL_BACKEND_TRUSTED = env_bool("AJUSTE_LOCAL_BACKEND_TRUSTED", False)
+# What the local backend's jobs may use at once, all projects together (0: this machine's
+# cores and memory, detected); lower them in a container whose limits are below the machine's.
+AJUSTE_LOCAL_CPUS = env_int("AJUSTE_LOCAL_CPUS", 0, minimum=0)
+AJUSTE_LOCAL_MEMORY_GIB = env_int("AJUSTE_LOCAL_MEMORY_GIB", 0, minimum=0)
 
 # Object storage: the default datastore (`make run` starts an embedded one and sets these).
 S3_ENDPOINT_URL = (env_str("S3_ENDPOINT_URL") or "").rstrip("/")

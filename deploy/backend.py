@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from typing import Protocol, runtime_checkable
 
 from deploy.types import (
+    Capacity,
     JobRequest,
     LogChunk,
     NotebookRequest,
@@ -24,6 +25,11 @@ class ComputeBackend(Protocol):
     """Runs jobs and notebooks somewhere; see each method for its contract."""
 
     name: str
+
+    def capacity(self) -> Capacity | None:
+        """The cores and memory that every project's jobs share (a machine), for the panel to
+        admit jobs within; None where the backend queues work itself (a cluster's scheduler)."""
+        ...
 
     def ensure_project(self, *, project: ProjectRequest) -> None:
         """Create or update the project's namespace, quota, policies and datastore Secret."""

@@ -114,6 +114,15 @@ class FlavorSpec:
 
 
 @dataclass(frozen=True)
+class Capacity:
+    """What one machine can run at once: the local backend's cores and memory. The panel
+    admits jobs only while their flavors' requests fit in it (a cluster queues by itself)."""
+
+    millicpu: int
+    memory_mib: int
+
+
+@dataclass(frozen=True)
 class WorkloadRef:
     """Identifies one run of one workload: enough to find, observe and delete its objects."""
 

@@ -8,20 +8,27 @@ and its place in the queue. A job needing none of what the jobs ahead wait for m
 CPU-only job behind one waiting for GPUs); nothing else overtakes. The amounts are the pod's own
 requests, the push sidecar's included, as the namespace's ResourceQuota counts them. The
 project row is locked while admitting, so two workers never admit past a quota.
+
+On a backend that is one machine (local: `capacity()` answers its cores and memory) every
+project's jobs also share that machine: a job is admitted only while its flavor's vCPU and
+memory × units fit beside the admitted ones, in one queue across projects, first in first out
+(a job bigger than the machine says it never starts, and blocks nobody). One advisory lock
+(PostgreSQL) serialises these admissions; SQLite's IMMEDIATE transactions already do.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from controlpanel.projects.models import Project
 from controlpanel.workloads.backend import get_backend, job_ref
 from controlpanel.workloads.lifecycle import record_state
 from controlpanel.workloads.models import LIVE_STATES, Job, JobState
+from deploy.types import Capacity
 from storage.volumes import Mode, parse_volume_spec
 
 # The push sidecar's requests (deploy/manifests/common.py, `sync_container`): it runs beside
@@ -130,36 +137,145 @@ def short_of(project: Project, used: Need, need: Need) -> Quota | None:
     return None
 
 
+# The machine's resources: (Need field, label, how an amount is said, scale).
+MACHINE = (
+    ("millicpu", "vCPU", "{} vCPU", 1000),
+    ("memory_mib", "memory", "{} GiB of memory", 1024),
+)
+# One admission at a time on the machine: the bytes "ajmachin" as a signed 64-bit integer.
+MACHINE_LOCK_KEY = int.from_bytes(b"ajmachin", "big", signed=True)
+OVERRIDE_HINT = "AJUSTE_LOCAL_CPUS and AJUSTE_LOCAL_MEMORY_GIB set what the local backend may use"
+
+
+def machine_need(job: Job) -> Need:
+    """What a run takes of the machine: its flavor's vCPU and memory × units. No sidecar here:
+    the local backend pushes the volumes after the user's process, not beside it."""
+    flavor, units = job.flavor, job.gpu
+    return Need(
+        millicpu=flavor.vcpu_per_unit * units * 1000,
+        memory_mib=flavor.memory_gib_per_unit * units * 1024,
+    )
+
+
+def machine_usage() -> Need:
+    """What the admitted, unfinished runs of every project take of the machine."""
+    total = Need()
+    running = Job.objects.filter(state__in=LIVE_STATES).exclude(admitted_at=None)
+    for job in running.select_related("flavor"):
+        total += machine_need(job)
+    return total
+
+
+def machine_waiting_jobs() -> list[Job]:
+    """Every project's waiting jobs, first in first out: one machine, one queue."""
+    waiting = Job.objects.filter(state=JobState.QUEUED, admitted_at=None)
+    return list(waiting.select_related("flavor").order_by("queued_at", "created_at"))
+
+
+def shares_machine() -> bool:
+    """Whether every project's jobs wait in one queue (the backend is one machine). From the
+    settings, not the backend: the web process (queue positions) never builds a backend."""
+    return settings.COMPUTE_BACKEND == "local"
+
+
+def _lock_machine() -> None:
+    """Serialise admissions until the transaction ends, so two workers never admit past the
+    machine. SQLite (`make run`) needs none: its transactions begin IMMEDIATE, one writer at
+    a time."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [MACHINE_LOCK_KEY])
+
+
+@dataclass
+class MachineQueue:
+    """The machine all projects share during one admission pass: its capacity, what the
+    admitted runs take, and what the jobs ahead wait for (nothing overtakes them)."""
+
+    capacity: Capacity
+    used: Need
+    blocked: list[str] = field(default_factory=list)
+
+    def wait_reason(self, need: Need) -> str | None:
+        """Why a job with this need waits for the machine (None: it starts now)."""
+        for name, _label, amount, scale in MACHINE:
+            has, wanted = getattr(self.capacity, name), getattr(need, name)
+            if wanted > has:  # blocks nobody: it will never be at the head
+                return (
+                    f"this job needs {amount.format(f'{wanted / scale:g}')}, more than this "
+                    f"machine's {has / scale:g}: it can never start here ({OVERRIDE_HINT})"
+                )
+        if self.blocked:
+            return f"waiting behind earlier jobs for this machine's {' and '.join(self.blocked)}"
+        for name, label, amount, scale in MACHINE:
+            has, wanted = getattr(self.capacity, name), getattr(need, name)
+            in_use = getattr(self.used, name)
+            if in_use + wanted > has:
+                self.blocked.append(label)
+                return (
+                    f"waiting: this machine has {amount.format(f'{has / scale:g}')}, "
+                    f"{in_use / scale:g} in use by running jobs, this job needs {wanted / scale:g}"
+                )
+        return None
+
+
 @transaction.atomic
 def admit_jobs(*, project_id: int) -> list[str]:
-    """Admit what fits, in order; returns the ids of the jobs admitted now."""
-    project = Project.objects.select_for_update().get(pk=project_id)
-    used = project_usage(project=project)
+    """Admit what fits, in order; returns the ids of the jobs admitted now.
+
+    On a backend that is one machine (local) all projects share one queue: whichever
+    project's job arrived or ended, the waiting jobs of every project are admitted in order.
+    """
+    capacity = get_backend().capacity()
+    if capacity is None:
+        project = Project.objects.select_for_update().get(pk=project_id)
+        return _admit(waiting_jobs(project=project), {project.pk: project}, None)
+    _lock_machine()
+    waiting = machine_waiting_jobs()
+    locked = Project.objects.select_for_update().filter(pk__in={j.project_id for j in waiting})
+    projects = {project.pk: project for project in locked.order_by("pk")}
+    return _admit(waiting, projects, MachineQueue(capacity=capacity, used=machine_usage()))
+
+
+def _admit(
+    jobs: list[Job], projects: dict[int, Project], machine: MachineQueue | None
+) -> list[str]:
+    used = {pk: project_usage(project=project) for pk, project in projects.items()}
+    blocked: dict[int, set[str]] = {pk: set() for pk in projects}  # what the jobs ahead wait for
     admitted: list[str] = []
-    blocked: set[str] = set()  # what the jobs ahead wait for
     position = 0
-    for job in waiting_jobs(project=project):
-        need = job_need(job)
-        short = short_of(project, used, need)
-        behind = {q.need for q in QUOTAS if getattr(need, q.need)} & blocked
-        if short is None and not behind:
-            used += need
+    for job in jobs:
+        pk, need = job.project_id, job_need(job)
+        reason = _project_wait(projects[pk], used[pk], need, blocked[pk])
+        if reason is None and machine is not None:
+            reason = machine.wait_reason(machine_need(job))
+        if reason is None:
+            used[pk] += need
+            if machine is not None:
+                machine.used += machine_need(job)
             job.admitted_at = timezone.now()
             job.save(update_fields=["admitted_at", "updated_at"])
             record_state(job, JobState.QUEUED, "admitted: starting")
             admitted.append(str(job.id))
             continue
         position += 1
-        if short is None:
-            labels = " and ".join(q.label for q in QUOTAS if q.need in behind)
-            reason = f"waiting behind earlier jobs for the project's {labels} quota"
-        elif _never_fits(project, short, need):
-            reason = _never_reason(project, short, need)
-        else:
-            blocked.add(short.need)
-            reason = _waiting_reason(project, short, used, need)
         record_state(job, JobState.QUEUED, f"{reason}; position {position} in the queue")
     return admitted
+
+
+def _project_wait(project: Project, used: Need, need: Need, blocked: set[str]) -> str | None:
+    """Why the job waits for its project's quotas (None: they let it start)."""
+    short = short_of(project, used, need)
+    behind = {q.need for q in QUOTAS if getattr(need, q.need)} & blocked
+    if short is None and not behind:
+        return None
+    if short is None:
+        labels = " and ".join(q.label for q in QUOTAS if q.need in behind)
+        return f"waiting behind earlier jobs for the project's {labels} quota"
+    if _never_fits(project, short, need):
+        return _never_reason(project, short, need)
+    blocked.add(short.need)
+    return _waiting_reason(project, short, used, need)
 
 
 def _never_fits(project: Project, quota: Quota, need: Need) -> bool:

@@ -51,7 +51,11 @@ def _build_backend() -> ComputeBackend:
         )
     from deploy.local import LocalBackend
 
-    return LocalBackend(base_dir=Path(settings.VAR_DIR) / "workloads")
+    return LocalBackend(
+        base_dir=Path(settings.VAR_DIR) / "workloads",
+        cpus=settings.AJUSTE_LOCAL_CPUS,
+        memory_gib=settings.AJUSTE_LOCAL_MEMORY_GIB,
+    )
 
 
 def ensure_project(project: Project) -> None:

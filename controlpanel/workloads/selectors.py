@@ -172,9 +172,13 @@ def _minutes_per_price(
 
 
 def queue_position(*, job: Job) -> int | None:
+    """The job's place among the waiting jobs: of its project, or of every project where they
+    share one machine (the local backend), as admission counts it."""
+    from controlpanel.workloads.admission import shares_machine
+
     if job.state != JobState.QUEUED or job.admitted_at is not None:
         return None
-    ahead = Job.objects.filter(
-        project=job.project_id, state=JobState.QUEUED, admitted_at=None, queued_at__lt=job.queued_at
-    ).count()
-    return ahead + 1
+    ahead = Job.objects.filter(state=JobState.QUEUED, admitted_at=None, queued_at__lt=job.queued_at)
+    if not shares_machine():
+        ahead = ahead.filter(project=job.project_id)
+    return ahead.count() + 1

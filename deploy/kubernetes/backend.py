@@ -61,6 +61,10 @@ class KubernetesBackend:
         self.service_account_namespace = service_account_namespace
         self.watch_timeout_s = watch_timeout_s
 
+    def capacity(self) -> None:
+        """None: the scheduler (and Kueue, where installed) queues what the nodes cannot run."""
+        return None
+
     def ensure_project(self, *, project: ProjectRequest) -> None:
         for manifest in manifests.make_project_objects(
             project=project,

@@ -17,10 +17,12 @@ from pathlib import Path
 from deploy import images
 from deploy.local import runs
 from deploy.local.gpus import Gpu, detect_gpus, pick_gpus
+from deploy.local.machine import machine_capacity
 from deploy.local.paths import run_dir, secret_file
 from deploy.local.plan import editor_argv, local_argv, make_plan, preset_problem, ref_dict
 from deploy.local.state import State, now_iso, read_json, read_state, update_state, write_json
 from deploy.types import (
+    Capacity,
     FlavorSpec,
     JobRequest,
     LogChunk,
@@ -44,6 +46,9 @@ class LocalBackend:
     A job runs as this machine's user, beside the panel's secrets, so only the fine-tune
     preset's own command runs (`plan.preset_problem`); `any_command=True` lifts that for
     tests of the process machinery only.
+
+    Every project shares this machine: `capacity()` is its cores and memory (or `cpus` and
+    `memory_gib` when given), and the panel admits jobs only while their flavors fit in it.
     """
 
     name = "local"
@@ -56,12 +61,18 @@ class LocalBackend:
         grace_s: float = 10.0,
         gpus: Callable[[], list[Gpu]] = detect_gpus,
         any_command: bool = False,
+        cpus: int = 0,
+        memory_gib: int = 0,
     ) -> None:
         self.base = Path(base_dir)
+        self.machine = machine_capacity(cpus=cpus, memory_gib=memory_gib)
         self.any_command = any_command
         self.python = python
         self.grace_s = grace_s
         self.gpus = gpus
+
+    def capacity(self) -> Capacity:
+        return self.machine
 
     def ensure_project(self, *, project: ProjectRequest) -> None:
         env: dict[str, str] = {}
