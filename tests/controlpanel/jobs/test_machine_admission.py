@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from controlpanel.flavors.models import Flavor
 from controlpanel.projects.models import Project
 from controlpanel.workloads import admission
 from controlpanel.workloads import backend as job_backend
@@ -191,6 +192,27 @@ def test_the_kubernetes_backend_keeps_per_project_admission(
     assert len(admit_jobs(project_id=project.pk)) == 3
     assert len(admit_jobs(project_id=other_project.pk)) == 3
     assert all(queue_position(job=Job.objects.get(pk=j.pk)) is None for j in jobs)
+
+
+def test_a_page_tells_the_position_without_building_a_backend(
+    settings: Any, project: Project, other_project: Project, beta_owner: Any, monkeypatch: Any
+) -> None:
+    """The web process has no cluster identity: the position comes from rows and settings."""
+
+    def refuse() -> Any:
+        raise AssertionError("the web process built a compute backend")
+
+    job_backend.set_backend(None)
+    monkeypatch.setattr(job_backend, "_build_backend", refuse)
+    flavor = Flavor.objects.get(name="ai1-1-cpu")
+    jobs = [
+        Job.objects.create(project=p, owner=beta_owner, name="j", image="x/y:1", flavor=flavor)
+        for p in (project, other_project, project)
+    ]
+    settings.COMPUTE_BACKEND = "kubernetes"
+    assert [queue_position(job=j) for j in jobs] == [1, 1, 2]  # each project its own queue
+    settings.COMPUTE_BACKEND = "local"
+    assert [queue_position(job=j) for j in jobs] == [1, 2, 3]  # one machine, one queue
 
 
 @pytest.mark.django_db(transaction=True)
