@@ -69,13 +69,26 @@ GPUs), which carries that `rank`: the first error of a run says why it failed::
 Files in the output directory mirror the stream: `metrics.jsonl` holds the `progress` and `eval`
 events (rewound to the checkpoint's step when a run resumes) and `status.json` the run's state
 (`running`, `done`, `failed`, `interrupted`), step, max_steps and last event.
+
+Reading it (the panel's side)
+-----------------------------
+Any job can print lines that look like events (a custom job too), so a reader never trusts one:
+`read_event()` is `parse_line()` then `sanitize()`, which keeps only the fields the event's type
+declares below, each of its declared type (non-finite or huge numbers become null or are
+dropped, text loses NUL characters and lone surrogates and is clipped), and never raises.
+`Snapshot` is what a reader keeps of a run: the newest `start`, `progress`, `done` and `error`
+fields merged, stored as the JSON of `Snapshot.to_json()`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import time
+import types
+import typing
+from collections.abc import Iterable, Mapping
 from typing import Any, Literal, NotRequired, TypedDict
 
 PROTOCOL_VERSION = 1
@@ -201,14 +214,228 @@ def format_log(message: str) -> str:
 
 
 def parse_line(line: str) -> dict[str, Any] | None:
-    """The event on this log line, or None for a human line; never raises."""
-    text = line.strip()
+    """The event on this log line as printed (unchecked), or None for a human line; never
+    raises (a line nested too deeply for the parser is a human line too)."""
+    text = line.strip() if isinstance(line, str) else ""
     if not text.startswith("{"):
         return None
     try:
         obj = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     if not isinstance(obj, dict) or obj.get("event") not in EVENTS:
         return None
     return obj
+
+
+def is_event(line: str) -> bool:
+    """Whether a log line is a protocol event (drawn as progress, not read as text)."""
+    return parse_line(line) is not None
+
+
+# The reader's side: every field's type, derived from the TypedDicts above (written once).
+MAX_TEXT = 2000
+MAX_ERRORS = 20
+MAX_NUMBER = 2**63  # beyond this a "number" is garbage, and float() of it may overflow
+_EVENT_TYPES: dict[str, Any] = {
+    "start": StartEvent,
+    "progress": ProgressEvent,
+    "eval": EvalEvent,
+    "checkpoint": CheckpointEvent,
+    "done": DoneEvent,
+    "error": ErrorEvent,
+}
+FieldKind = Literal["int", "float", "text", "errors"]
+
+
+def _kind(hint: Any) -> FieldKind:
+    options = [a for a in typing.get_args(hint) if a is not type(None)]
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        hint = options[0]
+    if hint is int or hint is float:
+        return "int" if hint is int else "float"
+    if hint is str or typing.get_origin(hint) is Literal:
+        return "text"
+    if typing.get_origin(hint) is list:
+        return "errors"
+    raise TypeError(f"no reader for the field type {hint!r}")
+
+
+FIELDS: dict[str, dict[str, FieldKind]] = {
+    name: {f: _kind(h) for f, h in typing.get_type_hints(cls).items() if f != "event"}
+    for name, cls in _EVENT_TYPES.items()
+}
+_DROP = object()
+
+
+def clean_text(text: str) -> str:
+    """Text any store takes: no NUL character (PostgreSQL refuses it), no lone surrogate."""
+    if "\x00" in text:
+        text = text.replace("\x00", "\ufffd")
+    return text.encode("utf-8", "replace").decode("utf-8")
+
+
+def _short_text(value: Any) -> str:
+    return clean_text(value)[:MAX_TEXT] if isinstance(value, str) else ""
+
+
+def _number(value: Any, *, integer: bool) -> Any:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return _DROP
+    if isinstance(value, float) and not math.isfinite(value):
+        return None  # what the protocol itself writes for a diverged loss
+    if abs(value) > MAX_NUMBER:
+        return _DROP
+    if integer:
+        return int(value) if float(value).is_integer() else _DROP
+    return float(value)
+
+
+def _errors(value: Any) -> Any:
+    if not isinstance(value, list):
+        return _DROP
+    errors = []
+    for item in value[:MAX_ERRORS]:
+        if isinstance(item, dict):
+            line = _number(item.get("line"), integer=True)
+            errors.append(
+                {
+                    "file": _short_text(item.get("file")),
+                    "line": None if line is _DROP else line,
+                    "message": _short_text(item.get("message")),
+                }
+            )
+    return errors
+
+
+def _field(kind: FieldKind, value: Any) -> Any:
+    """The checked value, or _DROP for a value of the wrong type."""
+    if kind == "errors":
+        return _errors(value)
+    if value is None:
+        return None
+    if kind == "text":
+        return _short_text(value) if isinstance(value, str) else _DROP
+    return _number(value, integer=kind == "int")
+
+
+def sanitize(event: Any) -> dict[str, Any] | None:
+    """The event with only its type's declared fields, each of its declared type (strict JSON,
+    storable anywhere), or None when it is no event; never raises."""
+    if not isinstance(event, dict) or event.get("event") not in FIELDS:
+        return None
+    fields = FIELDS[event["event"]]
+    kept: dict[str, Any] = {"event": event["event"]}
+    for name, value in event.items():
+        clean = _field(fields[name], value) if name in fields else _DROP
+        if clean is not _DROP:
+            kept[name] = clean
+    return kept
+
+
+def read_event(line: str) -> dict[str, Any] | None:
+    """The checked event on a log line, or None for a human line; never raises."""
+    return sanitize(parse_line(line))
+
+
+def loss_point(event: Mapping[str, Any] | None) -> tuple[int, float] | None:
+    """(step, loss) of a checked `progress` event that carries both, for a loss curve."""
+    if not event or event.get("event") != "progress":
+        return None
+    step, loss = event.get("step"), event.get("loss")
+    return None if step is None or loss is None else (step, loss)
+
+
+# What a reader keeps of a run: these events' fields, the newest over the older.
+SNAPSHOT_EVENTS = ("start", "progress", "done", "error")
+
+
+@dataclasses.dataclass(frozen=True)
+class Snapshot:
+    """The newest known state of a fine-tune run (None: not reported, or not a finite number).
+
+    `event` is the last kept event's name (`last_event` in the stored JSON too, which older
+    readers use)."""
+
+    event: str | None = None
+    v: int | None = None
+    time: float | None = None
+    # start
+    model: str | None = None
+    method: str | None = None
+    device: str | None = None
+    dtype: str | None = None
+    world_size: int | None = None
+    epochs: float | None = None
+    resumed_from_step: int | None = None
+    train_examples: int | None = None
+    eval_examples: int | None = None
+    train_tokens: int | None = None
+    trainable_params: int | None = None
+    total_params: int | None = None
+    # progress
+    step: int | None = None
+    max_steps: int | None = None
+    epoch: float | None = None
+    loss: float | None = None
+    learning_rate: float | None = None
+    grad_norm: float | None = None
+    tokens_seen: int | None = None
+    tokens_per_s: float | None = None
+    elapsed_s: float | None = None
+    eta_s: float | None = None
+    gpu_mem_gb: float | None = None
+    # done
+    train_loss: float | None = None
+    adapter_path: str | None = None
+    merged_path: str | None = None
+    # error
+    kind: str | None = None
+    message: str | None = None
+    exit_code: int | None = None
+    errors: list[dict[str, Any]] | None = None
+    rank: int | None = None
+
+    def merge(self, event: Mapping[str, Any] | None) -> Snapshot:
+        """This snapshot with a checked event's fields over it (other events change nothing)."""
+        if not event or event.get("event") not in SNAPSHOT_EVENTS:
+            return self
+        return dataclasses.replace(self, **{k: v for k, v in event.items() if k in _SNAPSHOT})
+
+    def merge_lines(self, lines: Iterable[str]) -> Snapshot:
+        snapshot = self
+        for line in lines:
+            snapshot = snapshot.merge(read_event(line))
+        return snapshot
+
+    @classmethod
+    def from_json(cls, stored: Any) -> Snapshot:
+        """A stored snapshot, every field checked again (a row may predate a rule); never
+        raises."""
+        if not isinstance(stored, dict):
+            return cls()
+        event = stored.get("last_event", stored.get("event"))
+        fields = {k: v for k, v in stored.items() if k in _SNAPSHOT_KINDS}
+        checked = {k: _field(_SNAPSHOT_KINDS[k], v) for k, v in fields.items()}
+        kept = {k: v for k, v in checked.items() if v is not _DROP}
+        return cls(event=event if event in SNAPSHOT_EVENTS else None, **kept)
+
+    def to_json(self) -> dict[str, Any]:
+        """The known fields (strict JSON); `{}` for a run that reported nothing."""
+        known = {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+        if self.event is not None:
+            known["last_event"] = self.event
+        return known
+
+    @property
+    def percent(self) -> int:
+        """How far the steps went, 0 to 100; 0 without usable numbers."""
+        if self.step is None or not self.max_steps or self.max_steps < 0:
+            return 0
+        return int(min(max(100 * self.step / self.max_steps, 0), 100))
+
+
+_SNAPSHOT_KINDS: dict[str, FieldKind] = {
+    name: kind for event in SNAPSHOT_EVENTS for name, kind in FIELDS[event].items()
+}
+_SNAPSHOT = frozenset(f.name for f in dataclasses.fields(Snapshot))

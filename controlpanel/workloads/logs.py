@@ -8,7 +8,6 @@ only read the stored rows: 50 viewers cost what one does, and a GET never reache
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator
 from typing import Any
 
@@ -17,53 +16,10 @@ from django.db.models import Max
 
 from controlpanel.workloads.backend import get_backend, job_ref
 from controlpanel.workloads.models import Job, JobLogLine
-from training.protocol import parse_line
+from training.protocol import Snapshot, clean_text, loss_point, read_event
 
 MAX_CURVE_POINTS = 500
 COLLECT_LIMIT = 5000
-MAX_TEXT = 2000
-MAX_ERRORS = 20
-MAX_NUMBER = 2**63  # beyond this a "number" is garbage, and float() of it may overflow
-
-# The protocol's events kept on the row, and the fields they may store there (training/protocol.py).
-# Any job can print such lines (a custom job too), so nothing else is kept and every value is
-# checked: a bad one must never stop collection, and PostgreSQL refuses NaN in JSON.
-KEPT_EVENTS = ("start", "progress", "done", "error")
-INT_FIELDS = frozenset(
-    (
-        "v",
-        "step",
-        "max_steps",
-        "world_size",
-        "resumed_from_step",
-        "train_examples",
-        "eval_examples",
-        "train_tokens",
-        "trainable_params",
-        "total_params",
-        "tokens_seen",
-        "exit_code",
-    )
-)
-FLOAT_FIELDS = frozenset(
-    (
-        "time",
-        "epoch",
-        "epochs",
-        "loss",
-        "learning_rate",
-        "grad_norm",
-        "tokens_per_s",
-        "elapsed_s",
-        "eta_s",
-        "gpu_mem_gb",
-        "train_loss",
-    )
-)
-TEXT_FIELDS = frozenset(
-    ("model", "method", "device", "dtype", "kind", "message", "adapter_path", "merged_path")
-)
-_DROP = object()
 # Lines Ajuste itself adds to a log (skipped bytes, a truncated archive) start with this.
 MARK = "[ajuste]"
 
@@ -99,7 +55,7 @@ def _store(job: Job, lines: tuple[str, ...] | list[str]) -> None:
     start = job.log_lines
     JobLogLine.objects.bulk_create(
         [
-            JobLogLine(job=job, run=job.run, seq=start + i, text=_clean_text(line))
+            JobLogLine(job=job, run=job.run, seq=start + i, text=clean_text(line))
             for i, line in enumerate(lines, start=1)
         ],
         batch_size=1000,
@@ -129,84 +85,19 @@ def archive_logs(*, job_id: Any, max_rounds: int = 1000) -> bool:
 
 
 def _note_progress(job: Job, lines: tuple[str, ...] | list[str]) -> None:
-    """Keep the newest progress event and a bounded loss curve (for the bar, ETA and chart)."""
+    """Keep the run's progress snapshot and a bounded loss curve (for the bar, ETA and chart).
+    Any job can print lines that look like events: the protocol checks every field."""
+    snapshot = Snapshot.from_json(job.progress)
+    curve = job.loss_curve if isinstance(job.loss_curve, list) else []
     for line in lines:
-        event = _progress_event(line) if line.startswith("{") else None
+        event = read_event(line)
         if event is None:
             continue
-        current = job.progress if isinstance(job.progress, dict) else {}
-        job.progress = {**current, **event}
-        step, loss = event.get("step"), event.get("loss")
-        if event["event"] == "progress" and step is not None and loss is not None:
-            curve = job.loss_curve if isinstance(job.loss_curve, list) else []
-            job.loss_curve = _append_point(curve, [step, loss])
-
-
-def _progress_event(line: str) -> dict[str, Any] | None:
-    """The checked fields of a kept event on this line, or None; never raises."""
-    event = parse_line(line)
-    if event is None or event.get("event") not in KEPT_EVENTS:
-        return None
-    kept: dict[str, Any] = {"event": event["event"], "last_event": event["event"]}
-    for name, value in event.items():
-        clean = _clean_field(name, value)
-        if clean is not _DROP:
-            kept[name] = clean
-    return kept
-
-
-def _clean_field(name: str, value: Any) -> Any:
-    """The value to store, or _DROP for an unknown field or a value of the wrong type."""
-    if name in INT_FIELDS or name in FLOAT_FIELDS:
-        return None if value is None else _number(value, integer=name in INT_FIELDS)
-    if name in TEXT_FIELDS:
-        if value is None:
-            return None
-        return _short_text(value) if isinstance(value, str) else _DROP
-    if name == "errors":
-        return _clean_errors(value)
-    return _DROP
-
-
-def _number(value: Any, *, integer: bool) -> Any:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return _DROP
-    if isinstance(value, float) and not math.isfinite(value):
-        return None  # what the protocol itself writes for a diverged loss
-    if abs(value) > MAX_NUMBER:
-        return _DROP
-    if integer:
-        return int(value) if float(value).is_integer() else _DROP
-    return float(value)
-
-
-def _clean_errors(value: Any) -> Any:
-    """The error event's list of {file, line, message}, checked like the other fields."""
-    if not isinstance(value, list):
-        return _DROP
-    errors = []
-    for item in value[:MAX_ERRORS]:
-        if isinstance(item, dict):
-            line = _number(item.get("line"), integer=True)
-            errors.append(
-                {
-                    "file": _short_text(item.get("file")),
-                    "line": None if line is _DROP else line,
-                    "message": _short_text(item.get("message")),
-                }
-            )
-    return errors
-
-
-def _short_text(value: Any) -> str:
-    return _clean_text(value)[:MAX_TEXT] if isinstance(value, str) else ""
-
-
-def _clean_text(text: str) -> str:
-    """PostgreSQL stores no NUL character (in text or JSON) and no lone surrogate."""
-    if "\x00" in text:
-        text = text.replace("\x00", "\ufffd")
-    return text.encode("utf-8", "replace").decode("utf-8")
+        snapshot = snapshot.merge(event)
+        point = loss_point(event)
+        if point is not None:
+            curve = _append_point(curve, list(point))
+    job.progress, job.loss_curve = snapshot.to_json(), curve
 
 
 def _append_point(curve: list[list[float]], point: list[float]) -> list[list[float]]:

@@ -9,6 +9,8 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString, mark_safe
 
+from training.protocol import Snapshot
+
 register = template.Library()
 
 STATE_CLASSES = {
@@ -33,7 +35,7 @@ def state_class(state: str) -> str:
 
 
 def _finite(value: Any) -> float | None:
-    """A finite number from a stored value (progress comes from any job's output), else None."""
+    """A finite number for display (a duration, a chart point), else None."""
     if isinstance(value, bool):
         return None
     try:
@@ -96,13 +98,10 @@ def job_cost(job: Any) -> str:
 
 @register.filter
 def percent(progress: Any) -> int:
-    """How far the steps went, 0 to 100; 0 when the event lacks usable numbers."""
-    if not isinstance(progress, dict):
-        return 0
-    step, total = _finite(progress.get("step")), _finite(progress.get("max_steps"))
-    if step is None or not total or total < 0:
-        return 0
-    return int(min(max(100 * step / total, 0), 100))
+    """How far the steps went, 0 to 100, of a snapshot or its stored JSON (the protocol checks
+    the numbers: training/protocol.py)."""
+    snapshot = progress if isinstance(progress, Snapshot) else Snapshot.from_json(progress)
+    return snapshot.percent
 
 
 def _curve_points(curve: Any) -> list[tuple[float, float]]:
