@@ -7,6 +7,9 @@ that names a path under `/workspace` (at the start of the value or after `=`, `:
 rewritten to that directory, the process starts in it, and `AJUSTE_WORKSPACE` names it. So
 `--data /workspace/data` and `--output=/workspace/output` work unchanged; a path assembled at
 run time from pieces ("/work" + "space") would not, which the fine-tune entry point never does.
+The way back: what the process prints (its log, its last words) names that directory
+`/workspace` again (`as_workload`), so the panel shows the workload's paths, as on a cluster,
+and never this machine's.
 
 Layout of `<base>`:
     projects/<namespace>/<secret>.json   the project's datastore env (0600), like the Secret
@@ -24,6 +27,8 @@ Layout of `<base>`:
 
 from __future__ import annotations
 
+import functools
+import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -59,3 +64,18 @@ def rewrite(value: str, workspace: Path) -> str:
 def rewrite_env(env: Mapping[str, str], workspace: Path) -> dict[str, str]:
     """Every env value rewritten (names untouched)."""
     return {key: rewrite(value, workspace) for key, value in env.items()}
+
+
+def as_workload(text: str, workspace: Path) -> str:
+    """`text` with each path under `workspace` (as given, or with symlinks resolved) written as
+    the workload's own path under /workspace."""
+    if "workspace" not in text:
+        return text  # the common case, without a regex
+    return _host_paths(workspace).sub(WORKSPACE, text)
+
+
+@functools.lru_cache(maxsize=256)
+def _host_paths(workspace: Path) -> re.Pattern[str]:
+    spellings = sorted({str(workspace), os.path.realpath(workspace)}, key=len, reverse=True)
+    alternatives = "|".join(re.escape(s) for s in spellings)
+    return re.compile(rf"(?:{alternatives})(?![\w.-])")

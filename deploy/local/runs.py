@@ -14,6 +14,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from deploy.local.paths import as_workload, workspace_dir
 from deploy.local.plan import PROJECT_ROOT, base_env
 from deploy.local.state import (
     State,
@@ -183,7 +184,12 @@ def read_log(run: Path, state: State | None, cursor: str | None, limit: int) -> 
     lines: list[str] = []
     if size > offset:
         lines, offset = _lines_from(path, offset, limit, size=size, ended=ended)
-    return LogChunk(lines=tuple(lines), cursor=f"{run_uid}:{offset}", eof=ended and offset >= size)
+    workspace = workspace_dir(run)
+    return LogChunk(
+        lines=tuple(as_workload(line, workspace) for line in lines),
+        cursor=f"{run_uid}:{offset}",
+        eof=ended and offset >= size,
+    )
 
 
 def _lines_from(

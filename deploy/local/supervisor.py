@@ -24,6 +24,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from deploy.local.paths import as_workload, workspace_dir
 from deploy.local.state import now_iso, process_start_ticks, read_json, read_state, update_state
 from deploy.types import Phase
 from storage.sync.stats import conflict_note
@@ -144,7 +145,7 @@ class Supervisor:
             return {"phase": Phase.SUCCEEDED.value, "reason": "exit code 0"}
         what = "the editor exited" if notebook else "exit code"
         reason = f"{what} ({code})" if notebook else f"{what} {code}"
-        last = last_words(self.run / "output.log")
+        last = as_workload(last_words(self.run / "output.log"), workspace_dir(self.run))
         return {"phase": Phase.FAILED.value, "reason": f"{reason}: {last}" if last else reason}
 
     def push(self, outcome: dict[str, Any]) -> None:

@@ -112,7 +112,8 @@ def test_command_is_not_a_shell_and_sees_its_workspace(
     )
     local.apply_job(job=job)
     assert finished(local, job.ref).phase is Phase.SUCCEEDED
-    seen = json.loads(all_lines(local, job.ref)[0])
+    printed = (run_dir(local.base, job.ref) / "output.log").read_text()  # as the process saw it
+    seen = json.loads(printed.splitlines()[0])
     workspace = str(run_dir(local.base, job.ref) / "root" / "workspace")
     assert seen == {
         "argv": [f"{workspace}/data", f"--out={workspace}/out", "$HOME; rm -rf /"],
@@ -125,6 +126,33 @@ def test_command_is_not_a_shell_and_sees_its_workspace(
             "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
         },
     }
+
+
+def test_the_log_and_the_failure_reason_show_workload_paths_not_this_machines(
+    local: LocalBackend,
+) -> None:
+    """The process works in a directory of this machine; what it prints about its files reads
+    as on a cluster (/workspace/...), so the panel never shows the machine's paths."""
+    code = (
+        "import json, os, sys; w = os.environ['AJUSTE_WORKSPACE']; print(json.dumps({"
+        "'event': 'done', 'adapter_path': w + '/output/adapter', 'model': w}));"
+        "print('[training] wrote', os.path.realpath(w + '/output'), w + 'x');"
+        "sys.stdout.flush(); sys.exit(f'cannot read {w}/data/train.jsonl')"
+    )
+    job = py_job(code)
+    local.apply_job(job=job)
+    observed = finished(local, job.ref)
+    host = str(run_dir(local.base, job.ref))
+    assert observed.reason == "exit code 1: cannot read /workspace/data/train.jsonl"
+    lines = all_lines(local, job.ref)
+    assert json.loads(lines[0]) == {
+        "event": "done",
+        "adapter_path": "/workspace/output/adapter",
+        "model": "/workspace",
+    }
+    # A longer name that only starts like the workspace is another path: left as it is.
+    assert lines[1] == f"[training] wrote /workspace/output {host}/root/workspacex"
+    assert all(host not in line for line in lines[:1] + lines[2:])
 
 
 def test_a_project_secret_reaches_the_process_env_by_reference(local: LocalBackend) -> None:
