@@ -2,7 +2,8 @@
 
 Prepares var/ (secret key, SQLite database unless DATABASE_URL is set), starts an embedded Redis
 when none is reachable, applies migrations, collects static files, creates the first admin,
-then runs web, worker and beat from the Procfile with honcho until Ctrl-C.
+then runs the Procfile's processes (web, worker, notifier, watcher, beat) with honcho until
+Ctrl-C.
 """
 
 from __future__ import annotations

@@ -262,6 +262,18 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
 CELERY_TASK_ALWAYS_EAGER = False
 CELERY_TIMEZONE = "UTC"
 CELERY_BEAT_SCHEDULE: dict = {}
+# Every task ends: a hung call past the soft limit raises in it (retried where the task says),
+# past the hard one its process is replaced. Tasks that need longer say so on their decorator.
+# (The prefork pool enforces them; the deadlines below bound the calls in any pool.)
+CELERY_TASK_SOFT_TIME_LIMIT = 300
+CELERY_TASK_TIME_LIMIT = 360
+# E-mails and webhooks wait on servers we do not run: a queue of their own, which its own worker
+# consumes (Procfile `notifier`), so a receiver that hangs holds up no reconcile.
+CELERY_TASK_DEFAULT_QUEUE = "celery"
+CELERY_TASK_ROUTES = {
+    "controlpanel.workloads.tasks.job_notify": {"queue": "notifications"},
+    "controlpanel.workloads.tasks.job_webhook": {"queue": "notifications"},
+}
 
 EMAIL_BACKEND = env_str("EMAIL_BACKEND") or (
     "django.core.mail.backends.console.EmailBackend"
@@ -273,6 +285,8 @@ EMAIL_PORT = env_int("EMAIL_PORT", 25)
 EMAIL_HOST_USER = env_str("EMAIL_HOST_USER") or ""
 EMAIL_HOST_PASSWORD = env_str("EMAIL_HOST_PASSWORD") or ""
 EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
+# Seconds each step of talking to the mail server may wait (connect, each answer).
+EMAIL_TIMEOUT = env_int("EMAIL_TIMEOUT", 10, minimum=1)
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL") or "ajuste@localhost"
 
 COMPUTE_BACKEND = env_choice("COMPUTE_BACKEND", "local", ("local", "kubernetes"))
@@ -393,6 +407,8 @@ CURRENCY = env_str("CURRENCY") or "EUR"
 JOB_SWEEP_SECONDS = env_int("JOB_SWEEP_SECONDS", 10, minimum=1)
 # A failed webhook is retried 8 times, the first after about this, doubling up to a minute.
 WEBHOOK_RETRY_BASE_MS = env_int("WEBHOOK_RETRY_BASE_MS", 2000, minimum=1)
+# One webhook POST, all of it (name lookup, connection, request, answer), ends within this.
+WEBHOOK_TIMEOUT_SECONDS = env_int("WEBHOOK_TIMEOUT_SECONDS", 10, minimum=1)
 # Webhooks reach public addresses only (controlpanel/core/public_http.py): ALLOW lets private
 # ranges through (a receiver on the company network), DENY refuses more (the cluster's pod and
 # service ranges when they are public); DENY wins.

@@ -8,6 +8,10 @@ wins). The request then goes to that vetted address, with the URL's name in `Hos
 TLS handshake (SNI and certificate check), so a DNS answer that changes between the check and
 the connection (rebinding) reaches nothing new. Redirects are not followed and proxies from
 the environment are not used: either would connect somewhere unvetted.
+
+A request has one deadline for all of it, the name's lookup included: httpx's timeouts are per
+read, so a receiver that trickles a byte every few seconds would otherwise hold the worker
+forever.
 """
 
 from __future__ import annotations
@@ -15,13 +19,18 @@ from __future__ import annotations
 import ipaddress
 import socket
 import ssl
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any, TypeVar
 
+import httpcore
 import httpx
 from django.conf import settings
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+T = TypeVar("T")
 # getaddrinfo, replaceable in tests that need a name to resolve to a chosen address.
 resolve: Callable[..., list[Any]] = socket.getaddrinfo
 
@@ -115,6 +124,111 @@ def _default_port(scheme: str) -> int:
     return 443 if scheme == "https" else 80
 
 
+class Deadline:
+    """A point in time a whole request must end by; each step waits at most until then."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.at = time.monotonic() + seconds
+
+    def cap(self, timeout: float | None, error: type[Exception]) -> float:
+        """`timeout` shortened to what is left; raises `error` once nothing is."""
+        left = self.at - time.monotonic()
+        if left <= 0:
+            raise error(f"no complete answer within the {self.seconds:g} s deadline")
+        return left if timeout is None else min(timeout, left)
+
+    @contextmanager
+    def step(self, timeout: float | None, error: type[Exception]) -> Iterator[float]:
+        """The step's capped timeout; a step cut short by the deadline says so."""
+        capped = self.cap(timeout, error)
+        try:
+            yield capped
+        except error:
+            self.cap(None, error)
+            raise
+
+
+class _DeadlineStream(httpcore.NetworkStream):
+    def __init__(self, stream: httpcore.NetworkStream, deadline: Deadline) -> None:
+        self._stream, self._deadline = stream, deadline
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        with self._deadline.step(timeout, httpcore.ReadTimeout) as capped:
+            return self._stream.read(max_bytes, capped)
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        with self._deadline.step(timeout, httpcore.WriteTimeout) as capped:
+            self._stream.write(buffer, capped)
+
+    def close(self) -> None:
+        self._stream.close()
+
+    def start_tls(
+        self,
+        ssl_context: ssl.SSLContext,
+        server_hostname: str | None = None,
+        timeout: float | None = None,
+    ) -> httpcore.NetworkStream:
+        with self._deadline.step(timeout, httpcore.ConnectTimeout) as capped:
+            tls = self._stream.start_tls(ssl_context, server_hostname, capped)
+        return _DeadlineStream(tls, self._deadline)
+
+    def get_extra_info(self, info: str) -> Any:
+        return self._stream.get_extra_info(info)
+
+
+class _DeadlineBackend(httpcore.NetworkBackend):
+    """httpcore's own sockets, every connect, read and write capped by one deadline."""
+
+    def __init__(self, deadline: Deadline) -> None:
+        self._backend, self._deadline = httpcore.SyncBackend(), deadline
+
+    def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.NetworkStream:
+        with self._deadline.step(timeout, httpcore.ConnectTimeout) as capped:
+            stream = self._backend.connect_tcp(host, port, capped, local_address, socket_options)
+        return _DeadlineStream(stream, self._deadline)
+
+
+class _DeadlineTransport(httpx.HTTPTransport):
+    def __init__(self, *, verify: ssl.SSLContext | bool, deadline: Deadline) -> None:
+        super().__init__(verify=verify, trust_env=False)
+        # httpx takes no network backend: its pool is made again, the same but for that.
+        self._pool = httpcore.ConnectionPool(
+            ssl_context=httpx.create_ssl_context(verify=verify, trust_env=False),
+            network_backend=_DeadlineBackend(deadline),
+        )
+
+
+def _before(deadline: Deadline, call: Callable[[], T]) -> T:
+    """`call()` in a thread, waited for until the deadline: getaddrinfo takes no timeout (a
+    resolver that does not answer is left behind, and ends on its own)."""
+    outcome: list[Any] = []
+
+    def run() -> None:
+        try:
+            outcome.append((True, call()))
+        except BaseException as exc:  # handed to the caller below
+            outcome.append((False, exc))
+
+    thread = threading.Thread(target=run, name="public-http-resolve", daemon=True)
+    thread.start()
+    thread.join(deadline.cap(None, httpx.ConnectTimeout))
+    if not outcome:
+        raise httpx.ConnectTimeout(f"no address within the {deadline.seconds:g} s deadline")
+    done, value = outcome[0]
+    if not done:
+        raise value
+    return value
+
+
 def post(
     url: str,
     *,
@@ -123,14 +237,18 @@ def post(
     timeout: float,
     verify: ssl.SSLContext | bool = True,
 ) -> httpx.Response:
-    """POST to the vetted address of `url`'s host; raises AddressRefused before connecting."""
+    """POST to the vetted address of `url`'s host; raises AddressRefused before connecting.
+    `timeout` is the deadline of the whole request: lookup, connection, sending, answer."""
+    deadline = Deadline(timeout)
     parsed = httpx.URL(url)
     host = _ascii_host(parsed)
-    address = vetted_addresses(host, parsed.port or _default_port(parsed.scheme))[0]
+    port = parsed.port or _default_port(parsed.scheme)
+    address = _before(deadline, lambda: vetted_addresses(host, port))[0]
     target = parsed.copy_with(host=str(address))
     extensions = {"sni_hostname": host} if parsed.scheme == "https" else {}
+    transport = _DeadlineTransport(verify=verify, deadline=deadline)
     with httpx.Client(
-        timeout=timeout, verify=verify, trust_env=False, follow_redirects=False
+        transport=transport, timeout=timeout, trust_env=False, follow_redirects=False
     ) as client:
         return client.post(
             target,

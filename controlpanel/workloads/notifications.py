@@ -23,7 +23,6 @@ from controlpanel.projects.services import project_webhook_secret_ensure
 from controlpanel.workloads.models import Job
 
 log = logging.getLogger(__name__)
-WEBHOOK_TIMEOUT_S = 10
 
 
 def job_payload(job: Job) -> dict[str, Any]:
@@ -66,8 +65,9 @@ def send_job_email(job: Job) -> None:
 
 
 def post_webhook(job: Job) -> None:
-    """Raises on a non-2xx answer so the task retries with backoff; a URL whose host is (or
-    now resolves to) an address webhooks may not reach is logged and not retried."""
+    """Raises on a non-2xx answer, or none within WEBHOOK_TIMEOUT_SECONDS (the whole request),
+    so the task retries with backoff; a URL whose host is (or now resolves to) an address
+    webhooks may not reach is logged and not retried."""
     project = job.project
     if not project.webhook_url:
         return
@@ -86,7 +86,10 @@ def post_webhook(job: Job) -> None:
     }
     try:
         response = public_http.post(
-            project.webhook_url, content=body, headers=headers, timeout=WEBHOOK_TIMEOUT_S
+            project.webhook_url,
+            content=body,
+            headers=headers,
+            timeout=settings.WEBHOOK_TIMEOUT_SECONDS,
         )
     except public_http.AddressRefused as exc:
         log.warning("project %s: webhook not sent: %s", project.slug, exc)

@@ -7,6 +7,7 @@ import random
 from typing import TYPE_CHECKING, Any
 
 from celery import Task, shared_task
+from celery.exceptions import SoftTimeLimitExceeded
 
 from deploy.types import TransientError
 
@@ -16,9 +17,14 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 SWEEP_LOCK = "jobs-sweep-running"
 SWEEP_LOCK_S = 600  # a crashed sweep frees the lock after this
+# E-mails and webhooks wait on servers we do not run: they go to the `notifications` queue
+# (settings.CELERY_TASK_ROUTES), which a worker of its own consumes (Procfile `notifier`), so
+# a hung receiver holds up no reconcile; each try is short (deadlines, then these limits).
+NOTICE_LIMITS = {"soft_time_limit": 60, "time_limit": 90}
 
 RETRY = {
-    "autoretry_for": (TransientError, ConnectionError, TimeoutError),
+    # SoftTimeLimitExceeded: a step that hung past the soft limit (settings) is tried again.
+    "autoretry_for": (TransientError, ConnectionError, TimeoutError, SoftTimeLimitExceeded),
     "retry_backoff": 2,
     "retry_backoff_max": 60,
     "max_retries": 20,
@@ -101,7 +107,7 @@ def _still_ended(job_id: str, run: int | None, state: str | None, *related: str)
     return job
 
 
-@shared_task(**RETRY)
+@shared_task(**RETRY, **NOTICE_LIMITS)
 def job_notify(job_id: str, run: int | None = None, state: str | None = None) -> None:
     from controlpanel.workloads.notifications import send_job_email
 
@@ -126,7 +132,13 @@ def webhook_retry_delay(retries: int) -> float:
     return random.uniform(ceiling / 2, ceiling)  # noqa: S311 (jitter, not a secret)
 
 
-@shared_task(bind=True, max_retries=WEBHOOK_RETRIES, acks_late=True, reject_on_worker_lost=True)
+@shared_task(
+    bind=True,
+    max_retries=WEBHOOK_RETRIES,
+    acks_late=True,
+    reject_on_worker_lost=True,
+    **NOTICE_LIMITS,
+)
 def job_webhook(self: Task, job_id: str, run: int | None = None, state: str | None = None) -> None:
     from controlpanel.workloads.notifications import post_webhook
 
@@ -150,7 +162,8 @@ def job_cleanup(refs: list[Any]) -> None:
         backend.delete_job(ref=WorkloadRef(WorkloadKind.JOB, project, namespace, job_id, run))
 
 
-@shared_task(acks_late=True, ignore_result=True)
+# Ends before its lock expires: no second sweep starts beside one still running.
+@shared_task(acks_late=True, ignore_result=True, soft_time_limit=540, time_limit=570)
 def jobs_sweep() -> dict[str, int]:
     """Level-triggered observation: list everything, record what changed (beat, periodic).
 

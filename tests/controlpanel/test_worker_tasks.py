@@ -1,6 +1,7 @@
 """Tasks that other tests run in-process, here through a real Celery worker process (with
-PostgreSQL, Redis and the S3 server): webhook retries with backoff, emptying and deleting a
-bucket, and retrying a failed final push on the Kubernetes emulator."""
+PostgreSQL, Redis and the S3 server): webhook retries with backoff, receivers that hang (each
+try ends at its deadline, on a queue of its own), emptying and deleting a bucket, and retrying
+a failed final push on the Kubernetes emulator."""
 
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ from storage.objects import bucket_exists, put_object
 from storage.presign import create_multipart_upload
 from tests.fixtures.jobs import project_bucket
 from tests.fixtures.processes import Processes, wait_for
+from tests.fixtures.receivers import Hung, silent_tcp, trickling_http
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 S = JobState
@@ -133,6 +135,77 @@ def test_webhook_is_retried_eight_times_with_growing_waits(
         assert wait >= BASE_MS / 1000 * 2**retry / 2, (retry, waits)
 
 
+@pytest.fixture
+def trickler() -> Iterator[Hung]:
+    with trickling_http() as server:
+        yield server
+
+
+@pytest.fixture
+def silent_smtp() -> Iterator[Hung]:
+    with silent_tcp() as server:
+        yield server
+
+
+def _ran(procs: Processes, task: str, outcome: str) -> bool:
+    return re.search(rf"{task}\[[^]]+\] {outcome}", procs.logs()) is not None
+
+
+def test_a_receiver_that_never_finishes_holds_up_no_reconcile_and_each_try_ends(
+    processes: Any, project: Project, owner: Any, trickler: Hung
+) -> None:
+    """The notifier (one slot) is busy with a receiver that trickles a byte every 0.2 s forever
+    (no per-read timeout ever fires): a reconcile still runs, on the other worker, and each
+    try of the webhook ends at its deadline and is retried."""
+    project.webhook_url, project.webhook_secret = trickler.url, "s" * 43
+    project.save()
+    procs: Processes = processes(
+        {
+            "WEBHOOK_TIMEOUT_SECONDS": "2",
+            "WEBHOOK_RETRY_BASE_MS": str(BASE_MS),
+            "WEBHOOK_ALLOW_CIDRS": "127.0.0.1/32",
+        }
+    )
+    # As the Procfile runs them: reconciles on one worker, notifications on another.
+    procs.worker("worker", queues="celery", concurrency=1)
+    procs.worker("notifier", queues="notifications", concurrency=1)
+    job = _ended_job(project, owner, "slow")
+    tasks.job_webhook.delay(str(job.pk), job.run, job.state)
+    wait_for(lambda: trickler.accepted, 30, "the webhook to reach the receiver", procs)
+    tasks.job_reconcile.delay(str(uuid.uuid4()))
+    wait_for(lambda: _ran(procs, "job_reconcile", "succeeded"), 30, "the reconcile", procs)
+    wait_for(
+        lambda: _ran(procs, "job_webhook", r"retry: .*within the 2 s deadline"),
+        30,
+        "the webhook's try to end at its deadline",
+        procs,
+    )
+    wait_for(lambda: trickler.accepted >= 2, 30, "the webhook to be tried again", procs)
+
+
+def test_a_mail_server_that_never_answers_is_let_go_after_email_timeout(
+    processes: Any, project: Project, owner: Any, silent_smtp: Hung
+) -> None:
+    procs: Processes = processes(
+        {
+            "EMAIL_HOST": "127.0.0.1",
+            "EMAIL_PORT": str(silent_smtp.port),
+            "EMAIL_TIMEOUT": "1",
+            "WEBHOOK_RETRY_BASE_MS": str(BASE_MS),
+        }
+    )
+    procs.worker("notifier", queues="notifications", concurrency=1)
+    job = _ended_job(project, owner, "mailed")
+    tasks.job_notify.delay(str(job.pk), job.run, job.state)
+    wait_for(lambda: silent_smtp.accepted, 30, "the worker to reach the mail server", procs)
+    wait_for(
+        lambda: _ran(procs, "job_notify", r"(retry|raised).*timed out"),
+        30,
+        "the e-mail's try to end at EMAIL_TIMEOUT",
+        procs,
+    )
+
+
 def test_bucket_is_emptied_and_deleted_by_the_worker(
     processes: Any, owner_api: APIClient, project: Project, panel_s3: DatastoreConfig
 ) -> None:
@@ -204,6 +277,7 @@ def test_a_failed_push_is_retried_by_the_worker(
     kubelet.finish(NS, k8s_cluster.pod_of(NS, second), exit_code=0)
     wait_for(lambda: state() == S.DONE, 30, "DONE", procs)
     history = [h["state"] for h in owner_api.get(f"/api/v1/jobs/{job.pk}/").json()["history"]]
-    assert history[-3:] == ["SYNC_FAILED", "FINALIZING", "DONE"]
+    changes = [state for i, state in enumerate(history) if not i or state != history[i - 1]]
+    assert changes[-3:] == ["SYNC_FAILED", "FINALIZING", "DONE"]  # reasons within one too
     assert len(k8s_cluster.pods_of(NS, second)) == 1
     assert len(k8s_cluster.pods_of(NS, first)) == PUSH_BACKOFF_LIMIT + 1

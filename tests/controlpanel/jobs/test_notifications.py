@@ -29,6 +29,7 @@ from controlpanel.workloads.lifecycle import apply_observation, record_state
 from controlpanel.workloads.models import Job, JobState
 from controlpanel.workloads.notifications import post_webhook, send_job_email, sign
 from deploy.types import ObservedWorkload, Phase, WorkloadKind
+from tests.fixtures.receivers import trickling_http
 
 S = JobState
 
@@ -479,3 +480,31 @@ def test_the_deny_list_wins_over_the_allow_list(settings: Any) -> None:
         assert why == "in WEBHOOK_DENY_CIDRS (the cluster's own ranges)"
     assert public_http.refusal(ipaddress.ip_address("8.8.8.8")) is None
     assert public_http.refusal(ipaddress.ip_address("172.16.0.1")) == "a private address"
+
+
+def test_a_receiver_that_trickles_its_answer_is_let_go_at_the_deadline(settings: Any) -> None:
+    """A byte every 0.2 s: each read gets one, so a per-read timeout never fires; the deadline
+    covers the whole request."""
+    settings.WEBHOOK_ALLOW_CIDRS = ["127.0.0.1/32"]
+    late = pytest.raises(httpx.ReadTimeout, match="within the 1 s deadline")
+    with trickling_http() as receiver, late:
+        public_http.post(receiver.url, content=b"{}", headers={}, timeout=1)
+    assert receiver.accepted == 1
+
+
+def test_a_name_that_never_resolves_is_let_go_at_the_deadline(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """getaddrinfo takes no timeout: the lookup counts against the same deadline."""
+    answer = threading.Event()
+
+    def hung(host: str, port: int, **kwargs: Any) -> list[Any]:
+        answer.wait()
+        return _answer("93.184.215.14")(host, port)
+
+    monkeypatch.setattr(public_http, "resolve", hung)
+    try:
+        with pytest.raises(httpx.ConnectTimeout, match="within the 1 s deadline"):
+            public_http.post("http://hooks.example.test/x", content=b"{}", headers={}, timeout=1)
+    finally:
+        answer.set()
