@@ -142,8 +142,18 @@ def _in_progress(
         refused = latest_event(events, "FailedCreate")
         reason = clip(f"cannot create the pod: {refused}") if refused else "creating the pod"
         return replace(observed, phase=Phase.PENDING, reason=reason)
+    progress = _pod_progress(pod, observed, events)
     if ((pod.get("status") or {}).get("phase")) == "Unknown":
-        return replace(observed, phase=Phase.ERROR, reason="the pod's node stopped reporting")
+        # The node lost contact: the container may run on and come back. No outcome: the run
+        # stays where the pod last was; it ends when the pod is really failed or deleted.
+        node = (pod.get("spec") or {}).get("nodeName")
+        lost = f"the node {node} is not responding" if node else "the pod's node is not responding"
+        return replace(progress, reason=clip(f"{lost} (last reported: {progress.reason})"))
+    return progress
+
+
+def _pod_progress(pod: Obj, observed: ObservedWorkload, events: list[Obj]) -> ObservedWorkload:
+    """Where a live pod is, from its conditions and container statuses."""
     unscheduled = unscheduled_reason(pod, events)
     if unscheduled:
         return replace(observed, phase=Phase.PENDING, reason=unscheduled)

@@ -286,6 +286,37 @@ def test_evicted_pod_is_a_platform_error(
     )
 
 
+def test_a_pod_whose_node_stopped_reporting_is_live_until_it_is_really_gone(
+    k8s_cluster: EmulatedCluster, k8s_backend: KubernetesBackend
+) -> None:
+    """Phase Unknown: the node lost contact, the container may still run and may come back.
+    It is no outcome: the run stays where it was, with the reason; it ends only when the pod
+    really goes (the node controller deletes it, the Job controller fails the Job)."""
+    job = make_job_request(volumes=())
+    pod = start(k8s_cluster, k8s_backend, job)
+    k8s_cluster.store.patch("pods", NS, pod, {"status": {"phase": "Unknown"}})
+    k8s_cluster.reconcile()
+    lost = k8s_backend.observe_job(ref=job.ref)
+    assert (lost.phase, lost.reason) == (
+        Phase.RUNNING,
+        "the node gpu-node-1 is not responding (last reported: running)",
+    )
+    assert not lost.phase.is_final
+    assert [o.phase for o in k8s_backend.observe_all()] == [Phase.RUNNING]
+
+    k8s_cluster.store.patch("pods", NS, pod, {"status": {"phase": "Running"}})  # back
+    k8s_cluster.reconcile()
+    back = k8s_backend.observe_job(ref=job.ref)
+    assert (back.phase, back.reason) == (Phase.RUNNING, "running")
+
+    k8s_cluster.store.patch("pods", NS, pod, {"status": {"phase": "Unknown"}})
+    k8s_cluster.store.delete("pods", NS, pod)  # the node controller gives up on it
+    k8s_cluster.reconcile()
+    gone = k8s_backend.observe_job(ref=job.ref)
+    assert gone.phase is Phase.ERROR
+    assert gone.reason.startswith("pod failed: BackoffLimitExceeded")
+
+
 def test_observe_all_reports_each_run_once(
     k8s_cluster: EmulatedCluster, k8s_backend: KubernetesBackend, job_request: JobRequest
 ) -> None:
