@@ -405,6 +405,9 @@ KUBERNETES_STORAGE_CLASS = env_str("KUBERNETES_STORAGE_CLASS") or None
 JOB_WORKSPACE_GIB = env_int("JOB_WORKSPACE_GIB", 50, minimum=1)
 CURRENCY = env_str("CURRENCY") or "EUR"
 JOB_SWEEP_SECONDS = env_int("JOB_SWEEP_SECONDS", 10, minimum=1)
+# The sweep deletes a run's Jobs and pods once its row has ended (or is gone, or moved on to
+# another run) this long ago, and the objects are as old: nothing is left holding GPUs.
+JOB_ORPHAN_GRACE_SECONDS = env_int("JOB_ORPHAN_GRACE_SECONDS", 300, minimum=0)
 # A failed webhook is retried 8 times, the first after about this, doubling up to a minute.
 WEBHOOK_RETRY_BASE_MS = env_int("WEBHOOK_RETRY_BASE_MS", 2000, minimum=1)
 # One webhook POST, all of it (name lookup, connection, request, answer), ends within this.

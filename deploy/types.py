@@ -300,6 +300,8 @@ class ObservedWorkload:
     supervisor's run id. `reason` is a human sentence for the state history.
     `push_attempt` counts final pushes started (retries included). `push_note` is what the
     final push has to say besides success (the keys it left alone as conflicts).
+    `created_at` is when the newest object of the run was made (from `observe_all`, where
+    the sweep's orphan collector counts its grace period from it; None when unknown).
     """
 
     kind: WorkloadKind
@@ -319,6 +321,7 @@ class ObservedWorkload:
     node: str | None = None
     url: str | None = None
     push_note: str = ""
+    created_at: datetime | None = None
 
     @property
     def ref(self) -> WorkloadRef:

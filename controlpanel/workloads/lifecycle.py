@@ -6,6 +6,7 @@ row lock (see reconcile.py), so two observers never record the same change twice
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 
 from django.db import transaction
@@ -32,7 +33,10 @@ _PHASE_STATES = {
 
 
 def record_state(job: Job, state: str, reason: str = "", *, at: datetime | None = None) -> bool:
-    """Move the job to `state` (saving it) and keep the change; False if nothing changed."""
+    """Move the job to `state` (saving it) and keep the change; False if nothing changed.
+
+    A new reason within the same state is kept too (`_new_reason`): "why was it pending for
+    two hours" is answered after the fact."""
     reason = reason[:500]
     if job.state == state and (not reason or job.state_reason == reason):
         return False  # an empty reason never erases a known one
@@ -40,12 +44,41 @@ def record_state(job: Job, state: str, reason: str = "", *, at: datetime | None 
     if job.state != state:
         JobEvent.objects.create(job=job, run=job.run, state=state, reason=reason, at=now)
         job.state_changed_at = now
+    elif _new_reason(job, state, reason):
+        JobEvent.objects.create(job=job, run=job.run, state=state, reason=reason, at=now)
     job.state = state
     job.state_reason = reason
     job.save(update_fields=["state", "state_reason", "state_changed_at", "updated_at"])
     if state in FINAL_STATES:
         _after_final(job)
     return True
+
+
+# Reason events one run may add within one state: a reason that flips back and forth (a
+# queue position between two quotas, a scheduler's changing verdict) stops being recorded
+# there; the row keeps the latest reason all the same.
+REASONS_PER_STATE = 20
+_COUNTERS = re.compile(r"\d+")
+
+
+def reason_shape(reason: str) -> str:
+    """The reason with its numbers blanked: "0/3 nodes are available: 3 Insufficient ..." and
+    "0/4 nodes ...: 4 Insufficient ...", or "position 2" and "position 1", say the same."""
+    return _COUNTERS.sub("#", reason)
+
+
+def _new_reason(job: Job, state: str, reason: str) -> bool:
+    """Whether a reason within the same state is news: it differs from the run's last event
+    by more than counters and times, and the state has not said too much already."""
+    events = JobEvent.objects.filter(job=job, run=job.run)
+    last = events.order_by("-pk").only("state", "reason").first()
+    if (
+        last is not None
+        and last.state == state
+        and reason_shape(last.reason) == reason_shape(reason)
+    ):
+        return False
+    return events.filter(state=state).count() <= REASONS_PER_STATE
 
 
 def _after_final(job: Job) -> None:
@@ -96,9 +129,36 @@ def _exit_reason(exit_code: int | None) -> str:
 PUSH_RETRIED = "push retried by"  # the reason of the FINALIZING a retried push starts with
 
 
-def apply_observation(job: Job, observed: ObservedWorkload) -> bool:
-    """Record what the backend saw of the job's current run; True when the state changed."""
+# Where a state lies within one run. An observation that leads below the row's state is
+# older than what was recorded (a sweep's listing applied after the watcher moved on) and is
+# ignored. PENDING and INITIALIZING share a rank: the pull runs after scheduling, and the
+# user's image is pulled after it. Services move states by hand (stop, retry the push).
+_RANKS = {
+    S.QUEUED: 0,
+    S.PENDING: 1,
+    S.INITIALIZING: 1,
+    S.RUNNING: 2,
+    S.INTERRUPTING: 3,
+    S.TIMEOUT: 3,
+    S.FINALIZING: 3,
+    **{state: 4 for state in FINAL_STATES},
+}
+
+
+def is_behind(job: Job, observed: ObservedWorkload) -> bool:
+    """Whether `observed` would take the job's run back to an earlier state."""
+    targets = target_states(job, observed) if observed.run == job.run else []
+    return bool(targets) and _RANKS[S(targets[-1][0])] < _RANKS[S(job.state)]
+
+
+def apply_observation(job: Job, observed: ObservedWorkload, *, fresh: bool = False) -> bool:
+    """Record what the backend saw of the job's current run; True when the state changed.
+
+    `fresh`: read under the row's lock, so newer than anything recorded: only such a read may
+    take a run back to QUEUED (Kueue suspended the Job again to let another run first)."""
     if observed.run != job.run or job.state in FINAL_STATES or _retried_push_failed(job, observed):
+        return False
+    if is_behind(job, observed) and not (fresh and observed.phase is Phase.QUEUED):
         return False
     _record_times(job, observed)
     changed = False

@@ -19,9 +19,9 @@ from controlpanel.workloads.backend import (
     missing_secrets,
 )
 from controlpanel.workloads.datastores import launch_refusal
-from controlpanel.workloads.lifecycle import apply_observation, record_state
+from controlpanel.workloads.lifecycle import apply_observation, is_behind, record_state
 from controlpanel.workloads.models import FINAL_STATES, Job, JobState
-from deploy.types import DeployError, ObservedWorkload, TransientError
+from deploy.types import DeployError, ObservedWorkload, Phase, TransientError
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +56,7 @@ def reconcile(job_id: str) -> Job | None:
         record_state(job, JobState.ERROR, str(exc))
         return job
     if observed is not None:
-        apply_observation(job, observed)
+        apply_observation(job, observed, fresh=True)
     return job
 
 
@@ -109,11 +109,14 @@ def observe(job_id: str, observed: ObservedWorkload | None = None) -> Job | None
         return job
     if job.state == JobState.QUEUED and job.admitted_at is None:
         return job
+    if observed is not None and observed.phase is Phase.QUEUED and is_behind(job, observed):
+        observed = None  # back in Kueue's queue, or a stale listing: only a fresh read tells
+    fresh = observed is None
     if observed is None:
         observed = get_backend().observe_job(ref=job_ref(job))
     if observed.needs_apply:
         if _push_refused(job):
             return job
-        observed = get_backend().apply_job(job=job_request(job))
-    apply_observation(job, observed)
+        observed, fresh = get_backend().apply_job(job=job_request(job)), True
+    apply_observation(job, observed, fresh=fresh)
     return job

@@ -4,13 +4,15 @@ Only objects `trust` vouches for are grouped: labels alone prove nothing."""
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import replace
+from datetime import datetime
 
 from kubernetes.client.exceptions import ApiException
 
 from deploy import names
 from deploy.kubernetes.api import KubeApi, Obj
 from deploy.kubernetes.observe import JobObjects, observe_job, observe_notebook
-from deploy.kubernetes.pods import newest, unscheduled_reason
+from deploy.kubernetes.pods import newest, parse_time, unscheduled_reason
 from deploy.kubernetes.trust import ProjectNamespaces, controlled_by, is_main_job, is_push_job
 from deploy.types import ObservedWorkload, WorkloadKind, WorkloadRef
 
@@ -142,7 +144,15 @@ def _observe_group(api: KubeApi, ref: WorkloadRef, group: dict[str, list[Obj]]) 
         wanted = names.notebook_name(ref)
         named = (s for s in group["sets"] if s["metadata"].get("name") == wanted)
         return map_notebook(api, ref, next(named, None), group["pods"])
-    return observe_job(ref, group_job(api, ref, group["jobs"], group["pods"]))
+    observed = observe_job(ref, group_job(api, ref, group["jobs"], group["pods"]))
+    return replace(observed, created_at=_newest_creation([*group["jobs"], *group["pods"]]))
+
+
+def _newest_creation(objects: list[Obj]) -> datetime | None:
+    """When the newest of a run's objects (trusted or only labelled) was made: the orphan
+    collector waits its grace period from there."""
+    stamps = [(o.get("metadata") or {}).get("creationTimestamp") or "" for o in objects]
+    return parse_time(max(stamps, default=""))
 
 
 def _order(item: tuple[WorkloadRef, object]) -> tuple[str, str, str, int]:

@@ -111,13 +111,11 @@ def test_kubernetes_journey(
     wait_for(lambda: state_of(job_id)[0] == S.DONE, 30, "DONE", procs)
     wait_for(lambda: Job.objects.get(pk=job_id).logs_archived, 30, "the log archive", procs)
     body = owner_api.get(f"/api/v1/jobs/{job_id}/").json()
-    assert [h["state"] for h in body["history"]] == [
-        "QUEUED",
-        "PENDING",
-        "RUNNING",
-        "FINALIZING",
-        "DONE",
-    ]
+    history = [(h["state"], h["reason"]) for h in body["history"]]
+    changes = [s for i, (s, _) in enumerate(history) if not i or s != history[i - 1][0]]
+    assert changes == ["QUEUED", "PENDING", "RUNNING", "FINALIZING", "DONE"]
+    # The scheduler's verdict is kept although the job was PENDING before it came.
+    assert any("Insufficient nvidia.com/gpu" in reason for _, reason in history)
     assert body["exit_code"] == 0 and body["started_at"] and body["finished_at"]
     logs = owner_api.get(f"/api/v1/jobs/{job_id}/logs/?after=0").json()
     assert logs["eof"] and len(logs["lines"]) == 2

@@ -85,7 +85,16 @@ def test_pending_running_finalizing_done(
     sweep()
     job.refresh_from_db()
     assert job.state == S.DONE and job.exit_code == 0
-    assert states(job) == [S.QUEUED, S.PENDING, S.INITIALIZING, S.RUNNING, S.FINALIZING, S.DONE]
+    assert list(job.events.order_by("at", "pk").values_list("state", "reason")) == [
+        (S.QUEUED, "submitted"),
+        (S.QUEUED, "admitted: starting"),
+        (S.PENDING, "creating the pod"),  # a new reason within a state is kept too
+        (S.PENDING, "0/12 nodes are available: 12 Insufficient nvidia.com/gpu."),
+        (S.INITIALIZING, "pulling volumes"),
+        (S.RUNNING, "running"),
+        (S.FINALIZING, "pushing rw volumes (attempt 1)"),
+        (S.DONE, "exit code 0"),
+    ]
     assert logs.archive_logs(job_id=job.pk)
     assert [line.text for line in logs.tail(job=job)] == ["epoch 1", "\x1b[32mok\x1b[0m", "epoch 2"]
     run = JobRun.objects.get(job=job)
