@@ -17,6 +17,7 @@ from controlpanel.api.pagination import MAX_OFFSET, Pagination, query_int
 from controlpanel.api.scoping import api_project
 from controlpanel.flavors.models import Flavor
 from controlpanel.workloads import logs, selectors, services
+from controlpanel.workloads.collector import note_followed
 from controlpanel.workloads.models import Job, JobEvent
 
 log = logging.getLogger(__name__)
@@ -237,6 +238,7 @@ class JobViewSet(viewsets.ViewSet):
             raise ValidationError({"run": [str(exc)]}) from None
         after = query_int(request, "after", 0, 0, MAX_OFFSET)
         limit = query_int(request, "limit", 1000, 1, MAX_LOG_LINES)
+        note_followed(job.pk)  # read every collector round while someone follows
         page: dict[str, Any] = {"run": run}
         lines = logs.lines_after(job=job, after=after, limit=limit, run=run)
         last = lines[-1].seq if lines else after

@@ -2,8 +2,12 @@
 and stores its new lines, whether anyone watches or not (logs.collect_logs).
 
 A workload that printed is read again after `interval_s`; a quiet one less and less often, up
-to `idle_s` (a line printed after a pause waits at most that long). Reads run on a few threads,
-so one slow pod log does not hold up the others. Pages and the API read the stored rows only.
+to `idle_s`. A log that someone follows (a job page polling it, `ajuste logs -f`) is read every
+`interval_s` however quiet, so a line printed after a pause reaches its readers within about a
+second: each poll notes the job in the cache for `FOLLOWED_S` (`note_followed`), one write
+whatever the number of readers, so 50 readers cost the cluster what one does. Reads run on a
+few threads, so one slow pod log does not hold up the others. Pages and the API read the stored
+rows only.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
+from django.core.cache import cache
 from django.db import close_old_connections
 from django.db.models import F
 
@@ -25,6 +30,25 @@ log = logging.getLogger(__name__)
 # States in which the user's process may print: before them there is no log yet, after them
 # the finalize task archives what is left.
 PRINTING_STATES = (JobState.RUNNING, JobState.INTERRUPTING, JobState.TIMEOUT, JobState.FINALIZING)
+# A poll marks its log followed for this long: a page polls every 500 ms while visible, so a
+# hidden or closed tab lets the log fall back to the quiet back-off within a few seconds.
+FOLLOWED_S = 3
+
+
+def _followed_key(job_id: object) -> str:
+    return f"ajuste:log-followed:{job_id}"
+
+
+def note_followed(job_id: object) -> None:
+    """Someone is reading this job's log as it comes (one cache write per poll)."""
+    cache.set(_followed_key(job_id), 1, timeout=FOLLOWED_S)
+
+
+def _followed(job_ids: set[str]) -> set[str]:
+    if not job_ids:
+        return set()
+    found = cache.get_many([_followed_key(job_id) for job_id in job_ids])
+    return {job_id for job_id in job_ids if _followed_key(job_id) in found}
 
 
 class LogCollector:
@@ -42,6 +66,7 @@ class LogCollector:
         self.collect = collect or _collect_one
         self._due: dict[str, float] = {}  # job id -> when to read it next (monotonic)
         self._wait: dict[str, float] = {}  # job id -> its current wait between reads
+        self._failing: set[str] = set()  # last read failed: the longest wait, followed or not
 
     def run(self, stop: threading.Event) -> None:
         def fresh(job_id: str) -> int:  # a thread of the pool: its own database connection
@@ -58,13 +83,21 @@ class LogCollector:
                 stop.wait(self.interval_s)
 
     def tick(self, run_all: Callable[..., object] = map) -> list[str]:
-        """One round: read every printing workload that is due; returns the ids read."""
+        """One round: read every printing workload that is due or followed; returns the ids
+        read."""
         live = {str(pk) for pk in _printing_jobs()}
         for job_id in set(self._due) - live:
             self._due.pop(job_id, None)
             self._wait.pop(job_id, None)
+            self._failing.discard(job_id)
         now = time.monotonic()
-        due = sorted(job_id for job_id in live if self._due.get(job_id, 0.0) <= now)
+        followed = _followed(live)
+        due = sorted(
+            job_id
+            for job_id in live
+            if self._due.get(job_id, 0.0) <= now
+            or (job_id in followed and job_id not in self._failing)
+        )
         results = list(run_all(self.collect, due))  # type: ignore[call-overload]
         for job_id, added in zip(due, results, strict=True):
             self._schedule(job_id, added)
@@ -77,6 +110,7 @@ class LogCollector:
             wait = min(self._wait.get(job_id, self.interval_s) * 2, self.idle_s)
         else:  # the read failed: try again after the longest wait
             wait = self.idle_s
+        (self._failing.add if added < 0 else self._failing.discard)(job_id)
         self._wait[job_id] = wait
         self._due[job_id] = time.monotonic() + wait
 

@@ -23,6 +23,7 @@ from controlpanel.flavors.models import Flavor
 from controlpanel.projects.access import project_view
 from controlpanel.workloads import logs, selectors, services
 from controlpanel.workloads.ansi import ansi_to_html
+from controlpanel.workloads.collector import note_followed
 from controlpanel.workloads.demo import demo_form_initial
 from controlpanel.workloads.forms import CustomJobForm, FinetuneForm
 from controlpanel.workloads.models import Job, JobState
@@ -195,6 +196,7 @@ def job_logs(request: HttpRequest, job_id: str) -> HttpResponse:
         after = max(int(request.GET.get("after", 0)), 0)
     except ValueError:
         after = 0
+    note_followed(job.pk)  # read every collector round while someone follows
     context = {"job": job, "project": job.project} | _log_context(
         job, logs.lines_after(job=job, after=after, limit=LOG_TAIL), after
     )

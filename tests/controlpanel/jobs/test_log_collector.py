@@ -19,7 +19,7 @@ from controlpanel.workloads import backend as job_backend
 from controlpanel.workloads import logs
 from controlpanel.workloads.admission import admit_jobs
 from controlpanel.workloads.backend import job_ref
-from controlpanel.workloads.collector import LogCollector
+from controlpanel.workloads.collector import LogCollector, note_followed
 from controlpanel.workloads.models import Job, JobLogLine, JobState
 from controlpanel.workloads.reconcile import reconcile
 from controlpanel.workloads.sweep import sweep
@@ -96,7 +96,7 @@ def test_two_collectors_at_once_store_each_line_once(
         try:
             for _ in range(5):
                 logs.collect_logs(job_id=job.pk, limit=50)
-        except BaseException as exc:  # noqa: BLE001 (reported by the test)
+        except BaseException as exc:
             errors.append(exc)
         finally:
             close_old_connections()
@@ -154,9 +154,7 @@ class EndlessBackend:
         return LogChunk(lines=(f"line {count}",), cursor=str(count), eof=False)
 
 
-def test_an_archive_that_stops_before_the_end_says_truncated(
-    project: Project, owner: Any
-) -> None:
+def test_an_archive_that_stops_before_the_end_says_truncated(project: Project, owner: Any) -> None:
     flavor = Flavor.objects.get(name="ai1-1-cpu")
     job = Job.objects.create(
         project=project, owner=owner, name="j", image="x/y:1", flavor=flavor, state=JobState.DONE
@@ -175,3 +173,51 @@ def test_an_archive_that_stops_before_the_end_says_truncated(
         "line 3",
         "[ajuste] log truncated: the archive stopped before the end of the log",
     ]
+
+
+def test_a_followed_log_is_read_every_round_however_quiet(
+    k8s_jobs: Any, project: Project, owner: Any, owner_client: Client
+) -> None:
+    """A quiet log is read less and less often, but not while a page or `ajuste logs -f`
+    follows it: a line printed after a pause reaches the reader within a round, not after the
+    back-off. Many readers make no more reads than one (the rounds are the collector's)."""
+    job = submit(project, owner)
+    Job.objects.filter(pk=job.pk).update(state=JobState.RUNNING, launched_run=job.run)
+    reads: list[str] = []
+
+    def quiet(job_id: str) -> int:
+        reads.append(job_id)
+        return 0
+
+    collector = LogCollector(interval_s=60, idle_s=600, collect=quiet)  # rounds by hand
+    assert collector.tick() == [str(job.pk)]
+    assert collector.tick() == []  # quiet: not due again for a while
+    for _ in range(5):  # five viewers of the page
+        response = owner_client.get(f"/p/alpha/jobs/{job.pk}/logs/?after=0", HTTP_HX_REQUEST="true")
+        assert response.status_code == 200
+    assert collector.tick() == [str(job.pk)]
+    assert collector.tick() == [str(job.pk)]  # followed: every round, still once per round
+    assert reads == [str(job.pk)] * 3
+
+
+def test_a_log_followed_through_the_api_is_read_every_round(
+    k8s_jobs: Any, project: Project, owner: Any, owner_api: APIClient
+) -> None:
+    job = submit(project, owner)
+    Job.objects.filter(pk=job.pk).update(state=JobState.RUNNING, launched_run=job.run)
+    collector = LogCollector(interval_s=60, idle_s=600, collect=lambda job_id: 0)
+    assert collector.tick() == [str(job.pk)]
+    assert collector.tick() == []
+    assert owner_api.get(f"/api/v1/jobs/{job.pk}/logs/?project=alpha").status_code == 200
+    assert collector.tick() == [str(job.pk)]
+
+
+def test_a_followed_log_whose_read_fails_waits_the_longest(
+    k8s_jobs: Any, project: Project, owner: Any
+) -> None:
+    job = submit(project, owner)
+    Job.objects.filter(pk=job.pk).update(state=JobState.RUNNING, launched_run=job.run)
+    collector = LogCollector(interval_s=60, idle_s=600, collect=lambda job_id: -1)
+    assert collector.tick() == [str(job.pk)]
+    note_followed(job.pk)
+    assert collector.tick() == []  # a failing read is not retried every round
