@@ -369,6 +369,9 @@ LOGGING = {
 KUBERNETES_API_HOST = env_str("KUBERNETES_API_HOST") or None
 KUBERNETES_SERVICE_ACCOUNT = env_str("KUBERNETES_SERVICE_ACCOUNT") or "ajuste-controller"
 KUBERNETES_NAMESPACE = env_str("KUBERNETES_NAMESPACE") or "ajuste"
+# One API call (connect aside) waits this long for its answer, then is retried (deploy/kubernetes/
+# api.py): a hung API server holds a worker thread for minutes at most, not forever.
+KUBERNETES_REQUEST_TIMEOUT_SECONDS = env_int("KUBERNETES_REQUEST_TIMEOUT_SECONDS", 30, minimum=1)
 AJUSTE_FINETUNE_IMAGE = env_str("AJUSTE_FINETUNE_IMAGE") or images.FINETUNE_IMAGE
 AJUSTE_SYNC_IMAGE = env_str("AJUSTE_SYNC_IMAGE") or None
 MAX_GPUS_PER_JOB = env_int("MAX_GPUS_PER_JOB", 4, minimum=1)

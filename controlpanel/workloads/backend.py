@@ -48,6 +48,7 @@ def _build_backend() -> ComputeBackend:
             api_client=client,
             service_account=settings.KUBERNETES_SERVICE_ACCOUNT,
             service_account_namespace=settings.KUBERNETES_NAMESPACE,
+            request_timeout_s=float(settings.KUBERNETES_REQUEST_TIMEOUT_SECONDS),
         )
     from deploy.local import LocalBackend
 

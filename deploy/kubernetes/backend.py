@@ -55,8 +55,9 @@ class KubernetesBackend:
         service_account: str = "ajuste-controller",
         service_account_namespace: str = "ajuste",
         watch_timeout_s: int = 30,
+        request_timeout_s: float = 30.0,
     ) -> None:
-        self.api = KubeApi(api_client or make_api_client())
+        self.api = KubeApi(api_client or make_api_client(), request_timeout_s=request_timeout_s)
         self.service_account = service_account
         self.service_account_namespace = service_account_namespace
         self.watch_timeout_s = watch_timeout_s
