@@ -6,7 +6,7 @@ import logging
 from typing import Any
 
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field
 from rest_framework import serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError
@@ -18,7 +18,9 @@ from controlpanel.api.scoping import api_project
 from controlpanel.flavors.models import Flavor
 from controlpanel.workloads import logs, selectors, services
 from controlpanel.workloads.collector import note_followed
+from controlpanel.workloads.logpage import log_page
 from controlpanel.workloads.models import Job, JobEvent
+from training.protocol import Snapshot
 
 log = logging.getLogger(__name__)
 MAX_LOG_LINES = 5000  # one page of `logs`
@@ -59,6 +61,10 @@ class JobSerializer(serializers.ModelSerializer):
     flavor = serializers.CharField(source="flavor.name", read_only=True)
     history = JobEventSerializer(source="events", many=True, read_only=True)
     cost = serializers.SerializerMethodField()
+    progress = serializers.SerializerMethodField(
+        help_text="The fine-tune run's newest progress (training/protocol.py's Snapshot); "
+        "paths are the workload's own (/workspace/...)."
+    )
 
     class Meta:
         model = Job
@@ -91,6 +97,10 @@ class JobSerializer(serializers.ModelSerializer):
             "cost",
         ]
 
+    @extend_schema_field(OpenApiTypes.OBJECT)
+    def get_progress(self, job: Job) -> dict[str, Any]:
+        return Snapshot.from_json(job.progress).to_json()
+
     def get_cost(self, job: Job) -> str | None:
         cost = selectors.job_cost_estimate(job=job)
         return None if cost is None else str(cost)
@@ -116,6 +126,9 @@ class JobCreateSerializer(serializers.Serializer):
 class LogLineSerializer(serializers.Serializer):
     seq = serializers.IntegerField()
     text = serializers.CharField()
+    event = serializers.BooleanField(
+        help_text="A progress event of the fine-tune protocol (the job's `progress` has it)."
+    )
 
 
 class LogPageSerializer(serializers.Serializer):
@@ -160,21 +173,18 @@ class JobViewSet(viewsets.ViewSet):
             OpenApiParameter("owner", str),
             OpenApiParameter("label", str, description="key or key=value"),
             OpenApiParameter("q", str, description="Part of the job's name (any case)."),
+            OpenApiParameter(
+                "sort", str, description=f"One of {', '.join(selectors.SORTS)} (default -created)."
+            ),
         ],
         responses=JobSerializer(many=True),
     )
     def list(self, request: Request) -> Response:
         access = api_project(request)
-        get = request.query_params
-        filters = selectors.JobFilters(
-            state=get.get("state", ""),
-            owner=get.get("owner", ""),
-            label=get.get("label", ""),
-            q=get.get("q", ""),
-        )
-        jobs = selectors.jobs_for_project(project=access.project, filters=filters).prefetch_related(
-            "events"
-        )
+        filters = selectors.JobFilters.from_query(request.query_params)
+        jobs = selectors.jobs_for_project(
+            project=access.project, filters=filters, whole=True
+        ).prefetch_related("events")
         paginator = self.pagination_class()
         page = paginator.paginate_queryset(jobs, request, view=self)
         return paginator.get_paginated_response(JobSerializer(page, many=True).data)
@@ -239,10 +249,8 @@ class JobViewSet(viewsets.ViewSet):
         after = query_int(request, "after", 0, 0, MAX_OFFSET)
         limit = query_int(request, "limit", 1000, 1, MAX_LOG_LINES)
         note_followed(job.pk)  # read every collector round while someone follows
-        page: dict[str, Any] = {"run": run}
-        lines = logs.lines_after(job=job, after=after, limit=limit, run=run)
-        last = lines[-1].seq if lines else after
-        ended = run < job.run or (job.is_final and job.logs_archived)
-        eof = ended and last >= logs.run_line_count(job=job, run=run)
-        lines_out = [{"seq": x.seq, "text": x.text} for x in lines]
-        return Response({"lines": lines_out, "next": last, "eof": eof, "state": job.state} | page)
+        page = log_page(job=job, after=after, limit=limit, run=run)
+        lines = [{"seq": x.seq, "text": x.text, "event": x.event} for x in page.lines]
+        return Response(
+            {"lines": lines, "next": page.next, "eof": page.eof, "state": job.state, "run": run}
+        )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from decimal import ROUND_HALF_UP, Decimal
@@ -49,6 +50,17 @@ class JobFilters:
     q: str = ""
     sort: str = "-created"
 
+    @classmethod
+    def from_query(cls, query: Mapping[str, str]) -> JobFilters:
+        """The filters of a query string, read the same way by the page and the API."""
+        return cls(
+            state=query.get("state", ""),
+            owner=query.get("owner", ""),
+            label=query.get("label", ""),
+            q=query.get("q", "")[:100],
+            sort=query.get("sort", "") or "-created",
+        )
+
 
 def job_filters_check(*, filters: JobFilters) -> tuple[JobFilters, dict[str, str]]:
     """The filters normalised (state upper-cased) with the bad ones blanked, and what was wrong
@@ -77,21 +89,26 @@ def _label_filter_ok(label: str) -> bool:
     return bool(key) and bool(LABEL_RE.fullmatch(key)) and bool(LABEL_RE.fullmatch(value))
 
 
-def jobs_for_project(*, project: Project, filters: JobFilters = JobFilters()) -> QuerySet[Job]:
-    """The project's jobs, filtered and sorted; ValidationError (by filter name) on bad filters."""
+def jobs_for_project(
+    *, project: Project, filters: JobFilters = JobFilters(), whole: bool = False
+) -> QuerySet[Job]:
+    """The project's jobs, filtered and sorted; ValidationError (by filter name) on bad filters.
+    The list page leaves the big fields unread; `whole` reads every field in the one query
+    (the API shows them all: deferred, each would cost a query per job)."""
     filters, problems = job_filters_check(filters=filters)
     if problems:
         raise ValidationError(problems)
     jobs = (
         Job.objects.filter(project=project)
-        .select_related("owner", "flavor")
+        .select_related("project", "owner", "flavor")
         .prefetch_related("flavor__prices")
         .annotate(
             gpus_total=F("gpu") * F("flavor__gpus_per_unit"),
             duration=Coalesce(F("finished_at"), Now()) - F("started_at"),
         )
-        .defer("progress", "loss_curve", "log_cursor", "env", "params")
     )
+    if not whole:
+        jobs = jobs.defer("progress", "loss_curve", "log_cursor", "env", "params")
     if filters.state:
         jobs = jobs.filter(state=filters.state)
     if filters.owner:

@@ -17,21 +17,23 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
+from controlpanel.api.pagination import MAX_OFFSET
 from controlpanel.buckets.selectors import buckets_for_project
 from controlpanel.core.htmx import wants_fragment
 from controlpanel.flavors.models import Flavor
 from controlpanel.projects.access import project_view
 from controlpanel.workloads import logs, selectors, services
-from controlpanel.workloads.ansi import ansi_to_html
 from controlpanel.workloads.collector import note_followed
 from controlpanel.workloads.demo import demo_form_initial
 from controlpanel.workloads.forms import CustomJobForm, FinetuneForm
+from controlpanel.workloads.logpage import LogPage, log_page, log_tail
 from controlpanel.workloads.models import Job, JobState
 from controlpanel.workloads.validation import (
     LOCAL_BACKEND_NOTE,
     clean_job,
     runs_only_the_finetune_image,
 )
+from training.protocol import Snapshot
 
 log = logging.getLogger(__name__)
 PAGE_SIZE = 50
@@ -42,21 +44,12 @@ def _access(request: HttpRequest) -> Any:
     return request.access  # type: ignore[attr-defined]
 
 
-def _filters(request: HttpRequest) -> selectors.JobFilters:
-    get = request.GET
-    return selectors.JobFilters(
-        state=get.get("state", ""),
-        owner=get.get("owner", ""),
-        label=get.get("label", ""),
-        q=get.get("q", "")[:100],
-        sort=get.get("sort", "-created"),
-    )
-
-
 @project_view()
 def job_list(request: HttpRequest) -> HttpResponse:
     project = _access(request).project
-    filters, problems = selectors.job_filters_check(filters=_filters(request))
+    filters, problems = selectors.job_filters_check(
+        filters=selectors.JobFilters.from_query(request.GET)
+    )
     if problems and wants_fragment(request):
         # The fragment has no room for messages: reload the page, which shows them.
         return HttpResponseClientRedirect(request.get_full_path())
@@ -159,6 +152,7 @@ def _detail_context(job: Job) -> dict[str, Any]:
     return {
         "job": job,
         "project": job.project,
+        "progress": Snapshot.from_json(job.progress),
         "events": job.events.order_by("at", "pk"),
         "cost": selectors.job_cost_estimate(job=job),
         "hourly": selectors.hourly_price(flavor=job.flavor, units=job.gpu),
@@ -169,9 +163,8 @@ def _detail_context(job: Job) -> dict[str, Any]:
 @project_view()
 def job_detail(request: HttpRequest, job_id: str) -> HttpResponse:
     job = selectors.job_get(project=_access(request).project, job_id=job_id)
-    lines = logs.tail(job=job, count=LOG_TAIL)
-    context = _detail_context(job) | _log_context(job, lines)
-    context |= {"truncated": job.log_lines > len(lines), "earlier_runs": range(job.run - 1, 0, -1)}
+    context = _detail_context(job) | _log_context(log_tail(job=job, count=LOG_TAIL))
+    context["earlier_runs"] = range(job.run - 1, 0, -1)
     return render(request, "jobs/detail.html", context)
 
 
@@ -181,25 +174,25 @@ def job_status(request: HttpRequest, job_id: str) -> HttpResponse:
     return render(request, "jobs/detail.html#job-status", _detail_context(job))
 
 
-def _log_context(job: Job, lines: list[Any], after: int = 0) -> dict[str, Any]:
-    rendered = [{"seq": line.seq, "html": ansi_to_html(line.text)} for line in lines]
-    last = lines[-1].seq if lines else after
-    following = job.is_live or not job.logs_archived or last < job.log_lines
-    return {"lines": rendered, "last_seq": last, "following": following}
+def _log_context(page: LogPage) -> dict[str, Any]:
+    return {"log": page, "lines": page.lines, "last_seq": page.next, "following": page.following}
 
 
 @project_view()
 def job_logs(request: HttpRequest, job_id: str) -> HttpResponse:
-    """New lines after `?after=` (htmx: appended out of band, with the next poller)."""
+    """Lines after `?after=` of `?run=` (htmx: appended out of band, with the next poller)."""
     job = selectors.job_get(project=_access(request).project, job_id=job_id)
     try:
-        after = max(int(request.GET.get("after", 0)), 0)
+        run = logs.resolve_run(job=job, value=request.GET.get("run"))
+    except logs.UnknownRun as exc:
+        return HttpResponse(str(exc), status=404, content_type="text/plain; charset=utf-8")
+    try:
+        after = min(max(int(request.GET.get("after", 0)), 0), MAX_OFFSET)
     except ValueError:
         after = 0
     note_followed(job.pk)  # read every collector round while someone follows
-    context = {"job": job, "project": job.project} | _log_context(
-        job, logs.lines_after(job=job, after=after, limit=LOG_TAIL), after
-    )
+    page = log_page(job=job, after=after, limit=LOG_TAIL, run=run)
+    context = {"job": job, "project": job.project} | _log_context(page)
     if wants_fragment(request):
         return render(request, "jobs/detail.html#log-append", context)
     return render(request, "jobs/logs.html", context)

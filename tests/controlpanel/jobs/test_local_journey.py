@@ -3,11 +3,13 @@ on the tiny model, volumes pulled from and pushed to the S3 server, logs archive
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from rest_framework.test import APIClient
 
 from controlpanel.projects.models import Project
 from controlpanel.workloads import logs
@@ -54,7 +56,12 @@ def demo_volumes(project: Project, panel_s3: Any, tmp_path: Path) -> dict[str, s
 
 @pytest.mark.slow
 def test_finetune_preset_reaches_done_with_the_adapter_in_the_bucket(
-    local_jobs: Any, project: Project, owner: Any, panel_s3: Any, demo_volumes: dict[str, str]
+    local_jobs: Any,
+    project: Project,
+    owner: Any,
+    owner_api: APIClient,
+    panel_s3: Any,
+    demo_volumes: dict[str, str],
 ) -> None:
     models, out = demo_volumes["models"], demo_volumes["out"]
     job = submit(
@@ -85,6 +92,14 @@ def test_finetune_preset_reaches_done_with_the_adapter_in_the_bucket(
     assert len(job.loss_curve) >= 1
     texts = [line.text for line in logs.tail(job=job, count=10_000)]
     assert any('"event": "progress"' in t or '"event":"progress"' in t for t in texts)
+    # The process ran in a directory of this machine; the API shows the workload's paths.
+    api = owner_api.get(f"/api/v1/jobs/{job.pk}/?project=alpha").json()
+    assert api["progress"]["model"] == "/workspace/model"
+    assert api["progress"]["adapter_path"] == "/workspace/output/adapter"
+    log_page = owner_api.get(f"/api/v1/jobs/{job.pk}/logs/?project=alpha&limit=5000").json()
+    assert any(line["event"] for line in log_page["lines"]) and log_page["eof"] is True
+    host = str(local_jobs.base)
+    assert host not in json.dumps(api) and host not in json.dumps(log_page)
 
 
 @pytest.mark.slow
