@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from django.conf import settings
@@ -50,7 +51,9 @@ def shell(request: HttpRequest) -> dict[str, Any]:
         "currency": settings.CURRENCY,
         "current_project": current,
         "current_access": access,
-        "project_switch": _switch_links(user, section[1] if section else "project-home"),
+        # Called by the template only where it draws the switcher: the htmx polls of a page
+        # (its log twice a second, its status every second) neither query nor reverse it.
+        "project_switch": partial(_switch_links, user, section[1] if section else "project-home"),
         "nav_sections": sections,
     }
 

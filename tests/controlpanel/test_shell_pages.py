@@ -96,3 +96,20 @@ def test_pages_and_polls_of_the_same_project_do_not_write_the_session(
         assert owner_client.get(path).status_code == 200
     assert Session.objects.get(session_key=key).expire_date == saved
     assert owner_client.session["project"] == "alpha"
+
+
+@pytest.mark.django_db
+def test_a_poll_does_not_build_the_project_switcher(owner_client: Client, project: Project) -> None:
+    """A page's htmx polls (its log twice a second, per viewer) render no top bar, so they do
+    not list the user's projects for its switcher; the page itself still does."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    def switcher_queries(**headers: str) -> list[str]:
+        with CaptureQueriesContext(connection) as captured:
+            assert owner_client.get("/p/alpha/jobs/", **headers).status_code == 200
+        ordered = 'ORDER BY "projects_project"."name" ASC LIMIT 200'  # the switcher's list
+        return [q["sql"] for q in captured.captured_queries if ordered in q["sql"]]
+
+    assert len(switcher_queries()) == 1
+    assert switcher_queries(HTTP_HX_REQUEST="true") == []
