@@ -35,6 +35,14 @@ document.addEventListener("htmx:beforeSwap", (event) => {
   }
 });
 
+// Pollers (`data-poll`) ask nothing while their tab is hidden, and once at once when it shows
+// again (their `visibilitychange` trigger). Here, not in an hx-trigger filter: a filter is
+// evaluated code, which the strict CSP (and htmx's allowEval: false) refuses.
+document.addEventListener("htmx:beforeRequest", (event) => {
+  const poller = event.detail.elt.hasAttribute && event.detail.elt.hasAttribute("data-poll");
+  if (poller && document.visibilityState !== "visible") event.preventDefault();
+});
+
 // Job logs: follow the tail, pause polling, filter the visible lines.
 let logsPaused = false;
 document.addEventListener("htmx:beforeRequest", (event) => {

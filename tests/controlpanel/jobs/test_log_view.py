@@ -15,12 +15,15 @@ from django.contrib.staticfiles import finders
 from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
+from playwright.sync_api import expect
 from rest_framework.test import APIClient
 
 from controlpanel.flavors.models import Flavor
 from controlpanel.projects.models import Project
 from controlpanel.workloads.logs import _note_progress
 from controlpanel.workloads.models import Job, JobLogLine, JobState
+from tests.fixtures.browser import browser_login
+from tests.fixtures.panel import PASSWORD
 
 PLAIN = "[training] dataset: 24 examples"
 EVENT = '{"event":"progress","v":1,"step":3,"max_steps":4,"loss":0.75,"eta_s":9.0}'
@@ -171,3 +174,58 @@ def test_the_page_and_the_api_read_the_same_filters(
     page = owner_client.get("/p/alpha/jobs/?sort=name").content.decode()
     assert [page.index(n) for n in names] == sorted(page.index(n) for n in names)
 
+
+@pytest.mark.browser
+@pytest.mark.django_db(transaction=True)
+def test_one_click_shows_the_events_in_the_log_appended_ones_too(
+    page: Any, live_server: Any, owner: Any, project: Project
+) -> None:
+    job = make_job(project, owner, state=JobState.RUNNING, launched_run=1)
+    browser_login(page, live_server.url, "owner", PASSWORD)
+    page.goto(f"{live_server.url}/p/alpha/jobs/{job.pk}/")
+    lines = page.locator("#log-lines .ln")
+    expect(lines.filter(has_text="epoch done")).to_be_visible()
+    expect(page.locator("#log-lines .ln-event")).to_be_hidden()
+    expect(page.locator("[data-testid=job-progress] progress")).to_have_attribute("value", "75")
+    # The poller appends a line for people and an event: only the first shows.
+    later = EVENT.replace('"step":3', '"step":4')
+    JobLogLine.objects.create(job=job, run=1, seq=4, text="saved a checkpoint")
+    JobLogLine.objects.create(job=job, run=1, seq=5, text=later)
+    Job.objects.filter(pk=job.pk).update(log_lines=5)
+    expect(lines.filter(has_text="saved a checkpoint")).to_be_visible()
+    expect(page.locator("#log-lines .ln-event")).to_have_count(2)
+    expect(page.locator("#log-lines .ln-event").nth(1)).to_be_hidden()
+    page.get_by_label("Show progress events").check()  # one click, no reload
+    expect(page.locator("#log-lines .ln-event").nth(0)).to_be_visible()
+    expect(page.locator("#log-lines .ln-event").nth(1)).to_be_visible()
+    page.get_by_label("Show progress events").uncheck()
+    expect(page.locator("#log-lines .ln-event").nth(1)).to_be_hidden()
+
+
+@pytest.mark.browser
+@pytest.mark.django_db(transaction=True)
+def test_pollers_ask_nothing_while_the_tab_is_hidden(
+    page: Any, live_server: Any, owner: Any, project: Project
+) -> None:
+    """Without evaluated code (the CSP and htmx's allowEval refuse it): no console error."""
+    job = make_job(project, owner, state=JobState.RUNNING, launched_run=1)
+    page.add_init_script(  # a tab that can be told to look hidden
+        "Object.defineProperty(document, 'visibilityState',"
+        " {get: () => window.__seen || 'visible'})"
+    )
+    browser_login(page, live_server.url, "owner", PASSWORD)
+    page.goto(f"{live_server.url}/p/alpha/jobs/{job.pk}/")
+    asked: list[str] = []
+    page.on("request", lambda request: asked.append(request.url))
+    page.wait_for_timeout(1500)
+    assert any("/logs/" in url for url in asked) and any("/status/" in url for url in asked)
+    page.evaluate("window.__seen = 'hidden'; document.dispatchEvent(new Event('visibilitychange'))")
+    page.wait_for_timeout(300)  # a request already under way may still finish
+    asked.clear()
+    page.wait_for_timeout(2000)
+    assert asked == []
+    page.evaluate(
+        "window.__seen = 'visible'; document.dispatchEvent(new Event('visibilitychange'))"
+    )
+    page.wait_for_timeout(1000)
+    assert any("/logs/" in url for url in asked)
