@@ -427,6 +427,10 @@ class Snapshot:
             known["last_event"] = self.event
         return known
 
+    def __bool__(self) -> bool:
+        """Whether the run reported anything (a row written by hand may lack `event`)."""
+        return any(v is not None for v in dataclasses.asdict(self).values())
+
     @property
     def percent(self) -> int:
         """How far the steps went, 0 to 100; 0 without usable numbers."""

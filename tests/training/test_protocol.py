@@ -155,6 +155,7 @@ def test_snapshot_merges_the_newest_fields_and_reads_bad_stored_values_safely() 
     bad = {"last_event": "progress", "step": "5", "max_steps": 1e400, "message": 7, "x": 1}
     assert Snapshot.from_json(bad) == Snapshot(event="progress")
     assert Snapshot.from_json(None) == Snapshot.from_json([1]) == Snapshot()
+    assert not Snapshot() and Snapshot.from_json({"step": 1})  # reported something, or not
     assert (
         Snapshot(step=3, max_steps=0).percent == 0
         and Snapshot(step=30, max_steps=10).percent == 100
