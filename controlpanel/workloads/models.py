@@ -81,7 +81,12 @@ class Job(models.Model):
     log_cursor = models.TextField(blank=True, default="")
     log_lines = models.PositiveIntegerField(default=0)
     logs_archived = models.BooleanField(default=False)
+    # A run's end notice: claimed once (notified_run, at notice_claimed_at), then handed to the
+    # mail server and the webhook queue (notice_sent_run). A claim never handed over (a crash
+    # between the two) is sent again by the sweep (tasks.notices_resend).
     notified_run = models.PositiveIntegerField(default=0)
+    notice_claimed_at = models.DateTimeField(null=True, blank=True)
+    notice_sent_run = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(auto_now=True)
 

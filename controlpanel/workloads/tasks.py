@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import logging
 import random
+from datetime import timedelta
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from celery import Task, shared_task
 from celery.exceptions import SoftTimeLimitExceeded
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
 
 from deploy.types import TransientError
 
@@ -21,6 +26,10 @@ SWEEP_LOCK_S = 600  # a crashed sweep frees the lock after this
 # (settings.CELERY_TASK_ROUTES), which a worker of its own consumes (Procfile `notifier`), so
 # a hung receiver holds up no reconcile; each try is short (deadlines, then these limits).
 NOTICE_LIMITS = {"soft_time_limit": 60, "time_limit": 90}
+# An end notice claimed this long ago and still not handed over lost its message (a crash
+# between claim and send): the sweep sends it again. Longer than the e-mail's own retries.
+NOTICE_RESEND_AFTER = timedelta(minutes=15)
+EMAIL_RETRIES = 8
 
 RETRY = {
     # SoftTimeLimitExceeded: a step that hung past the soft limit (settings) is tried again.
@@ -61,7 +70,7 @@ def job_retry_push(job_id: str) -> None:
     # once-per-run notice so that end is told too. Before the push, so no end can slip by.
     Job.objects.filter(
         pk=job_id, run=job.run, state=JobState.FINALIZING, notified_run=job.run
-    ).update(notified_run=job.run - 1)
+    ).update(notified_run=job.run - 1, notice_sent_run=job.run - 1)
     get_backend().retry_push(job=job_request(job))
     job_reconcile.apply_async((job_id,), countdown=2)
 
@@ -79,18 +88,49 @@ def job_finalize(job_id: str, run: int) -> None:
     job = Job.objects.select_related("project").filter(pk=job_id, run=run).first()
     if job is None:
         return
-    # Claimed with a conditional update: a duplicate or retried task never notifies twice,
-    # and a job that left its final state (push retried, run again) waits for its next end.
-    claimed = job.is_final and Job.objects.filter(
-        pk=job_id, run=run, state=job.state, notified_run__lt=run
-    ).update(notified_run=run)
-    if claimed:
-        job_notify.delay(job_id, run, job.state)
+    if job.is_final:
+        _claim_notice(job, run)
     release_workspace(job=job)
     project_admit.delay(job.project_id)
     # What the job pushed changed its buckets' object counts and sizes.
     buckets_recount_written(project_id=job.project_id, volumes=job.volumes)
     archive_logs(job_id=job_id)
+
+
+def _claim_notice(job: Job, run: int) -> None:
+    """Claimed with a conditional update: a duplicate or retried task never notifies twice,
+    and a job that left its final state (push retried, run again) waits for its next end.
+    Sent from the claim's commit; a claim never handed over is sent again (notices_resend)."""
+    from controlpanel.workloads.models import Job
+
+    with transaction.atomic():
+        claimed = Job.objects.filter(
+            pk=job.pk, run=run, state=job.state, notified_run__lt=run
+        ).update(notified_run=run, notice_claimed_at=timezone.now())
+        if claimed:
+            transaction.on_commit(partial(job_notify.delay, str(job.pk), run, job.state))
+
+
+def notices_resend() -> int:
+    """Send again the end notices claimed over NOTICE_RESEND_AFTER ago and never handed over
+    (the worker died after the claim, or the message was lost), each at most once a period;
+    job_notify drops one that was handed over meanwhile. Called by the sweep."""
+    from controlpanel.workloads.models import FINAL_STATES, Job
+
+    now = timezone.now()
+    unsent = Job.objects.filter(
+        state__in=FINAL_STATES,
+        notified_run=F("run"),
+        notice_sent_run__lt=F("run"),
+        notice_claimed_at__lt=now - NOTICE_RESEND_AFTER,
+    )
+    resent = 0
+    for job_id, run, state in unsent.values_list("pk", "run", "state")[:100]:
+        with transaction.atomic():
+            if unsent.filter(pk=job_id, run=run).update(notice_claimed_at=now):
+                transaction.on_commit(partial(job_notify.delay, str(job_id), run, state))
+                resent += 1
+    return resent
 
 
 def _still_ended(job_id: str, run: int | None, state: str | None, *related: str) -> Job | None:
@@ -107,16 +147,33 @@ def _still_ended(job_id: str, run: int | None, state: str | None, *related: str)
     return job
 
 
-@shared_task(**RETRY, **NOTICE_LIMITS)
-def job_notify(job_id: str, run: int | None = None, state: str | None = None) -> None:
+@shared_task(
+    bind=True,
+    max_retries=EMAIL_RETRIES,
+    acks_late=True,
+    reject_on_worker_lost=True,
+    **NOTICE_LIMITS,
+)
+def job_notify(self: Task, job_id: str, run: int | None = None, state: str | None = None) -> None:
+    """The webhook's task, then the e-mail; then the notice counts as handed over."""
+    from controlpanel.workloads.models import Job
     from controlpanel.workloads.notifications import send_job_email
 
     job = _still_ended(job_id, run, state, "owner", "project")
-    if job is None:
-        return
-    # First: a mail failure must not cost the webhook.
-    job_webhook.delay(job_id, job.run, job.state)
-    send_job_email(job)
+    if job is None or job.notice_sent_run >= job.run:
+        return  # moved on, or handed over already (a resend that crossed the first message)
+    if not self.request.retries:  # first, once: a mail failure neither costs nor repeats it
+        job_webhook.delay(job_id, job.run, job.state)
+    try:
+        send_job_email(job)
+    except Exception as exc:  # retried, then given up (not sent again by the sweep)
+        if self.request.retries < self.max_retries:
+            countdown = webhook_retry_delay(self.request.retries)
+            raise self.retry(exc=exc, countdown=countdown) from exc
+        log.warning("job %s: the end notice e-mail was given up: %s", job_id, exc)
+    Job.objects.filter(
+        pk=job.pk, run=job.run, notified_run=job.run, notice_sent_run__lt=job.run
+    ).update(notice_sent_run=job.run)
 
 
 WEBHOOK_RETRIES = 8
@@ -124,8 +181,9 @@ WEBHOOK_RETRY_MAX_S = 60.0
 
 
 def webhook_retry_delay(retries: int) -> float:
-    """Seconds before retry number `retries` + 1: doubling from WEBHOOK_RETRY_BASE_MS up to a
-    minute, the second half of it random (receivers that were down are not hit all at once)."""
+    """Seconds before retry number `retries` + 1 of a webhook (or a notice's e-mail): doubling
+    from WEBHOOK_RETRY_BASE_MS up to a minute, the second half of it random (receivers that
+    were down are not hit all at once)."""
     from django.conf import settings
 
     ceiling = min(WEBHOOK_RETRY_MAX_S, settings.WEBHOOK_RETRY_BASE_MS / 1000 * 2**retries)

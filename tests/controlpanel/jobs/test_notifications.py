@@ -9,6 +9,7 @@ import ipaddress
 import json
 import socket
 import threading
+from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from types import SimpleNamespace
 from typing import Any
@@ -18,6 +19,7 @@ import pytest
 from django.core import mail
 from django.core.exceptions import ValidationError
 from django.db import connection
+from django.db.models import F
 
 from controlpanel.core import public_http
 from controlpanel.flavors.models import Flavor
@@ -28,6 +30,7 @@ from controlpanel.workloads import logs, services, tasks
 from controlpanel.workloads.lifecycle import apply_observation, record_state
 from controlpanel.workloads.models import Job, JobState
 from controlpanel.workloads.notifications import post_webhook, send_job_email, sign
+from controlpanel.workloads.sweep import sweep
 from deploy.types import ObservedWorkload, Phase, WorkloadKind
 from tests.fixtures.receivers import trickling_http
 
@@ -84,6 +87,17 @@ def sent(monkeypatch: pytest.MonkeyPatch, settings: Any) -> list[tuple[str, tupl
     return calls
 
 
+@pytest.fixture
+def finalize(django_capture_on_commit_callbacks: Any) -> Any:
+    """job_finalize as the worker runs it: what it sends on its claim's commit goes out."""
+
+    def run(job_id: str, run: int) -> None:
+        with django_capture_on_commit_callbacks(execute=True):
+            tasks.job_finalize(job_id, run)
+
+    return run
+
+
 def _job(project: Project, owner: Any, state: str, **fields: Any) -> Job:
     flavor = Flavor.objects.get(name="h100-1-gpu")
     fields = {"name": "train", "image": "x/y:1", "flavor": flavor, "launched_run": 1} | fields
@@ -101,7 +115,7 @@ def _with_webhook(project: Project, url: str) -> str:
 
 
 def test_archive_failure_costs_neither_notice_nor_quota(
-    project: Project, owner: Any, sent: Any, monkeypatch: pytest.MonkeyPatch
+    project: Project, owner: Any, sent: Any, monkeypatch: pytest.MonkeyPatch, finalize: Any
 ) -> None:
     job = _job(project, owner, S.FAILED, state_reason="exit code 3")
 
@@ -111,14 +125,19 @@ def test_archive_failure_costs_neither_notice_nor_quota(
     monkeypatch.setattr(logs, "archive_logs", broken)
     for _ in range(3):  # the task's own retries, then the sweep's refinalize
         with pytest.raises(ConnectionError):
-            tasks.job_finalize(str(job.pk), 1)
+            finalize(str(job.pk), 1)
     assert _notices(sent) == [(str(job.pk), 1, S.FAILED)]
     assert [m.subject for m in mail.outbox] == ["[Ajuste] train: FAILED"]
     assert ("project_admit", (project.pk,)) in sent
 
 
 def test_done_after_retried_push_is_told_once_each(
-    project: Project, owner: Any, sent: Any, receiver: Any, monkeypatch: pytest.MonkeyPatch
+    project: Project,
+    owner: Any,
+    sent: Any,
+    receiver: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    finalize: Any,
 ) -> None:
     url, received = receiver
     secret = _with_webhook(project, url)
@@ -126,17 +145,17 @@ def test_done_after_retried_push_is_told_once_each(
     fake = SimpleNamespace(retry_push=lambda *, job: pushes.append(job.id))
     monkeypatch.setattr(backend_module, "get_backend", lambda: fake)
     job = _job(project, owner, S.SYNC_FAILED, state_reason="final push failed: 503")
-    tasks.job_finalize(str(job.pk), 1)
-    tasks.job_finalize(str(job.pk), 1)  # a duplicate never notifies twice
+    finalize(str(job.pk), 1)
+    finalize(str(job.pk), 1)  # a duplicate never notifies twice
     access = project_access(user=owner, slug="alpha")
     job = services.job_retry_push(access=access, user=owner, job=job)
-    tasks.job_finalize(str(job.pk), 1)  # a late one while FINALIZING waits for the end
+    finalize(str(job.pk), 1)  # a late one while FINALIZING waits for the end
     tasks.job_retry_push(str(job.pk))
     tasks.job_retry_push(str(job.pk))  # the task retried
     assert len(pushes) == 2
     record_state(job, S.DONE, "exit code 0")
-    tasks.job_finalize(str(job.pk), 1)
-    tasks.job_finalize(str(job.pk), 1)
+    finalize(str(job.pk), 1)
+    finalize(str(job.pk), 1)
     assert _notices(sent) == [(str(job.pk), 1, S.SYNC_FAILED), (str(job.pk), 1, S.DONE)]
     assert [m.subject for m in mail.outbox] == [
         "[Ajuste] train: SYNC_FAILED",
@@ -150,20 +169,20 @@ def test_done_after_retried_push_is_told_once_each(
 
 
 def test_a_push_that_fails_again_is_told_again(
-    project: Project, owner: Any, sent: Any, monkeypatch: pytest.MonkeyPatch
+    project: Project, owner: Any, sent: Any, monkeypatch: pytest.MonkeyPatch, finalize: Any
 ) -> None:
     monkeypatch.setattr(
         backend_module, "get_backend", lambda: SimpleNamespace(retry_push=lambda *, job: None)
     )
     job = _job(project, owner, S.SYNC_FAILED)
-    tasks.job_finalize(str(job.pk), 1)
+    finalize(str(job.pk), 1)
     job = services.job_retry_push(
         access=project_access(user=owner, slug="alpha"), user=owner, job=job
     )
     tasks.job_retry_push(str(job.pk))
     record_state(job, S.SYNC_FAILED, "final push failed again")
-    tasks.job_finalize(str(job.pk), 1)
-    tasks.job_finalize(str(job.pk), 1)
+    finalize(str(job.pk), 1)
+    finalize(str(job.pk), 1)
     assert [args[2] for args in _notices(sent)] == [S.SYNC_FAILED, S.SYNC_FAILED]
 
 
@@ -179,12 +198,14 @@ def test_stale_notice_of_a_state_the_job_left_is_dropped(
     assert [m.subject for m in mail.outbox] == ["[Ajuste] train: DONE"]
 
 
-def test_a_new_run_is_notified_again(project: Project, owner: Any, sent: Any) -> None:
+def test_a_new_run_is_notified_again(
+    project: Project, owner: Any, sent: Any, finalize: Any
+) -> None:
     job = _job(project, owner, S.DONE, notified_run=1)
-    tasks.job_finalize(str(job.pk), 1)
+    finalize(str(job.pk), 1)
     Job.objects.filter(pk=job.pk).update(run=2, state=S.FAILED)
-    tasks.job_finalize(str(job.pk), 1)  # the old run's task: gone
-    tasks.job_finalize(str(job.pk), 2)
+    finalize(str(job.pk), 1)  # the old run's task: gone
+    finalize(str(job.pk), 2)
     assert _notices(sent) == [(str(job.pk), 2, S.FAILED)]
 
 
@@ -508,3 +529,51 @@ def test_a_name_that_never_resolves_is_let_go_at_the_deadline(
             public_http.post("http://hooks.example.test/x", content=b"{}", headers={}, timeout=1)
     finally:
         answer.set()
+
+
+def _claimed_long_ago(job: Job) -> None:
+    """As if a day had passed since the notice was claimed (or last sent again)."""
+    Job.objects.filter(pk=job.pk).update(notice_claimed_at=F("notice_claimed_at") - timedelta(1))
+
+
+def test_a_notice_claimed_then_lost_is_sent_once_by_the_sweep(
+    project: Project,
+    owner: Any,
+    sent: Any,
+    receiver: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    finalize: Any,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    url, received = receiver
+    _with_webhook(project, url)
+    job = _job(project, owner, S.FAILED, state_reason="exit code 1")
+    deliver = tasks.job_notify.delay
+    # The worker dies between the claim's commit and the message: nothing goes out.
+    monkeypatch.setattr(tasks.job_notify, "delay", lambda *args: None)
+    finalize(str(job.pk), 1)
+    assert Job.objects.get(pk=job.pk).notified_run == 1
+    monkeypatch.setattr(tasks.job_notify, "delay", deliver)
+    with django_capture_on_commit_callbacks(execute=True):
+        sweep()  # within the period: the message may still be on its way
+    assert mail.outbox == [] and received == []
+    _claimed_long_ago(job)
+    for _ in range(3):  # this sweep sends it; the next ones find it handed over
+        with django_capture_on_commit_callbacks(execute=True):
+            sweep()
+        _claimed_long_ago(job)
+    assert [m.subject for m in mail.outbox] == ["[Ajuste] train: FAILED"]
+    assert [json.loads(body)["state"] for _, body in received] == ["FAILED"]
+
+
+def test_a_notice_sent_at_its_claim_is_never_sent_again(
+    project: Project, owner: Any, sent: Any, finalize: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    job = _job(project, owner, S.DONE)
+    finalize(str(job.pk), 1)
+    tasks.job_notify(str(job.pk), 1, S.DONE)  # a duplicate message, after the first
+    assert [m.subject for m in mail.outbox] == ["[Ajuste] train: DONE"]
+    _claimed_long_ago(job)
+    with django_capture_on_commit_callbacks(execute=True):
+        sweep()
+    assert [m.subject for m in mail.outbox] == ["[Ajuste] train: DONE"]
