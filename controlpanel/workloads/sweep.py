@@ -6,21 +6,26 @@ from __future__ import annotations
 
 import logging
 import uuid
-from datetime import timedelta
+from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
 from controlpanel.workloads import tasks
-from controlpanel.workloads.backend import get_backend
-from controlpanel.workloads.lifecycle import target_states
+from controlpanel.workloads.admission import CLAIM_KEPT_STATES
+from controlpanel.workloads.backend import get_backend, job_request
+from controlpanel.workloads.lifecycle import is_behind, target_states
 from controlpanel.workloads.models import FINAL_STATES, LIVE_STATES, Job, JobState
 from controlpanel.workloads.reconcile import observe
-from deploy.types import ObservedWorkload, WorkloadKind
+from deploy.types import ObservedWorkload, Phase, WorkloadKind
 
 log = logging.getLogger(__name__)
 # A finished job whose log is still not archived this long after it ended lost its task.
 FINALIZE_GRACE = timedelta(minutes=2)
+# Phases of a run that holds (or waits for) its pod's GPUs.
+STOPPABLE = frozenset({Phase.QUEUED, Phase.PENDING, Phase.INITIALIZING, Phase.RUNNING})
+ORPHANS_PER_SWEEP = 100  # each costs a few API calls; the rest wait for the next sweep
 
 
 def sweep() -> dict[str, int]:
@@ -31,15 +36,16 @@ def sweep() -> dict[str, int]:
         for o in get_backend().observe_all()
         if o.kind is WorkloadKind.JOB
     }
-    counts = {"live": 0, "changed": 0, "relaunched": 0, "missing": 0}
+    counts = {"live": 0, "changed": 0, "relaunched": 0, "missing": 0, "orphans": 0}
     for job in _live_jobs():
         counts["live"] += 1
-        seen = observed.get((job.project.namespace, str(job.pk), job.run))
+        seen = observed.pop((job.project.namespace, str(job.pk), job.run), None)
         if seen is None:
             _missing(job, counts)
         elif _differs(job, seen):
             observe(str(job.pk), seen)
             counts["changed"] += 1
+    counts["orphans"] = collect_orphans(list(observed.values()))
     _admit_waiting()
     _refinalize()
     tasks.notices_resend()  # end notices claimed, then lost before they were sent
@@ -101,6 +107,8 @@ def _missing(job: Job, counts: dict[str, int]) -> None:
 def _differs(job: Job, seen: ObservedWorkload) -> bool:
     if seen.needs_apply:
         return True
+    if is_behind(job, seen) and seen.phase is not Phase.QUEUED:
+        return False  # older than the row (observe() reads a QUEUED one again, fresh)
     if seen.started_at != job.started_at or seen.finished_at != job.finished_at:
         return True
     targets = target_states(job, seen)
@@ -108,6 +116,63 @@ def _differs(job: Job, seen: ObservedWorkload) -> bool:
         return False
     state, reason = targets[-1]
     return state != job.state or bool(reason and reason != job.state_reason)
+
+
+def collect_orphans(runs: list[ObservedWorkload]) -> int:
+    """Delete what runs on for no live job: the objects of a run whose row ended (and was
+    finalized), is gone, or is at another run. The case that needs it: the Job was created,
+    the reconcile's transaction rolled back, and 'stop' then ended the never-launched row
+    without the cluster; its pod kept its GPUs, out of the quota and unbilled.
+
+    Only after `JOB_ORPHAN_GRACE_SECONDS`, from the row's end and the objects' creation (a
+    row read before a commit must not cost a run). SYNC_FAILED keeps everything (the retried
+    push needs the Job and the claim); ERROR keeps its Job and claim (data to rescue) but
+    its pods are stopped. Returns how many runs were acted on, at most ORPHANS_PER_SWEEP."""
+    if not runs:
+        return 0
+    before = timezone.now() - timedelta(seconds=settings.JOB_ORPHAN_GRACE_SECONDS)
+    runs = [r for r in runs if r.created_at is None or r.created_at <= before]
+    rows = _rows_of(runs)
+    backend, acted = get_backend(), 0
+    for seen in runs:
+        row = rows.get(seen.id)
+        if row is not None and row.project.namespace != seen.namespace:
+            row = None  # another project's job id in this namespace: nothing of ours
+        action = _orphan_action(row, seen, before)
+        if not action:
+            continue
+        log.warning("orphan run %s of job %s in %s: %s", seen.run, seen.id, seen.namespace, action)
+        if action == "stop" and row is not None:
+            backend.stop_job(job=job_request(row))
+        else:
+            backend.delete_job(ref=seen.ref)
+        acted += 1
+        if acted == ORPHANS_PER_SWEEP:
+            break
+    return acted
+
+
+def _rows_of(runs: list[ObservedWorkload]) -> dict[str, Job]:
+    ids = set()
+    for seen in runs:
+        try:
+            ids.add(uuid.UUID(seen.id))
+        except ValueError:
+            continue  # not a job id: no row
+    rows = Job.objects.filter(pk__in=ids).select_related("project", "flavor")
+    return {str(row.pk): row for row in rows}
+
+
+def _orphan_action(row: Job | None, seen: ObservedWorkload, before: datetime) -> str:
+    """What to do with the objects of a run no live row of that run claimed: "delete",
+    "stop", or "" to leave them."""
+    if row is None or row.run != seen.run:
+        return "delete"
+    if row.state in LIVE_STATES or not row.logs_archived or row.state_changed_at > before:
+        return ""  # running, or not finalized yet: job_finalize still reads the run
+    if row.state in CLAIM_KEPT_STATES:
+        return "stop" if row.state == JobState.ERROR and seen.phase in STOPPABLE else ""
+    return "delete"
 
 
 def _admit_waiting() -> None:
