@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import random
+import time
+from collections.abc import Callable
 from datetime import timedelta
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -56,6 +58,31 @@ def job_reconcile(job_id: str) -> None:
     from controlpanel.workloads.reconcile import reconcile
 
     reconcile(job_id)
+
+
+REDRIVE_FIRST_S = 10.0
+REDRIVE_MAX_S = 300.0
+# Remembered this long after the last re-send: a job that stops needing them starts over.
+REDRIVE_FORGET_S = 3600
+# time.time, replaceable in tests that step through the backoff.
+clock: Callable[[], float] = time.time
+
+
+def redrive(job_id: str) -> bool:
+    """Re-send job_reconcile for an admitted job that was never launched (its task was lost, or
+    keeps failing), backing off per job: 10 s after the first re-send, then 20 s, 40 s...
+    up to 5 minutes. Returns whether it was sent. Called by the sweep, every sweep."""
+    from django.core.cache import cache
+
+    key = f"job-redrive:{job_id}"
+    sent, next_at = cache.get(key, (0, 0.0))
+    now = clock()
+    if now < next_at:
+        return False
+    wait = min(REDRIVE_FIRST_S * 2 ** min(sent, 16), REDRIVE_MAX_S)
+    cache.set(key, (sent + 1, now + wait), timeout=REDRIVE_FORGET_S)
+    job_reconcile.delay(job_id)
+    return True
 
 
 @shared_task(**RETRY)
