@@ -9,7 +9,12 @@ from typing import Any, NoReturn
 
 
 class OptionsError(Exception):
-    """A bad option value; reported as an `error` event of kind `config`, exit code 2."""
+    """A bad option value; reported as an `error` event of kind `config`, exit code 2.
+    `option` is the option at fault (`--rank`) when one is."""
+
+    def __init__(self, message: str, option: str | None = None) -> None:
+        super().__init__(message)
+        self.option = option
 
 
 @dataclass(frozen=True)
@@ -68,8 +73,20 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 class _Parser(argparse.ArgumentParser):
     """argparse exits 2 on a usage error; we raise instead so the caller can emit an event."""
 
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(exit_on_error=False, **kwargs)
+
     def error(self, message: str) -> NoReturn:
         raise OptionsError(message)
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Any = None, namespace: Any = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        try:
+            return super().parse_known_args(args, namespace)
+        except argparse.ArgumentError as err:  # a bad value: say which option has it
+            option = (err.argument_name or "").split("/")[0] or None
+            raise OptionsError(str(err), option) from None
 
 
 def _add_io(p: argparse.ArgumentParser) -> None:
@@ -227,17 +244,18 @@ def _check(opts: Options) -> None:
     positive = ("rank", "batch_size", "grad_accum", "max_length", "save_steps", "log_steps")
     for name in positive:
         if getattr(opts, name) < 1:
-            raise OptionsError(f"--{name.replace('_', '-')} must be at least 1")
+            option = f"--{name.replace('_', '-')}"
+            raise OptionsError(f"{option} must be at least 1", option)
     if opts.save_total_limit < 1:
-        raise OptionsError("--save-total-limit must be at least 1")
+        raise OptionsError("--save-total-limit must be at least 1", "--save-total-limit")
     if not 0.0 <= opts.eval_split < 1.0:
-        raise OptionsError("--eval-split must be in [0, 1)")
+        raise OptionsError("--eval-split must be in [0, 1)", "--eval-split")
     if not 0.0 <= opts.dropout < 1.0:
-        raise OptionsError("--dropout must be in [0, 1)")
+        raise OptionsError("--dropout must be in [0, 1)", "--dropout")
     if opts.max_steps <= 0 and opts.epochs <= 0:
         raise OptionsError("give --epochs > 0 or --max-steps > 0")
     if opts.learning_rate <= 0:
-        raise OptionsError("--learning-rate must be positive")
+        raise OptionsError("--learning-rate must be positive", "--learning-rate")
 
 
 def parse_options(argv: list[str] | None = None) -> Options:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,8 +21,9 @@ class ApiError(click.ClickException):
         self.status = status
 
 
-def describe(response: httpx.Response) -> str:
-    """The API's own words for a failure: `detail`, or `field: message` pairs."""
+def describe(response: httpx.Response, name: Callable[[str], str] = str) -> str:
+    """The API's own words for a failure: `detail`, or `key: message` pairs (each key as
+    `name` shows it: a command shows the flag the field came from)."""
     try:
         body = response.json()
     except ValueError:
@@ -30,9 +32,9 @@ def describe(response: httpx.Response) -> str:
         if "detail" in body:
             return str(body["detail"])
         parts = []
-        for name, messages in body.items():
+        for key, messages in body.items():
             text = " ".join(map(str, messages)) if isinstance(messages, list) else str(messages)
-            parts.append(text if name == "non_field_errors" else f"{name}: {text}")
+            parts.append(text if key == "non_field_errors" else f"{name(key)}: {text}")
         return "; ".join(parts) or "error"
     return str(body)
 
@@ -90,14 +92,16 @@ class Api:
             )
         return self._http
 
-    def call(self, method: str, path: str, **kwargs: Any) -> Any:
-        """JSON of a successful answer (None for 204); ApiError otherwise."""
+    def call(
+        self, method: str, path: str, *, name: Callable[[str], str] = str, **kwargs: Any
+    ) -> Any:
+        """JSON of a successful answer (None for 204); ApiError otherwise (see describe)."""
         try:
             response = self.http.request(method, path.lstrip("/"), **kwargs)
         except httpx.TransportError as error:
             raise ApiError(0, f"cannot reach {self.url}: {error}") from None
         if response.status_code >= 400:
-            raise ApiError(response.status_code, describe(response))
+            raise ApiError(response.status_code, describe(response, name))
         if response.status_code == 204 or not response.content:
             return None
         return response.json()
@@ -105,8 +109,8 @@ class Api:
     def get(self, path: str, **params: Any) -> Any:
         return self.call("GET", path, params={k: v for k, v in params.items() if v is not None})
 
-    def post(self, path: str, body: dict[str, Any]) -> Any:
-        return self.call("POST", path, json=body)
+    def post(self, path: str, body: dict[str, Any], name: Callable[[str], str] = str) -> Any:
+        return self.call("POST", path, json=body, name=name)
 
     def paginate(self, path: str, **params: Any) -> list[Any]:
         """Every item of a paginated list (`results` + `next`)."""

@@ -29,7 +29,7 @@ from controlpanel.workloads.backend import get_backend, job_ref
 from controlpanel.workloads.lifecycle import record_state
 from controlpanel.workloads.models import LIVE_STATES, Job, JobState
 from deploy.types import Capacity
-from storage.volumes import Mode, parse_volume_spec
+from storage.volumes import Mode
 
 # The push sidecar's requests (deploy/manifests/common.py, `sync_container`): it runs beside
 # the user's container, so the pod asks for both.
@@ -85,7 +85,7 @@ QUOTAS = (
 
 def job_need(job: Job, *, claim: bool = True) -> Need:
     """The pod's requests of one run, and its workspace claim when it has rw volumes."""
-    pushes = any(parse_volume_spec(v).mode in (Mode.RW, Mode.RWD) for v in job.volumes)
+    pushes = any(v.mode in (Mode.RW, Mode.RWD) for v in job.volume_specs)
     flavor, units = job.flavor, job.gpu
     return Need(
         gpus=flavor.gpus_per_unit * units,

@@ -6,7 +6,12 @@ import logging
 from typing import Any
 
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    extend_schema_field,
+)
 from rest_framework import serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError
@@ -16,7 +21,7 @@ from rest_framework.response import Response
 from controlpanel.api.pagination import MAX_OFFSET, Pagination, query_int
 from controlpanel.api.scoping import api_project
 from controlpanel.flavors.models import Flavor
-from controlpanel.workloads import logs, selectors, services
+from controlpanel.workloads import contract, logs, selectors, services
 from controlpanel.workloads.collector import note_followed
 from controlpanel.workloads.logpage import log_page
 from controlpanel.workloads.models import Job, JobEvent
@@ -70,19 +75,9 @@ class JobSerializer(serializers.ModelSerializer):
         model = Job
         fields = [
             "id",
-            "name",
             "project",
             "owner",
-            "image",
-            "command",
-            "flavor",
-            "gpu",
-            "volumes",
-            "env",
-            "labels",
-            "timeout",
-            "preset",
-            "params",
+            *(spec.name for spec in contract.FIELDS),  # what was submitted, as stored
             "state",
             "state_reason",
             "run",
@@ -106,21 +101,42 @@ class JobSerializer(serializers.ModelSerializer):
         return None if cost is None else str(cost)
 
 
-class JobCreateSerializer(serializers.Serializer):
-    """The submission fields of the contract; all checks happen in validation.clean_job."""
+def _contract_field(spec: contract.Field) -> serializers.Field:
+    """The serializer field of one contract field: it states the shape (for the schema); the
+    checks, and their keyed messages, are validation.validate_job's."""
+    common: dict[str, Any] = {"required": spec.required, "help_text": spec.help}
+    if spec.choices:
+        return serializers.ChoiceField(choices=list(spec.choices), allow_blank=True, **common)
+    if spec.kind == "text":
+        return serializers.CharField(
+            allow_blank=not spec.required, max_length=spec.maximum, **common
+        )
+    if spec.kind == "integer":
+        return serializers.IntegerField(
+            allow_null=True, min_value=spec.minimum, max_value=spec.maximum, **common
+        )
+    if spec.kind == "texts":
+        text = serializers.CharField(allow_blank=True)
+        return serializers.ListField(child=text, max_length=spec.maximum, **common)
+    if spec.kind == "pairs":
+        return serializers.DictField(child=serializers.CharField(allow_blank=True), **common)
+    return serializers.DictField(**common)
 
-    project = serializers.CharField(required=False, help_text="Project slug (or ?project=).")
-    name = serializers.CharField(required=False, allow_blank=True)
-    image = serializers.CharField(required=False, allow_blank=True)
-    command = serializers.JSONField(required=False, help_text="A list of arguments.")
-    flavor = serializers.CharField()
-    gpu = serializers.JSONField(required=False, help_text="Units of the flavor (default 1).")
-    volumes = serializers.JSONField(required=False, help_text="A list of volume specs.")
-    env = serializers.JSONField(required=False, help_text="An object of NAME: value.")
-    labels = serializers.JSONField(required=False, help_text="An object of key: value.")
-    timeout = serializers.JSONField(required=False, help_text="Seconds (default 7 days).")
-    preset = serializers.CharField(required=False, allow_blank=True)
-    params = serializers.JSONField(required=False, help_text="The preset's parameters.")
+
+JobCreateSerializer = type(
+    "JobCreateSerializer",
+    (serializers.Serializer,),
+    {
+        "__doc__": "A job submission: the fields of the contract (workloads/contract.py).",
+        "project": serializers.CharField(required=False, help_text="Project slug (or ?project=)."),
+        **{spec.name: _contract_field(spec) for spec in contract.FIELDS},
+    },
+)
+# A refused submission: every problem under its key (`volumes.0`, `env.HF_TOKEN`, ...).
+SUBMISSION_ERRORS = {
+    "type": "object",
+    "additionalProperties": {"type": "array", "items": {"type": "string"}},
+}
 
 
 class LogLineSerializer(serializers.Serializer):
@@ -189,11 +205,17 @@ class JobViewSet(viewsets.ViewSet):
         page = paginator.paginate_queryset(jobs, request, view=self)
         return paginator.get_paginated_response(JobSerializer(page, many=True).data)
 
-    @extend_schema(request=JobCreateSerializer, responses={201: JobSerializer})
+    @extend_schema(
+        request=JobCreateSerializer,
+        responses={
+            201: JobSerializer,
+            400: OpenApiResponse(SUBMISSION_ERRORS, description="Problems by key."),
+        },
+    )
     def create(self, request: Request) -> Response:
         access = api_project(request)
         data = request.data if isinstance(request.data, dict) else {}
-        job = services.job_submit(access=access, user=request.user, data=dict(data))
+        job = services.job_submit(access=access, user=request.user, data=data)
         return Response(JobSerializer(job).data, status=status.HTTP_201_CREATED)
 
     def retrieve(self, request: Request, pk: str) -> Response:

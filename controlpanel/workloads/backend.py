@@ -17,7 +17,6 @@ from controlpanel.workloads.models import Job
 from deploy.backend import ComputeBackend
 from deploy.egress import egress_for_endpoint
 from deploy.types import JobRequest, ProjectRequest, WorkloadKind, WorkloadRef
-from storage.volumes import parse_volume_spec
 
 _lock = threading.Lock()
 _backend: ComputeBackend | None = None
@@ -96,7 +95,7 @@ def job_request(job: Job) -> JobRequest:
         env=env,
         secret_env=secret_env,
         labels=dict(job.labels),
-        volumes=tuple(parse_volume_spec(text) for text in job.volumes),
+        volumes=job.volume_specs,
         timeout_s=job.timeout,
         run=job.run,
         queue_name=job.project.kueue_queue or None,

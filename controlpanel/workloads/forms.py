@@ -1,5 +1,6 @@
-"""The two tabs of the submission form. Each turns its fields into the API's job data, so the
-form, the API and the CLI share one validation (validation.clean_job)."""
+"""The two tabs of the submission form. Each hands its typed values to the one validator
+(validation.validate_job, shared with the API and the CLI) and places each of its keyed
+errors (contract.py) on the widget it concerns: `volumes.1` beside the second volume."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from django import forms
 from django.core.exceptions import ValidationError
 
 from controlpanel.flavors.models import Flavor
+from controlpanel.workloads.contract import MAX_TIMEOUT_S, field_of, part_of
 from controlpanel.workloads.durations import (
     EXAMPLES,
     DurationError,
@@ -17,7 +19,6 @@ from controlpanel.workloads.durations import (
 )
 from controlpanel.workloads.models import DEFAULT_TIMEOUT_S
 from controlpanel.workloads.presets import DATA_PATH, MAIN_PARAMS, MODEL_PATH, OUTPUT_PATH
-from controlpanel.workloads.validation import MAX_TIMEOUT_S
 
 
 def unit_of(flavor: Flavor) -> str:
@@ -93,7 +94,6 @@ class _JobForm(forms.Form):
         required=False,
         help_text=f"e.g. {EXAMPLES} (default 7d, at most 30d).",
     )
-    field_map: dict[str, str] = {}
 
     def describe_units(self, flavor: Flavor | None) -> None:
         """Say what a unit of the chosen flavor is: GPUs for a GPU flavor, vCPUs otherwise."""
@@ -111,10 +111,9 @@ class _JobForm(forms.Form):
 
     def common_data(self) -> dict[str, Any]:
         data = self.cleaned_data
-        flavor = data.get("flavor")
         return {
             "name": data.get("name") or "",
-            "flavor": flavor.name if flavor else None,
+            "flavor": data.get("flavor"),
             "gpu": data.get("gpu"),
             "timeout": data.get("timeout"),
         }
@@ -126,18 +125,32 @@ class _JobForm(forms.Form):
             if name in self.fields and all(e.code == "required" for e in errors):
                 del self.errors[name]
 
-    def add_service_errors(self, error: ValidationError) -> None:
-        """Show each API-level error beside the form field it concerns."""
+    def place_errors(self, error: ValidationError) -> None:
+        """Put each of the validator's keyed errors beside the widget it concerns (or above
+        the form when no widget holds it), unless the form already says what is wrong there."""
+        said = set(self.errors)
         for key, messages in error.message_dict.items():
-            name = self.field_map.get(key, key)
-            target = name if name in self.fields else None
-            if target and target in self.errors:
-                continue  # the form already says what is wrong with this field
+            target, prefix = self.widget_for(key)
+            if target in said:
+                continue
             for message in messages:
-                self.add_error(target, message)
+                self.add_error(target, prefix + message)
+
+    def widget_for(self, key: str) -> tuple[str | None, str]:
+        """The field showing error `key`, and what to say before its message."""
+        name = field_of(key)
+        return (name if name in self.fields else None), ""
+
+
+def _numbered_lines(text: str, *, strip: bool) -> list[tuple[int, str]]:
+    """The non-empty lines of a text area with their numbers (from 1); volumes are stripped."""
+    lines = [(n, line.strip() if strip else line) for n, line in enumerate(text.splitlines(), 1)]
+    return [(n, line) for n, line in lines if line]
 
 
 class CustomJobForm(_JobForm):
+    lines: dict[str, list[tuple[int, str]]]
+
     image = forms.CharField(max_length=300, help_text="e.g. my-registry/my-training-image:latest")
     command = forms.CharField(
         widget=forms.Textarea(attrs={"rows": 3}),
@@ -161,17 +174,29 @@ class CustomJobForm(_JobForm):
         help_text="key=value, one per line.",
     )
 
-    def to_job_data(self) -> dict[str, Any]:
+    def submission(self) -> dict[str, Any]:
+        """The typed values, as the validator takes them."""
         data = self.cleaned_data
+        self.lines = {
+            name: _numbered_lines(data.get(name) or "", strip=name == "volumes")
+            for name in ("command", "volumes")
+        }
         return self.common_data() | {
             "image": data.get("image"),
-            "command": [line for line in (data.get("command") or "").splitlines() if line],
-            "volumes": [v.strip() for v in (data.get("volumes") or "").splitlines() if v.strip()],
+            "command": [text for _, text in self.lines["command"]],
+            "volumes": [text for _, text in self.lines["volumes"]],
             "env": _pairs(data.get("env") or "", "Environment"),
             "labels": {
                 k.strip(): v.strip() for k, v in _pairs(data.get("labels") or "", "labels").items()
             },
         }
+
+    def widget_for(self, key: str) -> tuple[str | None, str]:
+        """`volumes.2` and `command.2` are lines of their text areas: say which."""
+        name, part = field_of(key), part_of(key)
+        if name in self.lines and part.isdigit() and int(part) < len(self.lines[name]):
+            return name, f"Line {self.lines[name][int(part)][0]}: "
+        return super().widget_for(key)
 
     def clean_env(self) -> str:
         _pairs(self.cleaned_data.get("env") or "", "Environment")
@@ -218,38 +243,41 @@ class FinetuneForm(_JobForm):
     grad_accum = forms.IntegerField(min_value=1, label="Gradient accumulation")
     max_length = forms.IntegerField(min_value=16, max_value=131072)
 
+    volume_fields: list[str]
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs["initial"] = MAIN_PARAMS | (kwargs.get("initial") or {})
         super().__init__(*args, **kwargs)
 
-    def to_job_data(self) -> dict[str, Any]:
+    def submission(self) -> dict[str, Any]:
+        """The typed values, as the validator takes them: the preset's params and the three
+        volume fields as specs mounted where the preset reads and writes."""
         data = self.cleaned_data
         params = {name: data[name] for name in MAIN_PARAMS if data.get(name) not in (None, "")}
         if data.get("base_model"):
             params["base_model"] = data["base_model"].strip()
-        volumes = [
-            f"{(data.get('data_volume') or '').strip()}:{DATA_PATH}:ro",
-            f"{(data.get('output_volume') or '').strip()}:{OUTPUT_PATH}:rw",
+        mounts = [
+            ("model_volume", f"{MODEL_PATH}:ro"),
+            ("data_volume", f"{DATA_PATH}:ro"),
+            ("output_volume", f"{OUTPUT_PATH}:rw"),
         ]
-        if data.get("model_volume"):
-            volumes.insert(0, f"{data['model_volume'].strip()}:{MODEL_PATH}:ro")
+        given = [
+            (name, mount) for name, mount in mounts if name != "model_volume" or data.get(name)
+        ]
+        self.volume_fields = [name for name, _ in given]
+        volumes = [f"{(data.get(name) or '').strip()}:{mount}" for name, mount in given]
         return self.common_data() | {"preset": "finetune", "params": params, "volumes": volumes}
 
-    def add_service_errors(self, error: ValidationError) -> None:
-        """A volume's problem goes beside its own field (the message quotes its mount path)."""
-        fields = {
-            MODEL_PATH: "model_volume",
-            DATA_PATH: "data_volume",
-            OUTPUT_PATH: "output_volume",
-        }
-        others = {k: v for k, v in error.message_dict.items() if k != "volumes"}
-        said = set(self.errors)  # what the form itself found wrong already
-        for message in error.message_dict.get("volumes", []):
-            name = next((f for path, f in fields.items() if f":{path}" in message), "data_volume")
-            if name not in said:
-                self.add_error(name, message)
-        if others:
-            super().add_service_errors(ValidationError(others))
+    def widget_for(self, key: str) -> tuple[str | None, str]:
+        """`volumes.0` is the first volume field given; `params.rank` the rank field."""
+        name, part = field_of(key), part_of(key)
+        if name == "volumes" and part.isdigit() and int(part) < len(self.volume_fields):
+            return self.volume_fields[int(part)], ""
+        if name == "volumes":
+            return "data_volume", ""  # what the preset needs of its volumes
+        if name == "params" and part in self.fields:
+            return part, ""
+        return super().widget_for(key)
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}

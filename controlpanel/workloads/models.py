@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import functools
 import uuid
 
 from django.conf import settings
@@ -8,6 +9,7 @@ from django.utils import timezone
 
 from controlpanel.flavors.models import Flavor
 from controlpanel.projects.models import Project
+from storage.volumes import VolumeSpec, parse_volume_spec
 
 DEFAULT_TIMEOUT_S = 7 * 24 * 3600
 
@@ -40,6 +42,12 @@ ADMITTED_STATES = frozenset(LIVE_STATES - {JobState.QUEUED})
 class Preset(models.TextChoices):
     CUSTOM = "", "Custom"
     FINETUNE = "finetune", "Fine-tune"
+
+
+@functools.lru_cache(maxsize=4096)
+def parsed_volumes(texts: tuple[str, ...]) -> tuple[VolumeSpec, ...]:
+    """Volume specs parsed once per distinct list (specs are immutable values)."""
+    return tuple(parse_volume_spec(text) for text in texts)
 
 
 class Job(models.Model):
@@ -108,6 +116,12 @@ class Job(models.Model):
     @property
     def gpus(self) -> int:
         return self.gpu * self.flavor.gpus_per_unit
+
+    @property
+    def volume_specs(self) -> tuple[VolumeSpec, ...]:
+        """The volumes, parsed (stored canonical by job_submit, so they always parse; a
+        VolumeSpecError here means the row was written by hand)."""
+        return parsed_volumes(tuple(self.volumes))
 
     @property
     def is_final(self) -> bool:

@@ -6,6 +6,7 @@ so the panel accepts exactly what the entry point accepts, with its messages.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from django.core.exceptions import ValidationError
@@ -77,39 +78,44 @@ def _option_args(params: dict[str, Any]) -> list[str]:
     return args
 
 
-def clean_finetune(*, params: Any, volumes: list[VolumeSpec]) -> dict[str, Any]:
-    """Check params and volumes for the preset; raise ValidationError naming the field."""
+def clean_finetune(*, params: Any, volumes: Sequence[VolumeSpec]) -> dict[str, Any]:
+    """Check params and volumes for the preset; raise ValidationError under the submission's
+    error keys (`params`, `params.rank`, `volumes`; see contract.py)."""
     if not isinstance(params, dict):
         raise ValidationError({"params": "Give the preset's parameters as an object."})
-    unknown = set(params) - VALUE_PARAMS - set(BOOLEAN_FLAGS) - {"base_model"}
+    known = VALUE_PARAMS | set(BOOLEAN_FLAGS) | {"base_model"}
+    unknown = sorted(str(name) for name in set(params) - known)
     if unknown:
-        raise ValidationError({"params": f"Unknown parameter(s): {', '.join(sorted(unknown))}."})
+        help_ = "`python -m training.finetune --help` lists the options"
+        raise ValidationError(
+            {f"params.{name}": f"Unknown parameter ({help_})." for name in unknown}
+        )
     errors: dict[str, str] = {}
     try:
         parse_options(finetune_command(params=params)[3:])
     except OptionsError as exc:
-        errors["params"] = str(exc)
-    problem = _preset_volume_problem(params, volumes)
-    if problem:
-        errors["volumes"] = problem
+        name = (exc.option or "").removeprefix("--").replace("-", "_")
+        errors[f"params.{name}" if name in params else "params"] = str(exc)
+    errors |= _preset_volume_problems(params, volumes)
     if errors:
         raise ValidationError(errors)
     return params
 
 
-def _preset_volume_problem(params: dict[str, Any], volumes: list[VolumeSpec]) -> str | None:
+def _preset_volume_problems(
+    params: dict[str, Any], volumes: Sequence[VolumeSpec]
+) -> dict[str, str]:
     mounts = {v.mount_path: v for v in volumes}
-    errors = []
+    needs = []
     if DATA_PATH not in mounts:
-        errors.append(f"mount the dataset at {DATA_PATH}")
+        needs.append(f"mount the dataset at {DATA_PATH}")
     output = mounts.get(OUTPUT_PATH)
     if output is None or output.mode is Mode.RO:
-        errors.append(f"mount the output bucket at {OUTPUT_PATH} with :rw")
-    has_model = MODEL_PATH in mounts
-    if has_model == bool(params.get("base_model")):
-        errors.append(
-            f"give either a model volume at {MODEL_PATH} or params.base_model (a hub id), not both"
+        needs.append(f"mount the output bucket at {OUTPUT_PATH} with :rw")
+    errors = {"volumes": "The fine-tune preset needs: " + "; ".join(needs) + "."} if needs else {}
+    if (MODEL_PATH in mounts) == bool(params.get("base_model")):
+        errors["params.base_model"] = (
+            f"The fine-tune preset needs either a model volume at {MODEL_PATH} or "
+            "params.base_model (a hub id), not both."
         )
-    if errors:
-        return "The fine-tune preset needs: " + "; ".join(errors) + "."
-    return None
+    return errors

@@ -6,6 +6,7 @@ before the row is committed). The Celery tasks then reconcile toward it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from django.core.exceptions import PermissionDenied, ValidationError
@@ -17,19 +18,21 @@ from controlpanel.workloads import tasks
 from controlpanel.workloads.datastores import launch_refusal
 from controlpanel.workloads.lifecycle import PUSH_RETRIED, record_state
 from controlpanel.workloads.models import FINAL_STATES, Job, JobEvent, JobLogLine, JobState
-from controlpanel.workloads.validation import clean_job
+from controlpanel.workloads.validation import validate_job
+from storage.volumes import render_volume_spec
 
 S = JobState
+SUBMITTED = "submitted"
 
 
 @transaction.atomic
-def job_submit(*, access: ProjectAccess, user: Any, data: dict[str, Any]) -> Job:
+def job_submit(*, access: ProjectAccess, user: Any, data: Mapping[str, Any]) -> Job:
     """Validate and store a job (QUEUED), then admit it through the project's quota."""
-    cleaned = clean_job(project=access.project, data=data)
-    job = Job.objects.create(project=access.project, owner=user, **vars(cleaned))
-    JobEvent.objects.create(job=job, run=job.run, state=S.QUEUED, reason="submitted")
-    job.state_reason = "submitted"
-    job.save(update_fields=["state_reason"])
+    spec = validate_job(project=access.project, data=data)
+    fields = vars(spec) | {"volumes": [render_volume_spec(v) for v in spec.volumes]}
+    job = Job(project=access.project, owner=user, state_reason=SUBMITTED, **fields)
+    job.save(force_insert=True)
+    JobEvent.objects.create(job=job, run=job.run, state=S.QUEUED, reason=SUBMITTED)
     tasks.project_admit.delay_on_commit(access.project.pk)
     return job
 

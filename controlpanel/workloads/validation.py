@@ -1,13 +1,13 @@
-"""Checks on a job submission, shared by the form, the API and (through the API) the CLI.
-
-Each problem is reported under the field it concerns, with a message that says what is wrong;
-nothing is saved unless everything is valid.
+"""Checks a job submission against the contract (contract.py), for the form, the API and
+(through the API) the CLI: `validate_job` returns a JobSpec or raises JobSpecError with every
+problem under its key (`volumes.0`, `env.HF_TOKEN`, `params.rank`); nothing is saved unless
+everything is valid.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from django.conf import settings
@@ -17,113 +17,135 @@ from controlpanel.core.validators import validate_visible_name
 from controlpanel.flavors.models import Flavor
 from controlpanel.projects.models import NAME_RULE_FOR_SECRETS, SECRET_NAME_RE, Project
 from controlpanel.projects.selectors import secret_names
+from controlpanel.workloads.contract import (
+    MAX_ARG_CHARS,
+    MAX_ARGS,
+    MAX_COMMAND_BYTES,
+    MAX_ENV_BYTES,
+    MAX_ENV_VALUE_BYTES,
+    MAX_ENV_VARS,
+    MAX_LABELS,
+    MAX_TIMEOUT_S,
+    MAX_VOLUMES,
+    JobSpec,
+    JobSpecError,
+    field_of,
+)
 from controlpanel.workloads.datastores import check_volume_access
 from controlpanel.workloads.models import DEFAULT_TIMEOUT_S, Preset
 from controlpanel.workloads.presets import clean_finetune, finetune_command
 from deploy import images
 from deploy.local.plan import local_argv, preset_problem
-from storage.volumes import (
-    VolumeSpec,
-    VolumeSpecError,
-    check_mount_paths,
-    parse_volume_spec,
-    render_volume_spec,
-)
+from storage.volumes import VolumeSpec, VolumeSpecError, check_mount_paths, parse_volume_spec
 
 IMAGE_RE = re.compile(r"^[a-z0-9][a-z0-9._\-/:@]*$", re.IGNORECASE)
 ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 LABEL_RE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
 RESERVED_ENV_PREFIXES = ("AJUSTE_DATASTORE_", "AWS_")
-MAX_TIMEOUT_S = 30 * 24 * 3600
-MAX_ARGS = 200
 # An env value `secret:<name>` is the project secret <name>, never the literal text.
 SECRET_PREFIX = "secret:"  # noqa: S105 (a prefix)
-
-
-@dataclass
-class JobInput:
-    """A submission after cleaning: what services.job_submit stores."""
-
-    name: str
-    image: str
-    command: list[str]
-    flavor: Flavor
-    gpu: int
-    volumes: list[str]
-    env: dict[str, str] = field(default_factory=dict)
-    labels: dict[str, str] = field(default_factory=dict)
-    timeout: int = DEFAULT_TIMEOUT_S
-    preset: str = ""
-    params: dict[str, Any] = field(default_factory=dict)
+VOLUME_EXAMPLE = "bucket@ALIAS/prefix:/workspace/data:ro"
 
 
 class _Errors:
+    """Problems found so far, by error key."""
+
     def __init__(self) -> None:
-        self.by_field: dict[str, list[str]] = {}
+        self.by_key: dict[str, list[str]] = {}
 
-    def add(self, name: str, message: str) -> None:
-        self.by_field.setdefault(name, []).append(message)
+    def add(self, key: str, message: str) -> None:
+        self.by_key.setdefault(key, []).append(message)
 
-    def check(self, name: str, call: Any, *args: Any) -> Any:
+    def check(self, key: str, call: Callable[..., Any], *args: Any) -> Any:
+        """`call(*args)`, its ValidationError's messages filed under `key` (then None)."""
         try:
             return call(*args)
         except ValidationError as exc:
             for message in exc.messages:
-                self.add(name, message)
+                self.add(key, message)
         return None
 
+    def merge(self, error: ValidationError) -> None:
+        for key, messages in error.message_dict.items():
+            for message in messages:
+                self.add(key, message)
 
-def clean_job(*, project: Project, data: dict[str, Any]) -> JobInput:
-    """Validate raw submission data (form or API) for `project`; raise ValidationError."""
+    def has(self, name: str) -> bool:
+        """Whether field `name` (or any part of it) has a problem."""
+        return any(field_of(key) == name for key in self.by_key)
+
+
+def validate_job(*, project: Project, data: Mapping[str, Any]) -> JobSpec:
+    """Check a submission (the API's JSON, or a form's typed values) for `project`."""
     errors = _Errors()
     preset = data.get("preset") or ""
     if preset not in Preset.values:
         errors.add("preset", f"Unknown preset {preset!r}; use 'finetune' or leave it empty.")
+    finetune = preset == Preset.FINETUNE
     flavor = errors.check("flavor", _flavor, data.get("flavor"))
-    if preset == Preset.FINETUNE and flavor is not None:
+    if finetune and flavor is not None:
         errors.check("flavor", _runs_the_finetune_image, flavor)
     gpu = errors.check("gpu", _gpu, data.get("gpu", 1), flavor, project)
-    specs = errors.check("volumes", _volumes, data.get("volumes") or [], project) or []
-    image = settings.AJUSTE_FINETUNE_IMAGE if preset == Preset.FINETUNE else data.get("image")
-    cleaned = {
-        "name": errors.check("name", _name, data.get("name"), image),
-        "image": errors.check("image", _image, image),
-        "command": errors.check("command", _command, data.get("command") or [], preset),
-        "env": errors.check("env", _env, data.get("env") or {}, project),
-        "labels": errors.check("labels", _labels, data.get("labels") or {}),
-        "timeout": errors.check("timeout", _timeout, data.get("timeout")),
-    }
-    params: dict[str, Any] = {}
-    if preset == Preset.FINETUNE and "volumes" not in errors.by_field:
-        try:
-            params = clean_finetune(params=data.get("params") or {}, volumes=specs)
-        except ValidationError as exc:
-            for key, messages in exc.message_dict.items():
-                for message in messages:
-                    errors.add(key, message)
-    elif data.get("params") and preset != Preset.FINETUNE:
-        errors.add("params", "Parameters are only taken by a preset.")
-    if "image" not in errors.by_field:
-        errors.check("image", _runs_on_this_backend, cleaned["image"])
-        if "image" not in errors.by_field and runs_only_the_finetune_image():
-            _local_preset_only(errors, preset, params, cleaned["env"])
-    if errors.by_field:
-        raise ValidationError(errors.by_field)
-    return JobInput(
+    volumes = _volumes(errors, data.get("volumes") or [], project)
+    image = settings.AJUSTE_FINETUNE_IMAGE if finetune else data.get("image")
+    name = errors.check("name", _name, data.get("name"), image)
+    image = errors.check("image", _image, image)
+    command = _command(errors, data.get("command") or [], finetune)
+    env = _env(errors, data.get("env") or {}, project)
+    labels = _labels(errors, data.get("labels") or {})
+    timeout = errors.check("timeout", _timeout, data.get("timeout"))
+    params = _params(errors, preset, data.get("params"), volumes)
+    if image is not None and runs_only_the_finetune_image():
+        _local_checks(errors, image, preset, params, env)
+    if errors.by_key:
+        raise JobSpecError(errors.by_key)
+    return JobSpec(
+        name=name,
+        image=image,
+        command=command,
         flavor=flavor,
         gpu=gpu,
-        volumes=[_render(s) for s in specs],
+        volumes=tuple(volumes),
+        env=env,
+        labels=labels,
+        timeout=timeout,
         preset=preset,
         params=params,
-        **cleaned,
     )
 
 
-def _render(spec: VolumeSpec) -> str:
-    return render_volume_spec(spec)
+def _params(
+    errors: _Errors, preset: str, raw: Any, volumes: Sequence[VolumeSpec]
+) -> dict[str, Any]:
+    if preset != Preset.FINETUNE:
+        if raw:
+            errors.add("params", "Parameters are only taken by a preset.")
+        return {}
+    if errors.has("volumes"):
+        return {}  # the preset's own volume checks would only repeat what is said
+    try:
+        params = clean_finetune(params=raw or {}, volumes=volumes)
+    except ValidationError as exc:
+        errors.merge(exc)
+        return {}
+    size = _size(finetune_command(params=params))
+    if size > MAX_COMMAND_BYTES:
+        errors.add("params", _too_big("The preset's command", size, MAX_COMMAND_BYTES))
+    return params
+
+
+def _size(texts: Sequence[str]) -> int:
+    """Bytes of these strings as a process gets them (UTF-8, one NUL each)."""
+    return sum(len(t.encode("utf-8", "surrogatepass")) + 1 for t in texts)
+
+
+def _too_big(what: str, size: int, limit: int) -> str:
+    return f"{what} is {size:,} bytes; the limit is {limit:,} ({limit // 1024} KiB)."
 
 
 def _flavor(name: Any) -> Flavor:
+    if isinstance(name, Flavor) and name.enabled:  # a form's choice, already looked up
+        return name
     if not name or not isinstance(name, str):
         raise ValidationError("Choose a flavor.")
     flavor = Flavor.objects.filter(name=name, enabled=True).first()
@@ -174,30 +196,33 @@ def _integer(value: Any, what: str) -> int:
         raise ValidationError(f"{what} must be a whole number, not {value!r}.") from None
 
 
-def _volumes(raw: Any, project: Project) -> list[VolumeSpec]:
+def _volumes(errors: _Errors, raw: Any, project: Project) -> list[VolumeSpec]:
+    """The parsed specs; each problem under `volumes.<index>` (a mount path that collides
+    with an earlier volume's is the later one's problem)."""
     if not isinstance(raw, list) or not all(isinstance(v, str) for v in raw):
-        raise ValidationError(
-            "Give volumes as a list of specs like bucket@ALIAS/prefix:/workspace/data:ro."
-        )
-    specs, messages = [], []
-    for index, text in enumerate(raw, start=1):
+        errors.add("volumes", f"Give volumes as a list of specs like {VOLUME_EXAMPLE}.")
+        return []
+    if len(raw) > MAX_VOLUMES:
+        errors.add("volumes", f"At most {MAX_VOLUMES} volumes (there are {len(raw)}).")
+        return []
+    specs: list[VolumeSpec] = []
+    for index, text in enumerate(raw):
+        key = f"volumes.{index}"
         try:
             spec = parse_volume_spec(text)
-            check_volume_access(project=project, spec=spec)
-            specs.append(spec)
+            check_mount_paths([*specs, spec])
         except VolumeSpecError as exc:
             where = f" at character {exc.position + 1}" if exc.position is not None else ""
-            messages.append(f"Volume {index} ({text!r}){where}: {exc.message}")
-        except ValidationError as exc:
-            messages.append(f"Volume {index} ({text!r}): {' '.join(exc.messages)}")
-    if not messages:
-        try:
-            check_mount_paths(specs)
-        except VolumeSpecError as exc:
-            messages.append(exc.message)
-    if messages:
-        raise ValidationError(messages)
+            errors.add(key, f"{text!r}{where}: {exc.message}")
+            continue
+        if errors.check(key, _access, project, spec):
+            specs.append(spec)
     return specs
+
+
+def _access(project: Project, spec: VolumeSpec) -> bool:
+    check_volume_access(project=project, spec=spec)
+    return True
 
 
 def _name(value: Any, image: Any) -> str:
@@ -241,59 +266,77 @@ def runs_only_the_finetune_image() -> bool:
     return settings.COMPUTE_BACKEND == "local"
 
 
-def _runs_on_this_backend(image: str) -> None:
-    """Refused at submit what the backend would only fail at start."""
-    if runs_only_the_finetune_image() and not local_argv(image, [], python="python"):
-        raise ValidationError(f"{image} cannot run here. {LOCAL_BACKEND_NOTE}")
-
-
-def _local_preset_only(
-    errors: _Errors, preset: str, params: dict[str, Any], env: dict[str, str] | None
+def _local_checks(
+    errors: _Errors, image: str, preset: str, params: dict[str, Any], env: dict[str, str]
 ) -> None:
-    """The local backend runs only the preset's own command (deploy/local/plan.py): say so at
-    submit rather than fail at start."""
-    if preset != Preset.FINETUNE:
+    """Refused at submit what the local backend would only fail at start: it runs only the
+    preset's own command (deploy/local/plan.py)."""
+    if not local_argv(image, [], python="python"):
+        errors.add("image", f"{image} cannot run here. {LOCAL_BACKEND_NOTE}")
+    elif preset != Preset.FINETUNE:
         errors.add("command", LOCAL_COMMAND_NOTE)
-        return
-    problem = preset_problem(finetune_command(params=params), env or {})
-    if problem and "env" not in errors.by_field:
-        errors.add("env", problem[0].upper() + problem[1:] + ".")
+    elif not (errors.has("env") or errors.has("params")):
+        problem = preset_problem(finetune_command(params=params), env)
+        if problem:
+            errors.add("env", problem[0].upper() + problem[1:] + ".")
 
 
-def _command(value: Any, preset: str) -> list[str]:
-    if preset == Preset.FINETUNE:
+def _command(errors: _Errors, value: Any, finetune: bool) -> list[str]:
+    if finetune:
         if value:
-            raise ValidationError("The fine-tune preset sets the command; use params instead.")
+            errors.add("command", "The fine-tune preset sets the command; use params instead.")
         return []
-    if not isinstance(value, list) or not all(isinstance(a, str) for a in value):
-        raise ValidationError("Give the command as a list of arguments (strings).")
-    if len(value) > MAX_ARGS or any(len(a) > 10_000 or "\x00" in a for a in value):
-        raise ValidationError(f"At most {MAX_ARGS} arguments of up to 10,000 characters.")
+    if not isinstance(value, list):
+        errors.add("command", "Give the command as a list of arguments (strings).")
+        return []
+    if len(value) > MAX_ARGS:
+        errors.add("command", f"At most {MAX_ARGS} arguments (there are {len(value)}).")
+    for index, arg in enumerate(value):
+        if not isinstance(arg, str) or "\x00" in arg:
+            errors.add(f"command.{index}", f"{arg!r} is not an argument: give text (no NUL).")
+        elif len(arg) > MAX_ARG_CHARS:
+            errors.add(f"command.{index}", f"An argument has at most {MAX_ARG_CHARS:,} characters.")
+    size = _size([a for a in value if isinstance(a, str)])
+    if size > MAX_COMMAND_BYTES:
+        errors.add("command", _too_big("The command", size, MAX_COMMAND_BYTES))
     return list(value)
 
 
-def _env(value: Any, project: Project) -> dict[str, str]:
+def _env(errors: _Errors, value: Any, project: Project) -> dict[str, str]:
     """NAME=value pairs, stored as typed; a value `secret:<name>` references the project's
     secret of that name (checked here, resolved only at launch: the job keeps the name)."""
     if not isinstance(value, dict):
-        raise ValidationError("Give env as NAME=value pairs.")
-    problems = []
+        errors.add("env", "Give env as NAME=value pairs.")
+        return {}
+    if len(value) > MAX_ENV_VARS:
+        errors.add("env", f"At most {MAX_ENV_VARS} variables (there are {len(value)}).")
+        return {}
     known: set[str] | None = None
     for key, val in value.items():
-        if not isinstance(key, str) or not ENV_KEY_RE.match(key):
-            problems.append(f"{key!r} is not a valid variable name (letters, digits, _).")
-        elif key.startswith(RESERVED_ENV_PREFIXES):
-            problems.append(f"{key} is reserved: credentials reach jobs only through volumes.")
-        elif not isinstance(val, str) or len(val) > 32_768 or "\x00" in val:
-            problems.append(f"The value of {key} must be text of at most 32,768 characters.")
-        elif secret_reference(val) is not None:
+        problem = _env_problem(key, val)
+        if problem is None and secret_reference(val) is not None:
             known = secret_names(project=project) if known is None else known
             problem = _secret_problem(key, secret_reference(val) or "", known)
-            if problem:
-                problems.append(problem)
-    if problems:
-        raise ValidationError(problems)
+        if problem:
+            errors.add(f"env.{key}", problem)
+    texts = [str(k) for k in value] + [v for v in value.values() if isinstance(v, str)]
+    size = _size(texts) - len(texts)
+    if size > MAX_ENV_BYTES:
+        errors.add("env", _too_big("The environment (names and values)", size, MAX_ENV_BYTES))
     return dict(value)
+
+
+def _env_problem(key: Any, val: Any) -> str | None:
+    if not isinstance(key, str) or not ENV_KEY_RE.match(key):
+        return f"{key!r} is not a valid variable name (letters, digits, _)."
+    if key.startswith(RESERVED_ENV_PREFIXES):
+        return f"{key} is reserved: credentials reach jobs only through volumes."
+    if not isinstance(val, str) or "\x00" in val:
+        return f"The value of {key} must be text (no NUL)."
+    size = _size([val]) - 1
+    if size > MAX_ENV_VALUE_BYTES:
+        return _too_big(f"The value of {key}", size, MAX_ENV_VALUE_BYTES)
+    return None
 
 
 def secret_reference(value: str) -> str | None:
@@ -312,26 +355,24 @@ def _secret_problem(key: str, name: str, known: set[str]) -> str | None:
     return None
 
 
-def _labels(value: Any) -> dict[str, str]:
+def _labels(errors: _Errors, value: Any) -> dict[str, str]:
     if not isinstance(value, dict):
-        raise ValidationError("Give labels as key=value pairs.")
-    problems = [
-        f"Label {key!r}={val!r}: keys and values are up to 63 letters, digits, - _ . "
-        "starting and ending with a letter or digit."
-        for key, val in value.items()
-        if not (
-            isinstance(key, str)
-            and key
-            and LABEL_RE.fullmatch(key)
-            and isinstance(val, str)
-            and LABEL_RE.fullmatch(val)
-        )
-    ]
-    if len(value) > 32:
-        problems.append("At most 32 labels.")
-    if problems:
-        raise ValidationError(problems)
+        errors.add("labels", "Give labels as key=value pairs.")
+        return {}
+    if len(value) > MAX_LABELS:
+        errors.add("labels", f"At most {MAX_LABELS} labels (there are {len(value)}).")
+    for key, val in value.items():
+        if not (_label_text(key) and key and _label_text(val)):
+            errors.add(
+                f"labels.{key}",
+                f"Label {key!r}={val!r}: keys and values are up to 63 letters, digits, - _ . "
+                "starting and ending with a letter or digit.",
+            )
     return dict(value)
+
+
+def _label_text(text: Any) -> bool:
+    return isinstance(text, str) and LABEL_RE.fullmatch(text) is not None
 
 
 def _timeout(value: Any) -> int:

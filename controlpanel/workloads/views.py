@@ -30,8 +30,8 @@ from controlpanel.workloads.logpage import LogPage, log_page, log_tail
 from controlpanel.workloads.models import Job, JobState
 from controlpanel.workloads.validation import (
     LOCAL_BACKEND_NOTE,
-    clean_job,
     runs_only_the_finetune_image,
+    validate_job,
 )
 from training.protocol import Snapshot
 
@@ -131,13 +131,13 @@ def job_new(request: HttpRequest) -> HttpResponse:
         valid = form.is_valid()
         try:
             if valid and not validating:
-                job = services.job_submit(access=access, user=request.user, data=form.to_job_data())
+                job = services.job_submit(access=access, user=request.user, data=form.submission())
                 messages.success(request, f"Job {job.name} submitted.")
                 return redirect("job-detail", slug=access.project.slug, job_id=job.pk)
             # Also check what the form itself accepted, so every problem shows at once.
-            clean_job(project=access.project, data=form.to_job_data())
+            validate_job(project=access.project, data=form.submission())
         except ValidationError as exc:
-            form.add_service_errors(exc)
+            form.place_errors(exc)
         if validating:
             form.forget_missing()
     context = _form_context(request, preset, finetune, custom)

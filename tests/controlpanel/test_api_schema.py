@@ -190,3 +190,42 @@ def test_every_paginated_list_declares_its_envelope_and_parameters(
     envelope = schema.document["components"]["schemas"][ref.rsplit("/", 1)[1]]
     assert envelope["required"] == ["count", "next", "previous", "results"]
     assert envelope["properties"]["results"]["type"] == "array"
+
+
+def test_the_submission_schema_is_the_contract(
+    schema: Schema, owner_api: APIClient, k8s_jobs: Any
+) -> None:
+    """The request body of POST /api/v1/jobs/ is built from contract.FIELDS: a submission the
+    API takes validates against it, and both its 201 and a refusal's keyed 400 match."""
+    from controlpanel.workloads import contract
+
+    operation = schema.document["paths"]["/api/v1/jobs/"]["post"]
+    ref = operation["requestBody"]["content"]["application/json"]["schema"]["$ref"]
+    body_schema = schema.document["components"]["schemas"][ref.rsplit("/", 1)[1]]
+    assert set(body_schema["properties"]) == {"project", *(f.name for f in contract.FIELDS)}
+    assert body_schema["required"] == ["flavor"]
+    assert body_schema["properties"]["env"]["additionalProperties"] == {"type": "string"}
+    assert body_schema["properties"]["volumes"]["items"] == {"type": "string"}
+    body = {
+        "name": "schema",
+        "image": "x/y:1",
+        "command": ["python", "-c", "print(1)"],
+        "flavor": "h100-1-gpu",
+        "gpu": 1,
+        "env": {"A": "1"},
+        "labels": {"team": "nlp"},
+        "timeout": 3600,
+    }
+    validator = jsonschema.Draft202012Validator(
+        {"allOf": [to_json_schema(body_schema)], "components": schema.components}
+    )
+    assert not list(validator.iter_errors(body))
+    url = "/api/v1/jobs/?project=alpha"
+    created = owner_api.post(url, body, format="json")
+    assert created.status_code == 201, created.content
+    schema.check("post", url, created)
+    refused = owner_api.post(url, body | {"env": {"AWS_X": "1"}}, format="json")
+    assert refused.json() == {
+        "env.AWS_X": ["AWS_X is reserved: credentials reach jobs only through volumes."]
+    }
+    schema.check("post", url, refused)

@@ -185,9 +185,10 @@ def test_logs_help_documents_the_exit_codes(run: Any) -> None:
     ("args", "message"),
     [
         (["job", "run", "--env", "NOEQUALS", "x/y:1"], "'NOEQUALS' is not KEY=VALUE"),
-        (["job", "run", "--gpu", "9", "--flavor", "h100-1-gpu", "x/y:1"], "gpu:"),
+        (["job", "run", "--gpu", "9", "--flavor", "h100-1-gpu", "x/y:1"], "--gpu: "),
         (["job", "run", "--flavor", "nope", "x/y:1"], "Unknown flavor 'nope'"),
-        (["job", "run", "--volume", "bad", "x/y:1"], "Volume 1 ('bad')"),
+        (["job", "run", "--volume", "bad", "x/y:1"], "--volume 1: 'bad' at character 4"),
+        (["job", "run", "--env", "AWS_X=1", "x/y:1"], "--env AWS_X: AWS_X is reserved"),
         (["job", "run"], "Give an IMAGE"),
         (["job", "get", "deadbeef"], "no job 'deadbeef'"),
     ],
@@ -239,7 +240,7 @@ def test_list_by_label(run: Any, owner: Any, project: Any) -> None:
 def test_a_custom_image_on_the_local_backend_is_refused_with_the_reason(run: Any) -> None:
     result = run("job", "run", "--flavor", "ai1-1-cpu", "x/y:1", "--", "python", "t.py")
     assert result.exit_code == 1
-    assert "HTTP 400: image: x/y:1 cannot run here. Custom images need the Kubernetes" in (
+    assert "HTTP 400: IMAGE: x/y:1 cannot run here. Custom images need the Kubernetes" in (
         result.output
     )
     assert not Job.objects.exists()

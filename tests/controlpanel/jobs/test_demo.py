@@ -11,7 +11,7 @@ from django.test import Client
 from controlpanel.accounts.models import User
 from controlpanel.projects.models import Project
 from controlpanel.workloads.demo import demo_form_initial
-from controlpanel.workloads.validation import clean_job
+from controlpanel.workloads.validation import validate_job
 from storage.objects import iter_objects
 
 
@@ -44,7 +44,7 @@ def test_bootstrap_seeds_the_demo_once(
             f"{initial['output_volume']}:/workspace/output:rw",
         ],
     }
-    assert clean_job(project=demo, data=data).preset == "finetune"
+    assert validate_job(project=demo, data=data).preset == "finetune"
     client = Client()
     client.force_login(User.objects.get(username="admin"))
     page = client.get("/p/demo/jobs/new/").content.decode()

@@ -10,8 +10,9 @@ from django.core.exceptions import ValidationError
 from controlpanel.buckets.models import Bucket
 from controlpanel.projects.models import Project
 from controlpanel.workloads.models import Job, JobState
-from controlpanel.workloads.validation import LOCAL_BACKEND_NOTE, LOCAL_COMMAND_NOTE, clean_job
+from controlpanel.workloads.validation import LOCAL_BACKEND_NOTE, LOCAL_COMMAND_NOTE, validate_job
 from deploy import images
+from storage.volumes import render_volume_spec
 from tests.fixtures.jobs import submit
 
 GOOD = {
@@ -24,18 +25,20 @@ GOOD = {
 
 def errors_for(project: Project, **changes: Any) -> dict[str, list[str]]:
     with pytest.raises(ValidationError) as caught:
-        clean_job(project=project, data=GOOD | changes)
+        validate_job(project=project, data=GOOD | changes)
     return caught.value.message_dict
 
 
 def test_a_good_submission_is_cleaned(project: Project, data_bucket: Bucket, k8s_jobs: Any) -> None:
     spec = f"{data_bucket.name}@LOCAL/sets/v1:/workspace/data"
-    job = clean_job(
+    job = validate_job(
         project=project,
         data=GOOD
         | {"volumes": [spec], "env": {"A": "1"}, "labels": {"team": "nlp"}, "timeout": "3600"},
     )
-    assert job.volumes == [f"{data_bucket.name}@LOCAL/sets/v1:/workspace/data:ro"]
+    assert [render_volume_spec(v) for v in job.volumes] == [
+        f"{data_bucket.name}@LOCAL/sets/v1:/workspace/data:ro"
+    ]
     assert (job.gpu, job.timeout, job.name) == (2, 3600, "train")
 
 
@@ -51,18 +54,18 @@ def test_a_good_submission_is_cleaned(project: Project, data_bucket: Bucket, k8s
         ({"image": ""}, "image", "Give a container image"),
         ({"image": "bad image"}, "image", "not a valid image reference"),
         ({"command": "python train.py"}, "command", "list of arguments"),
-        ({"command": ["ok", 3]}, "command", "list of arguments"),
-        ({"env": {"1BAD": "x"}}, "env", "not a valid variable name"),
-        ({"env": {"AWS_SECRET_ACCESS_KEY": "x"}}, "env", "reserved"),
+        ({"command": ["ok", 3]}, "command.1", "3 is not an argument"),
+        ({"env": {"1BAD": "x"}}, "env.1BAD", "not a valid variable name"),
+        ({"env": {"AWS_SECRET_ACCESS_KEY": "x"}}, "env.AWS_SECRET_ACCESS_KEY", "reserved"),
         ({"env": ["A=1"]}, "env", "NAME=value"),
-        ({"labels": {"bad key!": "v"}}, "labels", "up to 63"),
+        ({"labels": {"bad key!": "v"}}, "labels.bad key!", "up to 63"),
         ({"timeout": 5}, "timeout", "between 60 s"),
         ({"timeout": "soon"}, "timeout", "whole number"),
         ({"volumes": "x"}, "volumes", "list of specs"),
-        ({"volumes": ["nobucket"]}, "volumes", "Volume 1 ('nobucket') at character"),
-        ({"volumes": ["data@MARS:/workspace/d"]}, "volumes", "unknown datastore alias 'MARS'"),
-        ({"volumes": ["theirs@LOCAL:/workspace/d"]}, "volumes", "not one of this project's"),
-        ({"volumes": ["data@LOCAL:/etc/passwd"]}, "volumes", "/workspace"),
+        ({"volumes": ["nobucket"]}, "volumes.0", "'nobucket' at character 9: missing '@"),
+        ({"volumes": ["data@MARS:/workspace/d"]}, "volumes.0", "unknown datastore alias 'MARS'"),
+        ({"volumes": ["theirs@LOCAL:/workspace/d"]}, "volumes.0", "not one of this project's"),
+        ({"volumes": ["data@LOCAL:/etc/passwd"]}, "volumes.0", "/workspace"),
         ({"preset": "magic"}, "preset", "Unknown preset"),
         ({"params": {"rank": 8}}, "params", "only taken by a preset"),
         ({"name": "x" * 101}, "name", "at most 100"),
@@ -85,7 +88,8 @@ def test_gpus_over_the_project_quota_are_refused(project: Project, panel_s3: Any
 def test_duplicate_mount_paths(project: Project, data_bucket: Bucket) -> None:
     spec = f"{data_bucket.name}@LOCAL:/workspace/data"
     errors = errors_for(project, volumes=[spec, spec])
-    assert "volumes" in errors
+    assert "volumes.0" not in errors  # the later of the two has the problem
+    assert "use the same mount path /workspace/data" in errors["volumes.1"][0]
 
 
 def test_another_projects_bucket_cannot_be_mounted(
@@ -93,7 +97,7 @@ def test_another_projects_bucket_cannot_be_mounted(
 ) -> None:
     Bucket.objects.create(project=other_project, datastore="LOCAL", name="secret-data")
     errors = errors_for(project, volumes=["secret-data@LOCAL:/workspace/data"])
-    assert "not one of this project's buckets" in errors["volumes"][0]
+    assert "not one of this project's buckets" in errors["volumes.0"][0]
 
 
 def test_finetune_preset_checks(project: Project, data_bucket: Bucket) -> None:
@@ -107,9 +111,9 @@ def test_finetune_preset_checks(project: Project, data_bucket: Bucket) -> None:
         params={"rank": 0, "base_model": "x/y"},
         volumes=[f"{b}@LOCAL:/workspace/data", f"{b}@LOCAL/o:/workspace/output:rw"],
     )
-    assert errors["params"] == ["--rank must be at least 1"]
+    assert errors["params.rank"] == ["--rank must be at least 1"]
     errors = errors_for(project, **data, params={"wat": 1}, volumes=[])
-    assert "Unknown parameter(s): wat" in errors["params"][0]
+    assert "Unknown parameter" in errors["params.wat"][0]
 
 
 def test_invalid_submission_saves_nothing(project: Project, owner: Any, panel_s3: Any) -> None:
@@ -180,11 +184,11 @@ def test_the_preset_may_not_set_loader_variables_on_the_local_backend(
         "params": {"base_model": "org/tiny"},
     }
     with pytest.raises(ValidationError) as caught:
-        clean_job(project=project, data=data | {"env": {"LD_PRELOAD": "/workspace/data/x.so"}})
+        validate_job(project=project, data=data | {"env": {"LD_PRELOAD": "/workspace/data/x.so"}})
     assert caught.value.message_dict == {
         "env": ["The local backend does not let a job set LD_PRELOAD."]
     }
-    assert clean_job(project=project, data=data | {"env": {"WANDB_MODE": "off"}}).preset
+    assert validate_job(project=project, data=data | {"env": {"WANDB_MODE": "off"}}).preset
 
 
 def test_the_custom_image_tab_says_so_on_the_local_backend_only(
@@ -198,7 +202,7 @@ def test_the_custom_image_tab_says_so_on_the_local_backend_only(
 def test_the_kubernetes_backend_takes_custom_images_without_a_note(
     project: Project, owner_client: Any, k8s_jobs: Any
 ) -> None:
-    assert clean_job(project=project, data=GOOD).image == GOOD["image"]
+    assert validate_job(project=project, data=GOOD).image == GOOD["image"]
     assert "backend-note" not in owner_client.get("/p/alpha/jobs/new/?tab=custom").content.decode()
 
 
@@ -210,10 +214,10 @@ def test_the_finetune_preset_refuses_gpus_its_cuda_build_cannot_run(
     refused = errors_for(project, **finetune, flavor="v100s-1-gpu")
     assert "compute capability 7.5 or newer; v100s-1-gpu's V100S has 7.0" in refused["flavor"][0]
     with pytest.raises(ValidationError) as other:  # a flavor it runs on: no flavor error
-        clean_job(project=project, data=GOOD | finetune | {"flavor": "l4-1-gpu"})
+        validate_job(project=project, data=GOOD | finetune | {"flavor": "l4-1-gpu"})
     assert "flavor" not in other.value.message_dict
     # A custom image on the same flavor is the user's call.
-    assert clean_job(project=project, data=GOOD | {"flavor": "v100s-1-gpu", "gpu": 1}).gpu == 1
+    assert validate_job(project=project, data=GOOD | {"flavor": "v100s-1-gpu", "gpu": 1}).gpu == 1
 
 
 def _secret(project: Project, name: str = "hf_prod", value: str = "hf-VALUE-123") -> None:
@@ -235,7 +239,7 @@ def test_an_env_value_naming_an_unknown_secret_is_refused(
 ) -> None:
     _secret(other_project, "nope")  # another project's secret is not this one's
     errors = errors_for(project, env={"HF_TOKEN": value})
-    assert [m for m in errors["env"] if m.startswith(message)], errors
+    assert [m for m in errors["env.HF_TOKEN"] if m.startswith(message)], errors
 
 
 def test_a_secret_reference_is_stored_as_typed_and_launched_by_reference(
