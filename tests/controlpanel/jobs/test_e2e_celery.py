@@ -100,8 +100,13 @@ def test_kubernetes_journey(
     kubelet.run(NS, pod)
     kubelet.log(NS, pod, "loading data", "step 1 loss 2.0")
     wait_for(lambda: state_of(job_id)[0] == S.RUNNING, 30, "RUNNING", procs)
-    lines = owner_api.get(f"/api/v1/jobs/{job_id}/logs/?after=0").json()["lines"]
-    assert [x["text"] for x in lines] == ["loading data", "step 1 loss 2.0"]
+
+    def texts() -> list[str]:  # what the watcher's log collector stored, read by the API
+        lines = owner_api.get(f"/api/v1/jobs/{job_id}/logs/?after=0").json()["lines"]
+        return [x["text"] for x in lines]
+
+    wait_for(lambda: len(texts()) == 2, 30, "the collected log lines", procs)
+    assert texts() == ["loading data", "step 1 loss 2.0"]
 
     kubelet.finish(NS, pod, exit_code=0)
     push = names.push_job_name(job_ref(job), 1)
