@@ -67,8 +67,12 @@ class ComputeBackend(Protocol):
         """What this run looks like now (GONE when nothing of it exists)."""
         ...
 
-    def read_logs(self, *, ref: WorkloadRef, cursor: str | None, limit: int = 1000) -> LogChunk:
-        """Up to `limit` log lines of the user's process after `cursor` (None: the start)."""
+    def read_logs(
+        self, *, ref: WorkloadRef, cursor: str | None, limit: int = 1000, fresh: bool = False
+    ) -> LogChunk:
+        """Up to `limit` log lines of the user's process after `cursor` (None: the start).
+        `fresh`: look the process up again (a backend may remember a running one for a few
+        seconds); the final archive asks so, to learn where the log ends."""
         ...
 
     def apply_notebook(self, *, notebook: NotebookRequest) -> ObservedWorkload:

@@ -37,7 +37,9 @@ def collect_logs(*, job_id: Any, limit: int = COLLECT_LIMIT) -> tuple[int, bool]
     if job is None or job.logs_archived or job.launched_run < job.run:
         return 0, True
     run, cursor = job.run, job.log_cursor
-    chunk = get_backend().read_logs(ref=job_ref(job), cursor=cursor or None, limit=limit)
+    chunk = get_backend().read_logs(
+        ref=job_ref(job), cursor=cursor or None, limit=limit, fresh=job.is_final
+    )
     lines = chunk.lines
     if chunk.skipped:
         lines = (*lines, f"{MARK} {chunk.skipped}")

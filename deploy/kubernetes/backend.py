@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 
@@ -37,6 +38,9 @@ from deploy.types import (
 
 STOPPABLE = frozenset({Phase.QUEUED, Phase.PENDING, Phase.INITIALIZING, Phase.RUNNING})
 STOP_ATTEMPTS = 3
+# How long a pod seen running is read without checking it again (a replaced or finished pod
+# is noticed at most this late; its end is read in full by the next, checked read).
+RUNNING_POD_TTL_S = 5.0
 
 
 class KubernetesBackend:
@@ -61,6 +65,9 @@ class KubernetesBackend:
         self.service_account = service_account
         self.service_account_namespace = service_account_namespace
         self.watch_timeout_s = watch_timeout_s
+        # The pod whose container was last seen running, per run: the log collector reads it
+        # again without listing pods and reading its owner (1 request a read instead of 3).
+        self._running_pods: dict[WorkloadRef, tuple[Obj, float]] = {}
 
     def capacity(self) -> None:
         """None: the scheduler (and Kueue, where installed) queues what the nodes cannot run."""
@@ -127,13 +134,26 @@ class KubernetesBackend:
     def observe_job(self, *, ref: WorkloadRef) -> ObservedWorkload:
         return observe_job(ref, job_objects(self.api, ref))
 
-    def read_logs(self, *, ref: WorkloadRef, cursor: str | None, limit: int = 1000) -> LogChunk:
+    def read_logs(
+        self, *, ref: WorkloadRef, cursor: str | None, limit: int = 1000, fresh: bool = False
+    ) -> LogChunk:
+        remembered, until = self._running_pods.get(ref, (None, 0.0))
+        if remembered is not None and not fresh and time.monotonic() < until:
+            chunk = self._read_pod(remembered, cursor, limit, finished=False)
+            if not chunk.eof:  # eof here: the pod went away, look again
+                return chunk
+        self._running_pods.pop(ref, None)
         pod = newest(self._main_pods(ref))
         if pod is None:
             return LogChunk(lines=(), cursor=cursor or "", eof=self._ended(ref))
         run = container_run(container_status(pod, "main"))
         if run.state in ("", "waiting"):  # never started: its log ends if the run did
             return LogChunk(lines=(), cursor=cursor or "", eof=self._ended(ref))
+        if run.state == "running":
+            now = time.monotonic()
+            if len(self._running_pods) > 1000:  # forget runs that ended long ago
+                self._running_pods = {k: v for k, v in self._running_pods.items() if v[1] > now}
+            self._running_pods[ref] = (pod, now + RUNNING_POD_TTL_S)
         return self._read_pod(pod, cursor, limit, finished=run.state == "terminated")
 
     def apply_notebook(self, *, notebook: NotebookRequest) -> ObservedWorkload:

@@ -117,8 +117,10 @@ class LocalBackend:
     def observe_job(self, *, ref: WorkloadRef) -> ObservedWorkload:
         return runs.observation(ref, read_state(run_dir(self.base, ref)))
 
-    def read_logs(self, *, ref: WorkloadRef, cursor: str | None, limit: int = 1000) -> LogChunk:
-        run = run_dir(self.base, ref)
+    def read_logs(
+        self, *, ref: WorkloadRef, cursor: str | None, limit: int = 1000, fresh: bool = False
+    ) -> LogChunk:
+        run = run_dir(self.base, ref)  # the state file is read every time: always fresh
         return runs.read_log(run, read_state(run), cursor, limit)
 
     def apply_notebook(self, *, notebook: NotebookRequest) -> ObservedWorkload:

@@ -58,7 +58,28 @@ def test_reads_continue_where_the_cursor_stopped(
     assert second.lines == ("step 3", "step 4")
 
     k8s_cluster.kubelet.finish(NS, pod, exit_code=0)
-    last = k8s_backend.read_logs(ref=job.ref, cursor=second.cursor)
+    last = k8s_backend.read_logs(ref=job.ref, cursor=second.cursor, fresh=True)
+    assert (last.lines, last.eof) == ((), True)
+
+
+@pytest.mark.usefixtures("vision_namespace")
+def test_a_running_pod_is_read_again_with_one_request(
+    k8s_cluster: EmulatedCluster, k8s_backend: KubernetesBackend
+) -> None:
+    """The collector reads a printing job every quarter second: the pod seen running is
+    remembered for a few seconds, so a read costs the log request alone, not a pod listing and
+    an owner check too; a fresh read (the archive's) looks again and sees the end."""
+    job, pod = running_job(k8s_cluster, k8s_backend)
+    k8s_cluster.kubelet.log(NS, pod, "one")
+    first = k8s_backend.read_logs(ref=job.ref, cursor=None)
+    before = k8s_cluster.request_count
+    k8s_cluster.kubelet.log(NS, pod, "two")
+    second = k8s_backend.read_logs(ref=job.ref, cursor=first.cursor)
+    assert second.lines == ("two",) and k8s_cluster.request_count == before + 1
+    k8s_cluster.kubelet.finish(NS, pod, exit_code=0)
+    remembered = k8s_backend.read_logs(ref=job.ref, cursor=second.cursor)
+    assert (remembered.lines, remembered.eof) == ((), False)  # not known yet: read later
+    last = k8s_backend.read_logs(ref=job.ref, cursor=second.cursor, fresh=True)
     assert (last.lines, last.eof) == ((), True)
 
 

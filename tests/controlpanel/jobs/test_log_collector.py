@@ -149,7 +149,7 @@ def test_a_line_longer_than_a_read_is_skipped_visibly(
 class EndlessBackend:
     """A log that never reaches its end."""
 
-    def read_logs(self, *, ref: Any, cursor: str | None, limit: int = 1000) -> LogChunk:
+    def read_logs(self, *, ref: Any, cursor: str | None, limit: int = 1000, **_: Any) -> LogChunk:
         count = int(cursor or 0) + 1
         return LogChunk(lines=(f"line {count}",), cursor=str(count), eof=False)
 
