@@ -1,4 +1,5 @@
-"""Project scoping for API views: the same access helper as the web pages."""
+"""Project scoping for API views: which project a request names; whether the caller may open
+it is `project_access()`'s answer, the same helper the pages' `project_view()` calls."""
 
 from __future__ import annotations
 

@@ -7,6 +7,7 @@ signed for the caller's own project's buckets.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
@@ -23,6 +24,7 @@ from controlpanel.api.scoping import api_project
 from controlpanel.buckets import selectors, services, transfers
 from controlpanel.buckets import serializers as s
 from controlpanel.buckets.models import Bucket
+from controlpanel.projects.access import ProjectAccess
 from storage.errors import (
     BucketNotFound,
     InvalidPart,
@@ -79,13 +81,17 @@ class StorageAPIView(APIView):
         return super().handle_exception(exc)
 
 
-def _bucket(request: Request, datastore: str, name: str) -> Bucket:
+def _scoped_bucket(request: Request, datastore: str, name: str) -> tuple[ProjectAccess, Bucket]:
+    """The bucket and the caller's access to its project (404 unless the caller is in it)."""
     bucket = Bucket.objects.filter(datastore=datastore, name=name).select_related("project")
     found = bucket.first()
     if found is None:
         raise Http404("No such bucket.")
-    api_project(request, slug=found.project.slug)  # 404 unless the caller is in its project
-    return found
+    return api_project(request, slug=found.project.slug), found
+
+
+def _bucket(request: Request, datastore: str, name: str) -> Bucket:
+    return _scoped_bucket(request, datastore, name)[1]
 
 
 def _valid(serializer_class: type, data: Any) -> dict[str, Any]:
@@ -148,7 +154,7 @@ class BucketAttachView(StorageAPIView):
         return _add(request, services.bucket_attach)
 
 
-def _add(request: Request, action: Any) -> Response:
+def _add(request: Request, action: Callable[..., Bucket]) -> Response:
     access = api_project(request)
     data = _valid(s.BucketCreateSerializer, request.data)
     bucket = action(
@@ -183,8 +189,7 @@ class BucketDetailView(StorageAPIView):
         ],
     )
     def delete(self, request: Request, datastore: str, name: str) -> Response:
-        bucket = _bucket(request, datastore, name)
-        access = api_project(request, slug=bucket.project.slug)
+        access, bucket = _scoped_bucket(request, datastore, name)
         empty = request.query_params.get("empty") in ("1", "true")
         if services.bucket_delete(access=access, bucket=bucket, empty=empty):
             return Response(status=status.HTTP_204_NO_CONTENT)

@@ -28,7 +28,7 @@ from controlpanel.buckets.forms import BucketForm, DeleteBucketForm
 from controlpanel.buckets.listing import build_listing
 from controlpanel.buckets.models import Bucket, BucketState
 from controlpanel.core.htmx import wants_fragment
-from controlpanel.projects.access import project_view
+from controlpanel.projects.access import ProjectRequest, project_view
 from storage.errors import ObjectNotFound, StorageError, StorageUnavailable
 
 STALE_STATS = timedelta(minutes=5)
@@ -62,9 +62,9 @@ def _render(
     return response
 
 
-def _bucket(request: HttpRequest, datastore: str, name: str) -> Bucket:
+def _bucket(request: ProjectRequest, datastore: str, name: str) -> Bucket:
     return selectors.bucket_get(
-        project=request.access.project,  # type: ignore[attr-defined]
+        project=request.access.project,
         datastore=datastore,
         name=name,
     )
@@ -73,8 +73,8 @@ def _bucket(request: HttpRequest, datastore: str, name: str) -> Bucket:
 @require_http_methods(["GET", "POST"])
 @project_view()
 @storage_errors
-def bucket_list(request: HttpRequest) -> HttpResponse:
-    access = request.access  # type: ignore[attr-defined]
+def bucket_list(request: ProjectRequest) -> HttpResponse:
+    access = request.access
     form = BucketForm(request.POST if request.method == "POST" else None)
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
@@ -123,11 +123,11 @@ def _refresh_stale(buckets: list[Bucket]) -> None:
 
 @require_GET
 @project_view()
-def bucket_row(request: HttpRequest, datastore: str, name: str) -> HttpResponse:
+def bucket_row(request: ProjectRequest, datastore: str, name: str) -> HttpResponse:
     """One row of the list, polled while it is being emptied or counted; a bucket that is
     gone (emptied and deleted) answers nothing, which removes the row."""
     bucket = selectors.project_bucket(
-        project=request.access.project,  # type: ignore[attr-defined]
+        project=request.access.project,
         datastore=datastore,
         name=name,
     )
@@ -165,7 +165,7 @@ def _row(request: HttpRequest, bucket: Bucket, since: float | None) -> HttpRespo
 
 @require_POST
 @project_view()
-def bucket_recount(request: HttpRequest, datastore: str, name: str) -> HttpResponse:
+def bucket_recount(request: ProjectRequest, datastore: str, name: str) -> HttpResponse:
     """Count the bucket's objects and bytes again (in the background): htmx gets the row, which
     says so and polls until the new count is in; without JS, back to the list."""
     bucket = _bucket(request, datastore, name)
@@ -182,7 +182,7 @@ def bucket_recount(request: HttpRequest, datastore: str, name: str) -> HttpRespo
 @project_view()
 @storage_errors
 @allow_datastores
-def bucket_browse(request: HttpRequest, datastore: str, name: str) -> HttpResponse:
+def bucket_browse(request: ProjectRequest, datastore: str, name: str) -> HttpResponse:
     bucket = _bucket(request, datastore, name)
     listing = build_listing(bucket=bucket, params=request.GET)
     context = {
@@ -197,8 +197,8 @@ def bucket_browse(request: HttpRequest, datastore: str, name: str) -> HttpRespon
 @require_http_methods(["GET", "POST"])
 @project_view()
 @storage_errors
-def bucket_delete(request: HttpRequest, datastore: str, name: str) -> HttpResponse:
-    access = request.access  # type: ignore[attr-defined]
+def bucket_delete(request: ProjectRequest, datastore: str, name: str) -> HttpResponse:
+    access = request.access
     bucket = _bucket(request, datastore, name)
     form = DeleteBucketForm(request.POST if request.method == "POST" else None)
     not_empty = False
@@ -232,7 +232,7 @@ def bucket_delete(request: HttpRequest, datastore: str, name: str) -> HttpRespon
 @require_GET
 @project_view()
 @storage_errors
-def object_download(request: HttpRequest, datastore: str, name: str) -> HttpResponse:
+def object_download(request: ProjectRequest, datastore: str, name: str) -> HttpResponse:
     """Redirect to a short-lived presigned URL: the bytes never pass through Django."""
     bucket = _bucket(request, datastore, name)
     key = request.GET.get("key", "")
@@ -247,7 +247,7 @@ def object_download(request: HttpRequest, datastore: str, name: str) -> HttpResp
 @require_POST
 @project_view()
 @storage_errors
-def object_delete(request: HttpRequest, datastore: str, name: str) -> HttpResponse:
+def object_delete(request: ProjectRequest, datastore: str, name: str) -> HttpResponse:
     bucket = _bucket(request, datastore, name)
     # Ticked objects (`key`) and folders (`folder`), and the folder shown (`prefix`).
     prefix = request.POST.get("prefix", "")

@@ -1,7 +1,11 @@
 """The one access helper every project page and endpoint starts with.
 
-A project the user is not in answers 404 (its existence is not revealed); a member asking for
-a manager's action answers 403. Staff users (site admins) see every project.
+`project_access()` is the only place that decides whether a user may open a project: pages
+reach it through `project_view()` (the slug in the URL), the API through
+`controlpanel.api.scoping.api_project()` (the slug in the URL, `?project=`, the body or the
+X-Ajuste-Project header). A project the user is not in answers 404 (its existence is not
+revealed); a member asking for a manager's action answers 403. Staff users (site admins) see
+every project.
 """
 
 from __future__ import annotations
@@ -9,16 +13,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import wraps
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, cast
 from urllib.parse import urlencode, urlsplit
 
 from django.conf import settings
 from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBase
 from django.shortcuts import resolve_url
 
 from controlpanel.projects.models import Membership, Project, Role
+
+P = ParamSpec("P")
 
 
 @dataclass(frozen=True)
@@ -52,33 +58,49 @@ def project_access(*, user: Any, slug: str, manage: bool = False) -> ProjectAcce
     return access
 
 
-def project_view(*, manage: bool = False) -> Callable:
-    """Decorate a view taking `slug`: log-in required, then `request.access` is set."""
+class ProjectRequest(HttpRequest):
+    """The request a `project_view()` view receives: `access` is the caller's access to the
+    project the URL names. A type only (the request is Django's own, with `access` set)."""
 
-    def decorator(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    access: ProjectAccess
+
+
+ProjectView = Callable[Concatenate[ProjectRequest, P], HttpResponseBase]
+
+
+def project_view(
+    *, manage: bool = False
+) -> Callable[[ProjectView[P]], Callable[..., HttpResponseBase]]:
+    """Decorate a view taking `slug`: log-in required, then the view gets a `ProjectRequest`
+    (`request.access`) and the URL's other arguments, `slug` taken out."""
+
+    def decorator(view: ProjectView[P]) -> Callable[..., HttpResponseBase]:
         @page_login_required
         @wraps(view)
-        def wrapper(request: HttpRequest, slug: str, *args: Any, **kwargs: Any) -> HttpResponse:
+        def wrapper(
+            request: HttpRequest, slug: str, *args: P.args, **kwargs: P.kwargs
+        ) -> HttpResponseBase:
             access = project_access(user=request.user, slug=slug, manage=manage)
-            request.access = access  # type: ignore[attr-defined]
+            scoped = cast(ProjectRequest, request)
+            scoped.access = access
             # Written only when it changes: an assignment marks the session modified, and every
             # poll of every open page would then write its row.
             if request.session.get("project") != access.project.slug:
                 request.session["project"] = access.project.slug
-            return view(request, *args, **kwargs)
+            return view(scoped, *args, **kwargs)
 
         return wrapper
 
     return decorator
 
 
-def page_login_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+def page_login_required(view: Callable[..., HttpResponseBase]) -> Callable[..., HttpResponseBase]:
     """`login_required`, except that an htmx request (a poll, a fragment) of a signed-out user
     gets 401 and `HX-Redirect` to the log-in page: following a redirect would swap the log-in
     page into the fragment's place (a session that expires under a polling page)."""
 
     @wraps(view)
-    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
         if request.user.is_authenticated:
             return view(request, *args, **kwargs)
         if not request.headers.get("HX-Request"):

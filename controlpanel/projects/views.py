@@ -13,7 +13,7 @@ from django.views.decorators.http import require_POST
 from controlpanel.buckets.crypto import secret_hint
 from controlpanel.core.htmx import wants_fragment
 from controlpanel.projects import services
-from controlpanel.projects.access import ProjectAccess, project_view
+from controlpanel.projects.access import ProjectAccess, ProjectRequest, project_view
 from controlpanel.projects.forms import (
     MemberAddForm,
     MemberRoleForm,
@@ -26,9 +26,9 @@ from controlpanel.projects.selectors import members_of, secrets_of
 
 
 @project_view()
-def project_home(request: HttpRequest) -> HttpResponse:
+def project_home(request: ProjectRequest) -> HttpResponse:
     """The project's settings; managers set the job webhook here (POST)."""
-    access = request.access  # type: ignore[attr-defined]
+    access = request.access
     if request.method == "POST":
         return _webhook_post(request, access)
     return _home(request, access)
@@ -101,11 +101,11 @@ def _webhook_save(request: HttpRequest, access: ProjectAccess) -> HttpResponse:
 @project_view()
 @sensitive_post_parameters("value")
 @sensitive_variables("value")
-def project_secrets(request: HttpRequest) -> HttpResponse:
+def project_secrets(request: ProjectRequest) -> HttpResponse:
     """Set (`action=set`, name and value) or delete (`action=delete`, name) a project secret;
     managers and site admins only. An htmx request gets the secrets section back, others a
     redirect to the project page. The value is never rendered, not even after an error."""
-    access = request.access  # type: ignore[attr-defined]
+    access = request.access
     if not access.can_manage:
         return HttpResponse("Only the project's managers can change secrets.", status=403)
     form = SecretForm(request.POST)
@@ -146,8 +146,8 @@ def _secrets_answer(request: HttpRequest, access: ProjectAccess, form: SecretFor
 
 
 @project_view()
-def member_list(request: HttpRequest) -> HttpResponse:
-    access = request.access  # type: ignore[attr-defined]
+def member_list(request: ProjectRequest) -> HttpResponse:
+    access = request.access
     form = MemberAddForm()
     if request.method == "POST":
         form = MemberAddForm(request.POST)
@@ -176,8 +176,8 @@ def member_list(request: HttpRequest) -> HttpResponse:
 
 @require_POST
 @project_view(manage=True)
-def member_update(request: HttpRequest, member_id: int) -> HttpResponse:
-    access = request.access  # type: ignore[attr-defined]
+def member_update(request: ProjectRequest, member_id: int) -> HttpResponse:
+    access = request.access
     membership = get_object_or_404(Membership, pk=member_id, project=access.project)
     try:
         if request.POST.get("action") == "remove":

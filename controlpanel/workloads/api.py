@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from drf_spectacular.types import OpenApiTypes
@@ -21,6 +22,7 @@ from rest_framework.response import Response
 from controlpanel.api.pagination import MAX_OFFSET, Pagination, query_int
 from controlpanel.api.scoping import api_project
 from controlpanel.flavors.models import Flavor
+from controlpanel.projects.access import ProjectAccess
 from controlpanel.workloads import contract, logs, selectors, services
 from controlpanel.workloads.collector import note_followed
 from controlpanel.workloads.logpage import log_page
@@ -179,7 +181,7 @@ class JobViewSet(viewsets.ViewSet):
     pagination_class = Pagination  # read by the schema: the list is paginated like the others
     lookup_value_regex = "[0-9a-fA-F-]{1,36}"
 
-    def _job(self, request: Request, pk: str) -> tuple[Any, Job]:
+    def _job(self, request: Request, pk: str) -> tuple[ProjectAccess, Job]:
         access = api_project(request)
         return access, selectors.job_get(project=access.project, job_id=pk)
 
@@ -226,7 +228,7 @@ class JobViewSet(viewsets.ViewSet):
         services.job_delete(access=access, user=request.user, job=job)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
-    def _act(self, request: Request, pk: str, service: Any) -> Response:
+    def _act(self, request: Request, pk: str, service: Callable[..., Job]) -> Response:
         access, job = self._job(request, pk)
         return Response(JobSerializer(service(access=access, user=request.user, job=job)).data)
 

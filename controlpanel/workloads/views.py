@@ -12,7 +12,7 @@ from django import forms
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
-from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+from django.http import HttpResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 from django_htmx.http import HttpResponseClientRedirect
@@ -21,7 +21,7 @@ from controlpanel.api.pagination import MAX_OFFSET
 from controlpanel.buckets.selectors import buckets_for_project
 from controlpanel.core.htmx import wants_fragment
 from controlpanel.flavors.models import Flavor
-from controlpanel.projects.access import project_view
+from controlpanel.projects.access import ProjectRequest, project_view
 from controlpanel.workloads import logs, selectors, services
 from controlpanel.workloads.collector import note_followed
 from controlpanel.workloads.demo import demo_form_initial
@@ -40,13 +40,9 @@ PAGE_SIZE = 50
 LOG_TAIL = 500
 
 
-def _access(request: HttpRequest) -> Any:
-    return request.access  # type: ignore[attr-defined]
-
-
 @project_view()
-def job_list(request: HttpRequest) -> HttpResponse:
-    project = _access(request).project
+def job_list(request: ProjectRequest) -> HttpResponse:
+    project = request.access.project
     filters, problems = selectors.job_filters_check(
         filters=selectors.JobFilters.from_query(request.GET)
     )
@@ -74,18 +70,18 @@ def job_list(request: HttpRequest) -> HttpResponse:
     return render(request, template, context)
 
 
-def _forms(request: HttpRequest, preset: str) -> tuple[FinetuneForm, CustomJobForm]:
+def _forms(request: ProjectRequest, preset: str) -> tuple[FinetuneForm, CustomJobForm]:
     data = request.POST if request.method == "POST" else None
-    demo = demo_form_initial(project=_access(request).project)
+    demo = demo_form_initial(project=request.access.project)
     finetune = FinetuneForm(data if preset == "finetune" else None, prefix="ft", initial=demo)
     custom = CustomJobForm(data if preset != "finetune" else None, prefix="c")
     return finetune, custom
 
 
 def _form_context(
-    request: HttpRequest, preset: str, finetune: FinetuneForm, custom: CustomJobForm
+    request: ProjectRequest, preset: str, finetune: FinetuneForm, custom: CustomJobForm
 ) -> dict[str, Any]:
-    project = _access(request).project
+    project = request.access.project
     form = finetune if preset == "finetune" else custom
     flavor, units = _chosen_resources(form)
     form.describe_units(flavor)
@@ -121,8 +117,8 @@ def _chosen_resources(form: FinetuneForm | CustomJobForm) -> tuple[Flavor | None
 
 
 @project_view()
-def job_new(request: HttpRequest) -> HttpResponse:
-    access = _access(request)
+def job_new(request: ProjectRequest) -> HttpResponse:
+    access = request.access
     preset = "custom" if request.GET.get("tab", request.POST.get("tab")) == "custom" else "finetune"
     finetune, custom = _forms(request, preset)
     form = finetune if preset == "finetune" else custom
@@ -161,16 +157,16 @@ def _detail_context(job: Job) -> dict[str, Any]:
 
 
 @project_view()
-def job_detail(request: HttpRequest, job_id: str) -> HttpResponse:
-    job = selectors.job_get(project=_access(request).project, job_id=job_id)
+def job_detail(request: ProjectRequest, job_id: str) -> HttpResponse:
+    job = selectors.job_get(project=request.access.project, job_id=job_id)
     context = _detail_context(job) | _log_context(log_tail(job=job, count=LOG_TAIL))
     context["earlier_runs"] = range(job.run - 1, 0, -1)
     return render(request, "jobs/detail.html", context)
 
 
 @project_view()
-def job_status(request: HttpRequest, job_id: str) -> HttpResponse:
-    job = selectors.job_get(project=_access(request).project, job_id=job_id)
+def job_status(request: ProjectRequest, job_id: str) -> HttpResponse:
+    job = selectors.job_get(project=request.access.project, job_id=job_id)
     return render(request, "jobs/detail.html#job-status", _detail_context(job))
 
 
@@ -179,9 +175,9 @@ def _log_context(page: LogPage) -> dict[str, Any]:
 
 
 @project_view()
-def job_logs(request: HttpRequest, job_id: str) -> HttpResponse:
+def job_logs(request: ProjectRequest, job_id: str) -> HttpResponse:
     """Lines after `?after=` of `?run=` (htmx: appended out of band, with the next poller)."""
-    job = selectors.job_get(project=_access(request).project, job_id=job_id)
+    job = selectors.job_get(project=request.access.project, job_id=job_id)
     try:
         run = logs.resolve_run(job=job, value=request.GET.get("run"))
     except logs.UnknownRun as exc:
@@ -199,9 +195,9 @@ def job_logs(request: HttpRequest, job_id: str) -> HttpResponse:
 
 
 @project_view()
-def job_log_download(request: HttpRequest, job_id: str) -> HttpResponse | StreamingHttpResponse:
+def job_log_download(request: ProjectRequest, job_id: str) -> HttpResponse | StreamingHttpResponse:
     """The whole log of `?run=` (default: the current run) as a text file."""
-    job = selectors.job_get(project=_access(request).project, job_id=job_id)
+    job = selectors.job_get(project=request.access.project, job_id=job_id)
     try:
         run = logs.resolve_run(job=job, value=request.GET.get("run"))
     except logs.UnknownRun as exc:
@@ -224,8 +220,8 @@ ACTIONS = {
 
 @require_POST
 @project_view()
-def job_action(request: HttpRequest, job_id: str, action: str) -> HttpResponse:
-    access = _access(request)
+def job_action(request: ProjectRequest, job_id: str, action: str) -> HttpResponse:
+    access = request.access
     job = selectors.job_get(project=access.project, job_id=job_id)
     if action not in ACTIONS:
         return HttpResponse("Unknown action.", status=404)
