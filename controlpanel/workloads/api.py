@@ -26,7 +26,7 @@ from controlpanel.projects.access import ProjectAccess
 from controlpanel.workloads import contract, logs, selectors, services
 from controlpanel.workloads.collector import note_followed
 from controlpanel.workloads.logpage import log_page
-from controlpanel.workloads.models import Job, JobEvent
+from controlpanel.workloads.models import Job, JobEvent, JobState
 from training.protocol import Snapshot
 
 log = logging.getLogger(__name__)
@@ -55,6 +55,8 @@ class FlavorSerializer(serializers.ModelSerializer):
 
 
 class JobEventSerializer(serializers.ModelSerializer):
+    state = serializers.ChoiceField(choices=JobState.choices, read_only=True)
+
     class Meta:
         model = JobEvent
         fields = ["run", "state", "reason", "at"]
@@ -66,6 +68,7 @@ class JobSerializer(serializers.ModelSerializer):
     project = serializers.CharField(source="project.slug", read_only=True)
     owner = serializers.CharField(source="owner.username", read_only=True)
     flavor = serializers.CharField(source="flavor.name", read_only=True)
+    state = serializers.ChoiceField(choices=JobState.choices, read_only=True)
     history = JobEventSerializer(source="events", many=True, read_only=True)
     cost = serializers.SerializerMethodField()
     progress = serializers.SerializerMethodField(

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import functools
 import uuid
+from typing import Any
 
 from django.conf import settings
 from django.db import models
@@ -31,12 +32,43 @@ class JobState(models.TextChoices):
     SYNC_FAILED = "SYNC_FAILED"
 
 
+class NotebookState(models.TextChoices):
+    """Notebook states, named exactly as in the product contract."""
+
+    STARTING = "STARTING"
+    RUNNING = "RUNNING"
+    STOPPING = "STOPPING"
+    STOPPED = "STOPPED"
+    FAILED = "FAILED"
+    ERROR = "ERROR"
+    DELETING = "DELETING"
+
+
+# Every state any workload kind can be in: the engine's queries span the kinds. No state name
+# is final for one kind and live for another, so one set of each serves them all.
+STATE_CHOICES = [*JobState.choices] + [
+    (value, label) for value, label in NotebookState.choices if value not in JobState.values
+]
 FINAL_STATES = frozenset(
-    {JobState.DONE, JobState.INTERRUPTED, JobState.FAILED, JobState.ERROR, JobState.SYNC_FAILED}
+    {
+        JobState.DONE,
+        JobState.INTERRUPTED,
+        JobState.FAILED,
+        JobState.ERROR,
+        JobState.SYNC_FAILED,
+        NotebookState.STOPPED,
+    }
 )
-LIVE_STATES = frozenset(set(JobState) - FINAL_STATES)
+LIVE_STATES = frozenset({value for value, _ in STATE_CHOICES} - FINAL_STATES)
 # States in which a job holds GPUs of its project's quota (admitted and not finished).
 ADMITTED_STATES = frozenset(LIVE_STATES - {JobState.QUEUED})
+
+
+class Kind(models.TextChoices):
+    """What a workload is (deploy.types.WorkloadKind, the `ajuste.io/kind` label)."""
+
+    JOB = "job", "Job"
+    NOTEBOOK = "notebook", "Notebook"
 
 
 class Preset(models.TextChoices):
@@ -50,19 +82,23 @@ def parsed_volumes(texts: tuple[str, ...]) -> tuple[VolumeSpec, ...]:
     return tuple(parse_volume_spec(text) for text in texts)
 
 
-class Job(models.Model):
-    """A training job: what to run (image, command, flavor × units, volumes, env), the state
-    the panel observed with its reason, and what the user wants (`stop_requested`)."""
+class Workload(models.Model):
+    """What the workload engine runs, whatever its kind (a job, a notebook): what to run
+    (image, command, flavor × units, volumes, env), the state the panel observed with its
+    reason, and what the user wants (`stop_requested`). One table, so admission, reconcile,
+    observation, logs and runs are one code path; `Job` and `Notebook` are its kinds (proxy
+    models whose managers see their own rows only)."""
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
-    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="jobs")
+    kind = models.CharField(max_length=20, choices=Kind.choices, default=Kind.JOB)
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="workloads")
     owner = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="jobs"
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="workloads"
     )
     name = models.CharField(max_length=100)
     image = models.CharField(max_length=300)
     command = models.JSONField(default=list, blank=True)
-    flavor = models.ForeignKey(Flavor, on_delete=models.PROTECT, related_name="jobs")
+    flavor = models.ForeignKey(Flavor, on_delete=models.PROTECT, related_name="workloads")
     gpu = models.PositiveSmallIntegerField(default=1, help_text="Units of the flavor.")
     volumes = models.JSONField(default=list, blank=True)
     env = models.JSONField(default=dict, blank=True)
@@ -70,8 +106,12 @@ class Job(models.Model):
     timeout = models.PositiveIntegerField(default=DEFAULT_TIMEOUT_S, help_text="Seconds.")
     preset = models.CharField(max_length=20, choices=Preset.choices, blank=True, default="")
     params = models.JSONField(default=dict, blank=True)
+    # Notebooks: the editor served, where (as observed), and the server's last activity.
+    editor = models.CharField(max_length=20, blank=True, default="")
+    url = models.CharField(max_length=500, blank=True, default="")
+    last_activity_at = models.DateTimeField(null=True, blank=True)
 
-    state = models.CharField(max_length=20, choices=JobState.choices, default=JobState.QUEUED)
+    state = models.CharField(max_length=20, choices=STATE_CHOICES, default=JobState.QUEUED)
     state_reason = models.CharField(max_length=500, blank=True)
     state_changed_at = models.DateTimeField(default=timezone.now)
     run = models.PositiveIntegerField(default=1, help_text="Counts runs; 'run again' adds one.")
@@ -101,7 +141,7 @@ class Job(models.Model):
     class Meta:
         ordering = ["-created_at"]
         indexes = [
-            models.Index(fields=["project", "-created_at"]),
+            models.Index(fields=["project", "kind", "-created_at"]),
             models.Index(fields=["project", "state"]),
             models.Index(fields=["state"]),
         ]
@@ -132,12 +172,54 @@ class Job(models.Model):
         return self.state in LIVE_STATES
 
 
+class KindManager(models.Manager["Workload"]):
+    """The rows of one kind."""
+
+    def __init__(self, kind: str) -> None:
+        super().__init__()
+        self.kind = kind
+
+    def get_queryset(self) -> models.QuerySet[Workload]:
+        return super().get_queryset().filter(kind=self.kind)
+
+
+class _OneKind:
+    """A kind's proxy: its rows are made with its kind and its manager sees only them."""
+
+    KIND: str
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if not args:  # made by code, not loaded from the database
+            self.kind = self.KIND  # type: ignore[attr-defined]
+
+
+class Job(_OneKind, Workload):
+    """A training job: runs its command once (again on "run again") and ends."""
+
+    KIND = Kind.JOB
+    objects = KindManager(Kind.JOB)
+
+    class Meta:
+        proxy = True
+
+
+class Notebook(_OneKind, Workload):
+    """An editor in the browser: runs until stopped (or idle), keeps its workspace."""
+
+    KIND = Kind.NOTEBOOK
+    objects = KindManager(Kind.NOTEBOOK)
+
+    class Meta:
+        proxy = True
+
+
 class JobEvent(models.Model):
     """One state change of a job with its time and a human reason."""
 
-    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="events")
+    job = models.ForeignKey(Workload, on_delete=models.CASCADE, related_name="events")
     run = models.PositiveIntegerField()
-    state = models.CharField(max_length=20, choices=JobState.choices)
+    state = models.CharField(max_length=20, choices=STATE_CHOICES)
     reason = models.CharField(max_length=500, blank=True)
     at = models.DateTimeField(default=timezone.now)
 
@@ -154,7 +236,7 @@ class JobRun(models.Model):
     deleted, so usage stays billable."""
 
     uid = models.CharField(max_length=100, unique=True)
-    job = models.ForeignKey(Job, on_delete=models.SET_NULL, null=True, related_name="runs")
+    job = models.ForeignKey(Workload, on_delete=models.SET_NULL, null=True, related_name="runs")
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="job_runs")
     run = models.PositiveIntegerField()
     flavor = models.ForeignKey(Flavor, on_delete=models.PROTECT, related_name="+")
@@ -172,7 +254,7 @@ class JobLogLine(models.Model):
     """One line of a job's log, collected from the backend while it runs and archived in full
     when it ends, so the log outlives the pod. `seq` counts from 1 within the job's run."""
 
-    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="log_lines_set")
+    job = models.ForeignKey(Workload, on_delete=models.CASCADE, related_name="log_lines_set")
     run = models.PositiveIntegerField()
     seq = models.PositiveIntegerField()
     text = models.TextField()

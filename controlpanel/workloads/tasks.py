@@ -279,7 +279,7 @@ def pod_credentials_renew() -> int:
     from controlpanel.workloads.backend import ensure_project
     from controlpanel.workloads.models import LIVE_STATES
 
-    projects = Project.objects.filter(jobs__state__in=LIVE_STATES).distinct()
+    projects = Project.objects.filter(workloads__state__in=LIVE_STATES).distinct()
     for project in projects:
         ensure_project(project)
     return len(projects)

@@ -336,7 +336,7 @@ def test_delete_page_refuses_non_empty_then_empties_with_progress(
     assert started.status_code == 302 and len(callbacks) == 1
     Bucket.objects.filter(pk=bucket.pk).update(empty_done=1, empty_total=4)
     row = owner_client.get(f"/p/alpha/buckets/LOCAL/{bucket.name}/row/").content.decode()
-    assert 'hx-trigger="every 2s ' in row and "emptying: 1 of 4 deleted" in row
+    assert 'hx-trigger="every 2s,' in row and "emptying: 1 of 4 deleted" in row
     assert '<progress max="4" value="1"' in row
     Bucket.objects.filter(pk=bucket.pk).delete()
     gone = owner_client.get(f"/p/alpha/buckets/LOCAL/{bucket.name}/row/")
@@ -399,7 +399,7 @@ def test_the_list_says_when_it_counted_and_recounts_on_request(
         row = owner_client.post(url, **HTMX).content.decode()
     assert len(callbacks) == 1
     # The answer says a count is coming and polls for one newer than the request.
-    assert "counting again…" in row and 'hx-trigger="every 2s ' in row
+    assert "counting again…" in row and 'hx-trigger="every 2s,' in row
     since = re.search(r'row/\?since=([0-9.]+)"', row)
     assert since is not None
     polled = owner_client.get(f"/p/alpha/buckets/LOCAL/{bucket.name}/row/?since={since[1]}")
