@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import functools
 import uuid
-from typing import Any
+from typing import Any, ClassVar, TypeVar
 
 from django.conf import settings
 from django.db import models
@@ -172,15 +172,24 @@ class Workload(models.Model):
         return self.state in LIVE_STATES
 
 
-class KindManager(models.Manager["Workload"]):
+_W = TypeVar("_W", bound=Workload)
+
+
+class KindManager(models.Manager[_W]):
     """The rows of one kind."""
 
-    def __init__(self, kind: str) -> None:
-        super().__init__()
-        self.kind = kind
+    kind: str
 
-    def get_queryset(self) -> models.QuerySet[Workload]:
+    def get_queryset(self) -> models.QuerySet[_W]:
         return super().get_queryset().filter(kind=self.kind)
+
+
+class JobManager(KindManager["Job"]):
+    kind = Kind.JOB
+
+
+class NotebookManager(KindManager["Notebook"]):
+    kind = Kind.NOTEBOOK
 
 
 class _OneKind:
@@ -198,7 +207,7 @@ class Job(_OneKind, Workload):
     """A training job: runs its command once (again on "run again") and ends."""
 
     KIND = Kind.JOB
-    objects = KindManager(Kind.JOB)
+    objects: ClassVar[JobManager] = JobManager()
 
     class Meta:
         proxy = True
@@ -208,7 +217,7 @@ class Notebook(_OneKind, Workload):
     """An editor in the browser: runs until stopped (or idle), keeps its workspace."""
 
     KIND = Kind.NOTEBOOK
-    objects = KindManager(Kind.NOTEBOOK)
+    objects: ClassVar[NotebookManager] = NotebookManager()
 
     class Meta:
         proxy = True
