@@ -1,7 +1,10 @@
+"""Log-in and settings pages, and the API's /api/v1/me/ and /api/v1/tokens/."""
+
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from controlpanel.accounts import views
+from controlpanel.accounts import api, views
+from controlpanel.api.routes import ApiRoutes
 
 urlpatterns = [
     path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
@@ -17,3 +20,8 @@ urlpatterns = [
     path("settings/", views.user_settings, name="user-settings"),
     path("settings/tokens/<int:token_id>/revoke/", views.token_revoke_view, name="token-revoke"),
 ]
+
+
+def api_routes(routes: ApiRoutes) -> None:
+    routes.view("me/", api.me, name="api-me")
+    routes.viewset("tokens", api.TokenViewSet, basename="api-token")

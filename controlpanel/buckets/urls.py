@@ -2,6 +2,7 @@
 
 from django.urls import path, register_converter
 
+from controlpanel.api.routes import ApiRoutes
 from controlpanel.buckets import api, views
 
 
@@ -24,7 +25,7 @@ register_converter(BucketNameConverter, "bucket")
 
 BUCKET = "<alias:datastore>/<bucket:name>"
 PAGE = f"p/<slug:slug>/buckets/{BUCKET}"
-API = f"api/v1/buckets/{BUCKET}"
+API = f"buckets/{BUCKET}"
 
 urlpatterns = [
     path("p/<slug:slug>/buckets/", views.bucket_list, name="bucket-list"),
@@ -34,17 +35,22 @@ urlpatterns = [
     path(f"{PAGE}/delete/", views.bucket_delete, name="bucket-delete"),
     path(f"{PAGE}/download/", views.object_download, name="object-download"),
     path(f"{PAGE}/objects/delete/", views.object_delete, name="object-delete"),
-    path("api/v1/datastores/", api.DatastoreListView.as_view(), name="api-datastore-list"),
-    path("api/v1/buckets/", api.BucketListView.as_view(), name="api-bucket-list"),
-    path("api/v1/buckets/attach/", api.BucketAttachView.as_view(), name="api-bucket-attach"),
-    path(f"{API}/", api.BucketDetailView.as_view(), name="api-bucket-detail"),
-    path(f"{API}/objects/", api.ObjectListView.as_view(), name="api-object-list"),
-    path(f"{API}/objects/delete/", api.ObjectDeleteView.as_view(), name="api-object-delete"),
-    path(f"{API}/download-url/", api.DownloadUrlView.as_view(), name="api-download-url"),
-    path(f"{API}/upload-url/", api.UploadUrlView.as_view(), name="api-upload-url"),
-    path(f"{API}/upload-done/", api.UploadDoneView.as_view(), name="api-upload-done"),
-    path(f"{API}/uploads/", api.UploadStartView.as_view(), name="api-upload-start"),
-    path(f"{API}/uploads/parts/", api.UploadPartsView.as_view(), name="api-upload-parts"),
-    path(f"{API}/uploads/complete/", api.UploadCompleteView.as_view(), name="api-upload-complete"),
-    path(f"{API}/uploads/abort/", api.UploadAbortView.as_view(), name="api-upload-abort"),
 ]
+
+
+def api_routes(routes: ApiRoutes) -> None:
+    routes.view("datastores/", api.DatastoreListView.as_view(), name="api-datastore-list")
+    routes.view("buckets/", api.BucketListView.as_view(), name="api-bucket-list")
+    routes.view("buckets/attach/", api.BucketAttachView.as_view(), name="api-bucket-attach")
+    routes.view(f"{API}/", api.BucketDetailView.as_view(), name="api-bucket-detail")
+    routes.view(f"{API}/objects/", api.ObjectListView.as_view(), name="api-object-list")
+    routes.view(f"{API}/objects/delete/", api.ObjectDeleteView.as_view(), name="api-object-delete")
+    routes.view(f"{API}/download-url/", api.DownloadUrlView.as_view(), name="api-download-url")
+    routes.view(f"{API}/upload-url/", api.UploadUrlView.as_view(), name="api-upload-url")
+    routes.view(f"{API}/upload-done/", api.UploadDoneView.as_view(), name="api-upload-done")
+    routes.view(f"{API}/uploads/", api.UploadStartView.as_view(), name="api-upload-start")
+    routes.view(f"{API}/uploads/parts/", api.UploadPartsView.as_view(), name="api-upload-parts")
+    routes.view(
+        f"{API}/uploads/complete/", api.UploadCompleteView.as_view(), name="api-upload-complete"
+    )
+    routes.view(f"{API}/uploads/abort/", api.UploadAbortView.as_view(), name="api-upload-abort")

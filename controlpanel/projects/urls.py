@@ -1,6 +1,11 @@
+"""Project pages, and the API's /api/v1/projects/ (with members and secrets)."""
+
 from django.urls import path
 
-from controlpanel.projects import views
+from controlpanel.api.routes import ApiRoutes
+from controlpanel.projects import api, views
+
+PROJECT = "projects/(?P<project_slug>[a-z0-9-]+)"
 
 urlpatterns = [
     path("projects/new/", views.project_create, name="project-create"),
@@ -9,3 +14,9 @@ urlpatterns = [
     path("p/<slug:slug>/members/", views.member_list, name="member-list"),
     path("p/<slug:slug>/members/<int:member_id>/", views.member_update, name="member-update"),
 ]
+
+
+def api_routes(routes: ApiRoutes) -> None:
+    routes.viewset("projects", api.ProjectViewSet, basename="api-project")
+    routes.viewset(f"{PROJECT}/members", api.MemberViewSet, basename="api-member")
+    routes.viewset(f"{PROJECT}/secrets", api.SecretViewSet, basename="api-secret")

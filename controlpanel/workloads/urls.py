@@ -1,6 +1,9 @@
+"""Job pages, and the API's /api/v1/jobs/ and /api/v1/flavors/."""
+
 from django.urls import path
 
-from controlpanel.workloads import views
+from controlpanel.api.routes import ApiRoutes
+from controlpanel.workloads import api, views
 
 P = "p/<slug:slug>/jobs/"
 
@@ -13,3 +16,8 @@ urlpatterns = [
     path(P + "<str:job_id>/logs/download/", views.job_log_download, name="job-log-download"),
     path(P + "<str:job_id>/<slug:action>/", views.job_action, name="job-action"),
 ]
+
+
+def api_routes(routes: ApiRoutes) -> None:
+    routes.viewset("jobs", api.JobViewSet, basename="api-job")
+    routes.viewset("flavors", api.FlavorViewSet, basename="api-flavor")

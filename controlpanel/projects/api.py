@@ -1,0 +1,110 @@
+"""REST API of projects: the projects you belong to, their members and secrets."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.shortcuts import get_object_or_404
+from drf_spectacular.utils import extend_schema
+from rest_framework import mixins, status, viewsets
+from rest_framework.exceptions import NotFound, PermissionDenied
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from controlpanel.api.scoping import api_project
+from controlpanel.projects import serializers as s
+from controlpanel.projects import services as project_services
+from controlpanel.projects.models import Membership, Project, ProjectSecret
+from controlpanel.projects.selectors import members_of, projects_for_user, secrets_of
+
+
+class ProjectViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
+    """Projects you belong to (all of them for site admins); admins create them."""
+
+    serializer_class = s.ProjectSerializer
+    lookup_field = "slug"
+    lookup_value_regex = "[a-z0-9-]+"
+
+    def get_queryset(self) -> Any:
+        return projects_for_user(user=self.request.user).order_by("name")
+
+    def get_object(self) -> Project:
+        return api_project(self.request, slug=self.kwargs["slug"]).project
+
+    def perform_create(self, serializer: Any) -> None:
+        if not self.request.user.is_staff:
+            raise PermissionDenied("Only site admins can create projects.")
+        serializer.instance = project_services.project_create(
+            by=self.request.user, **serializer.validated_data
+        )
+
+
+class MemberViewSet(viewsets.ViewSet):
+    """Members of one project; managers add, change and remove them."""
+
+    serializer_class = s.MembershipSerializer
+    queryset = Membership.objects.none()  # only tells the schema the id type
+    lookup_value_regex = "[0-9]+"
+
+    def list(self, request: Request, project_slug: str) -> Response:
+        access = api_project(request, slug=project_slug)
+        return Response(s.MembershipSerializer(members_of(project=access.project), many=True).data)
+
+    def create(self, request: Request, project_slug: str) -> Response:
+        access = api_project(request, slug=project_slug, manage=True)
+        serializer = s.MembershipSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        membership = project_services.member_add(
+            access=access,
+            user=serializer.validated_data["user"],
+            role=serializer.validated_data["role"],
+        )
+        return Response(s.MembershipSerializer(membership).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=s.MembershipRoleSerializer, responses=s.MembershipSerializer)
+    def partial_update(self, request: Request, project_slug: str, pk: str) -> Response:
+        access = api_project(request, slug=project_slug, manage=True)
+        membership = get_object_or_404(Membership, pk=pk, project=access.project)
+        serializer = s.MembershipRoleSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        project_services.member_set_role(
+            access=access, membership=membership, role=serializer.validated_data["role"]
+        )
+        return Response(s.MembershipSerializer(membership).data)
+
+    def destroy(self, request: Request, project_slug: str, pk: str) -> Response:
+        access = api_project(request, slug=project_slug, manage=True)
+        membership = get_object_or_404(Membership, pk=pk, project=access.project)
+        project_services.member_remove(access=access, membership=membership)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class SecretViewSet(viewsets.ViewSet):
+    """Names of one project's secrets (every member sees them, to reference them from jobs as
+    env `NAME=secret:<name>`); managers set and delete them. A value is never returned."""
+
+    serializer_class = s.SecretSerializer
+    lookup_field = "name"
+    lookup_value_regex = "[A-Za-z0-9_]+"
+
+    def list(self, request: Request, project_slug: str) -> Response:
+        access = api_project(request, slug=project_slug)
+        return Response(s.SecretSerializer(secrets_of(project=access.project), many=True).data)
+
+    def create(self, request: Request, project_slug: str) -> Response:
+        """Create the secret, or replace the value of the one with that name."""
+        access = api_project(request, slug=project_slug, manage=True)
+        serializer = s.SecretSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        secret = project_services.project_secret_set(
+            access=access, by=request.user, **serializer.validated_data
+        )
+        return Response(s.SecretSerializer(secret).data, status=status.HTTP_201_CREATED)
+
+    def destroy(self, request: Request, project_slug: str, name: str) -> Response:
+        access = api_project(request, slug=project_slug, manage=True)
+        try:
+            project_services.project_secret_delete(access=access, name=name)
+        except ProjectSecret.DoesNotExist as exc:
+            raise NotFound(str(exc)) from None
+        return Response(status=status.HTTP_204_NO_CONTENT)
