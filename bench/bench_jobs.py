@@ -285,7 +285,7 @@ def bench_sweep(cluster: Any, project: Any, sizes: list[int]) -> None:
 
     from controlpanel.flavors.models import Flavor
     from controlpanel.workloads import backend as job_backend
-    from controlpanel.workloads.backend import job_request
+    from controlpanel.workloads.backend import job_request, project_request
     from controlpanel.workloads.models import Job, JobLogLine, JobState
     from controlpanel.workloads.sweep import sweep
     from deploy.kubernetes.backend import KubernetesBackend
@@ -299,6 +299,8 @@ def bench_sweep(cluster: Any, project: Any, sizes: list[int]) -> None:
         JobLogLine.objects.all().delete()
         Job.objects.all().delete()
         cluster.reset()
+        # The project's namespace, labelled as Ajuste's: the sweep trusts nothing outside one.
+        job_backend.get_backend().ensure_project(project=project_request(project))
         jobs = Job.objects.bulk_create(
             Job(
                 project=project,
@@ -318,9 +320,8 @@ def bench_sweep(cluster: Any, project: Any, sizes: list[int]) -> None:
         for job in Job.objects.select_related("project", "flavor").filter(
             pk__in=[j.pk for j in jobs]
         ):
-            manifest = make_job(job=job_request(job))
-            cluster.store.create("jobs", NS, manifest)
-            cluster.store.create("pods", NS, running_pod(cluster, manifest))
+            created = cluster.store.create("jobs", NS, make_job(job=job_request(job)))
+            cluster.store.create("pods", NS, running_pod(cluster, created))
         cluster.store.on_change = on_change
         first = timed(sweep)
         steady = timed(sweep)
@@ -333,18 +334,30 @@ def bench_sweep(cluster: Any, project: Any, sizes: list[int]) -> None:
 
 
 def running_pod(cluster: Any, job: dict[str, Any]) -> dict[str, Any]:
-    """The pod the Job controller would make for `job`, already running on a node."""
+    """The pod the Job controller would make for `job` (controlled by it: the sweep counts no
+    other), already running on a node."""
     from tests.fixtures.k8s_emulator.store import stamp
 
     now = stamp(cluster.store.now())
     template = job["spec"]["template"]
-    name = job["metadata"]["name"]
-    labels = {**template["metadata"].get("labels", {}), "job-name": name}
+    name, uid = job["metadata"]["name"], job["metadata"]["uid"]
+    labels = {
+        **template["metadata"].get("labels", {}),
+        "job-name": name,
+        "controller-uid": uid,
+        "batch.kubernetes.io/controller-uid": uid,
+    }
+    owner = {"apiVersion": "batch/v1", "kind": "Job", "name": name, "uid": uid, "controller": True}
     containers = template["spec"]["containers"]
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": f"{name}-p0", "namespace": NS, "labels": labels},
+        "metadata": {
+            "name": f"{name}-p0",
+            "namespace": NS,
+            "labels": labels,
+            "ownerReferences": [owner],
+        },
         "spec": {**template["spec"], "nodeName": "gpu-node-1"},
         "status": {
             "phase": "Running",

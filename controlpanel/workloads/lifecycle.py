@@ -145,10 +145,12 @@ _RANKS = {
 }
 
 
-def is_behind(job: Job, observed: ObservedWorkload) -> bool:
-    """Whether `observed` would take the job's run back to an earlier state."""
-    targets = target_states(job, observed) if observed.run == job.run else []
-    return bool(targets) and _RANKS[S(targets[-1][0])] < _RANKS[S(job.state)]
+def is_behind(job: Job, observed: ObservedWorkload | list[tuple[str, str]]) -> bool:
+    """Whether an observation of the job's run (or the `target_states` it leads to) would
+    take the run back to an earlier state."""
+    if isinstance(observed, ObservedWorkload):
+        observed = target_states(job, observed) if observed.run == job.run else []
+    return bool(observed) and _RANKS[S(observed[-1][0])] < _RANKS[S(job.state)]
 
 
 def apply_observation(job: Job, observed: ObservedWorkload, *, fresh: bool = False) -> bool:

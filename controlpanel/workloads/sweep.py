@@ -12,6 +12,7 @@ from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
+from controlpanel.projects.models import Project
 from controlpanel.workloads import tasks
 from controlpanel.workloads.admission import CLAIM_KEPT_STATES
 from controlpanel.workloads.backend import get_backend, job_request
@@ -37,9 +38,11 @@ def sweep() -> dict[str, int]:
         if o.kind is WorkloadKind.JOB
     }
     counts = {"live": 0, "changed": 0, "relaunched": 0, "missing": 0, "orphans": 0}
-    for job in _live_jobs():
+    jobs = _live_jobs()
+    namespaces = _namespaces({job.project_id for job in jobs})
+    for job in jobs:
         counts["live"] += 1
-        seen = observed.pop((job.project.namespace, str(job.pk), job.run), None)
+        seen = observed.pop((namespaces[job.project_id], str(job.pk), job.run), None)
         if seen is None:
             _missing(job, counts)
         elif _differs(job, seen):
@@ -76,10 +79,9 @@ def record_observation(observed: ObservedWorkload) -> bool:
 def _live_jobs() -> list[Job]:
     admitted = Q(state__in=LIVE_STATES) & ~Q(state=JobState.QUEUED, admitted_at=None)
     # Only what comparing with an observation needs: observe() re-reads a job it acts on.
+    # No project joined: a few projects' namespaces are read once (`_namespaces`).
     return list(
-        Job.objects.filter(admitted)
-        .select_related("project")
-        .only(
+        Job.objects.filter(admitted).only(
             "state",
             "state_reason",
             "run",
@@ -88,11 +90,14 @@ def _live_jobs() -> list[Job]:
             "timeout",
             "started_at",
             "finished_at",
-            "admitted_at",
             "project_id",
-            "project__slug",
         )
     )
+
+
+def _namespaces(project_ids: set[int]) -> dict[int, str]:
+    projects = Project.objects.filter(pk__in=project_ids).only("slug")
+    return {project.pk: project.namespace for project in projects}
 
 
 def _missing(job: Job, counts: dict[str, int]) -> None:
@@ -107,11 +112,11 @@ def _missing(job: Job, counts: dict[str, int]) -> None:
 def _differs(job: Job, seen: ObservedWorkload) -> bool:
     if seen.needs_apply:
         return True
-    if is_behind(job, seen) and seen.phase is not Phase.QUEUED:
+    targets = target_states(job, seen)
+    if targets and is_behind(job, targets) and seen.phase is not Phase.QUEUED:
         return False  # older than the row (observe() reads a QUEUED one again, fresh)
     if seen.started_at != job.started_at or seen.finished_at != job.finished_at:
         return True
-    targets = target_states(job, seen)
     if not targets:
         return False
     state, reason = targets[-1]

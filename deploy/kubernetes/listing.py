@@ -3,8 +3,10 @@ Only objects `trust` vouches for are grouped: labels alone prove nothing."""
 
 from __future__ import annotations
 
+import gc
 from collections import defaultdict
-from dataclasses import replace
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 
 from kubernetes.client.exceptions import ApiException
@@ -90,6 +92,15 @@ def group_job(api: KubeApi, ref: WorkloadRef, jobs: list[Obj], pods: list[Obj]) 
     )
 
 
+def _asks_events(jobs: list[Obj], pods: list[Obj]) -> bool:
+    """Whether observing these objects may read events (an unscheduled pod, a Job without a
+    pod): the objects alone then do not decide the observation. Errs towards True."""
+    main = [p for p in pods if component(p) == "main"]
+    if main:
+        return unscheduled_reason(newest(main) or {}, []) is not None
+    return any(not (j.get("spec") or {}).get("suspend") for j in jobs if component(j) == "main")
+
+
 def notebook_state(api: KubeApi, ref: WorkloadRef) -> ObservedWorkload:
     """One notebook, read afresh."""
     try:
@@ -116,27 +127,83 @@ def map_notebook(
     return observe_notebook(ref, statefulset, pods, events, annotations.get(names.URL))
 
 
+class ObservationCache:
+    """Observations of job runs from the last listing, by the uid and resourceVersion of
+    every object of the run: a run none of whose objects changed since maps to the same
+    observation (`observe_job` is pure), so a steady sweep skips grouping and mapping it.
+    Runs that read events are never kept (events change without their pod)."""
+
+    def __init__(self) -> None:
+        self.entries: dict[tuple[object, ...], ObservedWorkload] = {}
+
+    def observe(
+        self, api: KubeApi, ref: WorkloadRef, group: dict[str, list[Obj]]
+    ) -> tuple[tuple[object, ...], ObservedWorkload]:
+        key = (ref, *map(_version, group["jobs"]), "|", *map(_version, group["pods"]))
+        found = self.entries.get(key)
+        return key, found if found is not None else _observe_group(api, ref, group)
+
+    def keep(self, kept: dict[tuple[object, ...], ObservedWorkload]) -> None:
+        self.entries = kept  # only this listing's runs: the cache never outgrows the cluster
+
+
+_CACHE = ObservationCache()
+
+
 def observe_everything(
-    api: KubeApi, namespace: str | None, projects: ProjectNamespaces | None = None
+    api: KubeApi,
+    namespace: str | None,
+    projects: ProjectNamespaces | None = None,
+    cache: ObservationCache = _CACHE,
 ) -> tuple[list[ObservedWorkload], str]:
     """The sweep: four list calls, then one observation per run (events only when needed),
     for runs in Ajuste's project namespaces only (`projects` is refreshed here).
     Also returns the pod list's resourceVersion, where a watch can start."""
     projects = projects or ProjectNamespaces(api)
     projects.refresh()
-    jobs, _ = api.list("Job", namespace, label_selector=MANAGED)
-    pods, pods_version = api.list("Pod", namespace, label_selector=MANAGED)
-    sets, _ = api.list("StatefulSet", namespace, label_selector=MANAGED)
-    by_ref: dict[WorkloadRef, dict[str, list[Obj]]] = defaultdict(
-        lambda: {"jobs": [], "pods": [], "sets": []}
-    )
-    for key, objects in (("jobs", jobs), ("pods", pods), ("sets", sets)):
-        for obj in objects:
-            ref = ref_of(obj)
-            if ref is not None and projects.holds(ref, look_up=False):
-                by_ref[ref][key].append(obj)
-    ordered = sorted(by_ref.items(), key=_order)
-    return [_observe_group(api, ref, group) for ref, group in ordered], pods_version
+    with _gc_paused():
+        jobs, _ = api.list("Job", namespace, label_selector=MANAGED)
+        pods, pods_version = api.list("Pod", namespace, label_selector=MANAGED)
+        sets, _ = api.list("StatefulSet", namespace, label_selector=MANAGED)
+        by_ref: dict[WorkloadRef, dict[str, list[Obj]]] = defaultdict(
+            lambda: {"jobs": [], "pods": [], "sets": []}
+        )
+        for key, objects in (("jobs", jobs), ("pods", pods), ("sets", sets)):
+            for obj in objects:
+                ref = ref_of(obj)
+                if ref is not None and projects.holds(ref, look_up=False):
+                    by_ref[ref][key].append(obj)
+        observations: list[ObservedWorkload] = []
+        kept: dict[tuple[object, ...], ObservedWorkload] = {}
+        for ref, group in sorted(by_ref.items(), key=_order):
+            if ref.kind is not WorkloadKind.JOB:
+                observations.append(_observe_group(api, ref, group))
+                continue
+            cached, observed = cache.observe(api, ref, group)
+            if not _asks_events(group["jobs"], group["pods"]):
+                kept[cached] = observed
+            observations.append(observed)
+    cache.keep(kept)
+    return observations, pods_version
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """No cycle collection while tens of thousands of listed objects are decoded and grouped:
+    they hold no cycles (plain JSON), yet each batch of allocations would trigger a pass over
+    all of them (a third of a 10,000-job sweep). Reference counting still frees them."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _version(obj: Obj) -> tuple[str, str]:
+    meta = obj.get("metadata") or {}
+    return (meta.get("uid") or "", meta.get("resourceVersion") or "")
 
 
 def _observe_group(api: KubeApi, ref: WorkloadRef, group: dict[str, list[Obj]]) -> ObservedWorkload:
@@ -144,8 +211,9 @@ def _observe_group(api: KubeApi, ref: WorkloadRef, group: dict[str, list[Obj]]) 
         wanted = names.notebook_name(ref)
         named = (s for s in group["sets"] if s["metadata"].get("name") == wanted)
         return map_notebook(api, ref, next(named, None), group["pods"])
-    observed = observe_job(ref, group_job(api, ref, group["jobs"], group["pods"]))
-    return replace(observed, created_at=_newest_creation([*group["jobs"], *group["pods"]]))
+    objects = group_job(api, ref, group["jobs"], group["pods"])
+    created = _newest_creation([*group["jobs"], *group["pods"]])
+    return observe_job(ref, objects, created_at=created)
 
 
 def _newest_creation(objects: list[Obj]) -> datetime | None:

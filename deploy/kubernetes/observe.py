@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 
 from deploy import names
 from deploy.kubernetes.api import Obj
@@ -40,8 +41,11 @@ class JobObjects:
     events: list[Obj] = field(default_factory=list)
 
 
-def observe_job(ref: WorkloadRef, objects: JobObjects) -> ObservedWorkload:
-    """The observed phase of one job run (see `deploy.types.Phase`)."""
+def observe_job(
+    ref: WorkloadRef, objects: JobObjects, *, created_at: datetime | None = None
+) -> ObservedWorkload:
+    """The observed phase of one job run (see `deploy.types.Phase`); `created_at` is passed
+    through (when the run's newest object was made)."""
     base = ObservedWorkload(
         kind=WorkloadKind.JOB,
         id=ref.id,
@@ -49,6 +53,7 @@ def observe_job(ref: WorkloadRef, objects: JobObjects) -> ObservedWorkload:
         project=ref.project,
         namespace=ref.namespace,
         run=ref.run,
+        created_at=created_at,
     )
     job = objects.job
     if job is None:

@@ -336,6 +336,34 @@ def test_observe_all_reports_each_run_once(
     assert [o.id for o in k8s_backend.observe_all(namespace="ajuste-nlp")] == ["99"]
 
 
+def test_a_steady_listing_costs_four_calls_and_still_sees_every_change(
+    k8s_cluster: EmulatedCluster, k8s_backend: KubernetesBackend
+) -> None:
+    """The sweep's listing reuses the observation of a run none of whose objects changed
+    (same uid and resourceVersion); a changed pod, or the events of an unscheduled one (they
+    change without the pod), are read again. Four list calls, however many runs."""
+    jobs = [make_job_request(id=str(n), volumes=()) for n in range(5)]
+    for job in jobs:
+        k8s_backend.apply_job(job=job)
+    for job in jobs[1:]:
+        k8s_cluster.kubelet.run(NS, k8s_cluster.pod_of(NS, f"job-{job.id}-r1"))
+    first = k8s_backend.observe_all()
+    calls = len(k8s_cluster.requests())
+    assert k8s_backend.observe_all() == first
+    listed = [r.url.path for r in k8s_cluster.requests()[calls:]]
+    assert len(listed) == 4 + 1  # namespaces, Jobs, pods, StatefulSets; events of job 0
+    assert listed[-1].endswith("/events")
+
+    waiting = k8s_cluster.pod_of(NS, "job-0-r1")
+    message = "0/2 nodes are available: 2 Insufficient nvidia.com/gpu."
+    k8s_cluster.kubelet.event(NS, waiting, reason="FailedScheduling", message=message)
+    k8s_cluster.kubelet.finish(NS, k8s_cluster.pod_of(NS, "job-3-r1"), exit_code=2)
+    seen = {o.id: (o.phase, o.reason) for o in k8s_backend.observe_all()}
+    assert seen["0"] == (Phase.PENDING, message)
+    assert seen["3"] == (Phase.FAILED, "exit code 2")
+    assert seen["1"] == (Phase.RUNNING, "running")
+
+
 def test_the_final_push_reports_its_conflicts_through_its_termination_message(
     k8s_cluster: EmulatedCluster, k8s_backend: KubernetesBackend, job_request: JobRequest
 ) -> None:
