@@ -8,6 +8,7 @@ from __future__ import annotations
 import ipaddress
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
@@ -406,6 +407,16 @@ KUBERNETES_INGRESS_NAMESPACE = env_str("KUBERNETES_INGRESS_NAMESPACE") or "ingre
 KUBERNETES_IMAGE_PULL_SECRETS = tuple(env_list("KUBERNETES_IMAGE_PULL_SECRETS", []))
 KUBERNETES_STORAGE_CLASS = env_str("KUBERNETES_STORAGE_CLASS") or None
 JOB_WORKSPACE_GIB = env_int("JOB_WORKSPACE_GIB", 50, minimum=1)
+# Notebooks on a cluster: served at https://NOTEBOOK_HOST/nb/<project>/<id>/ by the ingress
+# controller, which asks the panel (NOTEBOOK_AUTH_URL/<id>, the web Service inside the cluster)
+# before every request; the workspace claim's size.
+NOTEBOOK_HOST = env_str("NOTEBOOK_HOST") or (urlsplit(SITE_URL).hostname or "localhost")
+NOTEBOOK_AUTH_URL = (
+    env_str("NOTEBOOK_AUTH_URL") or "http://ajuste-web.ajuste.svc.cluster.local/auth/notebook"
+).rstrip("/")
+NOTEBOOK_TLS_SECRET = env_str("NOTEBOOK_TLS_SECRET") or ""
+NOTEBOOK_INGRESS_CLASS = env_str("NOTEBOOK_INGRESS_CLASS") or "nginx"
+NOTEBOOK_WORKSPACE_GIB = env_int("NOTEBOOK_WORKSPACE_GIB", 20, minimum=1)
 CURRENCY = env_str("CURRENCY") or "EUR"
 JOB_SWEEP_SECONDS = env_int("JOB_SWEEP_SECONDS", 10, minimum=1)
 # The sweep deletes a run's Jobs and pods once its row has ended (or is gone, or moved on to

@@ -201,6 +201,9 @@ class NotebookRequest:
     units: int = 1
     running: bool = True
     env: Mapping[str, str] = field(default_factory=dict)
+    # env name -> name of a secret in the project's Secret `project_secrets` (`secret:<name>`)
+    secret_env: Mapping[str, str] = field(default_factory=dict)
+    project_secrets: str = PROJECT_SECRETS_NAME
     labels: Mapping[str, str] = field(default_factory=dict)
     volumes: tuple[VolumeSpec, ...] = ()
     workspace_gib: int = 20

@@ -23,6 +23,10 @@ _PREFIXES = (
     "WORKER_",
     "JOB_",
     "POD_",
+    "NOTEBOOK_",
+    "APP_",
+    "BILLING_",
+    "OIDC_",
 )
 _NAMES = {
     "ALLOWED_HOSTS",

@@ -27,7 +27,7 @@ from django.utils import timezone
 from controlpanel.projects.models import Project
 from controlpanel.workloads.backend import get_backend, job_ref
 from controlpanel.workloads.lifecycle import record_state
-from controlpanel.workloads.models import LIVE_STATES, Job, JobState
+from controlpanel.workloads.models import LIVE_STATES, JobState, Kind, NotebookState, Workload
 from deploy.types import Capacity
 from storage.volumes import Mode
 
@@ -83,7 +83,16 @@ QUOTAS = (
 )
 
 
-def job_need(job: Job, *, claim: bool = True) -> Need:
+# Where a workload waits for admission (admitted_at None): a job in QUEUED, a notebook's
+# start in STARTING.
+WAITING_STATES = frozenset({JobState.QUEUED, NotebookState.STARTING})
+
+
+def waiting_state(job: Workload) -> str:
+    return NotebookState.STARTING if job.kind == Kind.NOTEBOOK else JobState.QUEUED
+
+
+def job_need(job: Workload, *, claim: bool = True) -> Need:
     """The pod's requests of one run, and its workspace claim when it has rw volumes."""
     pushes = any(v.mode in (Mode.RW, Mode.RWD) for v in job.volume_specs)
     flavor, units = job.flavor, job.gpu
@@ -93,7 +102,8 @@ def job_need(job: Job, *, claim: bool = True) -> Need:
         memory_mib=flavor.memory_gib_per_unit * units * 1024
         + (SIDECAR_MEMORY_MIB if pushes else 0),
         pods=1,
-        storage_gib=settings.JOB_WORKSPACE_GIB if pushes and claim else 0,
+        # A job's per-run workspace claim; a notebook's lives as long as the notebook.
+        storage_gib=settings.JOB_WORKSPACE_GIB if pushes and claim and job.kind == Kind.JOB else 0,
     )
 
 
@@ -102,16 +112,16 @@ def project_usage(*, project: Project) -> Need:
     total = Need()
     # LIVE, not only ADMITTED_STATES: a job admitted a moment ago is still QUEUED (with its
     # admitted_at) until its first reconcile, and holds its share already.
-    running = Job.objects.filter(project=project, state__in=LIVE_STATES)
+    running = Workload.objects.filter(project=project, state__in=LIVE_STATES)
     for job in running.exclude(admitted_at=None).select_related("flavor"):
         total += job_need(job)
-    kept = Job.objects.filter(project=project, state__in=CLAIM_KEPT_STATES)
+    kept = Workload.objects.filter(project=project, state__in=CLAIM_KEPT_STATES)
     for job in kept.exclude(admitted_at=None).select_related("flavor"):
         total += Need(storage_gib=job_need(job).storage_gib)
     return total
 
 
-def release_workspace(*, job: Job) -> None:
+def release_workspace(*, job: Workload) -> None:
     """A run that ended cleanly has nothing left to push: its workspace claim goes, and the
     storage quota it held with it."""
     has_claim = job_need(job).storage_gib > 0
@@ -119,9 +129,9 @@ def release_workspace(*, job: Job) -> None:
         get_backend().release_workspace(ref=job_ref(job))
 
 
-def waiting_jobs(*, project: Project) -> list[Job]:
+def waiting_jobs(*, project: Project) -> list[Workload]:
     return list(
-        Job.objects.filter(project=project, state=JobState.QUEUED, admitted_at=None)
+        Workload.objects.filter(project=project, state__in=WAITING_STATES, admitted_at=None)
         .select_related("flavor")
         .order_by("queued_at", "created_at")
     )
@@ -147,7 +157,7 @@ MACHINE_LOCK_KEY = int.from_bytes(b"ajmachin", "big", signed=True)
 OVERRIDE_HINT = "AJUSTE_LOCAL_CPUS and AJUSTE_LOCAL_MEMORY_GIB set what the local backend may use"
 
 
-def machine_need(job: Job) -> Need:
+def machine_need(job: Workload) -> Need:
     """What a run takes of the machine: its flavor's vCPU and memory × units. No sidecar here:
     the local backend pushes the volumes after the user's process, not beside it."""
     flavor, units = job.flavor, job.gpu
@@ -160,15 +170,15 @@ def machine_need(job: Job) -> Need:
 def machine_usage() -> Need:
     """What the admitted, unfinished runs of every project take of the machine."""
     total = Need()
-    running = Job.objects.filter(state__in=LIVE_STATES).exclude(admitted_at=None)
+    running = Workload.objects.filter(state__in=LIVE_STATES).exclude(admitted_at=None)
     for job in running.select_related("flavor"):
         total += machine_need(job)
     return total
 
 
-def machine_waiting_jobs() -> list[Job]:
+def machine_waiting_jobs() -> list[Workload]:
     """Every project's waiting jobs, first in first out: one machine, one queue."""
-    waiting = Job.objects.filter(state=JobState.QUEUED, admitted_at=None)
+    waiting = Workload.objects.filter(state__in=WAITING_STATES, admitted_at=None)
     return list(waiting.select_related("flavor").order_by("queued_at", "created_at"))
 
 
@@ -238,7 +248,7 @@ def admit_jobs(*, project_id: int) -> list[str]:
 
 
 def _admit(
-    jobs: list[Job], projects: dict[int, Project], machine: MachineQueue | None
+    jobs: list[Workload], projects: dict[int, Project], machine: MachineQueue | None
 ) -> list[str]:
     used = {pk: project_usage(project=project) for pk, project in projects.items()}
     blocked: dict[int, set[str]] = {pk: set() for pk in projects}  # what the jobs ahead wait for
@@ -255,11 +265,11 @@ def _admit(
                 machine.used += machine_need(job)
             job.admitted_at = timezone.now()
             job.save(update_fields=["admitted_at", "updated_at"])
-            record_state(job, JobState.QUEUED, "admitted: starting")
+            record_state(job, waiting_state(job), "admitted: starting")
             admitted.append(str(job.id))
             continue
         position += 1
-        record_state(job, JobState.QUEUED, f"{reason}; position {position} in the queue")
+        record_state(job, waiting_state(job), f"{reason}; position {position} in the queue")
     return admitted
 
 

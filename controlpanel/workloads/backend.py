@@ -13,10 +13,17 @@ from django.conf import settings
 from django.core.cache import cache
 
 from controlpanel.projects.models import Project
-from controlpanel.workloads.models import Job
+from controlpanel.workloads.models import Workload
 from deploy.backend import ComputeBackend
 from deploy.egress import egress_for_endpoint
-from deploy.types import JobRequest, ProjectRequest, WorkloadKind, WorkloadRef
+from deploy.types import (
+    Editor,
+    JobRequest,
+    NotebookRequest,
+    ProjectRequest,
+    WorkloadKind,
+    WorkloadRef,
+)
 
 _lock = threading.Lock()
 _backend: ComputeBackend | None = None
@@ -70,13 +77,49 @@ def ensure_project(project: Project) -> None:
     cache.set(key, True, timeout=600)
 
 
-def job_ref(job: Job) -> WorkloadRef:
-    return WorkloadRef(
-        WorkloadKind.JOB, job.project.slug, job.project.namespace, str(job.id), job.run
+def job_ref(job: Workload) -> WorkloadRef:
+    """The backend's name for a workload row's current run. A notebook's objects keep one
+    name across its starts (same address, same workspace claim): its ref's run is always 1."""
+    kind = WorkloadKind(job.kind)
+    run = 1 if kind is WorkloadKind.NOTEBOOK else job.run
+    return WorkloadRef(kind, job.project.slug, job.project.namespace, str(job.id), run)
+
+
+def notebook_request(notebook: Workload) -> NotebookRequest:
+    env, secret_env = split_secret_env(notebook.env)
+    return NotebookRequest(
+        id=str(notebook.id),
+        project=notebook.project.slug,
+        namespace=notebook.project.namespace,
+        name=notebook.name,
+        image=notebook.image,
+        flavor=notebook.flavor.to_spec(),
+        editor=Editor(notebook.editor or Editor.JUPYTERLAB),
+        units=notebook.gpu,
+        running=not notebook.stop_requested,
+        env=env,
+        secret_env=secret_env,
+        labels=dict(notebook.labels),
+        volumes=notebook.volume_specs,
+        workspace_gib=settings.NOTEBOOK_WORKSPACE_GIB,
+        storage_class=settings.KUBERNETES_STORAGE_CLASS,
+        host=settings.NOTEBOOK_HOST,
+        path=notebook_path(notebook),
+        auth_url=f"{settings.NOTEBOOK_AUTH_URL}/{notebook.id}",
+        signin_url=f"{settings.SITE_URL}/accounts/login/",
+        tls_secret=settings.NOTEBOOK_TLS_SECRET or None,
+        ingress_class=settings.NOTEBOOK_INGRESS_CLASS,
+        image_pull_secrets=settings.KUBERNETES_IMAGE_PULL_SECRETS,
+        sync_image=settings.AJUSTE_SYNC_IMAGE,
     )
 
 
-def job_request(job: Job) -> JobRequest:
+def notebook_path(notebook: Workload) -> str:
+    """Where the notebook is served on NOTEBOOK_HOST: stable across stop and start."""
+    return f"/nb/{notebook.project.slug}/{notebook.id}/"
+
+
+def job_request(job: Workload) -> JobRequest:
     from controlpanel.workloads.presets import finetune_command
 
     command = finetune_command(params=job.params) if job.preset == "finetune" else job.command
@@ -121,7 +164,7 @@ def split_secret_env(env: dict[str, str]) -> tuple[dict[str, str], dict[str, str
     return plain, secret
 
 
-def missing_secrets(job: Job) -> list[str]:
+def missing_secrets(job: Workload) -> list[str]:
     """The project secrets the job's env references that the project no longer has."""
     from controlpanel.projects.selectors import secret_names
 

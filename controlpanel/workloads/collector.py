@@ -23,13 +23,19 @@ from django.db import close_old_connections
 from django.db.models import F
 
 from controlpanel.workloads.logs import collect_logs
-from controlpanel.workloads.models import Job, JobState
+from controlpanel.workloads.models import JobState, NotebookState, Workload
 
 log = logging.getLogger(__name__)
 
 # States in which the user's process may print: before them there is no log yet, after them
 # the finalize task archives what is left.
-PRINTING_STATES = (JobState.RUNNING, JobState.INTERRUPTING, JobState.TIMEOUT, JobState.FINALIZING)
+PRINTING_STATES = (
+    JobState.RUNNING,
+    JobState.INTERRUPTING,
+    JobState.TIMEOUT,
+    JobState.FINALIZING,
+    NotebookState.STOPPING,
+)
 # A poll marks its log followed for this long: a page polls every 500 ms while visible, so a
 # hidden or closed tab lets the log fall back to the quiet back-off within a few seconds.
 FOLLOWED_S = 3
@@ -117,7 +123,7 @@ class LogCollector:
 
 def _printing_jobs() -> list[object]:
     return list(
-        Job.objects.filter(
+        Workload.objects.filter(
             state__in=PRINTING_STATES, logs_archived=False, launched_run__gte=F("run")
         ).values_list("pk", flat=True)
     )

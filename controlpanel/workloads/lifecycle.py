@@ -1,7 +1,9 @@
-"""How observations become job states: the one place that moves `Job.state`.
+"""How observations become workload states: the one place that moves `Workload.state`.
 
-Every change is recorded as a JobEvent with its time and a human reason. Callers hold the job's
-row lock (see reconcile.py), so two observers never record the same change twice.
+Every change is recorded as a JobEvent with its time and a human reason. Callers hold the row
+lock (see reconcile.py), so two observers never record the same change twice. What an observed
+phase means is the kind's (`target_states`: a job's run ends, a notebook stops and starts
+again); the rest is shared.
 """
 
 from __future__ import annotations
@@ -12,7 +14,15 @@ from datetime import datetime
 from django.db import transaction
 from django.utils import timezone
 
-from controlpanel.workloads.models import FINAL_STATES, Job, JobEvent, JobRun, JobState
+from controlpanel.workloads.models import (
+    FINAL_STATES,
+    JobEvent,
+    JobRun,
+    JobState,
+    Kind,
+    NotebookState,
+    Workload,
+)
 from deploy.types import ObservedWorkload, Phase
 from training.protocol import parse_line
 
@@ -32,7 +42,9 @@ _PHASE_STATES = {
 }
 
 
-def record_state(job: Job, state: str, reason: str = "", *, at: datetime | None = None) -> bool:
+def record_state(
+    job: Workload, state: str, reason: str = "", *, at: datetime | None = None
+) -> bool:
     """Move the job to `state` (saving it) and keep the change; False if nothing changed.
 
     A new reason within the same state is kept too (`_new_reason`): "why was it pending for
@@ -67,7 +79,7 @@ def reason_shape(reason: str) -> str:
     return _COUNTERS.sub("#", reason)
 
 
-def _new_reason(job: Job, state: str, reason: str) -> bool:
+def _new_reason(job: Workload, state: str, reason: str) -> bool:
     """Whether a reason within the same state is news: it differs from the run's last event
     by more than counters and times, and the state has not said too much already."""
     events = JobEvent.objects.filter(job=job, run=job.run)
@@ -81,15 +93,17 @@ def _new_reason(job: Job, state: str, reason: str) -> bool:
     return events.filter(state=state).count() <= REASONS_PER_STATE
 
 
-def _after_final(job: Job) -> None:
+def _after_final(job: Workload) -> None:
     from controlpanel.workloads import tasks
 
     job_id, run = str(job.id), job.run
     transaction.on_commit(lambda: tasks.job_finalize.delay(job_id, run))
 
 
-def target_states(job: Job, observed: ObservedWorkload) -> list[tuple[str, str]]:
+def target_states(job: Workload, observed: ObservedWorkload) -> list[tuple[str, str]]:
     """The state(s) an observation leads to, in order, each with its reason."""
+    if job.kind == Kind.NOTEBOOK:
+        return notebook_states(job, observed)
     phase = observed.phase
     if phase is Phase.FAILED:
         if observed.timed_out:
@@ -126,6 +140,44 @@ def _exit_reason(exit_code: int | None) -> str:
     return f"exit code {exit_code}" if exit_code is not None else "failed"
 
 
+N = NotebookState
+_NOTEBOOK_PHASES = {
+    Phase.QUEUED: N.STARTING,
+    Phase.INITIALIZING: N.STARTING,
+    Phase.PENDING: N.STARTING,
+    Phase.RUNNING: N.RUNNING,
+    Phase.STOPPING: N.STOPPING,
+    Phase.FINALIZING: N.STOPPING,
+    Phase.SUCCEEDED: N.STOPPED,
+    Phase.STOPPED: N.STOPPED,
+    Phase.FAILED: N.FAILED,
+    Phase.ERROR: N.ERROR,
+}
+
+
+def notebook_states(notebook: Workload, observed: ObservedWorkload) -> list[tuple[str, str]]:
+    """A notebook runs until it is stopped: a stop it did not ask for is a failure, and a
+    stopped server seen while the row wants it running is the previous start's (ignored:
+    reconcile starts it)."""
+    phase, reason = observed.phase, observed.reason
+    if phase is Phase.GONE:
+        if notebook.launched_run >= notebook.run and notebook.state != N.DELETING:
+            return [(N.ERROR, "the notebook disappeared from the cluster")]
+        return []
+    if phase is Phase.SYNC_FAILED:
+        return [(N.FAILED, f"the push of rw volumes failed, the workspace is kept: {reason}")]
+    if phase is Phase.SUCCEEDED and not notebook.stop_requested:
+        return [(N.FAILED, reason or "the notebook server exited")]
+    state = _NOTEBOOK_PHASES[phase]
+    if state in (N.STOPPING, N.STOPPED) and not notebook.stop_requested:
+        return []
+    if notebook.stop_requested and state in (N.STARTING, N.RUNNING):
+        state = N.STOPPING
+    if state == N.STOPPED:
+        reason = reason or "stopped"
+    return [(state, reason)]
+
+
 PUSH_RETRIED = "push retried by"  # the reason of the FINALIZING a retried push starts with
 
 
@@ -145,26 +197,50 @@ _RANKS = {
 }
 
 
-def is_behind(job: Job, observed: ObservedWorkload | list[tuple[str, str]]) -> bool:
+_NOTEBOOK_RANKS = {
+    N.STARTING: 0,
+    N.RUNNING: 1,
+    N.STOPPING: 2,
+    N.DELETING: 3,
+    **{state: 4 for state in (N.STOPPED, N.FAILED, N.ERROR)},
+}
+
+
+def _rank(job: Workload, state: str) -> int:
+    if job.kind == Kind.NOTEBOOK:
+        return _NOTEBOOK_RANKS[N(state)]
+    return _RANKS[S(state)]
+
+
+def of_current_run(job: Workload, observed: ObservedWorkload) -> bool:
+    """Whether an observation is of the row's current run. A notebook's objects keep one name
+    across its starts (its ref's run is always 1): any observation of it is current."""
+    return job.kind == Kind.NOTEBOOK or observed.run == job.run
+
+
+def is_behind(job: Workload, observed: ObservedWorkload | list[tuple[str, str]]) -> bool:
     """Whether an observation of the job's run (or the `target_states` it leads to) would
     take the run back to an earlier state."""
     if isinstance(observed, ObservedWorkload):
-        observed = target_states(job, observed) if observed.run == job.run else []
-    return bool(observed) and _RANKS[S(observed[-1][0])] < _RANKS[S(job.state)]
+        observed = target_states(job, observed) if of_current_run(job, observed) else []
+    return bool(observed) and _rank(job, observed[-1][0]) < _rank(job, job.state)
 
 
-def apply_observation(job: Job, observed: ObservedWorkload, *, fresh: bool = False) -> bool:
+def apply_observation(job: Workload, observed: ObservedWorkload, *, fresh: bool = False) -> bool:
     """Record what the backend saw of the job's current run; True when the state changed.
 
     `fresh`: read under the row's lock, so newer than anything recorded: only such a read may
     take a run back to QUEUED (Kueue suspended the Job again to let another run first)."""
-    if observed.run != job.run or job.state in FINAL_STATES or _retried_push_failed(job, observed):
+    if not of_current_run(job, observed) or job.state in FINAL_STATES:
+        return False
+    if _retried_push_failed(job, observed):
         return False
     if is_behind(job, observed) and not (fresh and observed.phase is Phase.QUEUED):
         return False
     _record_times(job, observed)
     changed = False
-    for state, reason, at in passed_states(job, observed):
+    passed = passed_states(job, observed) if job.kind == Kind.JOB else []
+    for state, reason, at in passed:
         changed = record_state(job, state, reason, at=at) or changed
     for state, reason in target_states(job, observed):
         if state in FINAL_STATES and observed.push_note:
@@ -175,7 +251,7 @@ def apply_observation(job: Job, observed: ObservedWorkload, *, fresh: bool = Fal
     return changed
 
 
-def _retried_push_failed(job: Job, observed: ObservedWorkload) -> bool:
+def _retried_push_failed(job: Workload, observed: ObservedWorkload) -> bool:
     """The failure of a push that was since retried: until the task has started the next
     attempt, the cluster still shows the old one failed, which must not end the job again."""
     if job.state != S.FINALIZING or observed.phase is not Phase.SYNC_FAILED:
@@ -191,7 +267,7 @@ _AFTER_RUNNING = (Phase.FINALIZING, Phase.SUCCEEDED, Phase.FAILED, Phase.STOPPED
 _AFTER_PUSH = (Phase.SUCCEEDED, Phase.FAILED, Phase.STOPPED, Phase.SYNC_FAILED)
 
 
-def passed_states(job: Job, observed: ObservedWorkload) -> list[tuple[str, str, datetime]]:
+def passed_states(job: Workload, observed: ObservedWorkload) -> list[tuple[str, str, datetime]]:
     """RUNNING and FINALIZING that ended between two observations, at the pod's own times.
 
     Observation is level-triggered, so a short run or a quick push can be over before anyone
@@ -216,12 +292,14 @@ def passed_states(job: Job, observed: ObservedWorkload) -> list[tuple[str, str, 
     return passed
 
 
-def _record_times(job: Job, observed: ObservedWorkload) -> None:
-    """Container start/finish and exit code from the pod status (billing meters from these)."""
+def _record_times(job: Workload, observed: ObservedWorkload) -> None:
+    """Container start/finish and exit code from the pod status (billing meters from these),
+    and where a notebook is served."""
     fields = {
         "started_at": observed.started_at,
         "finished_at": observed.finished_at,
         "exit_code": observed.exit_code,
+        "url": observed.url,
     }
     changed = [
         name for name, value in fields.items() if value is not None and getattr(job, name) != value

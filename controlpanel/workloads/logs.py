@@ -1,5 +1,6 @@
-"""Job logs: collected from the backend into the database (so they outlive the pod), read back
-by sequence number (tail, follow, download), and mined for fine-tune progress events.
+"""Workload logs (jobs, notebooks): collected from the backend into the database (so they
+outlive the pod), read back by sequence number (tail, follow, download), and mined for
+fine-tune progress events.
 
 One collector per live workload stores lines as they come (collector.py, in the watcher), and
 the final archive takes the rest (`archive_logs`, from the finalize task). Pages and the API
@@ -15,7 +16,7 @@ from django.db import transaction
 from django.db.models import Max
 
 from controlpanel.workloads.backend import get_backend, job_ref
-from controlpanel.workloads.models import Job, JobLogLine
+from controlpanel.workloads.models import JobLogLine, Workload
 from training.protocol import Snapshot, clean_text, loss_point, read_event
 
 MAX_CURVE_POINTS = 500
@@ -33,7 +34,7 @@ def collect_logs(*, job_id: Any, limit: int = COLLECT_LIMIT) -> tuple[int, bool]
 
     The backend is read without holding the job's row (a slow read never blocks reconcile);
     the lines are stored only if nobody stored lines from that cursor meanwhile."""
-    job = Job.objects.select_related("project").filter(pk=job_id).first()
+    job = Workload.objects.select_related("project").filter(pk=job_id).first()
     if job is None or job.logs_archived or job.launched_run < job.run:
         return 0, True
     run, cursor = job.run, job.log_cursor
@@ -44,7 +45,7 @@ def collect_logs(*, job_id: Any, limit: int = COLLECT_LIMIT) -> tuple[int, bool]
     if chunk.skipped:
         lines = (*lines, f"{MARK} {chunk.skipped}")
     with transaction.atomic():
-        job = Job.objects.select_for_update(of=("self",)).filter(pk=job_id).first()
+        job = Workload.objects.select_for_update(of=("self",)).filter(pk=job_id).first()
         if job is None or job.logs_archived or (job.run, job.log_cursor) != (run, cursor):
             return 0, False  # another collector moved on: the next read starts from its cursor
         _store(job, lines)
@@ -53,7 +54,7 @@ def collect_logs(*, job_id: Any, limit: int = COLLECT_LIMIT) -> tuple[int, bool]
         return len(lines), chunk.eof
 
 
-def _store(job: Job, lines: tuple[str, ...] | list[str]) -> None:
+def _store(job: Workload, lines: tuple[str, ...] | list[str]) -> None:
     start = job.log_lines
     JobLogLine.objects.bulk_create(
         [
@@ -76,7 +77,7 @@ def archive_logs(*, job_id: Any, max_rounds: int = 1000) -> bool:
         if eof or empty >= 3:  # three empty reads that do not reach the end: give up
             break
     with transaction.atomic():
-        job = Job.objects.select_for_update(of=("self",)).filter(pk=job_id).first()
+        job = Workload.objects.select_for_update(of=("self",)).filter(pk=job_id).first()
         if job is None:
             return False
         if not job.logs_archived and not eof:
@@ -86,7 +87,7 @@ def archive_logs(*, job_id: Any, max_rounds: int = 1000) -> bool:
     return True
 
 
-def _note_progress(job: Job, lines: tuple[str, ...] | list[str]) -> None:
+def _note_progress(job: Workload, lines: tuple[str, ...] | list[str]) -> None:
     """Keep the run's progress snapshot and a bounded loss curve (for the bar, ETA and chart).
     Any job can print lines that look like events: the protocol checks every field."""
     snapshot = Snapshot.from_json(job.progress)
@@ -109,7 +110,7 @@ def _append_point(curve: list[list[float]], point: list[float]) -> list[list[flo
     return curve
 
 
-def resolve_run(*, job: Job, value: str | None) -> int:
+def resolve_run(*, job: Workload, value: str | None) -> int:
     """The run `?run=` names (default: the current one); raises UnknownRun."""
     if value is None or value == "":
         return job.run
@@ -122,7 +123,7 @@ def resolve_run(*, job: Job, value: str | None) -> int:
     return run
 
 
-def run_line_count(*, job: Job, run: int) -> int:
+def run_line_count(*, job: Workload, run: int) -> int:
     """How many lines a run stored (the current run keeps the count on the row)."""
     if run == job.run:
         return job.log_lines
@@ -131,7 +132,7 @@ def run_line_count(*, job: Job, run: int) -> int:
 
 
 def lines_after(
-    *, job: Job, after: int, limit: int = 500, run: int | None = None
+    *, job: Workload, after: int, limit: int = 500, run: int | None = None
 ) -> list[JobLogLine]:
     return list(
         JobLogLine.objects.filter(job=job, run=run or job.run, seq__gt=after)
@@ -140,13 +141,13 @@ def lines_after(
     )
 
 
-def tail(*, job: Job, count: int = 500) -> list[JobLogLine]:
+def tail(*, job: Workload, count: int = 500) -> list[JobLogLine]:
     """The last `count` lines, found by sequence number (an index range, not a scan)."""
     first = max(job.log_lines - count, 0)
     return lines_after(job=job, after=first, limit=count)
 
 
-def iter_log_text(*, job: Job, run: int | None = None) -> Iterator[str]:
+def iter_log_text(*, job: Workload, run: int | None = None) -> Iterator[str]:
     """The whole log of a run, streamed (constant memory for a 100k-line log)."""
     lines = (
         JobLogLine.objects.filter(job=job, run=run or job.run)

@@ -1,8 +1,9 @@
-"""`reconcile(job)`: move the cluster toward what the job row says, then record what is seen.
+"""`reconcile(id)`: move the cluster toward what a workload row says, then record what is seen.
 
 Idempotent: names are deterministic, so a duplicate or retried call creates nothing twice
-(the backend adopts what exists). The job row is locked for the whole step, so concurrent
-reconciles of one job (a retried task, the sweep, a page refresh) take turns.
+(the backend adopts what exists). The row is locked for the whole step, so concurrent
+reconciles of one workload (a retried task, the sweep) take turns. Every kind takes the same
+steps; only how the backend is driven (`_DRIVERS`) and observed (`_observe`) is the kind's.
 """
 
 from __future__ import annotations
@@ -17,18 +18,25 @@ from controlpanel.workloads.backend import (
     job_ref,
     job_request,
     missing_secrets,
+    notebook_request,
 )
 from controlpanel.workloads.datastores import launch_refusal
 from controlpanel.workloads.lifecycle import apply_observation, is_behind, record_state
-from controlpanel.workloads.models import FINAL_STATES, Job, JobState
+from controlpanel.workloads.models import (
+    FINAL_STATES,
+    JobState,
+    Kind,
+    NotebookState,
+    Workload,
+)
 from deploy.types import DeployError, ObservedWorkload, Phase, TransientError
 
 log = logging.getLogger(__name__)
 
 
-def _locked(job_id: str) -> Job | None:
+def _locked(job_id: str) -> Workload | None:
     return (
-        Job.objects.select_for_update(of=("self",))
+        Workload.objects.select_for_update(of=("self",))
         .select_related("project", "flavor")
         .filter(pk=job_id)
         .first()
@@ -36,20 +44,20 @@ def _locked(job_id: str) -> Job | None:
 
 
 @transaction.atomic
-def reconcile(job_id: str) -> Job | None:
-    """One reconcile step of one job; returns the job, or None if it is gone."""
+def reconcile(job_id: str) -> Workload | None:
+    """One reconcile step of one workload; returns it, or None if it is gone."""
     job = _locked(job_id)
     if job is None or job.state in FINAL_STATES:
         return job
-    if job.state == JobState.QUEUED and job.admitted_at is None:
+    if job.admitted_at is None:
         return job  # waits for admission (admission.py)
     if job.launched_run < job.run and not job.stop_requested:
         refused = launch_refusal(project=job.project, volumes=job.volumes) or _secret_refusal(job)
         if refused:  # nothing is created: no namespace change, no Job, no process
-            record_state(job, JobState.FAILED, f"not started: {refused}")
+            record_state(job, _FAILED[Kind(job.kind)], f"not started: {refused}")
             return job
     try:
-        observed = _drive(job)
+        observed = _DRIVERS[Kind(job.kind)](job)
     except TransientError:
         raise  # the task retries with backoff
     except DeployError as exc:
@@ -60,7 +68,10 @@ def reconcile(job_id: str) -> Job | None:
     return job
 
 
-def _secret_refusal(job: Job) -> str:
+_FAILED = {Kind.JOB: JobState.FAILED, Kind.NOTEBOOK: NotebookState.FAILED}
+
+
+def _secret_refusal(job: Workload) -> str:
     """A secret the env references was deleted since submit: the pod could not start."""
     missing = missing_secrets(job)
     if not missing:
@@ -68,7 +79,7 @@ def _secret_refusal(job: Job) -> str:
     return f"the project has no secret named {', '.join(missing)} (env references it)"
 
 
-def _push_refused(job: Job) -> bool:
+def _push_refused(job: Workload) -> bool:
     """The final push is a launch too (it writes, and with rwd deletes, in the buckets): a
     volume no longer the project's ends the run SYNC_FAILED, the workspace kept, no push."""
     refused = launch_refusal(project=job.project, volumes=job.volumes)
@@ -77,7 +88,7 @@ def _push_refused(job: Job) -> bool:
     return bool(refused)
 
 
-def _drive(job: Job) -> ObservedWorkload | None:
+def _drive_job(job: Workload) -> ObservedWorkload | None:
     """What the backend shows after moving it on; None when the job ended here instead."""
     backend = get_backend()
     request = job_request(job)
@@ -100,21 +111,46 @@ def _drive(job: Job) -> ObservedWorkload | None:
     return backend.apply_job(job=request)
 
 
+def _drive_notebook(notebook: Workload) -> ObservedWorkload | None:
+    """Running or stopped as the row says (the workspace survives both); a deleted one's
+    objects go, and the row with them once nothing is left."""
+    backend = get_backend()
+    if notebook.state == NotebookState.DELETING:
+        backend.delete_notebook(ref=job_ref(notebook))
+        if backend.observe_notebook(ref=job_ref(notebook)).phase is Phase.GONE:
+            notebook.delete()  # its runs stay, for billing
+        return None
+    ensure_project(notebook.project)
+    if notebook.launched_run < notebook.run and not notebook.stop_requested:
+        notebook.launched_run = notebook.run
+        notebook.save(update_fields=["launched_run", "updated_at"])
+    return backend.apply_notebook(notebook=notebook_request(notebook))
+
+
+_DRIVERS = {Kind.JOB: _drive_job, Kind.NOTEBOOK: _drive_notebook}
+
+
+def _observe(job: Workload) -> ObservedWorkload:
+    if job.kind == Kind.NOTEBOOK:
+        return get_backend().observe_notebook(ref=job_ref(job))
+    return get_backend().observe_job(ref=job_ref(job))
+
+
 @transaction.atomic
-def observe(job_id: str, observed: ObservedWorkload | None = None) -> Job | None:
+def observe(job_id: str, observed: ObservedWorkload | None = None) -> Workload | None:
     """Record an observation (from the sweep or a watch) without driving anything; a run whose
     push must be started (`needs_apply`) is reconciled."""
     job = _locked(job_id)
     if job is None or job.state in FINAL_STATES:
         return job
-    if job.state == JobState.QUEUED and job.admitted_at is None:
+    if job.admitted_at is None:
         return job
     if observed is not None and observed.phase is Phase.QUEUED and is_behind(job, observed):
         observed = None  # back in Kueue's queue, or a stale listing: only a fresh read tells
     fresh = observed is None
     if observed is None:
-        observed = get_backend().observe_job(ref=job_ref(job))
-    if observed.needs_apply:
+        observed = _observe(job)
+    if observed.needs_apply and job.kind == Kind.JOB:
         if _push_refused(job):
             return job
         observed, fresh = get_backend().apply_job(job=job_request(job)), True

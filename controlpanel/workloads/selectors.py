@@ -19,7 +19,7 @@ from django.utils import timezone
 
 from controlpanel.flavors.models import Flavor
 from controlpanel.projects.models import Project
-from controlpanel.workloads.models import Job, JobState
+from controlpanel.workloads.models import Job, JobState, Workload
 from controlpanel.workloads.validation import LABEL_RE
 
 # Duration is NULL until a job starts: never-started jobs go last in both directions.
@@ -188,14 +188,17 @@ def _minutes_per_price(
     return shares
 
 
-def queue_position(*, job: Job) -> int | None:
-    """The job's place among the waiting jobs: of its project, or of every project where they
-    share one machine (the local backend), as admission counts it."""
-    from controlpanel.workloads.admission import shares_machine
+def queue_position(*, job: Workload) -> int | None:
+    """The workload's place among the waiting ones (jobs and notebook starts): of its project,
+    or of every project where they share one machine (the local backend), as admission counts
+    it."""
+    from controlpanel.workloads.admission import WAITING_STATES, shares_machine
 
-    if job.state != JobState.QUEUED or job.admitted_at is not None:
+    if job.state not in WAITING_STATES or job.admitted_at is not None:
         return None
-    ahead = Job.objects.filter(state=JobState.QUEUED, admitted_at=None, queued_at__lt=job.queued_at)
+    ahead = Workload.objects.filter(
+        state__in=WAITING_STATES, admitted_at=None, queued_at__lt=job.queued_at
+    )
     if not shares_machine():
         ahead = ahead.filter(project=job.project_id)
     return ahead.count() + 1

@@ -1,6 +1,6 @@
-"""The periodic sweep: list every workload the backend has, compare with the live jobs, and
-reconcile what differs. Together with the watch (or alone) it converges: a lost task, a missed
-event or a worker crash is repaired within one sweep period."""
+"""The periodic sweep: list every workload the backend has, compare with the live rows of
+every kind, and reconcile what differs. Together with the watch (or alone) it converges: a
+lost task, a missed event or a worker crash is repaired within one sweep period."""
 
 from __future__ import annotations
 
@@ -14,10 +14,17 @@ from django.utils import timezone
 
 from controlpanel.projects.models import Project
 from controlpanel.workloads import tasks
-from controlpanel.workloads.admission import CLAIM_KEPT_STATES
+from controlpanel.workloads.admission import CLAIM_KEPT_STATES, WAITING_STATES
 from controlpanel.workloads.backend import get_backend, job_request
 from controlpanel.workloads.lifecycle import is_behind, target_states
-from controlpanel.workloads.models import FINAL_STATES, LIVE_STATES, Job, JobState
+from controlpanel.workloads.models import (
+    FINAL_STATES,
+    LIVE_STATES,
+    JobState,
+    Kind,
+    NotebookState,
+    Workload,
+)
 from controlpanel.workloads.reconcile import observe
 from deploy.types import ObservedWorkload, Phase, WorkloadKind
 
@@ -32,42 +39,47 @@ ORPHANS_PER_SWEEP = 100  # each costs a few API calls; the rest wait for the nex
 def sweep() -> dict[str, int]:
     # Keyed by namespace too: a run counts only in its own project's namespace, whatever an
     # object elsewhere claims with our labels (the backend drops those as well).
-    observed = {
-        (o.namespace, o.id, o.run): o
-        for o in get_backend().observe_all()
-        if o.kind is WorkloadKind.JOB
-    }
+    observed = {(o.kind.value, o.namespace, o.id, o.run): o for o in get_backend().observe_all()}
     counts = {"live": 0, "changed": 0, "relaunched": 0, "missing": 0, "orphans": 0}
     jobs = _live_jobs()
     namespaces = _namespaces({job.project_id for job in jobs})
     for job in jobs:
         counts["live"] += 1
-        seen = observed.pop((namespaces[job.project_id], str(job.pk), job.run), None)
+        key = (job.kind, namespaces[job.project_id], str(job.pk), job_ref_run(job))
+        seen = observed.pop(key, None)
         if seen is None:
             _missing(job, counts)
         elif _differs(job, seen):
             observe(str(job.pk), seen)
             counts["changed"] += 1
-    counts["orphans"] = collect_orphans(list(observed.values()))
+    leftovers = list(observed.values())
+    counts["orphans"] = collect_orphans([o for o in leftovers if o.kind is WorkloadKind.JOB])
+    counts["orphans"] += _notebook_orphans(
+        [o for o in leftovers if o.kind is WorkloadKind.NOTEBOOK]
+    )
     _admit_waiting()
     _refinalize()
     tasks.notices_resend()  # end notices claimed, then lost before they were sent
     return counts
 
 
+def job_ref_run(job: Workload) -> int:
+    """The run number the backend shows for the row's current run (a notebook's is 1)."""
+    return 1 if job.kind == Kind.NOTEBOOK else job.run
+
+
 def record_observation(observed: ObservedWorkload) -> bool:
-    """Handle one observation from a watch: reconcile the job if it differs from its row."""
-    if observed.kind is not WorkloadKind.JOB:
-        return False
+    """Handle one observation from a watch: reconcile the row if it differs from it."""
     try:
         job_id = uuid.UUID(observed.id)
     except ValueError:
         return False  # not one of ours (a foreign id under our labels)
-    job = (
-        Job.objects.select_related("project", "flavor")
-        .filter(pk=job_id, run=observed.run, state__in=LIVE_STATES)
-        .first()
+    rows = Workload.objects.select_related("project", "flavor").filter(
+        pk=job_id, kind=observed.kind.value, state__in=LIVE_STATES
     )
+    if observed.kind is WorkloadKind.JOB:
+        rows = rows.filter(run=observed.run)
+    job = rows.first()
     if job is None or job.project.namespace != observed.namespace:
         return False  # an object outside the job's project namespace speaks for nothing
     if not _differs(job, observed):
@@ -76,12 +88,13 @@ def record_observation(observed: ObservedWorkload) -> bool:
     return True
 
 
-def _live_jobs() -> list[Job]:
-    admitted = Q(state__in=LIVE_STATES) & ~Q(state=JobState.QUEUED, admitted_at=None)
+def _live_jobs() -> list[Workload]:
+    admitted = Q(state__in=LIVE_STATES) & ~Q(admitted_at=None)
     # Only what comparing with an observation needs: observe() re-reads a job it acts on.
     # No project joined: a few projects' namespaces are read once (`_namespaces`).
     return list(
-        Job.objects.filter(admitted).only(
+        Workload.objects.filter(admitted).only(
+            "kind",
             "state",
             "state_reason",
             "run",
@@ -100,16 +113,18 @@ def _namespaces(project_ids: set[int]) -> dict[int, str]:
     return {project.pk: project.namespace for project in projects}
 
 
-def _missing(job: Job, counts: dict[str, int]) -> None:
-    if job.launched_run < job.run:
-        tasks.job_reconcile.delay(str(job.pk))  # admitted, never launched: the task was lost
-        counts["relaunched"] += 1
+def _missing(job: Workload, counts: dict[str, int]) -> None:
+    if job.launched_run < job.run or job.state == NotebookState.DELETING:
+        # Admitted, never launched (or a deletion to finish): the task was lost. Sent again,
+        # spaced out per row, so a task that keeps failing is not re-sent every sweep.
+        if tasks.redrive(str(job.pk)):
+            counts["relaunched"] += 1
     else:
         observe(str(job.pk))  # look again, alone: it may have been created after the list
         counts["missing"] += 1
 
 
-def _differs(job: Job, seen: ObservedWorkload) -> bool:
+def _differs(job: Workload, seen: ObservedWorkload) -> bool:
     if seen.needs_apply:
         return True
     targets = target_states(job, seen)
@@ -157,18 +172,18 @@ def collect_orphans(runs: list[ObservedWorkload]) -> int:
     return acted
 
 
-def _rows_of(runs: list[ObservedWorkload]) -> dict[str, Job]:
+def _rows_of(runs: list[ObservedWorkload]) -> dict[str, Workload]:
     ids = set()
     for seen in runs:
         try:
             ids.add(uuid.UUID(seen.id))
         except ValueError:
             continue  # not a job id: no row
-    rows = Job.objects.filter(pk__in=ids).select_related("project", "flavor")
+    rows = Workload.objects.filter(pk__in=ids).select_related("project", "flavor")
     return {str(row.pk): row for row in rows}
 
 
-def _orphan_action(row: Job | None, seen: ObservedWorkload, before: datetime) -> str:
+def _orphan_action(row: Workload | None, seen: ObservedWorkload, before: datetime) -> str:
     """What to do with the objects of a run no live row of that run claimed: "delete",
     "stop", or "" to leave them."""
     if row is None or row.run != seen.run:
@@ -180,9 +195,27 @@ def _orphan_action(row: Job | None, seen: ObservedWorkload, before: datetime) ->
     return "delete"
 
 
+def _notebook_orphans(notebooks: list[ObservedWorkload]) -> int:
+    """A notebook's objects outlive its stops (the workspace claim, the scaled-down server),
+    not its row: those of a deleted notebook go, after the same grace as a job's."""
+    if not notebooks:
+        return 0
+    before = timezone.now() - timedelta(seconds=settings.JOB_ORPHAN_GRACE_SECONDS)
+    notebooks = [n for n in notebooks if n.created_at is None or n.created_at <= before]
+    rows = _rows_of(notebooks)
+    acted = 0
+    for seen in notebooks:
+        row = rows.get(seen.id)
+        if row is None or row.project.namespace != seen.namespace or row.kind != Kind.NOTEBOOK:
+            log.warning("orphan notebook %s in %s: delete", seen.id, seen.namespace)
+            get_backend().delete_notebook(ref=seen.ref)
+            acted += 1
+    return acted
+
+
 def _admit_waiting() -> None:
     waiting = (
-        Job.objects.filter(state=JobState.QUEUED, admitted_at=None)
+        Workload.objects.filter(state__in=WAITING_STATES, admitted_at=None)
         .values_list("project_id", flat=True)
         .distinct()
     )
@@ -191,7 +224,7 @@ def _admit_waiting() -> None:
 
 
 def _refinalize() -> None:
-    stale = Job.objects.filter(
+    stale = Workload.objects.filter(
         state__in=FINAL_STATES,
         logs_archived=False,
         state_changed_at__lt=timezone.now() - FINALIZE_GRACE,

@@ -19,7 +19,7 @@ from django.utils import timezone
 from deploy.types import TransientError
 
 if TYPE_CHECKING:
-    from controlpanel.workloads.models import Job
+    from controlpanel.workloads.models import Job, Workload
 
 log = logging.getLogger(__name__)
 SWEEP_LOCK = "jobs-sweep-running"
@@ -110,21 +110,22 @@ def job_finalize(job_id: str, run: int) -> None:
     from controlpanel.buckets.services import buckets_recount_written
     from controlpanel.workloads.admission import release_workspace
     from controlpanel.workloads.logs import archive_logs
-    from controlpanel.workloads.models import Job
+    from controlpanel.workloads.models import Kind, Workload
 
-    job = Job.objects.select_related("project").filter(pk=job_id, run=run).first()
+    job = Workload.objects.select_related("project").filter(pk=job_id, run=run).first()
     if job is None:
         return
-    if job.is_final:
-        _claim_notice(job, run)
-    release_workspace(job=job)
+    if job.kind == Kind.JOB:  # a notebook's stop is no news, and it keeps its workspace
+        if job.is_final:
+            _claim_notice(job, run)
+        release_workspace(job=job)
     project_admit.delay(job.project_id)
     # What the job pushed changed its buckets' object counts and sizes.
     buckets_recount_written(project_id=job.project_id, volumes=job.volumes)
     archive_logs(job_id=job_id)
 
 
-def _claim_notice(job: Job, run: int) -> None:
+def _claim_notice(job: Workload, run: int) -> None:
     """Claimed with a conditional update: a duplicate or retried task never notifies twice,
     and a job that left its final state (push retried, run again) waits for its next end.
     Sent from the claim's commit; a claim never handed over is sent again (notices_resend)."""

@@ -17,6 +17,7 @@ from deploy.manifests.common import (
     metadata,
     pod_security_context,
     pull_secrets,
+    secret_env_list,
     shm_volume,
     sync_container,
     sync_state_volume,
@@ -236,8 +237,11 @@ def _editor_container(notebook: NotebookRequest) -> Manifest:
         "workingDir": WORKSPACE,
         "ports": [{"name": "http", "containerPort": PORT, "protocol": "TCP"}],
     }
-    if notebook.env:
-        container["env"] = env_list(notebook.env)
+    if notebook.env or notebook.secret_env:
+        plain = {k: v for k, v in notebook.env.items() if k not in notebook.secret_env}
+        container["env"] = env_list(plain) + secret_env_list(
+            notebook.secret_env, notebook.project_secrets
+        )
     container["resources"] = flavor_resources(notebook.flavor, notebook.units)
     container["securityContext"] = container_security_context()
     container["readinessProbe"] = {
