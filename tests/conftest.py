@@ -5,5 +5,6 @@ pytest_plugins = [
     "tests.fixtures.panel",
     "tests.fixtures.processes",
     "tests.fixtures.browser",
+    "tests.fixtures.faults",
     "tests.fixtures.s3",
 ]

@@ -1,0 +1,477 @@
+"""The fault suite: real Celery worker, beat and watcher processes on a PostgreSQL and a Redis of
+the test's own (tests/fixtures/faults.py), jobs on the Kubernetes emulator, and one fault per
+scenario: PostgreSQL restarted, the API server answering 409, 410, 413, 500 or not answering in
+time, the watcher killed mid-stream. (A worker SIGKILLed inside a reconcile or a finalize and a
+Redis restart join them with the fixes of what they found: issue #12.)
+
+Each scenario submits a few one-GPU jobs to a project whose GPU quota is 1, injects its fault,
+plays the nodes (the emulator's kubelet runs each pod, prints lines, ends it) until every job
+is over, then checks what must hold whatever happened (`check_invariants`): each job is in the
+state its pod's end calls for; no Job and no pod was ever created twice for one run; at no
+moment were more GPUs admitted than the quota; each pod run has one JobRun with its start and
+end, one RUNNING and one final event; the stored log is exactly what the kubelet printed, seq
+1..N.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from django.db import DatabaseError, connection, connections
+
+from controlpanel.projects.models import Project
+from controlpanel.workloads.backend import job_ref
+from controlpanel.workloads.models import (
+    FINAL_STATES,
+    LIVE_STATES,
+    Job,
+    JobEvent,
+    JobLogLine,
+    JobRun,
+    JobState,
+)
+from deploy import names
+from tests.fixtures.faults import PrivateServices
+from tests.fixtures.jobs import submit
+from tests.fixtures.processes import Processes, wait_for
+
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.k8s,
+    pytest.mark.slow,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("private_services"),
+]
+NS = "ajuste-alpha"
+QUOTA = 1
+S = JobState
+SETTLE_S = 60  # every scenario's jobs end well within this once the fault is over
+REQUEST_TIMEOUT_S = 2  # the processes' Kubernetes API call timeout (the time-out scenario)
+
+
+@pytest.fixture
+def cluster_env(k8s_cluster: Any, k8s_jobs: Any, panel_s3: Any) -> dict[str, str]:
+    return {
+        "COMPUTE_BACKEND": "kubernetes",
+        "KUBERNETES_API_HOST": k8s_cluster.url,
+        "KUBERNETES_REQUEST_TIMEOUT_SECONDS": str(REQUEST_TIMEOUT_S),
+        "S3_ENDPOINT_URL": panel_s3.endpoint_url,
+        "S3_ACCESS_KEY": panel_s3.access_key,
+        "S3_SECRET_KEY": panel_s3.secret_key,
+        "S3_ALIAS": "LOCAL",
+    }
+
+
+@pytest.fixture
+def quota_project(project: Project) -> Project:
+    project.gpu_quota = QUOTA
+    project.save(update_fields=["gpu_quota"])
+    return project
+
+
+def _db_retry(read: Callable[[], Any], default: Any) -> Any:
+    """A read that survives the database going away (the restart scenario): `default`."""
+    try:
+        return read()
+    except DatabaseError:
+        connection.close()
+        return default
+
+
+class Sampler(threading.Thread):
+    """Samples, as often as it can, the GPUs admitted in the project (database) and the pods
+    alive in the cluster: neither may ever exceed the quota."""
+
+    def __init__(self, project: Project, cluster: Any) -> None:
+        super().__init__(daemon=True, name="quota-sampler")
+        self.project_id = project.pk
+        self.cluster = cluster
+        self.stop = threading.Event()
+        self.max_admitted = 0
+        self.max_pods = 0
+        self.samples = 0
+
+    def run(self) -> None:
+        try:
+            while not self.stop.wait(0.05):
+                admitted = _db_retry(self._admitted, None)
+                if admitted is not None:
+                    self.max_admitted = max(self.max_admitted, admitted)
+                    self.samples += 1
+                self.max_pods = max(self.max_pods, self._live_pods())
+        finally:
+            connection.close()
+
+    def _admitted(self) -> int:
+        jobs = Job.objects.filter(project_id=self.project_id, state__in=LIVE_STATES).exclude(
+            admitted_at=None
+        )
+        return sum(job.gpus for job in jobs.select_related("flavor"))
+
+    def _live_pods(self) -> int:
+        return sum(
+            1
+            for pod in self.cluster.list("pods", NS)
+            if (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+        )
+
+
+@dataclass
+class Plan:
+    """What the node does with a job's pod, and the state that must follow."""
+
+    exit_code: int = 0
+    expected: str = S.DONE
+    runs: bool = True  # False: the job never gets a pod (refused by the API server)
+
+
+@dataclass
+class Scenario:
+    """The jobs of one scenario and the test's kubelet over them: each pod is run, prints its
+    first lines, and (once the panel saw it running, or after a while) prints the rest and
+    exits with its plan's code."""
+
+    cluster: Any
+    procs: Processes
+    jobs: list[Job]
+    plans: dict[str, Plan]
+    printed: dict[str, list[str]] = field(default_factory=dict)
+    stage: dict[str, int] = field(default_factory=dict)
+    since: dict[str, float] = field(default_factory=dict)
+    finish_when: Callable[[Job, str], bool] | None = None
+    restarted: list[str] = field(default_factory=list)
+
+    def job_name(self, job: Job) -> str:
+        return names.job_name(job_ref(job))
+
+    def pods(self, job: Job) -> list[Any]:
+        return self.cluster.pods_of(NS, self.job_name(job))
+
+    def supervise(self) -> None:
+        """Start again a process that exited on its own, as Kubernetes restarts a crashed
+        container (k8s/*.yaml); each restart is noted in the report."""
+        for name, proc in list(self.procs.procs.items()):
+            if proc.poll() is None:
+                continue
+            self.restarted.append(f"{name} (exit {proc.returncode})")
+            if name.startswith("worker"):
+                self.procs.worker(name)
+            elif name == "beat":
+                self.procs.beat()
+            else:
+                self.procs.watcher()
+
+    def step(self) -> None:
+        self.supervise()
+        kubelet = self.cluster.kubelet
+        for job in self.jobs:
+            key = str(job.pk)
+            for pod in self.pods(job):
+                name = pod["metadata"]["name"]
+                stage = self.stage.get(name, 0)
+                lines = self.printed.setdefault(key, [])
+                if stage == 0:
+                    kubelet.run(NS, name)
+                    first = [f"{job.short_id} loading", f"{job.short_id} step 1 loss 2.0"]
+                    kubelet.log(NS, name, *first)
+                    lines.extend(first)
+                    self.stage[name], self.since[name] = 1, time.monotonic()
+                elif stage == 1 and self._may_finish(job, name):
+                    rest = [f"{job.short_id} step 2 loss 1.5", f"{job.short_id} saved"]
+                    kubelet.log(NS, name, *rest)
+                    lines.extend(rest)
+                    kubelet.finish(NS, name, exit_code=self.plans[key].exit_code)
+                    self.stage[name] = 2
+
+    def _may_finish(self, job: Job, pod: str) -> bool:
+        if self.finish_when is not None:
+            return self.finish_when(job, pod)
+        seen_running = _db_retry(lambda: state_of(job) == S.RUNNING, False)
+        return seen_running or time.monotonic() - self.since[pod] > 5
+
+    def settled(self) -> bool:
+        def read() -> bool:
+            rows = Job.objects.filter(pk__in=[j.pk for j in self.jobs])
+            return all(j.state in FINAL_STATES and j.logs_archived for j in rows)
+
+        return bool(_db_retry(read, False))
+
+    def drive(self, until: Callable[[], Any], seconds: float, what: str) -> Any:
+        """Play the nodes until `until()` holds (polled, with a deadline)."""
+
+        def once() -> Any:
+            self.step()
+            return until()
+
+        return wait_for(once, seconds, what, self.procs)
+
+    def run_to_the_end(self, seconds: float = SETTLE_S) -> None:
+        try:
+            self.drive(self.settled, seconds, "every job ended with its log archived")
+        except AssertionError:
+            raise AssertionError(f"not every job ended:\n{self.report()}") from None
+
+    def report(self) -> str:
+        """Where each job is, and what the processes said (less the routine lines)."""
+        rows = Job.objects.filter(pk__in=[j.pk for j in self.jobs]).order_by("name")
+        jobs = [
+            f"{j.name}: {j.state} ({j.state_reason}) launched {j.launched_run} "
+            f"archived {j.logs_archived} lines {j.log_lines}"
+            for j in rows
+        ]
+        restarts = [f"restarted after exiting on their own: {', '.join(self.restarted)}"]
+        said = [
+            line
+            for line in self.procs.logs().splitlines()
+            if "jobs_sweep[" not in line and not line.endswith("received")
+        ]
+        return "\n".join(jobs + restarts + said[-80:])
+
+
+def state_of(job: Job) -> str:
+    return str(Job.objects.values_list("state", flat=True).get(pk=job.pk))
+
+
+@pytest.fixture
+def fault_processes(processes: Any) -> Iterator[Callable[[dict[str, str]], Processes]]:
+    """`processes`, SIGKILLed at the end: the scenarios are over, no shutdown is awaited."""
+    made: list[Processes] = []
+
+    def make(env: dict[str, str]) -> Processes:
+        procs: Processes = processes(env)
+        made.append(procs)
+        return procs
+
+    yield make
+    for procs in made:
+        for name in list(procs.procs):
+            if procs.procs[name].poll() is None:
+                procs.kill(name)
+
+
+def start(
+    processes: Any,
+    env: dict[str, str],
+    *,
+    worker: bool = True,
+    beat: bool = True,
+    watcher: bool = True,
+) -> Processes:
+    procs: Processes = processes(env)
+    if worker:
+        procs.worker("worker-1")
+    if beat:
+        procs.beat()
+    if watcher:
+        procs.watcher()
+    return procs
+
+
+def submit_jobs(project: Project, owner: Any, count: int) -> list[Job]:
+    return [submit(project, owner, name=f"job-{i}", flavor="l4-1-gpu", gpu=1) for i in range(count)]
+
+
+def check_invariants(scenario: Scenario, sampler: Sampler) -> None:
+    """Everything the fault must not have broken; every broken rule is reported at once."""
+    problems: list[str] = []
+    created_jobs = scenario.cluster.created("jobs", NS)
+    created_pods = scenario.cluster.created("pods", NS)
+    intervals: list[tuple[Any, Any, int]] = []
+    for job in scenario.jobs:
+        job.refresh_from_db()
+        key, plan, jname = str(job.pk), scenario.plans[str(job.pk)], scenario.job_name(job)
+        where = f"job {job.name} ({job.short_id})"
+        if job.state != plan.expected:
+            problems.append(f"{where}: {job.state} ({job.state_reason}), not {plan.expected}")
+        made = [o for o in created_jobs if o["metadata"]["name"] == jname]
+        pods = [
+            o for o in created_pods if (o["metadata"].get("labels") or {}).get("job-name") == jname
+        ]
+        if len(made) != (1 if plan.runs else 0) or len(pods) != (1 if plan.runs else 0):
+            problems.append(f"{where}: {len(made)} Job(s) and {len(pods)} pod(s) created")
+        events = list(JobEvent.objects.filter(job=job, run=job.run).order_by("at", "pk"))
+        finals = [e for e in events if e.state in FINAL_STATES]
+        running = [e for e in events if e.state == S.RUNNING]
+        if len(finals) != 1 or events[-1].state != job.state:
+            problems.append(f"{where}: final events {[(e.state, e.reason) for e in finals]}")
+        if len(running) != (1 if plan.runs else 0):
+            problems.append(f"{where}: {len(running)} RUNNING events")
+        runs = list(JobRun.objects.filter(job=job))
+        uids = {o["metadata"]["uid"] for o in pods}
+        if {r.uid for r in runs} != uids:
+            problems.append(f"{where}: JobRuns {[r.uid for r in runs]} for pods {sorted(uids)}")
+        for r in runs:
+            if r.started_at is None or r.finished_at is None or r.exit_code != plan.exit_code:
+                problems.append(
+                    f"{where}: JobRun {r.uid} start {r.started_at} end {r.finished_at} "
+                    f"exit {r.exit_code}"
+                )
+        if plan.runs and (job.started_at is None or job.finished_at is None):
+            problems.append(f"{where}: started_at {job.started_at} finished_at {job.finished_at}")
+        stored = list(
+            JobLogLine.objects.filter(job=job, run=job.run)
+            .order_by("seq")
+            .values_list("seq", "text")
+        )
+        printed = scenario.printed.get(key, [])
+        if [s for s, _ in stored] != list(range(1, len(stored) + 1)):
+            problems.append(f"{where}: log seqs {[s for s, _ in stored]}")
+        if [t for _, t in stored] != printed or job.log_lines != len(printed):
+            problems.append(
+                f"{where}: log {[t for _, t in stored]} (count {job.log_lines}), printed {printed}"
+            )
+        if not job.logs_archived:
+            problems.append(f"{where}: log not archived")
+        if job.admitted_at is not None and finals:
+            intervals.append((job.admitted_at, finals[0].at, job.gpus))
+    problems += _overlaps(intervals)
+    if sampler.max_admitted > QUOTA or sampler.max_pods > QUOTA:
+        problems.append(
+            f"quota {QUOTA}: sampled {sampler.max_admitted} GPUs admitted and "
+            f"{sampler.max_pods} pods alive at once ({sampler.samples} samples)"
+        )
+    assert sampler.samples > 0, "the quota was never sampled"
+    assert not problems, "\n".join(problems) + "\n" + scenario.report()
+
+
+def _overlaps(intervals: list[tuple[Any, Any, int]]) -> list[str]:
+    """From the rows' own times: GPUs held from admission to the final event, never more
+    than the quota at once."""
+    points = sorted(
+        [(start, 1, gpus) for start, _, gpus in intervals]
+        + [(end, 0, -gpus) for _, end, gpus in intervals]  # an end before a start at a tie
+    )
+    held, problems = 0, []
+    for at, _, delta in points:
+        held += delta
+        if held > QUOTA:
+            problems.append(f"timeline: {held} GPUs admitted at {at.isoformat()}")
+    return problems
+
+
+@pytest.fixture
+def sampler(quota_project: Project, k8s_cluster: Any) -> Any:
+    thread = Sampler(quota_project, k8s_cluster)
+    thread.start()
+    yield thread
+    thread.stop.set()
+    thread.join(10)
+
+
+def plans_for(jobs: list[Job], **special: Plan) -> dict[str, Plan]:
+    """Every job exits 0 (DONE) unless `special` (by job name) says otherwise."""
+    return {str(job.pk): special.get(job.name, Plan()) for job in jobs}
+
+
+def test_postgresql_restarted(
+    fault_processes: Any,
+    cluster_env: dict[str, str],
+    k8s_cluster: Any,
+    quota_project: Project,
+    owner: Any,
+    sampler: Sampler,
+    private_services: PrivateServices,
+) -> None:
+    """PostgreSQL restarts while a job runs; its pod ends while the database is down (the
+    watcher sees it then), and the next job's admission is due at that moment."""
+    procs = start(fault_processes, cluster_env)
+    jobs = submit_jobs(quota_project, owner, 3)
+    scenario = Scenario(k8s_cluster, procs, jobs, plans_for(jobs))
+    first = jobs[0]
+
+    def never(job: Job, pod: str) -> bool:
+        return job.pk != first.pk
+
+    scenario.finish_when = never
+    scenario.drive(lambda: state_of(first) == S.RUNNING, 60, "the first job RUNNING")
+    pod = scenario.pods(first)[0]["metadata"]["name"]
+    private_services.postgres.stop()
+    k8s_cluster.kubelet.log(NS, pod, f"{first.short_id} last words")
+    scenario.printed[str(first.pk)].append(f"{first.short_id} last words")
+    k8s_cluster.kubelet.finish(NS, pod, exit_code=0)
+    scenario.stage[pod] = 2
+    time.sleep(2)  # the database stays down a while: the watcher and the sweep hit it
+    private_services.postgres.start()
+    connections.close_all()
+    scenario.finish_when = None
+    scenario.run_to_the_end()
+    check_invariants(scenario, sampler)
+
+
+@pytest.mark.parametrize("status", [409, 413, 500])
+def test_api_server_answers(
+    status: int,
+    fault_processes: Any,
+    cluster_env: dict[str, str],
+    k8s_cluster: Any,
+    quota_project: Project,
+    owner: Any,
+    sampler: Sampler,
+) -> None:
+    """The first job's create is answered `status` (409: "already exists" though it does not;
+    413: too large, refused for good; 500 five times: more than one call's retries), and three
+    log reads fail with 500 (a GET is never answered 409 or 413)."""
+    procs = start(fault_processes, cluster_env)
+    k8s_cluster.fail_next("POST", "jobs", status=status, times=5 if status == 500 else 1)
+    k8s_cluster.fail_next("GET", "pods/log", status=500, times=3)
+    jobs = submit_jobs(quota_project, owner, 3)
+    special = {"job-0": Plan(runs=False, expected=S.ERROR)} if status == 413 else {}
+    scenario = Scenario(k8s_cluster, procs, jobs, plans_for(jobs, **special))
+    scenario.run_to_the_end()
+    if status == 413:
+        assert "injected HTTP 413" in Job.objects.get(pk=jobs[0].pk).state_reason
+    check_invariants(scenario, sampler)
+
+
+def test_api_server_times_out(
+    fault_processes: Any,
+    cluster_env: dict[str, str],
+    k8s_cluster: Any,
+    quota_project: Project,
+    owner: Any,
+    sampler: Sampler,
+) -> None:
+    """The first create hangs past the client's timeout and is then applied anyway (the
+    retried create finds it); a log read hangs too."""
+    procs = start(fault_processes, cluster_env)
+    create = k8s_cluster.hold_next(
+        "POST", "jobs", seconds=REQUEST_TIMEOUT_S + 1.5, apply_first=True
+    )
+    read = k8s_cluster.hold_next("GET", "pods/log", seconds=REQUEST_TIMEOUT_S + 1.5)
+    jobs = submit_jobs(quota_project, owner, 2)
+    scenario = Scenario(k8s_cluster, procs, jobs, plans_for(jobs))
+    scenario.run_to_the_end()
+    assert create.arrived.is_set() and read.arrived.is_set()
+    check_invariants(scenario, sampler)
+
+
+def test_watch_expired_and_watcher_killed(
+    fault_processes: Any,
+    cluster_env: dict[str, str],
+    k8s_cluster: Any,
+    quota_project: Project,
+    owner: Any,
+    sampler: Sampler,
+) -> None:
+    """The watch expires (410 Gone: the watcher relists) while the first job runs; then the
+    watcher is SIGKILLed mid-stream while the second runs, its log half collected: the sweep
+    alone moves the jobs on, the finalize archives the rest of the log, and a new watcher
+    takes over for the third."""
+    procs = start(fault_processes, cluster_env)
+    jobs = submit_jobs(quota_project, owner, 3)
+    scenario = Scenario(k8s_cluster, procs, jobs, plans_for(jobs))
+    scenario.drive(lambda: state_of(jobs[0]) == S.RUNNING, 60, "the first job RUNNING")
+    k8s_cluster.compact()
+    k8s_cluster.fail_next("GET", "pods", status=410)  # and the relist's watch too
+    scenario.drive(lambda: state_of(jobs[1]) == S.RUNNING, 60, "the second job RUNNING")
+    wait_for(lambda: Job.objects.get(pk=jobs[1].pk).log_lines >= 1, 20, "a line collected", procs)
+    procs.kill("watcher")
+    scenario.drive(lambda: state_of(jobs[2]) == S.RUNNING, 60, "the third job RUNNING")
+    procs.watcher()
+    scenario.run_to_the_end()
+    check_invariants(scenario, sampler)
