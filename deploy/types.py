@@ -325,6 +325,9 @@ class ObservedWorkload:
     url: str | None = None
     push_note: str = ""
     created_at: datetime | None = None
+    # A notebook server's last activity (requests, kernels, terminals), where the backend
+    # can read it: the panel stops notebooks idle for longer than their project allows.
+    last_activity: datetime | None = None
 
     @property
     def ref(self) -> WorkloadRef:

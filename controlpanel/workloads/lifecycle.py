@@ -62,6 +62,9 @@ def record_state(
     job.state_reason = reason
     job.save(update_fields=["state", "state_reason", "state_changed_at", "updated_at"])
     if state in FINAL_STATES:
+        # A run whose pod went away without a finish time (a stopped notebook's, an evicted
+        # pod's) ends here: billing never meters an open run past its end.
+        JobRun.objects.filter(job=job, run=job.run, finished_at=None).update(finished_at=now)
         _after_final(job)
     return True
 
@@ -97,7 +100,9 @@ def _after_final(job: Workload) -> None:
     from controlpanel.workloads import tasks
 
     job_id, run = str(job.id), job.run
-    transaction.on_commit(lambda: tasks.job_finalize.delay(job_id, run))
+    # robust: a broker outage at this moment must not fail the caller (the watcher, a task)
+    # after the state is committed; the sweep sends a finalize that never left.
+    transaction.on_commit(lambda: tasks.job_finalize.delay(job_id, run), robust=True)
 
 
 def target_states(job: Workload, observed: ObservedWorkload) -> list[tuple[str, str]]:
@@ -237,6 +242,11 @@ def apply_observation(job: Workload, observed: ObservedWorkload, *, fresh: bool 
         return False
     if is_behind(job, observed) and not (fresh and observed.phase is Phase.QUEUED):
         return False
+    if observed.phase is not Phase.GONE and job.launched_run < job.run:
+        # Its objects exist: the launch happened, though the reconcile that made them rolled
+        # back (a worker killed mid-way). From now on it is collected and archived as launched.
+        job.launched_run = job.run
+        job.save(update_fields=["launched_run", "updated_at"])
     _record_times(job, observed)
     changed = False
     passed = passed_states(job, observed) if job.kind == Kind.JOB else []
@@ -300,6 +310,7 @@ def _record_times(job: Workload, observed: ObservedWorkload) -> None:
         "finished_at": observed.finished_at,
         "exit_code": observed.exit_code,
         "url": observed.url,
+        "last_activity_at": observed.last_activity,
     }
     changed = [
         name for name, value in fields.items() if value is not None and getattr(job, name) != value

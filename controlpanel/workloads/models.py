@@ -275,3 +275,21 @@ class JobLogLine(models.Model):
 
     def __str__(self) -> str:
         return f"{self.seq}: {self.text[:40]}"
+
+
+class NotebookImage(models.Model):
+    """A framework image notebooks may run (the admin keeps the list): which editors it
+    serves. On the local backend the editor runs from this machine's own Python instead."""
+
+    name = models.SlugField(max_length=50, unique=True)
+    label = models.CharField(max_length=100)
+    image = models.CharField(max_length=300)
+    editors = models.JSONField(default=list, help_text='Editors it serves: "jupyterlab", "vscode".')
+    enabled = models.BooleanField(default=True)
+    order = models.PositiveSmallIntegerField(default=0)
+
+    class Meta:
+        ordering = ["order", "name"]
+
+    def __str__(self) -> str:
+        return self.label

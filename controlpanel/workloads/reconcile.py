@@ -49,7 +49,7 @@ def reconcile(job_id: str) -> Workload | None:
     job = _locked(job_id)
     if job is None or job.state in FINAL_STATES:
         return job
-    if job.admitted_at is None:
+    if job.admitted_at is None and job.state != NotebookState.DELETING:
         return job  # waits for admission (admission.py)
     if job.launched_run < job.run and not job.stop_requested:
         refused = launch_refusal(project=job.project, volumes=job.volumes) or _secret_refusal(job)

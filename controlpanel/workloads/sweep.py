@@ -25,12 +25,11 @@ from controlpanel.workloads.models import (
     NotebookState,
     Workload,
 )
+from controlpanel.workloads.notebooks import stop_idle_notebooks
 from controlpanel.workloads.reconcile import observe
 from deploy.types import ObservedWorkload, Phase, WorkloadKind
 
 log = logging.getLogger(__name__)
-# A finished job whose log is still not archived this long after it ended lost its task.
-FINALIZE_GRACE = timedelta(minutes=2)
 # Phases of a run that holds (or waits for) its pod's GPUs.
 STOPPABLE = frozenset({Phase.QUEUED, Phase.PENDING, Phase.INITIALIZING, Phase.RUNNING})
 ORPHANS_PER_SWEEP = 100  # each costs a few API calls; the rest wait for the next sweep
@@ -59,6 +58,7 @@ def sweep() -> dict[str, int]:
     )
     _admit_waiting()
     _refinalize()
+    counts["idle_stopped"] = stop_idle_notebooks()
     tasks.notices_resend()  # end notices claimed, then lost before they were sent
     return counts
 
@@ -227,7 +227,9 @@ def _refinalize() -> None:
     stale = Workload.objects.filter(
         state__in=FINAL_STATES,
         logs_archived=False,
-        state_changed_at__lt=timezone.now() - FINALIZE_GRACE,
+        # A final row whose log is still not archived this long after it ended lost its task.
+        state_changed_at__lt=timezone.now()
+        - timedelta(seconds=settings.JOB_FINALIZE_GRACE_SECONDS),
     )
     for job_id, run in stale.values_list("pk", "run")[:100]:
         tasks.job_finalize.delay(str(job_id), run)

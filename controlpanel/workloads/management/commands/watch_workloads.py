@@ -72,3 +72,5 @@ class Command(BaseCommand):
             record_observation(observed)
         except DeployError as exc:
             log.warning("recording %s failed: %s", observed.id, exc)
+        except Exception:  # a database or broker outage: the watch goes on, the sweep repairs
+            log.exception("recording %s failed", observed.id)

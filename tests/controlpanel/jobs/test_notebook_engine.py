@@ -1,0 +1,179 @@
+"""Notebooks through the workload engine on the emulated cluster: the same admission,
+reconcile, sweep, runs and logs as jobs. STARTING → RUNNING → STOPPING → STOPPED → STARTING
+again at the same address with the same workspace claim; a start over quota waits in line;
+an idle notebook is stopped; a deleted one leaves nothing behind but its billed runs."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.core.exceptions import ValidationError
+from django.utils import timezone
+
+from controlpanel.projects.models import Project
+from controlpanel.workloads.admission import admit_jobs
+from controlpanel.workloads.collector import LogCollector
+from controlpanel.workloads.contract import JobSpecError
+from controlpanel.workloads.models import JobLogLine, JobRun, Notebook, NotebookState
+from controlpanel.workloads.notebooks import (
+    notebook_create,
+    notebook_delete,
+    notebook_keep_alive,
+    notebook_start,
+    notebook_stop,
+    validate_notebook,
+)
+from controlpanel.workloads.reconcile import reconcile
+from controlpanel.workloads.sweep import sweep
+from tests.fixtures.jobs import access_for
+
+pytestmark = [pytest.mark.k8s, pytest.mark.django_db(transaction=True)]
+NS = "ajuste-alpha"
+N = NotebookState
+
+
+def create(project: Project, owner: Any, **data: Any) -> Notebook:
+    payload = {"name": "explore", "flavor": "ai1-1-cpu", "image": "python"} | data
+    return notebook_create(access=access_for(project), user=owner, data=payload)
+
+
+def started(k8s_cluster: Any, notebook: Notebook) -> Notebook:
+    """Admitted, reconciled, its pod running, seen by the sweep."""
+    admit_jobs(project_id=notebook.project_id)
+    reconcile(str(notebook.pk))
+    k8s_cluster.kubelet.run(NS, f"nb-{notebook.pk}-0")
+    sweep()
+    notebook.refresh_from_db()
+    return notebook
+
+
+def claim_uid(k8s_cluster: Any, notebook: Notebook) -> str:
+    claim = k8s_cluster.get("persistentvolumeclaims", NS, f"workspace-nb-{notebook.pk}-0")
+    assert claim is not None
+    return str(claim["metadata"]["uid"])
+
+
+def test_start_stop_start_keeps_the_address_and_the_workspace(
+    k8s_cluster: Any, k8s_jobs: Any, project: Project, owner: Any
+) -> None:
+    notebook = create(project, owner)
+    assert (notebook.state, notebook.kind) == (N.STARTING, "notebook")
+    notebook = started(k8s_cluster, notebook)
+    assert notebook.state == N.RUNNING, notebook.state_reason
+    url = notebook.url
+    assert url.endswith(f"/nb/alpha/{notebook.pk}/")
+    workspace = claim_uid(k8s_cluster, notebook)
+    k8s_cluster.kubelet.log(NS, f"nb-{notebook.pk}-0", "[I ServerApp] Jupyter Server is running")
+    LogCollector().tick()
+    assert JobLogLine.objects.filter(job=notebook).count() == 1  # logs: the jobs' collector
+
+    notebook_stop(access=access_for(project), user=owner, notebook=notebook)
+    notebook.refresh_from_db()
+    assert notebook.state == N.STOPPING
+    reconcile(str(notebook.pk))
+    notebook.refresh_from_db()
+    assert (
+        notebook.state == N.STOPPED and k8s_cluster.get("pods", NS, f"nb-{notebook.pk}-0") is None
+    )
+
+    notebook = notebook_start(access=access_for(project), user=owner, notebook=notebook)
+    assert (notebook.state, notebook.run) == (N.STARTING, 2)
+    notebook = started(k8s_cluster, notebook)
+    assert notebook.state == N.RUNNING and notebook.url == url
+    assert claim_uid(k8s_cluster, notebook) == workspace
+    runs = JobRun.objects.filter(job=notebook).order_by("run")
+    assert [r.run for r in runs] == [1, 2] and runs[0].uid != runs[1].uid  # metered per start
+    assert runs[0].finished_at is not None
+    states = list(notebook.events.values_list("state", flat=True))
+    assert states[0] == N.STARTING and N.STOPPED in states and states[-1] == N.RUNNING
+
+
+def test_a_start_over_quota_waits_in_line_with_its_position(
+    k8s_cluster: Any, k8s_jobs: Any, project: Project, owner: Any
+) -> None:
+    project.cpu_quota = 1
+    project.save()
+    first, second = create(project, owner, name="a"), create(project, owner, name="b")
+    admit_jobs(project_id=project.pk)
+    first.refresh_from_db()
+    second.refresh_from_db()
+    assert first.admitted_at is not None and second.admitted_at is None
+    assert second.state == N.STARTING and "CPU quota" in second.state_reason
+    assert "position 1 in the queue" in second.state_reason
+    started(k8s_cluster, first)
+    notebook_stop(access=access_for(project), user=owner, notebook=first)
+    reconcile(str(first.pk))
+    admit_jobs(project_id=project.pk)  # what finalizing the stop enqueues
+    second.refresh_from_db()
+    assert second.admitted_at is not None
+
+
+def test_an_idle_notebook_is_stopped_unless_kept_alive(
+    k8s_cluster: Any, k8s_jobs: Any, project: Project, owner: Any
+) -> None:
+    project.notebook_idle_minutes = 30
+    project.save()
+    busy, idle = create(project, owner, name="busy"), create(project, owner, name="idle")
+    for notebook in (busy, idle):
+        started(k8s_cluster, notebook)
+    long_ago = timezone.now() - timedelta(minutes=31)
+    Notebook.objects.filter(pk__in=[busy.pk, idle.pk]).update(last_activity_at=long_ago)
+    notebook_keep_alive(access=access_for(project), user=owner, notebook=busy)
+    assert sweep()["idle_stopped"] == 1
+    idle.refresh_from_db()
+    busy.refresh_from_db()
+    assert idle.state == N.STOPPING and "30 min idle" in idle.state_reason
+    assert busy.state == N.RUNNING
+
+
+def test_delete_removes_the_objects_then_the_row_and_keeps_the_runs(
+    k8s_cluster: Any, k8s_jobs: Any, project: Project, owner: Any
+) -> None:
+    notebook = started(k8s_cluster, create(project, owner))
+    notebook_delete(access=access_for(project), user=owner, notebook=notebook)
+    reconcile(str(notebook.pk))
+    assert not Notebook.objects.filter(pk=notebook.pk).exists()
+    for plural in ("statefulsets", "services", "ingresses", "pods", "persistentvolumeclaims"):
+        assert k8s_cluster.list(plural, NS) == [], plural
+    assert JobRun.objects.filter(project=project).count() == 1
+
+
+def test_bad_requests_say_what_is_wrong_under_stable_keys(project: Project, owner: Any) -> None:
+    with pytest.raises(JobSpecError) as error:
+        validate_notebook(
+            project=project,
+            data={
+                "flavor": "nope",
+                "image": "cobol",
+                "editor": "emacs",
+                "volumes": ["s3://x@LOCAL/data:/workspace/data:rw", "bad spec"],
+                "env": {"1BAD": "x"},
+            },
+        )
+    keys = set(error.value.by_key)
+    assert {"flavor", "image", "volumes.1", "env.1BAD"} <= keys
+    with pytest.raises(JobSpecError) as wrong_editor:
+        validate_notebook(
+            project=project, data={"flavor": "ai1-1-cpu", "image": "python", "editor": "vscode"}
+        )
+    assert "serves jupyterlab, not vscode" in wrong_editor.value.by_key["editor"][0]
+    with pytest.raises(JobSpecError) as not_here:  # the local backend has no code-server
+        validate_notebook(
+            project=project, data={"flavor": "ai1-1-cpu", "image": "vscode", "editor": "vscode"}
+        )
+    assert "VS Code (code-server) is not installed" in not_here.value.by_key["editor"][0]
+    assert not Notebook.objects.exists()
+
+
+def test_only_the_owner_or_a_manager_acts_and_states_are_checked(
+    k8s_cluster: Any, k8s_jobs: Any, project: Project, owner: Any, member: Any
+) -> None:
+    notebook = create(project, owner)
+    with pytest.raises(ValidationError, match="stop it first"):
+        notebook_start(access=access_for(project), user=owner, notebook=notebook)
+    from django.core.exceptions import PermissionDenied
+
+    with pytest.raises(PermissionDenied):
+        notebook_stop(access=access_for(project, role="member"), user=member, notebook=notebook)
