@@ -1,8 +1,8 @@
 """The fault suite: real Celery worker, beat and watcher processes on a PostgreSQL and a Redis of
 the test's own (tests/fixtures/faults.py), jobs on the Kubernetes emulator, and one fault per
-scenario: PostgreSQL restarted, the API server answering 409, 410, 413, 500 or not answering in
-time, the watcher killed mid-stream. (A worker SIGKILLed inside a reconcile or a finalize and a
-Redis restart join them with the fixes of what they found: issue #12.)
+scenario: a worker SIGKILLed inside a reconcile and inside a finalize, Redis restarted with
+tasks queued, PostgreSQL restarted, the API server answering 409, 410, 413, 500 or not
+answering in time, the watcher killed mid-stream.
 
 Each scenario submits a few one-GPU jobs to a project whose GPU quota is 1, injects its fault,
 plays the nodes (the emulator's kubelet runs each pod, prints lines, ends it) until every job
@@ -15,6 +15,7 @@ end, one RUNNING and one final event; the stored log is exactly what the kubelet
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -60,6 +61,8 @@ def cluster_env(k8s_cluster: Any, k8s_jobs: Any, panel_s3: Any) -> dict[str, str
         "COMPUTE_BACKEND": "kubernetes",
         "KUBERNETES_API_HOST": k8s_cluster.url,
         "KUBERNETES_REQUEST_TIMEOUT_SECONDS": str(REQUEST_TIMEOUT_S),
+        # A finalize lost with its worker or its broker is sent again by the next sweep.
+        "JOB_FINALIZE_GRACE_SECONDS": "3",
         "S3_ENDPOINT_URL": panel_s3.endpoint_url,
         "S3_ACCESS_KEY": panel_s3.access_key,
         "S3_SECRET_KEY": panel_s3.secret_key,
@@ -366,6 +369,112 @@ def sampler(quota_project: Project, k8s_cluster: Any) -> Any:
 def plans_for(jobs: list[Job], **special: Plan) -> dict[str, Plan]:
     """Every job exits 0 (DONE) unless `special` (by job name) says otherwise."""
     return {str(job.pk): special.get(job.name, Plan()) for job in jobs}
+
+
+def test_worker_killed_inside_a_reconcile(
+    fault_processes: Any,
+    cluster_env: dict[str, str],
+    k8s_cluster: Any,
+    quota_project: Project,
+    owner: Any,
+    sampler: Sampler,
+) -> None:
+    """SIGKILL while the worker waits on the Job's create (its transaction open, the row
+    locked); the create then reaches the API server all the same. The next worker and the
+    sweep must adopt that Job, not make a second one."""
+    hold = k8s_cluster.hold_next("POST", "jobs", apply_first=True)
+    procs = start(fault_processes, cluster_env)
+    jobs = submit_jobs(quota_project, owner, 3)
+    assert hold.wait_arrived(60), procs.logs()[-4000:]
+    procs.kill("worker-1")
+    hold.release()
+    assert len(k8s_cluster.created("jobs", NS)) == 1  # made, but its worker never knew
+    procs.worker("worker-2")
+    scenario = Scenario(
+        k8s_cluster, procs, jobs, plans_for(jobs, **{"job-1": Plan(exit_code=1, expected=S.FAILED)})
+    )
+    scenario.run_to_the_end()
+    check_invariants(scenario, sampler)
+
+
+def test_worker_killed_inside_a_finalize(
+    fault_processes: Any,
+    cluster_env: dict[str, str],
+    k8s_cluster: Any,
+    quota_project: Project,
+    owner: Any,
+    sampler: Sampler,
+) -> None:
+    """SIGKILL while job_finalize reads the end of the log (after it claimed the notice):
+    the log is still archived whole, once, and the next job is admitted."""
+    procs = start(fault_processes, cluster_env)
+    jobs = submit_jobs(quota_project, owner, 2)
+    scenario = Scenario(k8s_cluster, procs, jobs, plans_for(jobs))
+    first = jobs[0]
+    held: dict[str, Any] = {}
+
+    def finish_first(job: Job, pod: str) -> bool:
+        if job.pk != first.pk:
+            return True
+        if state_of(job) != S.RUNNING:
+            return False
+        # The worker pauses; the watcher records the end and queues the finalize meanwhile.
+        os.killpg(procs.procs["worker-1"].pid, 19)  # SIGSTOP
+        return True
+
+    scenario.finish_when = finish_first
+    scenario.drive(lambda: state_of(first) == S.DONE, 30, "the first job DONE")
+    # The collector stops reading a job once it has ended; its last read is over by now.
+    wait_for(Quiet(k8s_cluster, "log", 1.0), 10, "the collector done with the log", procs)
+    held["hold"] = k8s_cluster.hold_next("GET", "pods/log")
+    os.killpg(procs.procs["worker-1"].pid, 18)  # SIGCONT: the finalize runs into the hold
+    assert held["hold"].wait_arrived(30), procs.logs()[-4000:]
+    procs.kill("worker-1")
+    held["hold"].release()
+    first.refresh_from_db()
+    assert first.notified_run == first.run and not first.logs_archived  # killed mid-finalize
+    procs.worker("worker-2")
+    scenario.finish_when = None
+    scenario.run_to_the_end()
+    check_invariants(scenario, sampler)
+
+
+class Quiet:
+    """True once no request for a subresource (`sub`) has arrived for `seconds`."""
+
+    def __init__(self, cluster: Any, sub: str, seconds: float) -> None:
+        self.cluster, self.marker, self.seconds = cluster, f"/{sub}", seconds
+        self.last: tuple[int, float] = (-1, time.monotonic())
+
+    def __call__(self) -> bool:
+        ids = [r.id for r in self.cluster.requests() if r.url.path.endswith(self.marker)]
+        last = ids[-1] if ids else -1
+        if last != self.last[0]:
+            self.last = (last, time.monotonic())
+        return time.monotonic() - self.last[1] >= self.seconds
+
+
+def test_redis_restarted_with_tasks_queued(
+    fault_processes: Any,
+    cluster_env: dict[str, str],
+    k8s_cluster: Any,
+    quota_project: Project,
+    owner: Any,
+    sampler: Sampler,
+    private_services: PrivateServices,
+) -> None:
+    """Jobs submitted while no worker runs (their admissions wait in Redis), then Redis
+    restarts and loses them; later Redis restarts again under a running job. The beat's sweep
+    must find the waiting jobs again, and worker, beat and watcher reconnect."""
+    procs = start(fault_processes, cluster_env, worker=False)
+    jobs = submit_jobs(quota_project, owner, 3)
+    private_services.redis.restart()
+    procs.worker("worker-1")
+    scenario = Scenario(k8s_cluster, procs, jobs, plans_for(jobs))
+    scenario.drive(lambda: state_of(jobs[1]) == S.RUNNING, 60, "the second job RUNNING")
+    private_services.redis.restart()
+    scenario.run_to_the_end()
+    check_invariants(scenario, sampler)
 
 
 def test_postgresql_restarted(
