@@ -6,4 +6,8 @@ class WorkloadsConfig(AppConfig):
     label = "workloads"
 
     def ready(self) -> None:
-        from controlpanel.workloads import checks  # noqa: F401 (registers the system check)
+        # Every process that records states (web, worker, watcher) finalizes ended runs.
+        from controlpanel.workloads import (
+            checks,  # noqa: F401 (registers the system check)
+            tasks,  # noqa: F401 (connects workload_ended)
+        )

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from datetime import datetime
 
-from django.db import transaction
+from django.dispatch import Signal
 from django.utils import timezone
 
 from controlpanel.workloads.models import (
@@ -27,6 +27,10 @@ from deploy.types import ObservedWorkload, Phase
 from training.protocol import parse_line
 
 S = JobState
+# Sent inside the transaction that records a final state, with `workload_id` and `run`: the
+# task layer (tasks.py) finalizes the run once that transaction commits. The logic here never
+# enqueues anything itself.
+workload_ended = Signal()
 
 _PHASE_STATES = {
     Phase.QUEUED: S.QUEUED,
@@ -97,12 +101,8 @@ def _new_reason(job: Workload, state: str, reason: str) -> bool:
 
 
 def _after_final(job: Workload) -> None:
-    from controlpanel.workloads import tasks
-
-    job_id, run = str(job.id), job.run
-    # robust: a broker outage at this moment must not fail the caller (the watcher, a task)
-    # after the state is committed; the sweep sends a finalize that never left.
-    transaction.on_commit(lambda: tasks.job_finalize.delay(job_id, run), robust=True)
+    """Say that a run ended (the task layer finalizes it: notice, quota, log archive)."""
+    workload_ended.send(sender=Workload, workload_id=str(job.id), run=job.run)
 
 
 def target_states(job: Workload, observed: ObservedWorkload) -> list[tuple[str, str]]:

@@ -90,11 +90,8 @@ def job_retry_push(*, access: ProjectAccess, user: Any, job: Job) -> Job:
     refused = launch_refusal(project=job.project, volumes=job.volumes)
     if refused:  # the push would write (rwd: delete) in a bucket no longer this project's
         raise ValidationError(f"The push cannot be retried: {refused}.")
-    # Back to FINALIZING by hand: a final state is otherwise never left.
-    reason = f"{PUSH_RETRIED} {user.username}"
-    JobEvent.objects.create(job=job, run=job.run, state=S.FINALIZING, reason=reason)
-    job.state, job.state_reason, job.state_changed_at = S.FINALIZING, reason, timezone.now()
-    job.save(update_fields=["state", "state_reason", "state_changed_at", "updated_at"])
+    # Back to FINALIZING: the one way a final state is left (observations never do it).
+    record_state(job, S.FINALIZING, f"{PUSH_RETRIED} {user.username}")
     tasks.job_retry_push.delay_on_commit(str(job.pk))
     return job
 

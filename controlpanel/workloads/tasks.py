@@ -5,21 +5,31 @@ from __future__ import annotations
 import logging
 import random
 import time
+import uuid
 from collections.abc import Callable
 from datetime import timedelta
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from celery import Task, shared_task
 from celery.exceptions import SoftTimeLimitExceeded
+from django.conf import settings
+from django.core.cache import cache
 from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from deploy.types import TransientError
-
-if TYPE_CHECKING:
-    from controlpanel.workloads.models import Job, Workload
+from controlpanel.buckets.services import buckets_recount_written
+from controlpanel.projects.models import Project
+from controlpanel.workloads.admission import admit_jobs, release_workspace
+from controlpanel.workloads.backend import ensure_project, get_backend, job_request
+from controlpanel.workloads.lifecycle import workload_ended
+from controlpanel.workloads.logs import archive_logs
+from controlpanel.workloads.models import FINAL_STATES, LIVE_STATES, Job, JobState, Kind, Workload
+from controlpanel.workloads.notifications import post_webhook, send_job_email
+from controlpanel.workloads.reconcile import reconcile
+from controlpanel.workloads.sweep import sweep
+from deploy.types import TransientError, WorkloadKind, WorkloadRef
 
 log = logging.getLogger(__name__)
 SWEEP_LOCK = "jobs-sweep-running"
@@ -47,7 +57,6 @@ RETRY = {
 @shared_task(**RETRY)
 def project_admit(project_id: int) -> None:
     """Admit queued jobs of a project that fit its GPU quota; reconcile the admitted ones."""
-    from controlpanel.workloads.admission import admit_jobs
 
     for job_id in admit_jobs(project_id=project_id):
         job_reconcile.delay(job_id)
@@ -55,7 +64,6 @@ def project_admit(project_id: int) -> None:
 
 @shared_task(**RETRY)
 def job_reconcile(job_id: str) -> None:
-    from controlpanel.workloads.reconcile import reconcile
 
     reconcile(job_id)
 
@@ -72,7 +80,6 @@ def redrive(job_id: str) -> bool:
     """Re-send job_reconcile for an admitted job that was never launched (its task was lost, or
     keeps failing), backing off per job: 10 s after the first re-send, then 20 s, 40 s...
     up to 5 minutes. Returns whether it was sent. Called by the sweep, every sweep."""
-    from django.core.cache import cache
 
     key = f"job-redrive:{job_id}"
     sent, next_at = cache.get(key, (0, 0.0))
@@ -87,8 +94,6 @@ def redrive(job_id: str) -> bool:
 
 @shared_task(**RETRY)
 def job_retry_push(job_id: str) -> None:
-    from controlpanel.workloads.backend import get_backend, job_request
-    from controlpanel.workloads.models import Job, JobState
 
     job = Job.objects.select_related("project", "flavor").filter(pk=job_id).first()
     if job is None:
@@ -102,15 +107,21 @@ def job_retry_push(job_id: str) -> None:
     job_reconcile.apply_async((job_id,), countdown=2)
 
 
+def _finalize_after_commit(sender: object, *, workload_id: str, run: int, **_: object) -> None:
+    """A run ended (lifecycle.workload_ended): finalize it once its end is committed. Robust:
+    a broker down at that moment costs no committed state; the sweep sends a finalize that
+    never left (JOB_FINALIZE_GRACE_SECONDS)."""
+    transaction.on_commit(partial(job_finalize.delay, workload_id, run), robust=True)
+
+
+workload_ended.connect(_finalize_after_commit, dispatch_uid="workloads-finalize")
+
+
 @shared_task(**RETRY)
 def job_finalize(job_id: str, run: int) -> None:
     """After a final state: notify once, free the quota (and a clean run's workspace claim),
     archive the log (in that order: a failing archive retries this task, and must cost neither
     the notice nor the quota)."""
-    from controlpanel.buckets.services import buckets_recount_written
-    from controlpanel.workloads.admission import release_workspace
-    from controlpanel.workloads.logs import archive_logs
-    from controlpanel.workloads.models import Kind, Workload
 
     job = Workload.objects.select_related("project").filter(pk=job_id, run=run).first()
     if job is None:
@@ -129,7 +140,6 @@ def _claim_notice(job: Workload, run: int) -> None:
     """Claimed with a conditional update: a duplicate or retried task never notifies twice,
     and a job that left its final state (push retried, run again) waits for its next end.
     Sent from the claim's commit; a claim never handed over is sent again (notices_resend)."""
-    from controlpanel.workloads.models import Job
 
     with transaction.atomic():
         claimed = Job.objects.filter(
@@ -143,7 +153,6 @@ def notices_resend() -> int:
     """Send again the end notices claimed over NOTICE_RESEND_AFTER ago and never handed over
     (the worker died after the claim, or the message was lost), each at most once a period;
     job_notify drops one that was handed over meanwhile. Called by the sweep."""
-    from controlpanel.workloads.models import FINAL_STATES, Job
 
     now = timezone.now()
     unsent = Job.objects.filter(
@@ -165,7 +174,6 @@ def _still_ended(job_id: str, run: int | None, state: str | None, *related: str)
     """The job if it is still in the final `state` of `run` that was claimed (None: messages
     queued before these arguments existed), else None: a job moved on (push retried, run
     again) is told about at its next end, never with a state it is no longer in."""
-    from controlpanel.workloads.models import Job
 
     job = Job.objects.select_related(*related).filter(pk=job_id).first()
     if job is None or not job.is_final:
@@ -184,8 +192,6 @@ def _still_ended(job_id: str, run: int | None, state: str | None, *related: str)
 )
 def job_notify(self: Task, job_id: str, run: int | None = None, state: str | None = None) -> None:
     """The webhook's task, then the e-mail; then the notice counts as handed over."""
-    from controlpanel.workloads.models import Job
-    from controlpanel.workloads.notifications import send_job_email
 
     job = _still_ended(job_id, run, state, "owner", "project")
     if job is None or job.notice_sent_run >= job.run:
@@ -212,7 +218,6 @@ def webhook_retry_delay(retries: int) -> float:
     """Seconds before retry number `retries` + 1 of a webhook (or a notice's e-mail): doubling
     from WEBHOOK_RETRY_BASE_MS up to a minute, the second half of it random (receivers that
     were down are not hit all at once)."""
-    from django.conf import settings
 
     ceiling = min(WEBHOOK_RETRY_MAX_S, settings.WEBHOOK_RETRY_BASE_MS / 1000 * 2**retries)
     return random.uniform(ceiling / 2, ceiling)  # noqa: S311 (jitter, not a secret)
@@ -226,7 +231,6 @@ def webhook_retry_delay(retries: int) -> float:
     **NOTICE_LIMITS,
 )
 def job_webhook(self: Task, job_id: str, run: int | None = None, state: str | None = None) -> None:
-    from controlpanel.workloads.notifications import post_webhook
 
     job = _still_ended(job_id, run, state, "project")
     if job is None:
@@ -240,8 +244,6 @@ def job_webhook(self: Task, job_id: str, run: int | None = None, state: str | No
 @shared_task(**RETRY)
 def job_cleanup(refs: list[Any]) -> None:
     """Delete the objects of a deleted job's runs (404 = already gone)."""
-    from controlpanel.workloads.backend import get_backend
-    from deploy.types import WorkloadKind, WorkloadRef
 
     backend = get_backend()
     for project, namespace, job_id, run in refs:
@@ -255,11 +257,6 @@ def jobs_sweep() -> dict[str, int]:
 
     One sweep at a time: with many live jobs a sweep can outlast the beat period, and a second
     worker starting the next one would only repeat the same work."""
-    import uuid
-
-    from django.core.cache import cache
-
-    from controlpanel.workloads.sweep import sweep
 
     token = uuid.uuid4().hex
     if not cache.add(SWEEP_LOCK, token, timeout=SWEEP_LOCK_S):
@@ -276,9 +273,6 @@ def pod_credentials_renew() -> int:
     """Keep the credentials of projects with live work fresh (beat, periodic): STS keys last
     hours, jobs days. `ensure_project` re-issues what is past half its life and re-applies the
     project's Secret; the sync sidecars read their files again before each push."""
-    from controlpanel.projects.models import Project
-    from controlpanel.workloads.backend import ensure_project
-    from controlpanel.workloads.models import LIVE_STATES
 
     projects = Project.objects.filter(workloads__state__in=LIVE_STATES).distinct()
     for project in projects:

@@ -26,7 +26,7 @@ from controlpanel.flavors.models import Flavor
 from controlpanel.projects.access import ProjectAccess, project_access
 from controlpanel.projects.models import Project
 from controlpanel.workloads import backend as backend_module
-from controlpanel.workloads import logs, services, tasks
+from controlpanel.workloads import services, tasks
 from controlpanel.workloads.lifecycle import apply_observation, record_state
 from controlpanel.workloads.models import Job, JobState
 from controlpanel.workloads.notifications import post_webhook, send_job_email, sign
@@ -83,7 +83,7 @@ def sent(monkeypatch: pytest.MonkeyPatch, settings: Any) -> list[tuple[str, tupl
         monkeypatch.setattr(task, "delay", record)
         monkeypatch.setattr(task, "delay_on_commit", record)
     monkeypatch.setattr(tasks.job_reconcile, "apply_async", lambda *a, **k: None)
-    monkeypatch.setattr(logs, "archive_logs", lambda **kwargs: True)
+    monkeypatch.setattr(tasks, "archive_logs", lambda **kwargs: True)
     return calls
 
 
@@ -122,7 +122,7 @@ def test_archive_failure_costs_neither_notice_nor_quota(
     def broken(**kwargs: Any) -> bool:
         raise ConnectionError("object store down")
 
-    monkeypatch.setattr(logs, "archive_logs", broken)
+    monkeypatch.setattr(tasks, "archive_logs", broken)
     for _ in range(3):  # the task's own retries, then the sweep's refinalize
         with pytest.raises(ConnectionError):
             finalize(str(job.pk), 1)
@@ -143,7 +143,7 @@ def test_done_after_retried_push_is_told_once_each(
     secret = _with_webhook(project, url)
     pushes: list[str] = []
     fake = SimpleNamespace(retry_push=lambda *, job: pushes.append(job.id))
-    monkeypatch.setattr(backend_module, "get_backend", lambda: fake)
+    monkeypatch.setattr(tasks, "get_backend", lambda: fake)
     job = _job(project, owner, S.SYNC_FAILED, state_reason="final push failed: 503")
     finalize(str(job.pk), 1)
     finalize(str(job.pk), 1)  # a duplicate never notifies twice
