@@ -4,7 +4,6 @@ process per run) and `state` (the state file that survives panel restarts)."""
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
 import socket
 import sys
@@ -16,10 +15,20 @@ from pathlib import Path
 
 from deploy import images
 from deploy.local import runs
+from deploy.local.editors import editor_problem
 from deploy.local.gpus import Gpu, detect_gpus, pick_gpus
 from deploy.local.machine import machine_capacity
 from deploy.local.paths import run_dir, secret_file
-from deploy.local.plan import editor_argv, local_argv, make_plan, preset_problem, ref_dict
+from deploy.local.plan import (
+    editor_argv,
+    editor_env,
+    editor_probe,
+    local_argv,
+    make_plan,
+    preset_problem,
+    ref_dict,
+    slashed,
+)
 from deploy.local.state import State, now_iso, read_json, read_state, update_state, write_json
 from deploy.types import (
     Capacity,
@@ -190,6 +199,7 @@ class LocalBackend:
             timeout_s=job.timeout_s,
             python=self.python,
             grace_s=self.grace_s,
+            push_every_s=job.push_every_s,
         )
         runs.launch(run, plan, python=self.python, extra={})
 
@@ -201,17 +211,19 @@ class LocalBackend:
         gpus = self._gpus_for(notebook.ref, run, notebook.flavor, notebook.units)
         if gpus is None:
             return
+        # The same port and token as the last run when the port is free: the same URL.
         port = _port(previous.get("port"))
-        token = str(previous.get("token") or uuid.uuid4().hex)
-        argv = editor_argv(notebook, python=self.python, port=port, token=token)
-        url = f"http://127.0.0.1:{port}{notebook.path}"
+        # The panel's token when it sends one (the request field is newer than this backend).
+        token = str(getattr(notebook, "token", "") or previous.get("token") or uuid.uuid4().hex)
+        argv = editor_argv(notebook, python=self.python, port=port)
+        url = f"http://127.0.0.1:{port}{slashed(notebook.path)}"
         if notebook.command is None and notebook.editor.value == "jupyterlab":
             url += f"?token={token}"
         plan = make_plan(
             ref=notebook.ref,
             run=run,
             argv=argv,
-            env=notebook.env,
+            env={**notebook.env, **editor_env(notebook, run=run, token=token)},
             volumes=notebook.volumes,
             pushed=notebook.pushed_volumes,
             gpus=gpus,
@@ -219,6 +231,8 @@ class LocalBackend:
             timeout_s=None,
             python=self.python,
             grace_s=self.grace_s,
+            push_every_s=notebook.push_every_s,
+            probe=editor_probe(notebook, port=port, token=token),
         )
         extra = {"port": port, "token": token, "url": url}
         runs.launch(run, plan, python=self.python, extra=extra)
@@ -309,14 +323,8 @@ def _needs_kubernetes(image: str) -> str:
 
 
 def _missing_editor(notebook: NotebookRequest) -> str:
-    """Why the editor cannot start here, or ''."""
-    if notebook.command is not None:
-        return ""
-    if notebook.editor.value == "vscode" and shutil.which("code-server") is None:
-        return "VS Code (code-server) is not installed on this machine; use the Kubernetes backend"
-    if notebook.editor.value == "jupyterlab" and importlib.util.find_spec("jupyterlab") is None:
-        return "JupyterLab is not installed in this environment (pip install jupyterlab)"
-    return ""
+    """Why the editor cannot start here, or '' (a notebook's own command is tried as is)."""
+    return "" if notebook.command is not None else editor_problem(notebook.editor)
 
 
 def _port(previous: object) -> int:

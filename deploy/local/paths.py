@@ -21,6 +21,7 @@ Layout of `<base>`:
         sync/          the sync engine's manifests (base of the three-way push): outside root,
                        so outside every volume
         supervisor.log the supervisor's own errors
+        jupyter/       a notebook's JupyterLab runtime files (kernel keys) and settings
         stop           present once a stop was asked for
         root/workspace the volumes and the process's working directory
 """

@@ -118,9 +118,12 @@ def make_plan(
     timeout_s: int | None,
     python: str = sys.executable,
     grace_s: float = 10.0,
+    push_every_s: int = 0,
+    probe: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The plan of one run: the user's env (paths rewritten) over the safe host variables;
-    the sync engine alone gets the datastore credentials."""
+    the sync engine alone gets the datastore credentials. `push_every_s` (0: never) pushes
+    the rw volumes while the process runs; `probe` is `editor_probe`'s."""
     workspace = workspace_dir(run)
     full_env = {**base_env(), **rewrite_env(env, workspace)}
     full_env.update(
@@ -144,26 +147,82 @@ def make_plan(
         "timeout_s": timeout_s,
         "grace_s": grace_s,
         "gpus": gpus,
+        "push_every_s": push_every_s if pushed else 0,
+        "probe": probe,
     }
 
 
-def editor_argv(notebook: NotebookRequest, *, python: str, port: int, token: str) -> list[str]:
-    """The editor on 127.0.0.1:`port` (jupyterlab needs a token: nothing guards it here)."""
+# JupyterLab's work at start that a notebook here does not need: the extension manager's
+# lookups on PyPI (read-only: extensions come with the environment), the news feed and the
+# update check (both would call the internet, which a panel machine may not reach).
+JUPYTER_QUIET = (
+    "--LabApp.extension_manager=readonly",
+    "--LabApp.news_url=None",
+    "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+)
+# How long a started JupyterLab has to answer /api/status before the start fails.
+JUPYTER_READY_S = 180
+# How often the supervisor asks a running JupyterLab what it last did.
+ACTIVITY_EVERY_S = 10.0
+
+
+def editor_argv(notebook: NotebookRequest, *, python: str, port: int) -> list[str]:
+    """The editor on 127.0.0.1:`port`, serving /workspace under the notebook's path.
+
+    JupyterLab reads its token from `JUPYTER_TOKEN` (`editor_env`), never from the command
+    line, which every user of the machine can read in the process list. `port_retries=0`:
+    a taken port fails the start instead of serving at an address nobody links to."""
     if notebook.command is not None:
         return [arg.replace("{port}", str(port)) for arg in notebook.command]
     if notebook.editor.value == "vscode":
         return ["code-server", f"--bind-addr=127.0.0.1:{port}", "--auth=none", "/workspace"]
     return [
         python,
+        "-P",
         "-m",
-        "jupyterlab",
+        "deploy.local.jupyter",
         "--no-browser",
         "--ip=127.0.0.1",
         f"--port={port}",
+        "--ServerApp.port_retries=0",
         f"--ServerApp.base_url={notebook.path}",
         "--ServerApp.root_dir=/workspace",
-        f"--IdentityProvider.token={token}",
+        # The local backend runs as the panel's user, root in a container: nothing to guard.
+        "--ServerApp.allow_root=True",
+        *JUPYTER_QUIET,
     ]
+
+
+def editor_env(notebook: NotebookRequest, *, run: Path, token: str) -> dict[str, str]:
+    """What the editor needs besides the notebook's env: JupyterLab's token, and its runtime
+    files (kernel connection keys, the server's own file with the token) and settings in the
+    run's directory, private to this notebook and outside /workspace."""
+    if notebook.command is not None or notebook.editor.value != "jupyterlab":
+        return {}
+    return {
+        "JUPYTER_TOKEN": token,
+        "JUPYTER_RUNTIME_DIR": str(run / "jupyter" / "runtime"),
+        "JUPYTER_CONFIG_DIR": str(run / "jupyter" / "config"),
+    }
+
+
+def editor_probe(notebook: NotebookRequest, *, port: int, token: str) -> dict[str, Any] | None:
+    """How the supervisor tells the editor answers, and reads what it last did: JupyterLab's
+    REST API under the notebook's path (None: an editor without one, RUNNING once started)."""
+    if notebook.command is not None or notebook.editor.value != "jupyterlab":
+        return None
+    return {
+        "api": f"http://127.0.0.1:{port}{slashed(notebook.path)}api/",
+        "token": token,
+        "ready_s": JUPYTER_READY_S,
+        "every_s": ACTIVITY_EVERY_S,
+    }
+
+
+def slashed(path: str) -> str:
+    """A URL path with one slash at each end ('/' stays '/'), as Jupyter's base_url."""
+    inner = path.strip("/")
+    return f"/{inner}/" if inner else "/"
 
 
 def ref_dict(ref: WorkloadRef) -> dict[str, Any]:

@@ -163,6 +163,8 @@ def _observed(ref: WorkloadRef, state: State, phase: Phase, reason: str) -> Obse
         node=os.uname().nodename if state.get("started_at") else None,
         url=state.get("url") if phase is Phase.RUNNING else None,
         push_note=str(state.get("push_note") or ""),
+        # What the editor last did, as its supervisor last read it (every few seconds).
+        last_activity=parse_iso(state.get("last_activity")) if phase is Phase.RUNNING else None,
     )
 
 

@@ -5,7 +5,9 @@ restart at any time): the supervisor rewrites it atomically at each step. Fields
 `reason`, `run_uid`, `supervisor_pid` and `supervisor_started` (its start time in clock ticks,
 so a recycled pid is not mistaken for it), `started_at`/`finished_at` (ISO 8601, the user
 process's own times), `exit_code`, `timed_out`, `push_attempt`, `outcome` (the phase to end
-in once the push succeeds), `gpus`, `url`, `created_at`.
+in once the push succeeds), `gpus`, `url`, `created_at`; `periodic_push` (the last push while
+running: `at`, `ok`, `error`); a notebook's `port` and `token`, and what its editor last did
+(`last_activity`, `kernels`, `connections`, read by the supervisor every few seconds).
 """
 
 from __future__ import annotations

@@ -4,7 +4,9 @@ so Celery tasks never wait on a workload and a panel restart loses nothing.
     python -m deploy.local.supervisor RUN_DIR [--push-only] [--foreground]
 
 It pulls the volumes, runs the command (never through a shell) with its output in
-`output.log`, enforces the timeout, honours a stop (SIGTERM to itself, or the `stop` file):
+`output.log`, pushes the rw volumes every `push_every_s` while it runs (`PeriodicPush`), tells
+when a notebook's editor answers and what it last did (`ServerWatch`: RUNNING only then),
+enforces the timeout, honours a stop (SIGTERM to itself, or the `stop` file):
 SIGTERM to the process group, SIGKILL after the grace period; then pushes rw volumes
 (three-way, against the manifests the pull left in `<run>/sync`, outside the volumes; the
 keys left alone as conflicts become `push_note`). Every step is recorded in `state.json`.
@@ -21,6 +23,8 @@ import subprocess
 import sys
 import time
 import traceback
+import urllib.request
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +46,10 @@ class Supervisor:
             raise RuntimeError(f"{run} has no plan.json")
         self.plan: dict[str, Any] = plan
         self.stop_requested = False
+        probe = plan.get("probe")
+        self.server = ServerWatch(probe) if probe else None
+        self.unanswered = ""  # why the editor counts as failed to start, once it does
+        self.pushes = PeriodicPush(self)
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
 
@@ -94,8 +102,13 @@ class Supervisor:
         except OSError as exc:
             reason = f"cannot start {self.plan['argv'][0]}: {exc.strerror or exc}"
             return {"phase": Phase.FAILED.value, "reason": reason, "exit_code": 127}
+        # An editor is RUNNING once it answers (`ServerWatch`), any other process at once.
+        waiting = self.server is not None
         self.announce(
-            phase=Phase.RUNNING.value, reason="running", child_pid=child.pid, started_at=now_iso()
+            phase=(Phase.INITIALIZING if waiting else Phase.RUNNING).value,
+            reason="waiting for the editor to answer" if waiting else "running",
+            child_pid=child.pid,
+            started_at=now_iso(),
         )
         code, timed_out = self._wait(child)
         finished = now_iso()
@@ -119,12 +132,19 @@ class Supervisor:
         deadline = time.monotonic() + timeout if timeout else None
         while True:
             try:
-                return exit_code(child.wait(timeout=POLL_S)), False
+                code = exit_code(child.wait(timeout=POLL_S))
+                self.pushes.finish()
+                return code, False
             except subprocess.TimeoutExpired:
                 pass
             timed_out = deadline is not None and time.monotonic() >= deadline
-            if self.stopping() or timed_out:
-                return exit_code(self._terminate(child)), timed_out and not self.stopping()
+            if self.server is not None:
+                self.unanswered = self.server.tick(self)
+            if self.stopping() or timed_out or self.unanswered:
+                code = exit_code(self._terminate(child))
+                self.pushes.finish()
+                return code, timed_out and not self.stopping()
+            self.pushes.tick()
 
     def _terminate(self, child: subprocess.Popen[bytes]) -> int:
         _kill_group(child.pid, signal.SIGTERM)
@@ -138,6 +158,10 @@ class Supervisor:
         notebook = self.plan["ref"]["kind"] == "notebook"
         if self.stopping():
             return {"phase": Phase.STOPPED.value, "reason": "stopped at the user's request"}
+        if self.unanswered:
+            last = as_workload(last_words(self.run / "output.log"), workspace_dir(self.run))
+            reason = f"{self.unanswered}: {last}" if last else self.unanswered
+            return {"phase": Phase.FAILED.value, "reason": reason}
         if timed_out:
             reason = f"timed out after {self.plan['timeout_s']} s"
             return {"phase": Phase.FAILED.value, "reason": reason, "timed_out": True}
@@ -176,18 +200,7 @@ class Supervisor:
 
     def _sync_process(self, action: str, specs: list[str], log_path: Path) -> int:
         """Runs the engine to its end; a stop during a pull cuts it short."""
-        argv = [self.plan["python"], "-m", "storage.sync", action, *specs]
-        # The manifests (the base of the three-way push) stay beside the root, outside it.
-        argv += ["--root", self.plan["root"], "--state-dir", str(sync_state_dir(self.run))]
-        with open(log_path, "ab") as log:
-            process = subprocess.Popen(
-                argv,
-                env=self.plan["sync_env"],
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+        process = self.start_sync(action, specs, log_path)
         while True:
             try:
                 return process.wait(timeout=POLL_S)
@@ -195,8 +208,145 @@ class Supervisor:
                 if action == "pull" and self.stopping():
                     return self._terminate(process)
 
+    def start_sync(self, action: str, specs: list[str], log_path: Path) -> subprocess.Popen[bytes]:
+        """The storage sync engine on `specs`, its JSON lines appended to `log_path`."""
+        argv = [self.plan["python"], "-m", "storage.sync", action, *specs]
+        # The manifests (the base of the three-way push) stay beside the root, outside it.
+        argv += ["--root", self.plan["root"], "--state-dir", str(sync_state_dir(self.run))]
+        with open(log_path, "ab") as log:
+            return subprocess.Popen(
+                argv,
+                env=self.plan["sync_env"],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
     def finish(self, outcome: dict[str, Any]) -> None:
         self.announce(**outcome)
+
+
+class PeriodicPush:
+    """The rw volumes pushed every `push_every_s` while the process runs (three-way, against
+    the same manifests as the final push, which each push moves forward), so a notebook's or
+    a job's work reaches the bucket before it ends, as the sync sidecar does on a cluster.
+
+    One push at a time, never blocking the supervisor's loop; the final push waits for the one
+    in flight. A failed push is recorded in the state (`periodic_push`) and tried again at the
+    next period: the run goes on, and the final push decides."""
+
+    def __init__(self, supervisor: Supervisor) -> None:
+        self.supervisor = supervisor
+        every = int(supervisor.plan.get("push_every_s") or 0)
+        self.every = every if supervisor.plan["push"] else 0
+        self.next_at = time.monotonic() + self.every
+        self.process: subprocess.Popen[bytes] | None = None
+        self.log_start = 0
+
+    def tick(self) -> None:
+        if not self.every:
+            return
+        if self.process is not None and self.process.poll() is not None:
+            self._record(self.process.returncode)
+        if self.process is None and time.monotonic() >= self.next_at:
+            supervisor = self.supervisor
+            log_path = supervisor.run / "sync.log"
+            self.log_start = _size(log_path)
+            self.process = supervisor.start_sync("push", supervisor.plan["push"], log_path)
+
+    def finish(self) -> None:
+        """Wait for the push in flight (the final push needs its manifests)."""
+        if self.process is not None:
+            self._record(self.process.wait())
+
+    def _record(self, code: int) -> None:
+        log_path = self.supervisor.run / "sync.log"
+        record: dict[str, Any] = {"at": now_iso(), "ok": code == 0}
+        if code != 0:
+            record["error"] = sync_failure(log_path, self.log_start, code)
+        update_state(self.supervisor.run, periodic_push=record)
+        self.process = None
+        self.next_at = time.monotonic() + self.every
+
+
+class ServerWatch:
+    """Asks the editor's REST API (`plan.editor_probe`) whether it answers, then every
+    `every_s` what it last did, into the state file: `last_activity` (Jupyter's own, which
+    counts requests, kernels and terminals; now while a kernel is busy, since a long cell
+    prints nothing), `kernels`, `connections`. Its requests do not count as activity."""
+
+    def __init__(self, probe: dict[str, Any]) -> None:
+        self.api = str(probe["api"])
+        self.token = str(probe["token"])
+        self.every = float(probe.get("every_s") or 10)
+        self.ready_s = float(probe.get("ready_s") or 180)
+        self.ready_by: float | None = None  # counted from the first look, after the pull
+        self.ready = False
+        self.next_at = 0.0
+        self.seen: dict[str, Any] = {}
+
+    def tick(self, supervisor: Supervisor) -> str:
+        """One look when due; why the editor failed to start, or ''."""
+        now = time.monotonic()
+        if now < self.next_at:
+            return ""
+        if self.ready_by is None:
+            self.ready_by = now + self.ready_s
+        status = self._get("status")
+        if not self.ready:
+            if status is None:
+                self.next_at = now + POLL_S
+                if now < self.ready_by:
+                    return ""
+                return "the editor did not answer on its port in time"
+            self.ready = True
+        if status is not None:
+            activity = self._activity(status)
+            if not self.seen:
+                supervisor.announce(phase=Phase.RUNNING.value, reason="running", **activity)
+            elif activity != self.seen:
+                update_state(supervisor.run, **activity)
+            self.seen = activity
+        self.next_at = time.monotonic() + self.every
+        return ""
+
+    def _activity(self, status: dict[str, Any]) -> dict[str, Any]:
+        kernels = int(status.get("kernels") or 0)
+        last = _utc_iso(str(status.get("last_activity") or ""))
+        if kernels and self._busy_kernels():
+            last = now_iso()
+        return {
+            "last_activity": last,
+            "kernels": kernels,
+            "connections": int(status.get("connections") or 0),
+        }
+
+    def _busy_kernels(self) -> int:
+        kernels = self._get("kernels?no_track_activity=1")
+        if not isinstance(kernels, list):
+            return 0
+        return sum(1 for k in kernels if isinstance(k, dict) and k.get("execution_state") == "busy")
+
+    def _get(self, path: str) -> Any:
+        """The JSON answer of GET api/`path`, or None when it does not answer (yet)."""
+        request = urllib.request.Request(  # noqa: S310 - http on 127.0.0.1, from the plan
+            self.api + path, headers={"Authorization": f"token {self.token}"}
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=2) as response:  # noqa: S310
+                return json.loads(response.read())
+        except (OSError, ValueError):
+            return None
+
+
+def _utc_iso(value: str) -> str | None:
+    """Jupyter's timestamp ('...Z') as the state file writes times, or None."""
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed.astimezone(UTC).isoformat(timespec="microseconds")
 
 
 def exit_code(returncode: int) -> int:
