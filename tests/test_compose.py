@@ -54,10 +54,12 @@ def test_no_archived_minio_and_a_pod_reachable_endpoint() -> None:
 
 def test_the_kubeconfig_is_a_secret_and_no_process_pings_redis_for_liveness() -> None:
     compose = _compose()
-    for name in ("web", "worker", "watcher", "beat", "migrate"):
+    for name in ("worker", "watcher"):  # the processes that talk to the cluster
         service = compose["services"][name]
         assert service["secrets"] == ["kubeconfig"]
         assert service["environment"]["KUBECONFIG"] == "/run/secrets/kubeconfig"
+    for name in ("web", "notifier", "beat", "migrate"):  # web faces the internet: no token
+        assert "secrets" not in compose["services"][name], name
     assert compose["secrets"]["kubeconfig"]["file"] == "${KUBECONFIG_PATH:-./kubeconfig}"
     assert "inspect ping" not in str(compose["services"]["worker"]["healthcheck"])
     assert compose["services"]["migrate"]["command"][-1] == "migrate_locked"
