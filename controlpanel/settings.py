@@ -64,6 +64,8 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     # /healthz and /readyz for probes, before the ALLOWED_HOSTS and HTTPS checks.
     "controlpanel.core.middleware.HealthProbeMiddleware",
+    # ingress-nginx's forward-auth for notebooks, asked at the web Service's cluster name.
+    "controlpanel.workloads.notebook_auth.NotebookAuthMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "csp.middleware.CSPMiddleware",

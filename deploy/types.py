@@ -189,6 +189,8 @@ class NotebookRequest:
     It is served at `https://{host}{path}` behind ingress-nginx, which asks `auth_url` (a panel
     endpoint answering 2xx only for members of the project) before every request and sends
     unauthenticated browsers to `signin_url`. `command` None means the editor's default.
+    `token` is the editor's own token (JupyterLab requires it): the auth endpoint sends it
+    upstream in the `Authorization` header, so no browser ever holds it.
     """
 
     id: str
@@ -211,7 +213,7 @@ class NotebookRequest:
     host: str = "notebooks.ajuste.local"
     path: str = "/"
     auth_url: str = "http://ajuste-web.ajuste.svc.cluster.local/auth/notebook"
-    signin_url: str = "https://ajuste.local/accounts/login/"
+    signin_url: str = "https://ajuste.local/login/"
     tls_secret: str | None = None
     ingress_class: str = "nginx"
     datastore_secret: str = DATASTORE_SECRET_NAME
@@ -219,6 +221,7 @@ class NotebookRequest:
     command: tuple[str, ...] | None = None
     push_every_s: int = 300
     sync_image: str | None = None
+    token: str = ""
 
     def __post_init__(self) -> None:
         _tuplify(self, "volumes", "image_pull_secrets")

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from django.conf import settings
 from django.core.cache import cache
+from django.urls import reverse
 
 from controlpanel.projects.models import Project
 from controlpanel.workloads.models import Workload
@@ -86,6 +87,8 @@ def job_ref(job: Workload) -> WorkloadRef:
 
 
 def notebook_request(notebook: Workload) -> NotebookRequest:
+    from controlpanel.workloads.notebook_auth import notebook_token
+
     env, secret_env = split_secret_env(notebook.env)
     return NotebookRequest(
         id=str(notebook.id),
@@ -106,11 +109,12 @@ def notebook_request(notebook: Workload) -> NotebookRequest:
         host=settings.NOTEBOOK_HOST,
         path=notebook_path(notebook),
         auth_url=f"{settings.NOTEBOOK_AUTH_URL}/{notebook.id}",
-        signin_url=f"{settings.SITE_URL}/accounts/login/",
+        signin_url=f"{settings.SITE_URL}{reverse('login')}",
         tls_secret=settings.NOTEBOOK_TLS_SECRET or None,
         ingress_class=settings.NOTEBOOK_INGRESS_CLASS,
         image_pull_secrets=settings.KUBERNETES_IMAGE_PULL_SECRETS,
         sync_image=settings.AJUSTE_SYNC_IMAGE,
+        token=notebook_token(notebook),
     )
 
 

@@ -157,6 +157,8 @@ class KubernetesBackend:
         return self._read_pod(pod, cursor, limit, finished=run.state == "terminated")
 
     def apply_notebook(self, *, notebook: NotebookRequest) -> ObservedWorkload:
+        # The token first: a pod the StatefulSet starts reads it as it is.
+        apply(self.api, manifests.make_notebook_secret(notebook=notebook))
         apply(self.api, manifests.make_notebook_service(notebook=notebook))
         apply(self.api, manifests.make_notebook_ingress(notebook=notebook))
         apply(self.api, manifests.make_notebook_statefulset(notebook=notebook))
@@ -164,7 +166,7 @@ class KubernetesBackend:
 
     def delete_notebook(self, *, ref: WorkloadRef) -> None:
         name = names.notebook_name(ref)
-        for kind in ("Ingress", "Service", "StatefulSet"):
+        for kind in ("Ingress", "Service", "StatefulSet", "Secret"):
             delete(self.api, kind, ref.namespace, name)
         selector = names.selector(names.selector_labels(ref))
         for kind in ("Pod", "PersistentVolumeClaim"):

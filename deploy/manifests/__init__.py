@@ -7,6 +7,7 @@ dicts, the backend can hash what it applies, and a retried task creates nothing 
 from deploy.manifests.jobs import make_job, make_push_job, make_workspace_claim
 from deploy.manifests.notebooks import (
     make_notebook_ingress,
+    make_notebook_secret,
     make_notebook_service,
     make_notebook_statefulset,
 )
@@ -28,6 +29,7 @@ __all__ = [
     "make_namespace",
     "make_network_policies",
     "make_notebook_ingress",
+    "make_notebook_secret",
     "make_notebook_service",
     "make_notebook_statefulset",
     "make_project_objects",

@@ -1,12 +1,19 @@
 """A notebook as Kubernetes objects: a one-replica StatefulSet (replicas 0 when stopped) whose
 claim template keeps /workspace across stop and start, a Service, and an Ingress that asks the
 panel (forward-auth) before every request, so only members of the project get through.
+
+A second lock behind it: JupyterLab requires its own token, kept in the notebook's Secret and
+read from a file (never the environment, which kernels and tools copy around). The panel's auth
+endpoint answers with `Authorization: token <t>`, which ingress-nginx puts on the request it
+sends upstream; the browser never holds the token, and a request that reaches the Service
+without passing the ingress gets nothing.
 """
 
 from __future__ import annotations
 
 from deploy import images, names
 from deploy.manifests.common import (
+    SECRET_FILE_MODE,
     WORKSPACE,
     Manifest,
     container_security_context,
@@ -31,11 +38,21 @@ PORT = 8888
 # makes ingress-nginx overwrite (or drop, when absent) whatever a client sent under these
 # names, so a browser cannot forge its identity towards the notebook.
 IDENTITY_HEADERS = ("X-Ajuste-User", "X-Ajuste-Project")
+# The editor's token, as the auth endpoint returns it for the upstream request.
+AUTH_RESPONSE_HEADERS = (*IDENTITY_HEADERS, "Authorization")
 NGINX = "nginx.ingress.kubernetes.io/"
+TOKEN_KEY = "token"  # noqa: S105  (a key name, not a secret)
+TOKEN_VOLUME = "editor-token"  # noqa: S105
+TOKEN_DIR = "/ajuste-editor"  # noqa: S105
+# What would replace the token file's token: the editor's environment never takes them from
+# the user (JUPYTER_TOKEN wins over JUPYTER_TOKEN_FILE in jupyter_server).
+TOKEN_ENV = ("JUPYTER_TOKEN", "JUPYTER_TOKEN_FILE")
 
 
 def editor_command(notebook: NotebookRequest) -> list[str]:
-    """The editor's command line: no token or password of its own (forward-auth guards it)."""
+    """The editor's command line. JupyterLab takes its token from JUPYTER_TOKEN_FILE (the
+    notebook's Secret); code-server has no token it could take from a header, so forward-auth
+    alone guards it."""
     if notebook.command is not None:
         return list(notebook.command)
     if notebook.editor is Editor.VSCODE:
@@ -54,7 +71,6 @@ def editor_command(notebook: NotebookRequest) -> list[str]:
         "--no-browser",
         f"--ServerApp.base_url={notebook.path}",
         f"--ServerApp.root_dir={WORKSPACE}",
-        "--IdentityProvider.token=",
         "--ServerApp.trust_xheaders=True",
     ]
 
@@ -89,6 +105,26 @@ def make_notebook_statefulset(*, notebook: NotebookRequest) -> Manifest:
             },
             "volumeClaimTemplates": [claim],
         },
+    }
+
+
+def make_notebook_secret(*, notebook: NotebookRequest) -> Manifest:
+    """The editor's token (a file in the editor container). A notebook without one is refused:
+    an empty token file would leave JupyterLab open to anyone who reaches its Service."""
+    if not notebook.token:
+        raise ValueError("a notebook needs its editor token")
+    ref = notebook.ref
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": metadata(
+            name=names.notebook_name(ref),
+            namespace=notebook.namespace,
+            labels=names.workload_labels(ref, component="notebook"),
+            annotations=workload_annotations(ref, {}),
+        ),
+        "type": "Opaque",
+        "stringData": {TOKEN_KEY: notebook.token},
     }
 
 
@@ -148,11 +184,16 @@ def _auth_annotations(notebook: NotebookRequest) -> dict[str, str]:
         NGINX + "auth-url": notebook.auth_url,
         NGINX + "auth-signin": notebook.signin_url,
         NGINX + "auth-signin-redirect-param": "next",
-        NGINX + "auth-response-headers": ",".join(IDENTITY_HEADERS),
-        # Editors keep websockets open for the whole session.
+        # GET, so ingress-nginx also sends X-Original-URI (the endpoint checks the path).
+        NGINX + "auth-method": "GET",
+        NGINX + "auth-response-headers": ",".join(AUTH_RESPONSE_HEADERS),
+        # Editors keep websockets (kernels, terminals) open for the whole session; streamed
+        # outputs and uploads pass as they come.
         NGINX + "proxy-read-timeout": "3600",
         NGINX + "proxy-send-timeout": "3600",
         NGINX + "proxy-body-size": "512m",
+        NGINX + "proxy-buffering": "off",
+        NGINX + "proxy-request-buffering": "off",
     }
 
 
@@ -192,7 +233,7 @@ def _pod_spec(notebook: NotebookRequest) -> Manifest:
     if init:
         pod["initContainers"] = init
     pod["containers"] = [_editor_container(notebook)]
-    pod["volumes"] = [shm_volume(notebook.flavor, notebook.units)]
+    pod["volumes"] = [shm_volume(notebook.flavor, notebook.units), _token_volume(notebook)]
     if init:  # the sync containers' credentials; the editor never mounts them
         pod["volumes"].append(datastore_volume(notebook.datastore_secret))
         pod["volumes"].append(sync_state_volume())
@@ -237,11 +278,12 @@ def _editor_container(notebook: NotebookRequest) -> Manifest:
         "workingDir": WORKSPACE,
         "ports": [{"name": "http", "containerPort": PORT, "protocol": "TCP"}],
     }
-    if notebook.env or notebook.secret_env:
-        plain = {k: v for k, v in notebook.env.items() if k not in notebook.secret_env}
-        container["env"] = env_list(plain) + secret_env_list(
-            notebook.secret_env, notebook.project_secrets
-        )
+    plain = {k: v for k, v in notebook.env.items() if k not in notebook.secret_env}
+    plain = {k: v for k, v in plain.items() if k not in TOKEN_ENV}
+    secret_env = {k: v for k, v in notebook.secret_env.items() if k not in TOKEN_ENV}
+    container["env"] = env_list(
+        {**plain, "JUPYTER_TOKEN_FILE": f"{TOKEN_DIR}/{TOKEN_KEY}"}
+    ) + secret_env_list(secret_env, notebook.project_secrets)
     container["resources"] = flavor_resources(notebook.flavor, notebook.units)
     container["securityContext"] = container_security_context()
     container["readinessProbe"] = {
@@ -249,5 +291,15 @@ def _editor_container(notebook: NotebookRequest) -> Manifest:
         "periodSeconds": 5,
         "failureThreshold": 3,
     }
-    container["volumeMounts"] = main_mounts(subpaths=False)
+    token_mount = {"name": TOKEN_VOLUME, "mountPath": TOKEN_DIR, "readOnly": True}
+    container["volumeMounts"] = [*main_mounts(subpaths=False), token_mount]
     return container
+
+
+def _token_volume(notebook: NotebookRequest) -> Manifest:
+    secret = {
+        "secretName": names.notebook_name(notebook.ref),
+        "items": [{"key": TOKEN_KEY, "path": TOKEN_KEY}],
+        "defaultMode": SECRET_FILE_MODE,
+    }
+    return {"name": TOKEN_VOLUME, "secret": secret}

@@ -64,6 +64,28 @@ def _api_job_url(suffix: str = "") -> Callable[[dict[str, Any]], str]:
     return lambda c: f"/api/v1/jobs/{_job(c)}/{suffix}?project=alpha"
 
 
+def _notebook(ctx: dict[str, Any]) -> str:
+    """A notebook of the owner's project (a row, STARTING: no backend is involved)."""
+    from controlpanel.flavors.models import Flavor
+    from controlpanel.workloads.models import Notebook
+
+    notebook = Notebook.objects.filter(owner=ctx["owner"]).first() or Notebook.objects.create(
+        project=Membership.objects.get(user=ctx["owner"]).project,
+        owner=ctx["owner"],
+        name="secret-notebook",
+        image="quay.io/jupyter/minimal-notebook:python-3.12",
+        params={"image": "python"},
+        editor="jupyterlab",
+        state="STARTING",
+        flavor=Flavor.objects.get(name="ai1-1-cpu"),
+    )
+    return str(notebook.pk)
+
+
+def _notebook_url(suffix: str = "") -> Callable[[dict[str, Any]], str]:
+    return lambda c: f"/p/alpha/notebooks/{_notebook(c)}/{suffix}"
+
+
 def _bucket(ctx: dict[str, Any]) -> str:
     """A bucket of the owner's project (a row only: access is checked before S3 is called)."""
     from controlpanel.buckets.models import Bucket
@@ -124,6 +146,14 @@ CASES: list[Case] = [
     Case("job-logs", _job_url("logs/")),
     Case("job-log-download", _job_url("logs/download/")),
     Case("job-action", _job_url("stop/"), ("post",)),
+    Case("notebook-list", lambda c: "/p/alpha/notebooks/"),
+    Case("notebook-new", lambda c: "/p/alpha/notebooks/new/", ("get", "post")),
+    Case("notebook-detail", _notebook_url()),
+    Case("notebook-status", _notebook_url("status/")),
+    Case("notebook-logs", _notebook_url("logs/")),
+    Case("notebook-log-download", _notebook_url("logs/download/")),
+    Case("notebook-open", _notebook_url("open/")),
+    Case("notebook-action", _notebook_url("stop/"), ("post",)),
     Case("api-job-list", lambda c: "/api/v1/jobs/?project=alpha", ("get", "post"), api=True),
     Case("api-job-detail", _api_job_url(), ("get", "delete"), api=True),
     Case("api-job-stop", _api_job_url("stop/"), ("post",), api=True),
@@ -169,6 +199,8 @@ PUBLIC = {
     "api-docs",
     "api-root",
     "api-not-found",  # any unrouted path under /api/: a JSON 404 (test_api_errors)
+    # ingress-nginx's forward-auth, session only: 401 / 403 (jobs/test_notebook_auth.py)
+    "notebook-auth",
 }
 PERSONAL = {
     "password_change",
@@ -314,6 +346,17 @@ OWNER: dict[str, tuple[Probe, ...]] = {
     "job-logs": (Probe("get", 200, "<title>Log \u00b7 secret-job"),),
     "job-log-download": (Probe("get", 200, 'filename="job-{job:.8}-run1.log"'),),
     "job-action": (Probe("post", 302, "/p/alpha/jobs/{job}/"),),
+    "notebook-list": (Probe("get", 200, "secret-notebook"),),
+    "notebook-new": (
+        Probe("get", 200, "New notebook \u00b7 Alpha"),
+        Probe("post", 400, "New notebook \u00b7 Alpha", {}),
+    ),
+    "notebook-detail": (Probe("get", 200, "<title>secret-notebook"),),
+    "notebook-status": (Probe("get", 200, "secret-notebook"),),
+    "notebook-logs": (Probe("get", 200, "<title>Log \u00b7 secret-notebook"),),
+    "notebook-log-download": (Probe("get", 200, 'filename="notebook-{notebook:.8}-run1.log"'),),
+    "notebook-open": (Probe("get", 409, "secret-notebook is STARTING"),),  # not running yet
+    "notebook-action": (Probe("post", 302, "/p/alpha/notebooks/{notebook}/"),),
     "api-job-list": (
         Probe("get", 200, '"name":"secret-job"'),
         Probe("post", 201, '"project":"alpha"', _job_spec),
@@ -410,7 +453,7 @@ def test_the_owner_gets_the_real_answer(
     """The positive control of the tests above: the same route, the project's manager, on a
     web process that has no cluster identity (so no route may reach the cluster)."""
     ctx = ctx | {"s3": owner_s3, "bucket": "alpha-data"}
-    job, _, _ = _job(ctx), _bucket(ctx), _secret(ctx)
+    job, notebook, _, _ = _job(ctx), _notebook(ctx), _bucket(ctx), _secret(ctx)
     url = case.path(ctx)
     client = owner_api if case.api else owner_client
     for probe in OWNER[case.name]:
@@ -420,7 +463,8 @@ def test_the_owner_gets_the_real_answer(
         )
         seen = _answer(response)
         assert response.status_code == probe.status, (probe.method, url, seen[:2000])
-        assert probe.shows.format(job=job) in seen, (probe.method, url, seen[:2000])
+        shows = probe.shows.format(job=job, notebook=notebook)
+        assert shows in seen, (probe.method, url, seen[:2000])
         assert "alpha-secret-value" not in seen, (probe.method, url)  # never, on any route
 
 
@@ -435,6 +479,7 @@ def _answer(response: Any) -> str:
 PROJECT_LEVEL = {"project-home", "member-list", "api-project-detail", "api-member-list"}
 PROJECT_LEVEL |= {"project-secrets", "api-secret-list"}
 PROJECT_LEVEL |= {"job-list", "job-new", "api-job-list", "bucket-list", "api-bucket-list"}
+PROJECT_LEVEL |= {"notebook-list", "notebook-new"}
 OWNED = [c for c in CASES if c.name not in PROJECT_LEVEL | {"api-bucket-attach"}]
 
 

@@ -81,8 +81,9 @@ def notebook_request() -> NotebookRequest:
         host="nb.ajuste.example",
         path="/notebooks/7/",
         auth_url="http://ajuste-web.ajuste.svc/auth/notebooks/7",
-        signin_url="https://ajuste.example/accounts/login/",
+        signin_url="https://ajuste.example/login/",
         tls_secret="nb-tls",
+        token="editor-token-7",
     )
 
 

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
+
 from deploy.manifests import (
     make_notebook_ingress,
+    make_notebook_secret,
     make_notebook_service,
     make_notebook_statefulset,
 )
@@ -30,6 +33,15 @@ SELECTOR = {
 LABELS = {**SELECTOR, "ajuste.io/component": "notebook"}
 ANNOTATIONS = {"ajuste.io/project": "vision", "ajuste.io/id": "7"}
 NGINX = "nginx.ingress.kubernetes.io/"
+TOKEN_MOUNT = {"name": "editor-token", "mountPath": "/ajuste-editor", "readOnly": True}
+TOKEN_VOLUME = {
+    "name": "editor-token",
+    "secret": {
+        "secretName": "nb-7",
+        "items": [{"key": "token", "path": "token"}],
+        "defaultMode": 0o400,
+    },
+}
 
 
 def test_statefulset_keeps_the_workspace_claim(notebook_request: NotebookRequest) -> None:
@@ -106,11 +118,13 @@ def test_statefulset_keeps_the_workspace_claim(notebook_request: NotebookRequest
                                 "--no-browser",
                                 "--ServerApp.base_url=/notebooks/7/",
                                 "--ServerApp.root_dir=/workspace",
-                                "--IdentityProvider.token=",
                                 "--ServerApp.trust_xheaders=True",
                             ],
                             "workingDir": "/workspace",
                             "ports": [{"name": "http", "containerPort": 8888, "protocol": "TCP"}],
+                            "env": [
+                                {"name": "JUPYTER_TOKEN_FILE", "value": "/ajuste-editor/token"}
+                            ],
                             "resources": {"requests": one_gpu, "limits": one_gpu},
                             "securityContext": CONTAINER_SECURITY,
                             "readinessProbe": {
@@ -121,11 +135,13 @@ def test_statefulset_keeps_the_workspace_claim(notebook_request: NotebookRequest
                             "volumeMounts": [
                                 WORKSPACE_MOUNT,
                                 {"name": "dshm", "mountPath": "/dev/shm"},
+                                TOKEN_MOUNT,
                             ],
                         }
                     ],
                     "volumes": [
                         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "50Gi"}},
+                        TOKEN_VOLUME,
                         DATASTORES_VOLUME,
                         {"name": "sync-state", "emptyDir": {"sizeLimit": "1Gi"}},
                     ],
@@ -170,12 +186,15 @@ def test_service_and_forward_auth_ingress(notebook_request: NotebookRequest) -> 
             "annotations": {
                 **ANNOTATIONS,
                 NGINX + "auth-url": "http://ajuste-web.ajuste.svc/auth/notebooks/7",
-                NGINX + "auth-signin": "https://ajuste.example/accounts/login/",
+                NGINX + "auth-signin": "https://ajuste.example/login/",
                 NGINX + "auth-signin-redirect-param": "next",
-                NGINX + "auth-response-headers": "X-Ajuste-User,X-Ajuste-Project",
+                NGINX + "auth-method": "GET",
+                NGINX + "auth-response-headers": "X-Ajuste-User,X-Ajuste-Project,Authorization",
                 NGINX + "proxy-read-timeout": "3600",
                 NGINX + "proxy-send-timeout": "3600",
                 NGINX + "proxy-body-size": "512m",
+                NGINX + "proxy-buffering": "off",
+                NGINX + "proxy-request-buffering": "off",
             },
         },
         "spec": {
@@ -232,3 +251,36 @@ def test_every_notebook_object_is_valid(notebook_request: NotebookRequest) -> No
         validate(make_notebook_statefulset(notebook=request))
         validate(make_notebook_service(notebook=request))
         validate(make_notebook_ingress(notebook=request))
+        validate(make_notebook_secret(notebook=request))
+
+
+def test_the_editor_token_is_a_secret_file_the_user_cannot_replace(
+    notebook_request: NotebookRequest,
+) -> None:
+    """JupyterLab requires the token in the notebook's own Secret, read from a file; the
+    user's env cannot replace it (JUPYTER_TOKEN would win over the file), plain or secret."""
+    assert make_notebook_secret(notebook=notebook_request) == {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": "nb-7",
+            "namespace": "ajuste-vision",
+            "labels": LABELS,
+            "annotations": ANNOTATIONS,
+        },
+        "type": "Opaque",
+        "stringData": {"token": "editor-token-7"},
+    }
+    sneaky = replace(
+        notebook_request,
+        env={"JUPYTER_TOKEN": "", "JUPYTER_TOKEN_FILE": "/dev/null", "SEED": "1"},
+        secret_env={"JUPYTER_TOKEN": "mine"},
+    )
+    main = make_notebook_statefulset(notebook=sneaky)["spec"]["template"]["spec"]["containers"][0]
+    assert main["env"] == [
+        {"name": "JUPYTER_TOKEN_FILE", "value": "/ajuste-editor/token"},
+        {"name": "SEED", "value": "1"},
+    ]
+    assert not any("token" in arg.lower() for arg in main["command"])
+    with pytest.raises(ValueError, match="editor token"):
+        make_notebook_secret(notebook=replace(notebook_request, token=""))
