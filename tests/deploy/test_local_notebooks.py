@@ -3,16 +3,22 @@ its token, /workspace with the volumes under it, stop and start at the same addr
 
 from __future__ import annotations
 
+import asyncio
+import json
 import socket
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import cast
 from urllib.parse import urlsplit
 
 import httpx
 import pytest
+from tornado.httpclient import HTTPRequest
+from tornado.websocket import WebSocketClientConnection, websocket_connect
 
 from deploy.local import LocalBackend
 from deploy.local.editors import editor_problem
@@ -195,6 +201,67 @@ def test_the_servers_own_activity_is_observed_and_rw_volumes_are_pushed_while_it
 
     wait_until(local, notebook.ref, in_bucket)
     assert local.observe_notebook(ref=notebook.ref).phase is Phase.RUNNING
+
+
+async def execute(lab: Lab, kernel_id: str, code: str) -> WebSocketClientConnection:
+    """Send `code` to the kernel over its channels (as the browser does); the open socket."""
+    url = f"{lab.base.replace('http', 'ws', 1)}api/kernels/{kernel_id}/channels"
+    request = HTTPRequest(url, headers={"Authorization": f"token {lab.token}"})
+    socket_ = await websocket_connect(request)
+    header = {
+        "msg_id": uuid.uuid4().hex,
+        "session": uuid.uuid4().hex,
+        "username": "test",
+        "msg_type": "execute_request",
+        "version": "5.3",
+        "date": "",
+    }
+    message = {
+        "header": header,
+        "parent_header": {},
+        "metadata": {},
+        "content": {"code": code, "silent": False},
+        "channel": "shell",
+    }
+    await socket_.write_message(json.dumps(message))
+    return socket_
+
+
+@pytest.mark.slow
+def test_a_busy_kernel_is_activity_though_it_prints_nothing(
+    local: LocalBackend,
+    bucket: str,
+    cleanup: list[NotebookRequest],
+    fast_activity: None,
+) -> None:
+    notebook = notebook_request(bucket, id="3", path="/", volumes=())
+    cleanup.append(notebook)
+    local.apply_notebook(notebook=notebook)
+    lab = Lab(running(local, notebook))
+    kernel = lab.client.post(
+        f"{lab.base}api/kernels",
+        json={"name": "python3"},
+        headers={"Authorization": f"token {lab.token}"},
+        timeout=30,
+    )
+    assert kernel.status_code == 201, kernel.text
+    loop = asyncio.new_event_loop()
+    try:
+        socket_ = loop.run_until_complete(
+            execute(lab, kernel.json()["id"], "import time; time.sleep(120)")
+        )
+        sent = datetime.now(UTC)
+        # Jupyter's own last activity stays at the moment the cell began; the observation
+        # keeps moving while the kernel is busy, so an idle stop does not cut a long cell.
+        busy = wait_until(
+            local,
+            notebook.ref,
+            lambda o: o.last_activity is not None and o.last_activity > sent + timedelta(seconds=2),
+        )
+        assert busy.phase is Phase.RUNNING
+        socket_.close()
+    finally:
+        loop.close()
 
 
 def test_the_token_stays_off_the_command_line(tmp_path: Path) -> None:
