@@ -1,6 +1,7 @@
-"""The two tabs of the submission form. Each hands its typed values to the one validator
-(validation.validate_job, shared with the API and the CLI) and places each of its keyed
-errors (contract.py) on the widget it concerns: `volumes.1` beside the second volume."""
+"""The two tabs of the job submission form, and the pieces the notebook form shares with them
+(notebook_forms.py). Each hands its typed values to the one validator (validation.validate_job,
+shared with the API and the CLI) and places each of its keyed errors (contract.py) on the
+widget it concerns: `volumes.1` beside the second volume."""
 
 from __future__ import annotations
 
@@ -79,20 +80,19 @@ def _pairs(text: str, field: str) -> dict[str, str]:
     return pairs
 
 
-class _JobForm(forms.Form):
+class WorkloadForm(forms.Form):
+    """What every workload form asks (a name, a flavor and its units) and how it shows the
+    one validator's keyed errors: `volumes.1` beside the second line of the volumes."""
+
+    # The non-empty lines of the text areas submitted, by field (set by `submission()`).
+    lines: dict[str, list[tuple[int, str]]] = {}
+
     name = forms.CharField(max_length=100, required=False, help_text="Defaults to the image name.")
     flavor = FlavorChoiceField(
         queryset=Flavor.objects.filter(enabled=True), to_field_name="name", empty_label=None
     )
     gpu = forms.IntegerField(
         min_value=1, initial=1, label="Units", help_text="Units of the flavor (the CLI's --gpu N)."
-    )
-    timeout = DurationField(
-        min_s=60,
-        max_s=MAX_TIMEOUT_S,
-        initial=DEFAULT_TIMEOUT_S,
-        required=False,
-        help_text=f"e.g. {EXAMPLES} (default 7d, at most 30d).",
     )
 
     def describe_units(self, flavor: Flavor | None) -> None:
@@ -115,7 +115,6 @@ class _JobForm(forms.Form):
             "name": data.get("name") or "",
             "flavor": data.get("flavor"),
             "gpu": data.get("gpu"),
-            "timeout": data.get("timeout"),
         }
 
     def forget_missing(self) -> None:
@@ -137,26 +136,37 @@ class _JobForm(forms.Form):
                 self.add_error(target, prefix + message)
 
     def widget_for(self, key: str) -> tuple[str | None, str]:
-        """The field showing error `key`, and what to say before its message."""
-        name = field_of(key)
+        """The field showing error `key`, and what to say before its message: `volumes.2`
+        and `command.2` are lines of their text areas, so say which."""
+        name, part = field_of(key), part_of(key)
+        if name in self.lines and part.isdigit() and int(part) < len(self.lines[name]):
+            return name, f"Line {self.lines[name][int(part)][0]}: "
         return (name if name in self.fields else None), ""
 
 
-def _numbered_lines(text: str, *, strip: bool) -> list[tuple[int, str]]:
+class _JobForm(WorkloadForm):
+    timeout = DurationField(
+        min_s=60,
+        max_s=MAX_TIMEOUT_S,
+        initial=DEFAULT_TIMEOUT_S,
+        required=False,
+        help_text=f"e.g. {EXAMPLES} (default 7d, at most 30d).",
+    )
+
+    def common_data(self) -> dict[str, Any]:
+        return super().common_data() | {"timeout": self.cleaned_data.get("timeout")}
+
+
+def numbered_lines(text: str, *, strip: bool) -> list[tuple[int, str]]:
     """The non-empty lines of a text area with their numbers (from 1); volumes are stripped."""
     lines = [(n, line.strip() if strip else line) for n, line in enumerate(text.splitlines(), 1)]
     return [(n, line) for n, line in lines if line]
 
 
-class CustomJobForm(_JobForm):
-    lines: dict[str, list[tuple[int, str]]]
+class ContainerForm(WorkloadForm):
+    """Volumes (one spec a line, with the bucket picker), environment and labels: what a
+    custom job and a notebook both ask."""
 
-    image = forms.CharField(max_length=300, help_text="e.g. my-registry/my-training-image:latest")
-    command = forms.CharField(
-        widget=forms.Textarea(attrs={"rows": 3}),
-        required=False,
-        help_text="One argument per line (never run through a shell).",
-    )
     volumes = forms.CharField(
         widget=forms.Textarea(attrs={"rows": 3}),
         required=False,
@@ -166,7 +176,7 @@ class CustomJobForm(_JobForm):
         widget=forms.Textarea(attrs={"rows": 2}),
         required=False,
         label="Environment",
-        help_text="KEY=value, one per line.",
+        help_text="KEY=value, one per line; KEY=secret:NAME reads the project's secret NAME.",
     )
     labels = forms.CharField(
         widget=forms.Textarea(attrs={"rows": 2}),
@@ -174,29 +184,17 @@ class CustomJobForm(_JobForm):
         help_text="key=value, one per line.",
     )
 
-    def submission(self) -> dict[str, Any]:
-        """The typed values, as the validator takes them."""
+    def container_data(self) -> dict[str, Any]:
+        """Volumes, env and labels as the validators take them (the volumes' lines noted)."""
         data = self.cleaned_data
-        self.lines = {
-            name: _numbered_lines(data.get(name) or "", strip=name == "volumes")
-            for name in ("command", "volumes")
-        }
-        return self.common_data() | {
-            "image": data.get("image"),
-            "command": [text for _, text in self.lines["command"]],
+        self.lines = self.lines | {"volumes": numbered_lines(data.get("volumes") or "", strip=True)}
+        return {
             "volumes": [text for _, text in self.lines["volumes"]],
             "env": _pairs(data.get("env") or "", "Environment"),
             "labels": {
                 k.strip(): v.strip() for k, v in _pairs(data.get("labels") or "", "labels").items()
             },
         }
-
-    def widget_for(self, key: str) -> tuple[str | None, str]:
-        """`volumes.2` and `command.2` are lines of their text areas: say which."""
-        name, part = field_of(key), part_of(key)
-        if name in self.lines and part.isdigit() and int(part) < len(self.lines[name]):
-            return name, f"Line {self.lines[name][int(part)][0]}: "
-        return super().widget_for(key)
 
     def clean_env(self) -> str:
         _pairs(self.cleaned_data.get("env") or "", "Environment")
@@ -205,6 +203,25 @@ class CustomJobForm(_JobForm):
     def clean_labels(self) -> str:
         _pairs(self.cleaned_data.get("labels") or "", "labels")
         return self.cleaned_data.get("labels") or ""
+
+
+class CustomJobForm(ContainerForm, _JobForm):
+    image = forms.CharField(max_length=300, help_text="e.g. my-registry/my-training-image:latest")
+    command = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 3}),
+        required=False,
+        help_text="One argument per line (never run through a shell).",
+    )
+
+    def submission(self) -> dict[str, Any]:
+        """The typed values, as the validator takes them."""
+        data = self.cleaned_data
+        self.lines = {"command": numbered_lines(data.get("command") or "", strip=False)}
+        return (
+            self.common_data()
+            | {"image": data.get("image"), "command": [text for _, text in self.lines["command"]]}
+            | self.container_data()
+        )
 
 
 class FinetuneForm(_JobForm):

@@ -1,6 +1,7 @@
-"""One read model of a job's log: a page of stored lines, the same for the job page, its htmx
-fragment, the plain log page and the API, so they cannot disagree about where a page ends,
-whether more lines will come, or which lines are progress events.
+"""One read model of a workload's log (a job's, a notebook's): a page of stored lines, the same
+for the job and notebook pages, their htmx fragments, the plain log page and the API, so they
+cannot disagree about where a page ends, whether more lines will come, or which lines are
+progress events.
 
 A progress event (a line `training.protocol` recognises) is flagged, not removed: the page hides
 it by default and draws it as the progress panel; the API says `"event": true`; the download
@@ -14,7 +15,7 @@ from functools import cached_property
 
 from controlpanel.workloads import logs
 from controlpanel.workloads.ansi import ansi_to_html
-from controlpanel.workloads.models import Job
+from controlpanel.workloads.models import Workload
 from training.protocol import is_event
 
 
@@ -53,20 +54,20 @@ class LogPage:
         return self.after > 0
 
 
-def log_page(*, job: Job, after: int = 0, limit: int = 500, run: int | None = None) -> LogPage:
+def log_page(*, job: Workload, after: int = 0, limit: int = 500, run: int | None = None) -> LogPage:
     """Up to `limit` lines of `run` (default: the current run) after sequence number `after`."""
     run = run or job.run
     return _page(job, run, after, limit, logs.run_line_count(job=job, run=run))
 
 
-def log_tail(*, job: Job, count: int = 500, run: int | None = None) -> LogPage:
+def log_tail(*, job: Workload, count: int = 500, run: int | None = None) -> LogPage:
     """The last `count` lines of a run, found by sequence number (an index range, not a scan)."""
     run = run or job.run
     total = logs.run_line_count(job=job, run=run)
     return _page(job, run, max(total - count, 0), count, total)
 
 
-def _page(job: Job, run: int, after: int, limit: int, total: int) -> LogPage:
+def _page(job: Workload, run: int, after: int, limit: int, total: int) -> LogPage:
     rows = logs.lines_after(job=job, after=after, limit=limit, run=run)
     lines = tuple(LogLine(seq=row.seq, text=row.text, event=is_event(row.text)) for row in rows)
     last = lines[-1].seq if lines else after

@@ -14,6 +14,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
 from django.http import HttpResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
@@ -27,7 +28,7 @@ from controlpanel.workloads.collector import note_followed
 from controlpanel.workloads.demo import demo_form_initial
 from controlpanel.workloads.forms import CustomJobForm, FinetuneForm
 from controlpanel.workloads.logpage import LogPage, log_page, log_tail
-from controlpanel.workloads.models import Job, JobState
+from controlpanel.workloads.models import Job, JobState, Kind, Workload
 from controlpanel.workloads.validation import (
     LOCAL_BACKEND_NOTE,
     runs_only_the_finetune_image,
@@ -159,7 +160,7 @@ def _detail_context(job: Job) -> dict[str, Any]:
 @project_view()
 def job_detail(request: ProjectRequest, job_id: str) -> HttpResponse:
     job = selectors.job_get(project=request.access.project, job_id=job_id)
-    context = _detail_context(job) | _log_context(log_tail(job=job, count=LOG_TAIL))
+    context = _detail_context(job) | log_context(job, log_tail(job=job, count=LOG_TAIL))
     context["earlier_runs"] = range(job.run - 1, 0, -1)
     return render(request, "jobs/detail.html", context)
 
@@ -170,25 +171,43 @@ def job_status(request: ProjectRequest, job_id: str) -> HttpResponse:
     return render(request, "jobs/detail.html#job-status", _detail_context(job))
 
 
-def _log_context(page: LogPage) -> dict[str, Any]:
-    return {"log": page, "lines": page.lines, "last_seq": page.next, "following": page.following}
+def log_context(workload: Workload, page: LogPage) -> dict[str, Any]:
+    """What the log section and its poller show; their links are the workload kind's routes
+    (a job's, a notebook's), so the one section serves both pages."""
+    kind, key = ("notebook", "notebook_id") if workload.kind == Kind.NOTEBOOK else ("job", "job_id")
+    kwargs = {"slug": workload.project.slug, key: workload.pk}
+    return {
+        "workload": workload,
+        "log": page,
+        "lines": page.lines,
+        "last_seq": page.next,
+        "following": page.following,
+        "detail_url": reverse(f"{kind}-detail", kwargs=kwargs),
+        "logs_url": reverse(f"{kind}-logs", kwargs=kwargs),
+        "download_url": reverse(f"{kind}-log-download", kwargs=kwargs),
+    }
 
 
 @project_view()
 def job_logs(request: ProjectRequest, job_id: str) -> HttpResponse:
     """Lines after `?after=` of `?run=` (htmx: appended out of band, with the next poller)."""
     job = selectors.job_get(project=request.access.project, job_id=job_id)
+    return log_lines(request, job)
+
+
+def log_lines(request: ProjectRequest, workload: Workload) -> HttpResponse:
+    """The lines of a job's or a notebook's log after `?after=` of `?run=`."""
     try:
-        run = logs.resolve_run(job=job, value=request.GET.get("run"))
+        run = logs.resolve_run(job=workload, value=request.GET.get("run"))
     except logs.UnknownRun as exc:
         return HttpResponse(str(exc), status=404, content_type="text/plain; charset=utf-8")
     try:
         after = min(max(int(request.GET.get("after", 0)), 0), MAX_OFFSET)
     except ValueError:
         after = 0
-    note_followed(job.pk)  # read every collector round while someone follows
-    page = log_page(job=job, after=after, limit=LOG_TAIL, run=run)
-    context = {"job": job, "project": job.project} | _log_context(page)
+    note_followed(workload.pk)  # read every collector round while someone follows
+    page = log_page(job=workload, after=after, limit=LOG_TAIL, run=run)
+    context = {"project": workload.project} | log_context(workload, page)
     if wants_fragment(request):
         return render(request, "jobs/detail.html#log-append", context)
     return render(request, "jobs/logs.html", context)
@@ -198,15 +217,21 @@ def job_logs(request: ProjectRequest, job_id: str) -> HttpResponse:
 def job_log_download(request: ProjectRequest, job_id: str) -> HttpResponse | StreamingHttpResponse:
     """The whole log of `?run=` (default: the current run) as a text file."""
     job = selectors.job_get(project=request.access.project, job_id=job_id)
+    return log_download(job, request.GET.get("run"))
+
+
+def log_download(workload: Workload, run_value: str | None) -> HttpResponse | StreamingHttpResponse:
+    """The whole log of run `run_value` (default: the current run) of a job or a notebook."""
     try:
-        run = logs.resolve_run(job=job, value=request.GET.get("run"))
+        run = logs.resolve_run(job=workload, value=run_value)
     except logs.UnknownRun as exc:
         # Plain text, not the bare 404 page: the message says which runs exist.
         return HttpResponse(str(exc), status=404, content_type="text/plain; charset=utf-8")
     response = StreamingHttpResponse(
-        logs.iter_log_text(job=job, run=run), content_type="text/plain; charset=utf-8"
+        logs.iter_log_text(job=workload, run=run), content_type="text/plain; charset=utf-8"
     )
-    response["Content-Disposition"] = f'attachment; filename="job-{job.short_id}-run{run}.log"'
+    name = f"{workload.kind}-{workload.short_id}-run{run}.log"
+    response["Content-Disposition"] = f'attachment; filename="{name}"'
     return response
 
 
