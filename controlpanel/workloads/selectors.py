@@ -1,4 +1,4 @@
-"""Reads on jobs: the filtered list, one job by id within a project, cost estimates."""
+"""Reads on jobs and notebooks: the filtered lists, one by id within a project, cost estimates."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from django.utils import timezone
 
 from controlpanel.flavors.models import Flavor
 from controlpanel.projects.models import Project
-from controlpanel.workloads.models import Job, JobState, Workload
+from controlpanel.workloads.models import Job, JobState, Notebook, NotebookImage, Workload
 from controlpanel.workloads.validation import LABEL_RE
 
 # Duration is NULL until a job starts: never-started jobs go last in both directions.
@@ -155,18 +155,35 @@ def hourly_price(*, flavor: Flavor, units: int) -> Decimal | None:
     return None if price is None else (price * units).quantize(CENT, ROUND_HALF_UP)
 
 
-def job_cost_estimate(*, job: Job) -> Decimal | None:
+def job_cost_estimate(*, job: Workload) -> Decimal | None:
     """RUNNING time so far, each started minute in full at the unit price in effect for it.
 
     An estimate for the job page (the current run); the billing ledger is the reference."""
-    start = job.started_at
-    first_price = None if start is None else job.flavor.price_at(start)
+    return _run_cost(job.flavor, job.gpu, job.started_at, job.finished_at)
+
+
+def workload_cost_estimate(*, workload: Workload) -> Decimal | None:
+    """What every run of the workload cost so far (a notebook is billed per start): each run
+    row counted as `job_cost_estimate` counts one; None while no run has started. Reads
+    `workload.runs.all()`, so a list prefetching `runs__flavor__prices` adds no query a row."""
+    costs = [
+        _run_cost(run.flavor, run.units, run.started_at, run.finished_at)
+        for run in workload.runs.all()
+    ]
+    known = [cost for cost in costs if cost is not None]
+    return sum(known, Decimal(0)).quantize(MILLI_CENT, ROUND_HALF_UP) if known else None
+
+
+def _run_cost(
+    flavor: Flavor, units: int, start: datetime | None, end: datetime | None
+) -> Decimal | None:
+    first_price = None if start is None else flavor.price_at(start)
     if start is None or first_price is None:
         return None
-    minutes = max(1, math.ceil(((job.finished_at or timezone.now()) - start).total_seconds() / 60))
-    shares = _minutes_per_price(job.flavor, start, minutes, first_price)
+    minutes = max(1, math.ceil(((end or timezone.now()) - start).total_seconds() / 60))
+    shares = _minutes_per_price(flavor, start, minutes, first_price)
     per_hour = sum((price * count for price, count in shares), Decimal(0))
-    return (per_hour * job.gpu / 60).quantize(MILLI_CENT, ROUND_HALF_UP)
+    return (per_hour * units / 60).quantize(MILLI_CENT, ROUND_HALF_UP)
 
 
 def _minutes_per_price(
@@ -202,3 +219,37 @@ def queue_position(*, job: Workload) -> int | None:
     if not shares_machine():
         ahead = ahead.filter(project=job.project_id)
     return ahead.count() + 1
+
+
+def notebooks_for_project(*, project: Project) -> QuerySet[Notebook]:
+    """The project's notebooks, newest first, with what the list shows (flavor prices and
+    runs for the cost so far) read in a fixed number of queries."""
+    return (
+        Notebook.objects.filter(project=project)
+        .select_related("project", "owner", "flavor")
+        .prefetch_related("flavor__prices", "runs__flavor__prices")
+        .defer("progress", "loss_curve", "log_cursor", "env")
+        .order_by("-created_at")
+    )
+
+
+def notebook_get(*, project: Project, notebook_id: Any) -> Notebook:
+    """A notebook of this project, or 404 (also for malformed ids and other projects' ones)."""
+    try:
+        key = uuid.UUID(str(notebook_id))
+    except ValueError:
+        raise Http404("No such notebook.") from None
+    notebook = (
+        Notebook.objects.select_related("project", "owner", "flavor")
+        .prefetch_related("flavor__prices", "runs__flavor__prices")
+        .filter(pk=key, project=project)
+        .first()
+    )
+    if notebook is None:
+        raise Http404("No such notebook.")
+    return notebook
+
+
+def notebook_images() -> dict[str, NotebookImage]:
+    """The images notebooks may run, by name, in the admin's order."""
+    return {image.name: image for image in NotebookImage.objects.filter(enabled=True)}

@@ -1,9 +1,9 @@
-"""Job pages, and the API's /api/v1/jobs/ and /api/v1/flavors/."""
+"""Job and notebook pages, and the API's /api/v1/jobs/ and /api/v1/flavors/."""
 
 from django.urls import path
 
 from controlpanel.api.routes import ApiRoutes
-from controlpanel.workloads import api, views
+from controlpanel.workloads import api, notebook_views, views
 
 P = "p/<slug:slug>/jobs/"
 
@@ -15,6 +15,21 @@ urlpatterns = [
     path(P + "<str:job_id>/logs/", views.job_logs, name="job-logs"),
     path(P + "<str:job_id>/logs/download/", views.job_log_download, name="job-log-download"),
     path(P + "<str:job_id>/<slug:action>/", views.job_action, name="job-action"),
+]
+
+NB = "p/<slug:slug>/notebooks/"
+ONE = NB + "<str:notebook_id>/"
+urlpatterns += [
+    path(NB, notebook_views.notebook_list, name="notebook-list"),
+    path(NB + "new/", notebook_views.notebook_new, name="notebook-new"),
+    path(ONE, notebook_views.notebook_detail, name="notebook-detail"),
+    path(ONE + "status/", notebook_views.notebook_status, name="notebook-status"),
+    path(ONE + "logs/", notebook_views.notebook_logs, name="notebook-logs"),
+    path(
+        ONE + "logs/download/", notebook_views.notebook_log_download, name="notebook-log-download"
+    ),
+    path(ONE + "open/", notebook_views.notebook_open, name="notebook-open"),
+    path(ONE + "<slug:action>/", notebook_views.notebook_action, name="notebook-action"),
 ]
 
 

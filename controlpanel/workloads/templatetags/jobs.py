@@ -26,6 +26,11 @@ STATE_CLASSES = {
     "INITIALIZING": "badge-warn",
     "INTERRUPTING": "badge-warn",
     "FINALIZING": "badge-info",
+    # notebooks
+    "STARTING": "badge-warn",
+    "STOPPING": "badge-warn",
+    "STOPPED": "badge-muted",
+    "DELETING": "badge-warn",
 }
 
 
