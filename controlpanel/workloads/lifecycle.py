@@ -310,7 +310,12 @@ def _record_times(job: Workload, observed: ObservedWorkload) -> None:
         "finished_at": observed.finished_at,
         "exit_code": observed.exit_code,
         "url": observed.url,
-        "last_activity_at": observed.last_activity,
+        # The later of the server's activity and a "keep it running" (which the server never
+        # saw): an older observation must not undo the user's click.
+        "last_activity_at": max(
+            (t for t in (observed.last_activity, job.last_activity_at) if t is not None),
+            default=None,
+        ),
     }
     changed = [
         name for name, value in fields.items() if value is not None and getattr(job, name) != value

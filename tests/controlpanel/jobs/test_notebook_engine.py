@@ -5,6 +5,7 @@ an idle notebook is stopped; a deleted one leaves nothing behind but its billed 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -14,8 +15,10 @@ from django.utils import timezone
 
 from controlpanel.projects.models import Project
 from controlpanel.workloads.admission import admit_jobs
+from controlpanel.workloads.backend import job_ref
 from controlpanel.workloads.collector import LogCollector
 from controlpanel.workloads.contract import JobSpecError
+from controlpanel.workloads.lifecycle import apply_observation
 from controlpanel.workloads.models import JobLogLine, JobRun, Notebook, NotebookState
 from controlpanel.workloads.notebooks import (
     notebook_create,
@@ -121,11 +124,11 @@ def test_an_idle_notebook_is_stopped_unless_kept_alive(
     long_ago = timezone.now() - timedelta(minutes=31)
     Notebook.objects.filter(pk__in=[busy.pk, idle.pk]).update(last_activity_at=long_ago)
     notebook_keep_alive(access=access_for(project), user=owner, notebook=busy)
-    assert sweep()["idle_stopped"] == 1
-    idle.refresh_from_db()
+    sweep()  # an observation (with no activity of its own) must not undo the click
     busy.refresh_from_db()
+    assert busy.state == N.RUNNING and busy.last_activity_at > long_ago
+    idle.refresh_from_db()
     assert idle.state == N.STOPPING and "30 min idle" in idle.state_reason
-    assert busy.state == N.RUNNING
 
 
 def test_delete_removes_the_objects_then_the_row_and_keeps_the_runs(
@@ -177,3 +180,19 @@ def test_only_the_owner_or_a_manager_acts_and_states_are_checked(
 
     with pytest.raises(PermissionDenied):
         notebook_stop(access=access_for(project, role="member"), user=member, notebook=notebook)
+
+
+def test_an_older_activity_seen_on_the_server_never_undoes_keep_alive(
+    k8s_cluster: Any, k8s_jobs: Any, project: Project, owner: Any
+) -> None:
+    notebook = started(k8s_cluster, create(project, owner))
+    kept = notebook_keep_alive(access=access_for(project), user=owner, notebook=notebook)
+    seen = k8s_jobs.observe_notebook(ref=job_ref(notebook))
+    older = replace(seen, last_activity=kept.last_activity_at - timedelta(minutes=40))
+    apply_observation(kept, older)
+    kept.refresh_from_db()
+    assert kept.last_activity_at > older.last_activity  # the click wins over the older sight
+    newer = replace(seen, last_activity=kept.last_activity_at + timedelta(minutes=1))
+    apply_observation(kept, newer)
+    kept.refresh_from_db()
+    assert kept.last_activity_at == newer.last_activity
