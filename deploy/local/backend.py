@@ -204,7 +204,8 @@ class LocalBackend:
         runs.launch(run, plan, python=self.python, extra={})
 
     def _start_notebook(self, notebook: NotebookRequest, run: Path, previous: State) -> None:
-        missing = _missing_editor(notebook)
+        env, missing = self._with_secrets(notebook)
+        missing = _missing_editor(notebook) or missing
         if missing:
             self._decide(notebook.ref, run, Phase.FAILED, missing)
             return
@@ -223,7 +224,7 @@ class LocalBackend:
             ref=notebook.ref,
             run=run,
             argv=argv,
-            env={**notebook.env, **editor_env(notebook, run=run, token=token)},
+            env={**env, **editor_env(notebook, run=run, token=token)},
             volumes=notebook.volumes,
             pushed=notebook.pushed_volumes,
             gpus=gpus,
@@ -299,7 +300,7 @@ class LocalBackend:
             if state is not None and "ref" in state:
                 yield state
 
-    def _with_secrets(self, job: JobRequest) -> tuple[dict[str, str], str | None]:
+    def _with_secrets(self, job: JobRequest | NotebookRequest) -> tuple[dict[str, str], str | None]:
         """The job's env with each `secret_env` name set to the project secret's value (read
         from the file `ensure_project` wrote), or why it cannot start: a Secret missing the
         key is what keeps a Kubernetes pod from starting too. Values are never logged."""

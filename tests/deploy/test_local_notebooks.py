@@ -299,3 +299,17 @@ def test_an_editor_that_never_answers_fails_its_start_after_the_ready_time() -> 
         assert watch.tick(supervisor) == ""  # the ready time starts at the first look
         time.sleep(0.2)
         assert watch.tick(supervisor) == "the editor did not answer on its port in time"
+
+
+def test_a_secret_the_env_references_and_the_project_lacks_fails_the_start(
+    tmp_path: Path,
+) -> None:
+    """`secret:NAME` env values reach a notebook like a job: from the project's secrets; a
+    missing one fails the start with the reason, before any server runs."""
+    backend = LocalBackend(base_dir=tmp_path / "local", gpus=list)
+    notebook = replace(notebook_request("corpus", volumes=()), secret_env={"HF_TOKEN": "hf-token"})
+    observed = backend.apply_notebook(notebook=notebook)
+    assert (observed.phase, observed.reason) == (
+        Phase.FAILED,
+        "the project has no secret named hf-token",
+    )
