@@ -245,7 +245,10 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
-    "ENUM_NAME_OVERRIDES": {"JobStateEnum": "controlpanel.workloads.models.JobState"},
+    "ENUM_NAME_OVERRIDES": {
+        "JobStateEnum": "controlpanel.workloads.models.JobState",
+        "NotebookStateEnum": "controlpanel.workloads.models.NotebookState",
+    },
 }
 
 # Celery: Redis broker, JSON only, late acks, one message at a time per worker process.

@@ -26,7 +26,7 @@ from controlpanel.projects.access import ProjectAccess
 from controlpanel.workloads import contract, logs, selectors, services
 from controlpanel.workloads.collector import note_followed
 from controlpanel.workloads.logpage import log_page
-from controlpanel.workloads.models import Job, JobEvent, JobState
+from controlpanel.workloads.models import Job, JobEvent, JobState, Workload
 from training.protocol import Snapshot
 
 log = logging.getLogger(__name__)
@@ -173,6 +173,15 @@ class FlavorViewSet(viewsets.ReadOnlyModelViewSet):
 PROJECT_PARAM = OpenApiParameter(
     "project", str, description="Project slug (optional when you belong to one project)."
 )
+LOG_PARAMETERS = [
+    OpenApiParameter(
+        "after", OpenApiTypes.INT, description="0 to 2147483647 (default 0).", default=0
+    ),
+    OpenApiParameter(
+        "limit", OpenApiTypes.INT, description="1 to 5000 (default 1000).", default=1000
+    ),
+    OpenApiParameter("run", int, description="A run (default: the current one)."),
+]
 
 
 @extend_schema(parameters=[PROJECT_PARAM])
@@ -253,31 +262,24 @@ class JobViewSet(viewsets.ViewSet):
         """Push the kept data again after SYNC_FAILED."""
         return self._act(request, pk, services.job_retry_push)
 
-    @extend_schema(
-        parameters=[
-            OpenApiParameter(
-                "after", OpenApiTypes.INT, description="0 to 2147483647 (default 0).", default=0
-            ),
-            OpenApiParameter(
-                "limit", OpenApiTypes.INT, description="1 to 5000 (default 1000).", default=1000
-            ),
-            OpenApiParameter("run", int, description="A run of the job (default: the current)."),
-        ],
-        responses=LogPageSerializer,
-    )
+    @extend_schema(parameters=LOG_PARAMETERS, responses=LogPageSerializer)
     @action(detail=True, methods=["get"])
     def logs(self, request: Request, pk: str) -> Response:
         """Log lines after `?after=` (a sequence number; 0 = the start), up to `limit`."""
-        _, job = self._job(request, pk)
-        try:
-            run = logs.resolve_run(job=job, value=request.query_params.get("run"))
-        except logs.UnknownRun as exc:
-            raise ValidationError({"run": [str(exc)]}) from None
-        after = query_int(request, "after", 0, 0, MAX_OFFSET)
-        limit = query_int(request, "limit", 1000, 1, MAX_LOG_LINES)
-        note_followed(job.pk)  # read every collector round while someone follows
-        page = log_page(job=job, after=after, limit=limit, run=run)
-        lines = [{"seq": x.seq, "text": x.text, "event": x.event} for x in page.lines]
-        return Response(
-            {"lines": lines, "next": page.next, "eof": page.eof, "state": job.state, "run": run}
-        )
+        return log_answer(request, self._job(request, pk)[1])
+
+
+def log_answer(request: Request, workload: Workload) -> Response:
+    """A page of the workload's stored log (LogPageSerializer), the same for every kind."""
+    try:
+        run = logs.resolve_run(job=workload, value=request.query_params.get("run"))
+    except logs.UnknownRun as exc:
+        raise ValidationError({"run": [str(exc)]}) from None
+    after = query_int(request, "after", 0, 0, MAX_OFFSET)
+    limit = query_int(request, "limit", 1000, 1, MAX_LOG_LINES)
+    note_followed(workload.pk)  # read every collector round while someone follows
+    page = log_page(job=workload, after=after, limit=limit, run=run)
+    lines = [{"seq": x.seq, "text": x.text, "event": x.event} for x in page.lines]
+    return Response(
+        {"lines": lines, "next": page.next, "eof": page.eof, "state": workload.state, "run": run}
+    )

@@ -23,7 +23,7 @@ from django.utils import timezone
 from controlpanel.flavors.models import Flavor
 from controlpanel.projects.access import ProjectAccess
 from controlpanel.projects.models import Project
-from controlpanel.workloads import tasks
+from controlpanel.workloads import contract, tasks
 from controlpanel.workloads.contract import JobSpecError
 from controlpanel.workloads.lifecycle import record_state
 from controlpanel.workloads.models import JobEvent, Notebook, NotebookImage, NotebookState
@@ -40,6 +40,28 @@ from deploy.types import Editor
 from storage.volumes import VolumeSpec, render_volume_spec
 
 N = NotebookState
+# The editor's token file is its own (deploy/manifests/notebooks.py): JUPYTER_TOKEN would
+# replace it, so neither name is the user's to set.
+EDITOR_ENV = ("JUPYTER_TOKEN", "JUPYTER_TOKEN_FILE")
+_JOB_FIELDS = {spec.name: spec for spec in contract.FIELDS}
+# What a create request may say (the API's request serializer, so its schema, is built from
+# this); validate_notebook checks it, with its errors under the same keys.
+FIELDS: tuple[contract.Field, ...] = (
+    contract.Field("name", "text", "Defaults to `notebook`.", maximum=100),
+    contract.Field(
+        "image",
+        "text",
+        "A notebook image's name (default `python`); the panel's admins keep the list.",
+        maximum=50,
+    ),
+    contract.Field(
+        "editor",
+        "text",
+        "`jupyterlab` (default) or `vscode`, as the image serves.",
+        choices=tuple(e.value for e in Editor),
+    ),
+    *(_JOB_FIELDS[name] for name in ("flavor", "gpu", "volumes", "env", "labels")),
+)
 # States a notebook can be started again from, and stopped from.
 STARTABLE = frozenset({N.STOPPED, N.FAILED, N.ERROR})
 STOPPABLE = frozenset({N.STARTING, N.RUNNING})
@@ -79,6 +101,9 @@ def validate_notebook(*, project: Project, data: Mapping[str, Any]) -> NotebookS
     volumes = _volumes(errors, data.get("volumes") or [], project)
     name = errors.check("name", _name, data.get("name"), "notebook")
     env = _env(errors, data.get("env") or {}, project)
+    for key in EDITOR_ENV:
+        if key in env:
+            errors.add(f"env.{key}", f"{key} is reserved: the panel sets the editor's token.")
     labels = _labels(errors, data.get("labels") or {})
     if errors.by_key:
         raise JobSpecError(errors.by_key)

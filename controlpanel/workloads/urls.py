@@ -3,7 +3,7 @@
 from django.urls import path
 
 from controlpanel.api.routes import ApiRoutes
-from controlpanel.workloads import api, notebook_views, views
+from controlpanel.workloads import api, notebook_api, notebook_views, views
 
 P = "p/<slug:slug>/jobs/"
 
@@ -35,4 +35,5 @@ urlpatterns += [
 
 def api_routes(routes: ApiRoutes) -> None:
     routes.viewset("jobs", api.JobViewSet, basename="api-job")
+    routes.viewset("notebooks", notebook_api.NotebookViewSet, basename="api-notebook")
     routes.viewset("flavors", api.FlavorViewSet, basename="api-flavor")

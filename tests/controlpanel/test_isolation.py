@@ -86,6 +86,28 @@ def _notebook_url(suffix: str = "") -> Callable[[dict[str, Any]], str]:
     return lambda c: f"/p/alpha/notebooks/{_notebook(c)}/{suffix}"
 
 
+def _api_notebook_url(suffix: str = "") -> Callable[[dict[str, Any]], str]:
+    """A notebook of the owner's project, RUNNING (a row only: no backend is involved)."""
+
+    def url(ctx: dict[str, Any]) -> str:
+        from controlpanel.flavors.models import Flavor
+        from controlpanel.workloads.models import Notebook
+
+        notebook = Notebook.objects.filter(owner=ctx["owner"], name="api-notebook").first()
+        notebook = notebook or Notebook.objects.create(
+            project=Membership.objects.get(user=ctx["owner"]).project,
+            owner=ctx["owner"],
+            name="api-notebook",
+            image="x/nb:1",
+            editor="jupyterlab",
+            flavor=Flavor.objects.get(name="ai1-1-cpu"),
+            state="RUNNING",
+        )
+        return f"/api/v1/notebooks/{notebook.pk}/{suffix}?project=alpha"
+
+    return url
+
+
 def _bucket(ctx: dict[str, Any]) -> str:
     """A bucket of the owner's project (a row only: access is checked before S3 is called)."""
     from controlpanel.buckets.models import Bucket
@@ -160,6 +182,17 @@ CASES: list[Case] = [
     Case("api-job-rerun", _api_job_url("rerun/"), ("post",), api=True),
     Case("api-job-retry-push", _api_job_url("retry-push/"), ("post",), api=True),
     Case("api-job-logs", _api_job_url("logs/"), ("get",), api=True),
+    Case(
+        "api-notebook-list",
+        lambda c: _api_notebook_url()(c) and "/api/v1/notebooks/?project=alpha",
+        ("get", "post"),
+        api=True,
+    ),
+    Case("api-notebook-detail", _api_notebook_url(), ("get", "delete"), api=True),
+    Case("api-notebook-start", _api_notebook_url("start/"), ("post",), api=True),
+    Case("api-notebook-stop", _api_notebook_url("stop/"), ("post",), api=True),
+    Case("api-notebook-keep-alive", _api_notebook_url("keep-alive/"), ("post",), api=True),
+    Case("api-notebook-logs", _api_notebook_url("logs/"), ("get",), api=True),
     Case("bucket-list", lambda c: "/p/alpha/buckets/", ("get", "post")),
     Case("bucket-browse", _bucket_url()),
     Case("bucket-row", _bucket_url("row/")),
@@ -369,6 +402,18 @@ OWNER: dict[str, tuple[Probe, ...]] = {
     "api-job-rerun": (Probe("post", 400, "Only a finished job can be run again"),),
     "api-job-retry-push": (Probe("post", 400, "(SYNC_FAILED) can retry it"),),
     "api-job-logs": (Probe("get", 200, '"state":"QUEUED"'),),
+    "api-notebook-list": (
+        Probe("get", 200, '"name":"api-notebook"'),
+        Probe("post", 201, '"project":"alpha"', {"flavor": "ai1-1-cpu", "name": "nb2"}),
+    ),
+    "api-notebook-detail": (
+        Probe("get", 200, '"name":"api-notebook"'),
+        Probe("delete", 204, ""),
+    ),
+    "api-notebook-start": (Probe("post", 400, "The notebook is RUNNING: stop it first."),),
+    "api-notebook-stop": (Probe("post", 200, '"state":"STOPPED"'),),  # never launched
+    "api-notebook-keep-alive": (Probe("post", 200, '"name":"api-notebook"'),),
+    "api-notebook-logs": (Probe("get", 200, '"state":"RUNNING"'),),
     "bucket-list": (
         Probe("get", 200, "alpha-data"),
         Probe("post", 400, "Object Storage \u00b7 Alpha", {}),
@@ -479,6 +524,7 @@ def _answer(response: Any) -> str:
 PROJECT_LEVEL = {"project-home", "member-list", "api-project-detail", "api-member-list"}
 PROJECT_LEVEL |= {"project-secrets", "api-secret-list"}
 PROJECT_LEVEL |= {"job-list", "job-new", "api-job-list", "bucket-list", "api-bucket-list"}
+PROJECT_LEVEL |= {"api-notebook-list"}
 PROJECT_LEVEL |= {"notebook-list", "notebook-new"}
 OWNED = [c for c in CASES if c.name not in PROJECT_LEVEL | {"api-bucket-attach"}]
 
