@@ -30,7 +30,8 @@ def describe(response: httpx.Response, name: Callable[[str], str] = str) -> str:
         return response.reason_phrase or "error"
     if isinstance(body, dict):
         if "detail" in body:
-            return str(body["detail"])
+            detail = body["detail"]  # a list: a service's refusal that names no field
+            return " ".join(map(str, detail)) if isinstance(detail, list) else str(detail)
         parts = []
         for key, messages in body.items():
             text = " ".join(map(str, messages)) if isinstance(messages, list) else str(messages)

@@ -74,13 +74,18 @@ def typed(value: str) -> Any:
 
 def job_id(api: Api, ref: str) -> str:
     """A full job id, or a unique prefix of one (the short id the list shows)."""
+    return resolve_id(api, "jobs/", ref, noun="job")
+
+
+def resolve_id(api: Api, collection: str, ref: str, *, noun: str) -> str:
+    """A full id, or the one id of `collection` that starts with `ref`."""
     try:
         return str(uuid.UUID(ref))
     except ValueError:
         pass
-    matches = [j["id"] for j in api.paginate("jobs/") if j["id"].startswith(ref.lower())]
+    matches = [j["id"] for j in api.paginate(collection) if j["id"].startswith(ref.lower())]
     if len(matches) != 1:
-        raise ApiError(404, f"no job {ref!r}" if not matches else f"{ref!r} is ambiguous")
+        raise ApiError(404, f"no {noun} {ref!r}" if not matches else f"{ref!r} is ambiguous")
     return matches[0]
 
 
@@ -228,18 +233,7 @@ def logs(ref: str, follow: bool, after: int) -> None:
       1    an API or network error; 2 a usage error; 130 interrupted (Ctrl-C)"""
     api = state().api()
     key = job_id(api, ref)
-    try:
-        while True:
-            page = api.get(f"jobs/{key}/logs/", after=after, limit=5000)
-            for line in page["lines"]:
-                click.echo(log_line(line))
-            after = page["next"]
-            if page["eof"] or (not follow and not page["lines"]):
-                break
-            if not page["lines"]:
-                time.sleep(FOLLOW_PERIOD_S)
-    except KeyboardInterrupt:
-        raise SystemExit(130) from None
+    page = print_log(api, f"jobs/{key}/", after=after, follow=follow)
     if follow:
         ended, summary = run_outcome(api.get(f"jobs/{key}/"), page["run"])
         click.echo(summary, err=True)
@@ -247,7 +241,24 @@ def logs(ref: str, follow: bool, after: int) -> None:
             raise SystemExit(EXIT_NOT_DONE)
 
 
-def run_outcome(job: dict[str, Any], run: int) -> tuple[str, str]:
+def print_log(api: Api, base: str, *, after: int, follow: bool) -> dict[str, Any]:
+    """Print the log of the workload at `base` (`jobs/<id>/`) from line `after`, until its run
+    ends with `follow`, else until no line is left; the last page read."""
+    try:
+        while True:
+            page: dict[str, Any] = api.get(f"{base}logs/", after=after, limit=5000)
+            for line in page["lines"]:
+                click.echo(log_line(line))
+            after = page["next"]
+            if page["eof"] or (not follow and not page["lines"]):
+                return page
+            if not page["lines"]:
+                time.sleep(FOLLOW_PERIOD_S)
+    except KeyboardInterrupt:
+        raise SystemExit(130) from None
+
+
+def run_outcome(job: dict[str, Any], run: int, noun: str = "job") -> tuple[str, str]:
     """The final state of `run` and a line that says it: `job 1a2b3c4d run 1 ended: FAILED
     (exit code 2): the reason`. An earlier run's outcome is read from the job's history."""
     if run == job["run"]:
@@ -256,7 +267,7 @@ def run_outcome(job: dict[str, Any], run: int) -> tuple[str, str]:
         events = [e for e in job.get("history", []) if e["run"] == run]
         last = events[-1] if events else {"state": "unknown", "reason": ""}
         ended, exit_code, reason = last["state"], None, last["reason"]
-    summary = f"job {job['id'][:8]} run {run} ended: {ended}"
+    summary = f"{noun} {job['id'][:8]} run {run} ended: {ended}"
     if exit_code is not None:
         summary += f" (exit code {exit_code})"
     return ended, summary + (f": {reason}" if reason else "")
