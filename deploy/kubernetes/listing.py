@@ -162,29 +162,38 @@ def observe_everything(
     projects = projects or ProjectNamespaces(api)
     projects.refresh()
     with _gc_paused():
-        jobs, _ = api.list("Job", namespace, label_selector=MANAGED)
-        pods, pods_version = api.list("Pod", namespace, label_selector=MANAGED)
-        sets, _ = api.list("StatefulSet", namespace, label_selector=MANAGED)
-        by_ref: dict[WorkloadRef, dict[str, list[Obj]]] = defaultdict(
-            lambda: {"jobs": [], "pods": [], "sets": []}
-        )
-        for key, objects in (("jobs", jobs), ("pods", pods), ("sets", sets)):
-            for obj in objects:
-                ref = ref_of(obj)
-                if ref is not None and projects.holds(ref, look_up=False):
-                    by_ref[ref][key].append(obj)
-        observations: list[ObservedWorkload] = []
-        kept: dict[tuple[object, ...], ObservedWorkload] = {}
-        for ref, group in sorted(by_ref.items(), key=_order):
-            if ref.kind is not WorkloadKind.JOB:
-                observations.append(_observe_group(api, ref, group))
-                continue
-            cached, observed = cache.observe(api, ref, group)
-            if not _asks_events(group["jobs"], group["pods"]):
-                kept[cached] = observed
-            observations.append(observed)
+        # The listed objects are freed when `_observe_listed` returns, before the collector
+        # is back: kept alive past it, they would all be scanned by its next pass instead.
+        observations, kept, pods_version = _observe_listed(api, namespace, projects, cache)
     cache.keep(kept)
     return observations, pods_version
+
+
+def _observe_listed(
+    api: KubeApi, namespace: str | None, projects: ProjectNamespaces, cache: ObservationCache
+) -> tuple[list[ObservedWorkload], dict[tuple[object, ...], ObservedWorkload], str]:
+    jobs, _ = api.list("Job", namespace, label_selector=MANAGED)
+    pods, pods_version = api.list("Pod", namespace, label_selector=MANAGED)
+    sets, _ = api.list("StatefulSet", namespace, label_selector=MANAGED)
+    by_ref: dict[WorkloadRef, dict[str, list[Obj]]] = defaultdict(
+        lambda: {"jobs": [], "pods": [], "sets": []}
+    )
+    for key, objects in (("jobs", jobs), ("pods", pods), ("sets", sets)):
+        for obj in objects:
+            ref = ref_of(obj)
+            if ref is not None and projects.holds(ref, look_up=False):
+                by_ref[ref][key].append(obj)
+    observations: list[ObservedWorkload] = []
+    kept: dict[tuple[object, ...], ObservedWorkload] = {}
+    for ref, group in sorted(by_ref.items(), key=_order):
+        if ref.kind is not WorkloadKind.JOB:
+            observations.append(_observe_group(api, ref, group))
+            continue
+        cached, observed = cache.observe(api, ref, group)
+        if not _asks_events(group["jobs"], group["pods"]):
+            kept[cached] = observed
+        observations.append(observed)
+    return observations, kept, pods_version
 
 
 @contextmanager

@@ -576,3 +576,34 @@ def test_every_manifest_the_panel_sends_is_accepted_as_is(
     for manifest in (claim, make_job(job=job)):
         created = api.create(copy.deepcopy(manifest))
         assert created["metadata"]["labels"].items() >= manifest["metadata"]["labels"].items()
+
+
+# -- lists -------------------------------------------------------------------------------------
+
+
+def test_a_list_shows_every_object_as_it_is_now(k8s_cluster: EmulatedCluster, api: KubeApi) -> None:
+    """Lists are answered from an encoding kept per object version: each change, a label
+    change under a selector, a delete and a re-create under the same name show at once."""
+    api.create(job_manifest())
+    selector = "ajuste.io/id=42"
+
+    def listed(**query: str) -> tuple[list[Obj], int]:
+        items, version = api.list("Job", NS, label_selector=query.get("labels", selector))
+        return items, int(version)
+
+    (first,), at = listed()
+    assert at == k8s_cluster.store.rv
+    patched = api.patch("Job", NS, "job-42-r1", {"metadata": {"annotations": {"a": "1"}}})
+    (second,), later = listed()
+    assert second == patched and second["metadata"]["annotations"]["a"] == "1" and later > at
+    assert second["metadata"]["resourceVersion"] != first["metadata"]["resourceVersion"]
+    api.patch("Job", NS, "job-42-r1", {"metadata": {"labels": {"ajuste.io/id": "43"}}})
+    assert listed()[0] == []
+    assert [
+        j["metadata"]["labels"]["ajuste.io/id"] for j in listed(labels="ajuste.io/id=43")[0]
+    ] == ["43"]
+    api.delete("Job", NS, "job-42-r1")
+    assert listed(labels="ajuste.io/id=43")[0] == []
+    again = api.create(job_manifest())
+    (third,), _ = listed()
+    assert third["metadata"]["uid"] == again["metadata"]["uid"] != first["metadata"]["uid"]
