@@ -161,7 +161,7 @@ def notebook_create(*, access: ProjectAccess, user: Any, data: Mapping[str, Any]
         state_reason="created",
     )
     JobEvent.objects.create(job=notebook, run=1, state=N.STARTING, reason="created")
-    tasks.project_admit.delay_on_commit(access.project.pk)
+    tasks.admit_soon(access.project.pk)
     return notebook
 
 
@@ -187,7 +187,7 @@ def notebook_start(*, access: ProjectAccess, user: Any, notebook: Notebook) -> N
     notebook.last_activity_at = None
     notebook.save()
     record_state(notebook, N.STARTING, f"started by {user.username}")
-    tasks.project_admit.delay_on_commit(notebook.project_id)
+    tasks.admit_soon(notebook.project_id)
     return notebook
 
 
@@ -209,7 +209,7 @@ def notebook_stop(
         notebook.stop_requested = True
         notebook.save(update_fields=["stop_requested", "updated_at"])
         record_state(notebook, N.STOPPED, f"{reason} before it started")
-        tasks.project_admit.delay_on_commit(notebook.project_id)
+        tasks.admit_soon(notebook.project_id)
         return notebook
     if not notebook.stop_requested:
         notebook.stop_requested = True

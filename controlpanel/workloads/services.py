@@ -33,7 +33,7 @@ def job_submit(*, access: ProjectAccess, user: Any, data: Mapping[str, Any]) -> 
     job = Job(project=access.project, owner=user, state_reason=SUBMITTED, **fields)
     job.save(force_insert=True)
     JobEvent.objects.create(job=job, run=job.run, state=S.QUEUED, reason=SUBMITTED)
-    tasks.project_admit.delay_on_commit(access.project.pk)
+    tasks.admit_soon(access.project.pk)
     return job
 
 
@@ -53,7 +53,7 @@ def job_stop(*, access: ProjectAccess, user: Any, job: Job) -> Job:
     if job.launched_run < job.run:
         # Never handed to the backend: nothing to stop there.
         record_state(job, S.INTERRUPTED, f"stopped by {user.username} before it started")
-        tasks.project_admit.delay_on_commit(job.project_id)
+        tasks.admit_soon(job.project_id)
         return job
     if not job.stop_requested:
         job.stop_requested = True
@@ -77,7 +77,7 @@ def job_rerun(*, access: ProjectAccess, user: Any, job: Job) -> Job:
     job.log_cursor, job.log_lines, job.logs_archived = "", 0, False
     job.save()
     record_state(job, S.QUEUED, f"run {job.run} requested by {user.username}")
-    tasks.project_admit.delay_on_commit(job.project_id)
+    tasks.admit_soon(job.project_id)
     return job
 
 

@@ -220,7 +220,7 @@ def _admit_waiting() -> None:
         .distinct()
     )
     for project_id in waiting:
-        tasks.project_admit.delay(project_id)
+        tasks.admit_soon(project_id)
 
 
 def _refinalize() -> None:

@@ -54,10 +54,40 @@ RETRY = {
 }
 
 
+# A queued admission whose message was lost frees its project's place after this long.
+ADMIT_QUEUED_S = 60
+
+
+def _admit_key(project_id: int) -> str:
+    return f"admit-queued:{project_id}"
+
+
+def admit_soon(project_id: int) -> None:
+    """Admit the project's waiting work once the current transaction commits, with at most one
+    admission queued per project: a burst of submits costs one pass over the queue, not one
+    each (every pass reads and records every waiting job). `project_admit` clears the mark
+    as it starts, before it reads the waiting jobs, so a row committed after that read queues
+    the next one: nothing is left waiting. Outside a transaction, at once."""
+
+    transaction.on_commit(partial(_enqueue_admit, project_id))
+
+
+def _enqueue_admit(project_id: int) -> None:
+    key = _admit_key(project_id)
+    if not cache.add(key, 1, timeout=ADMIT_QUEUED_S):
+        return  # one is queued and has not read the waiting jobs yet: it will see this one
+    try:
+        project_admit.delay(project_id)
+    except BaseException:
+        cache.delete(key)  # never sent: the next submit (or the sweep) must send one
+        raise
+
+
 @shared_task(**RETRY)
 def project_admit(project_id: int) -> None:
-    """Admit queued jobs of a project that fit its GPU quota; reconcile the admitted ones."""
+    """Admit queued jobs of a project that fit its quotas; reconcile the admitted ones."""
 
+    cache.delete(_admit_key(project_id))  # first: what commits from now on queues another
     for job_id in admit_jobs(project_id=project_id):
         job_reconcile.delay(job_id)
 
@@ -130,7 +160,7 @@ def job_finalize(job_id: str, run: int) -> None:
         if job.is_final:
             _claim_notice(job, run)
         release_workspace(job=job)
-    project_admit.delay(job.project_id)
+    admit_soon(job.project_id)
     # What the job pushed changed its buckets' object counts and sizes.
     buckets_recount_written(project_id=job.project_id, volumes=job.volumes)
     archive_logs(job_id=job_id)
