@@ -7,7 +7,10 @@ is kept, and still counts). Its reason names the quota, what is in use and what 
 and its place in the queue. A job needing none of what the jobs ahead wait for may pass them (a
 CPU-only job behind one waiting for GPUs); nothing else overtakes. The amounts are the pod's own
 requests, the push sidecar's included, as the namespace's ResourceQuota counts them. The
-project row is locked while admitting, so two workers never admit past a quota.
+project row is locked while admitting, so two workers never admit past a quota; the lock is
+PostgreSQL's FOR NO KEY UPDATE, which leaves inserting rows that reference the project free:
+a submit never waits for an admission pass (FOR UPDATE made every submit of a burst queue
+behind the pass admitting the previous ones).
 
 On a backend that is one machine (local: `capacity()` answers its cores and memory) every
 project's jobs also share that machine: a job is admitted only while its flavor's vCPU and
@@ -238,11 +241,13 @@ def admit_jobs(*, project_id: int) -> list[str]:
     """
     capacity = get_backend().capacity()
     if capacity is None:
-        project = Project.objects.select_for_update().get(pk=project_id)
+        project = Project.objects.select_for_update(no_key=True).get(pk=project_id)
         return _admit(waiting_jobs(project=project), {project.pk: project}, None)
     _lock_machine()
     waiting = machine_waiting_jobs()
-    locked = Project.objects.select_for_update().filter(pk__in={j.project_id for j in waiting})
+    locked = Project.objects.select_for_update(no_key=True).filter(
+        pk__in={j.project_id for j in waiting}
+    )
     projects = {project.pk: project for project in locked.order_by("pk")}
     return _admit(waiting, projects, MachineQueue(capacity=capacity, used=machine_usage()))
 

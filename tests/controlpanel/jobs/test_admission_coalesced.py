@@ -6,6 +6,7 @@ submit committed after that read queues the next pass and no job is left waiting
 from __future__ import annotations
 
 import re
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -14,7 +15,7 @@ from django.core.cache import cache
 from django.db import connection
 
 from controlpanel.projects.models import Project
-from controlpanel.workloads import tasks
+from controlpanel.workloads import admission, tasks
 from controlpanel.workloads.backend import job_ref
 from controlpanel.workloads.models import Job
 from deploy.names import job_name
@@ -106,6 +107,45 @@ def test_an_admission_that_could_not_be_sent_does_not_hold_the_next(
     monkeypatch.setattr(tasks.project_admit, "delay", admissions.append)
     submitted(project, owner, django_capture_on_commit_callbacks, "next")
     assert admissions == [project.pk]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_submit_does_not_wait_for_an_admission_pass(
+    k8s_jobs: Any, project: Project, owner: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pass holds its project's row locked till it commits; a submit inserts a row that
+    references the project. FOR UPDATE made that insert wait for the pass (every submit of a
+    burst queued behind the pass admitting the ones before it); FOR NO KEY UPDATE does not."""
+    locked, done = threading.Event(), threading.Event()
+    admit = admission._admit
+
+    def held(*args: Any) -> list[str]:
+        locked.set()
+        done.wait(30)
+        return admit(*args)
+
+    monkeypatch.setattr(admission, "_admit", held)
+    monkeypatch.setattr(tasks.project_admit, "delay", lambda project_id: None)
+
+    def run_pass() -> None:
+        try:
+            admission.admit_jobs(project_id=project.pk)
+        finally:
+            connection.close()
+
+    passing = threading.Thread(target=run_pass)
+    passing.start()
+    try:
+        assert locked.wait(30)
+        with connection.cursor() as cursor:
+            cursor.execute("SET lock_timeout = '2s'")  # a wait fails the submit at once
+        job = submit(project, owner, name="during")
+    finally:
+        done.set()
+        passing.join(30)
+        with connection.cursor() as cursor:
+            cursor.execute("RESET lock_timeout")
+    assert Job.objects.filter(pk=job.pk).exists()
 
 
 @pytest.mark.e2e
