@@ -58,6 +58,7 @@ INSTALLED_APPS = [
     "controlpanel.buckets",
     "controlpanel.flavors",
     "controlpanel.workloads",
+    "controlpanel.billing",
     "controlpanel.api",
 ]
 
@@ -456,6 +457,13 @@ CELERY_BEAT_SCHEDULE["pod-credentials-renew"] = {
     "task": "controlpanel.workloads.tasks.pod_credentials_renew",
     "schedule": float(POD_CREDENTIALS_RENEW_SECONDS),
     "options": {"expires": float(POD_CREDENTIALS_RENEW_SECONDS)},
+}
+# Open runs are billed up to now, and runs a crash left unrecorded are recorded, this often.
+BILLING_CATCH_UP_SECONDS = env_int("BILLING_CATCH_UP_SECONDS", 300, minimum=10)
+CELERY_BEAT_SCHEDULE["billing-catch-up"] = {
+    "task": "controlpanel.billing.tasks.billing_catch_up",
+    "schedule": float(BILLING_CATCH_UP_SECONDS),
+    "options": {"expires": float(BILLING_CATCH_UP_SECONDS)},
 }
 CELERY_BEAT_SCHEDULE["jobs-sweep"] = {
     "task": "controlpanel.workloads.tasks.jobs_sweep",

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import math
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
+from datetime import datetime
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any, TypeVar, cast
 
@@ -17,6 +16,7 @@ from django.db.models.functions import Coalesce, Now
 from django.http import Http404
 from django.utils import timezone
 
+from controlpanel.billing.rules import billed_minutes, segments
 from controlpanel.flavors.models import Flavor
 from controlpanel.projects.models import Project
 from controlpanel.workloads.models import Job, JobState, Notebook, NotebookImage, Workload
@@ -177,32 +177,15 @@ def workload_cost_estimate(*, workload: Workload) -> Decimal | None:
 def _run_cost(
     flavor: Flavor, units: int, start: datetime | None, end: datetime | None
 ) -> Decimal | None:
-    first_price = None if start is None else flavor.price_at(start)
-    if start is None or first_price is None:
+    """The billing rule (billing.rules) applied to one run, up to now while it runs."""
+    if start is None or flavor.price_at(start) is None:
         return None
-    minutes = max(1, math.ceil(((end or timezone.now()) - start).total_seconds() / 60))
-    shares = _minutes_per_price(flavor, start, minutes, first_price)
-    per_hour = sum((price * count for price, count in shares), Decimal(0))
-    return (per_hour * units / 60).quantize(MILLI_CENT, ROUND_HALF_UP)
-
-
-def _minutes_per_price(
-    flavor: Flavor, start: datetime, minutes: int, price: Decimal
-) -> list[tuple[Decimal, int]]:
-    """How many of the `minutes` started from `start` fall under each price version."""
-    changes = sorted(
-        (p.valid_from, p.price_per_hour)
-        for p in flavor.prices.all()
-        if start < p.valid_from < start + timedelta(minutes=minutes)
+    minutes = billed_minutes(start, end or timezone.now())
+    shares = segments(
+        start, minutes, [(p.valid_from, p.price_per_hour) for p in flavor.prices.all()]
     )
-    counted, shares = 0, []
-    for valid_from, next_price in changes:
-        # the minute starting at or after the change is the first one at the new price
-        first = math.ceil((valid_from - start).total_seconds() / 60)
-        shares.append((price, first - counted))
-        counted, price = first, next_price
-    shares.append((price, minutes - counted))
-    return shares
+    per_hour = sum(((seg.price or Decimal(0)) * seg.minutes for seg in shares), Decimal(0))
+    return (per_hour * units / 60).quantize(MILLI_CENT, ROUND_HALF_UP)
 
 
 def queue_position(*, job: Workload) -> int | None:

@@ -1,0 +1,129 @@
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.db.models import F, Q
+from django.utils import timezone
+
+from controlpanel.flavors.models import Flavor, FlavorPrice
+from controlpanel.projects.models import Project
+from controlpanel.workloads.models import JobRun
+
+
+class PeriodState(models.TextChoices):
+    OPEN = "open", "Open"
+    CLOSED = "closed", "Closed"
+    LOCKED = "locked", "Locked"
+
+
+class Period(models.Model):
+    """A calendar month (UTC) of billing and where it stands. No row: the month is open.
+
+    Open: its lines follow the runs. Closed by an admin once the month is over (after
+    reviewing its draft): the invoice is issued, and a correction of its own minutes still
+    lands in it. Locked: it never changes again; a correction of its minutes lands in the
+    first month after it that is not locked, as an adjustment line."""
+
+    month = models.DateField(unique=True, help_text="The month's first day.")
+    state = models.CharField(max_length=10, choices=PeriodState.choices, default=PeriodState.OPEN)
+    closed_at = models.DateTimeField(null=True, blank=True)
+    closed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    locked_at = models.DateTimeField(null=True, blank=True)
+    locked_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+
+    class Meta:
+        ordering = ["-month"]
+        constraints = [
+            models.CheckConstraint(condition=Q(month__day=1), name="period_is_a_month"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.month:%Y-%m} ({self.state})"
+
+
+class Meter(models.Model):
+    """What a run's ledger was last brought up to date from: the run's start and end, and
+    how far an open run was billed. A run whose row differs from its meter (or has none) is
+    behind: the catch-up task records it (a crash between a run's change and its recording
+    loses no minute)."""
+
+    run = models.OneToOneField(JobRun, on_delete=models.CASCADE, primary_key=True)
+    flavor = models.ForeignKey(Flavor, on_delete=models.PROTECT, related_name="+")
+    units = models.PositiveSmallIntegerField()
+    started_at = models.DateTimeField()
+    finished_at = models.DateTimeField(null=True, blank=True)
+    billed_to = models.DateTimeField(help_text="The end billed: the run's, or 'now' while open.")
+    minutes = models.PositiveIntegerField()
+    recorded_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return f"{self.run_id}: {self.minutes} min"
+
+
+class Line(models.Model):
+    """Billed minutes: one line per (run, price version, month the minutes lie in, month they
+    are billed in), so 10 million minutes a month are some 10^5 lines, not 10^7 rows.
+
+    A usage line (`period == of_period`) holds the contiguous minutes `first_minute` ..
+    `first_minute + minutes - 1` of the run (minute k starts k minutes after `run_start`):
+    equivalent to one row per minute, and PostgreSQL refuses two usage lines of one run start
+    sharing a minute (an exclusion constraint, migration 0002). An adjustment line
+    (`period > of_period`) bills, in a later month, the change of a locked month's minutes:
+    a count, negative when the run turned out shorter."""
+
+    run = models.ForeignKey(JobRun, on_delete=models.CASCADE, related_name="billing_lines")
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="billing_lines")
+    flavor = models.ForeignKey(Flavor, on_delete=models.PROTECT, related_name="+")
+    price = models.ForeignKey(
+        FlavorPrice,
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="+",
+        help_text="The price version; empty for minutes before the flavor's first price.",
+    )
+    price_per_hour = models.DecimalField(max_digits=12, decimal_places=4)
+    units = models.PositiveSmallIntegerField()
+    currency = models.CharField(max_length=3)
+    period = models.DateField(help_text="The month billed in.")
+    of_period = models.DateField(help_text="The month the minutes lie in.")
+    run_start = models.DateTimeField()
+    first_minute = models.IntegerField(null=True, blank=True)
+    minutes = models.IntegerField()
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["period", "run_id", "of_period", "first_minute"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["run", "price", "of_period", "period"],
+                name="one_line_per_run_price_month",
+                nulls_distinct=False,
+            ),
+            models.CheckConstraint(
+                condition=(
+                    Q(period=F("of_period"), minutes__gt=0, first_minute__gte=0)
+                    | Q(period__gt=F("of_period"), first_minute=None)
+                ),
+                name="usage_or_adjustment",
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["period", "project"]),
+            models.Index(fields=["of_period", "run"]),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.run_id} {self.of_period:%Y-%m}→{self.period:%Y-%m}: {self.minutes} min"
+
+    @property
+    def is_adjustment(self) -> bool:
+        return self.period != self.of_period
+
+    @property
+    def price_minutes(self) -> int:
+        return self.minutes * self.units
