@@ -101,8 +101,13 @@ class Line(models.Model):
         constraints = [
             models.UniqueConstraint(
                 fields=["run", "price", "of_period", "period"],
+                condition=Q(price__isnull=False),
                 name="one_line_per_run_price_month",
-                nulls_distinct=False,
+            ),
+            models.UniqueConstraint(  # minutes before the flavor's first price
+                fields=["run", "of_period", "period"],
+                condition=Q(price=None),
+                name="one_unpriced_line_per_run_month",
             ),
             models.CheckConstraint(
                 condition=(
