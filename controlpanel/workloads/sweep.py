@@ -220,7 +220,9 @@ def _admit_waiting() -> None:
         .distinct()
     )
     for project_id in waiting:
-        tasks.admit_soon(project_id)
+        # Sent whatever the mark says: the sweep is the repair path, and a mark can belong to
+        # a message lost with its worker (it would hold the queue until it expires).
+        tasks.project_admit.delay(project_id)
 
 
 def _refinalize() -> None:

@@ -69,7 +69,9 @@ def admit_soon(project_id: int) -> None:
     as it starts, before it reads the waiting jobs, so a row committed after that read queues
     the next one: nothing is left waiting. Outside a transaction, at once."""
 
-    transaction.on_commit(partial(_enqueue_admit, project_id))
+    # robust: a broker down at that moment fails no request whose rows are committed; the
+    # sweep admits what waits.
+    transaction.on_commit(lambda: _enqueue_admit(project_id), robust=True)
 
 
 def _enqueue_admit(project_id: int) -> None:
@@ -141,7 +143,7 @@ def _finalize_after_commit(sender: object, *, workload_id: str, run: int, **_: o
     """A run ended (lifecycle.workload_ended): finalize it once its end is committed. Robust:
     a broker down at that moment costs no committed state; the sweep sends a finalize that
     never left (JOB_FINALIZE_GRACE_SECONDS)."""
-    transaction.on_commit(partial(job_finalize.delay, workload_id, run), robust=True)
+    transaction.on_commit(lambda: job_finalize.delay(workload_id, run), robust=True)
 
 
 workload_ended.connect(_finalize_after_commit, dispatch_uid="workloads-finalize")

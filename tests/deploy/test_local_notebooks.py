@@ -9,6 +9,7 @@ import socket
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -245,23 +246,30 @@ def test_a_busy_kernel_is_activity_though_it_prints_nothing(
         timeout=30,
     )
     assert kernel.status_code == 201, kernel.text
+    # The websocket's own event loop, on a thread of its own: this test must not depend on
+    # whether the process already runs a loop (Playwright's does, in a full run).
     loop = asyncio.new_event_loop()
-    try:
-        socket_ = loop.run_until_complete(
-            execute(lab, kernel.json()["id"], "import time; time.sleep(120)")
-        )
-        sent = datetime.now(UTC)
-        # Jupyter's own last activity stays at the moment the cell began; the observation
-        # keeps moving while the kernel is busy, so an idle stop does not cut a long cell.
-        busy = wait_until(
-            local,
-            notebook.ref,
-            lambda o: o.last_activity is not None and o.last_activity > sent + timedelta(seconds=2),
-        )
-        assert busy.phase is Phase.RUNNING
-        socket_.close()
-    finally:
-        loop.close()
+    with ThreadPoolExecutor(1) as thread:
+        thread.submit(asyncio.set_event_loop, loop).result()
+        code = "import time; time.sleep(120)"
+        socket_ = thread.submit(
+            loop.run_until_complete, execute(lab, kernel.json()["id"], code)
+        ).result()
+        try:
+            sent = datetime.now(UTC)
+            # Jupyter's own last activity stays at the moment the cell began; the observation
+            # keeps moving while the kernel is busy, so an idle stop does not cut a long cell.
+            busy = wait_until(
+                local,
+                notebook.ref,
+                lambda o: (
+                    o.last_activity is not None and o.last_activity > sent + timedelta(seconds=2)
+                ),
+            )
+            assert busy.phase is Phase.RUNNING
+        finally:
+            thread.submit(socket_.close).result()
+            thread.submit(loop.close).result()
 
 
 def test_the_token_stays_off_the_command_line(tmp_path: Path) -> None:

@@ -102,8 +102,9 @@ def test_an_admission_that_could_not_be_sent_does_not_hold_the_next(
         raise ConnectionError("broker down")
 
     monkeypatch.setattr(tasks.project_admit, "delay", broker_down)
-    with pytest.raises(ConnectionError):
-        submitted(project, owner, django_capture_on_commit_callbacks, "lost")
+    # The submit still succeeds (its row is committed; the sweep admits what waits)...
+    submitted(project, owner, django_capture_on_commit_callbacks, "lost")
+    # ...and the failed send leaves no mark that would hold the next one.
     monkeypatch.setattr(tasks.project_admit, "delay", admissions.append)
     submitted(project, owner, django_capture_on_commit_callbacks, "next")
     assert admissions == [project.pk]
