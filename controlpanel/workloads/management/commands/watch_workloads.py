@@ -50,8 +50,15 @@ class Command(BaseCommand):
         **options: Any,
     ) -> None:
         stop = threading.Event()
+
+        def shut_down(*_: object) -> None:
+            # At once, not at the next event: the main thread may be waiting on a watch for
+            # half a minute. What it was recording rolls back; the sweep converges anyway.
+            stop.set()
+            raise SystemExit(0)
+
         for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda *_: stop.set())
+            signal.signal(sig, shut_down)
         collector = LogCollector(interval_s=log_seconds)
         threading.Thread(target=collector.run, args=(stop,), name="logs", daemon=True).start()
         backend = get_backend()
