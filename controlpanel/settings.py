@@ -425,6 +425,7 @@ NOTEBOOK_INGRESS_CLASS = env_str("NOTEBOOK_INGRESS_CLASS") or "nginx"
 NOTEBOOK_WORKSPACE_GIB = env_int("NOTEBOOK_WORKSPACE_GIB", 20, minimum=1)
 CURRENCY = env_str("CURRENCY") or "EUR"
 JOB_SWEEP_SECONDS = env_int("JOB_SWEEP_SECONDS", 10, minimum=1)
+JOB_SWEEP_LOCK_SECONDS = env_int("JOB_SWEEP_LOCK_SECONDS", 120, minimum=1)
 # A final row whose finalize (notice, quota, log archive) has not happened this long after its
 # end lost its task (a worker killed, a broker down): the sweep sends it again.
 JOB_FINALIZE_GRACE_SECONDS = env_int("JOB_FINALIZE_GRACE_SECONDS", 120, minimum=1)

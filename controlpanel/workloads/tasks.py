@@ -33,7 +33,6 @@ from deploy.types import TransientError, WorkloadKind, WorkloadRef
 
 log = logging.getLogger(__name__)
 SWEEP_LOCK = "jobs-sweep-running"
-SWEEP_LOCK_S = 600  # a crashed sweep frees the lock after this
 # E-mails and webhooks wait on servers we do not run: they go to the `notifications` queue
 # (settings.CELERY_TASK_ROUTES), which a worker of its own consumes (Procfile `notifier`), so
 # a hung receiver holds up no reconcile; each try is short (deadlines, then these limits).
@@ -291,7 +290,10 @@ def jobs_sweep() -> dict[str, int]:
     worker starting the next one would only repeat the same work."""
 
     token = uuid.uuid4().hex
-    if not cache.add(SWEEP_LOCK, token, timeout=SWEEP_LOCK_S):
+    # A sweep killed with its worker frees the lock after JOB_SWEEP_LOCK_SECONDS: until then no
+    # sweep runs (no refinalize, no re-drive), so it is short; a sweep outlasting it may meet
+    # a second one, which only repeats idempotent work.
+    if not cache.add(SWEEP_LOCK, token, timeout=settings.JOB_SWEEP_LOCK_SECONDS):
         return {"skipped": 1}
     try:
         return sweep()

@@ -63,6 +63,8 @@ def cluster_env(k8s_cluster: Any, k8s_jobs: Any, panel_s3: Any) -> dict[str, str
         "KUBERNETES_REQUEST_TIMEOUT_SECONDS": str(REQUEST_TIMEOUT_S),
         # A finalize lost with its worker or its broker is sent again by the next sweep.
         "JOB_FINALIZE_GRACE_SECONDS": "3",
+        # ...and a sweep killed with its worker does not hold the next ones for long.
+        "JOB_SWEEP_LOCK_SECONDS": "5",
         "S3_ENDPOINT_URL": panel_s3.endpoint_url,
         "S3_ACCESS_KEY": panel_s3.access_key,
         "S3_SECRET_KEY": panel_s3.secret_key,

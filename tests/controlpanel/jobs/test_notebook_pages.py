@@ -6,6 +6,7 @@ log, volumes linked to the bucket browser), the actions, Open, and user text esc
 
 from __future__ import annotations
 
+import uuid
 from datetime import timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -412,7 +413,7 @@ def test_create_through_the_form_in_chromium(
     from tests.fixtures.panel import PASSWORD
 
     settings.COMPUTE_BACKEND = "kubernetes"  # every editor its image has can be served
-    bucket = project_bucket(project, panel_s3, "nb-data").name
+    bucket = project_bucket(project, panel_s3, f"nb-pages-{uuid.uuid4().hex[:8]}").name
     browser_login(page, live_server.url, "owner", PASSWORD)
     page.goto(f"{live_server.url}/p/alpha/notebooks/new/")
     assert page.is_disabled("input[data-editor=vscode]")
