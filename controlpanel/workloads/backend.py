@@ -79,11 +79,14 @@ def ensure_project(project: Project) -> None:
 
 
 def job_ref(job: Workload) -> WorkloadRef:
-    """The backend's name for a workload row's current run. A notebook's objects keep one
-    name across its starts (same address, same workspace claim): its ref's run is always 1."""
-    kind = WorkloadKind(job.kind)
-    run = 1 if kind is WorkloadKind.NOTEBOOK else job.run
-    return WorkloadRef(kind, job.project.slug, job.project.namespace, str(job.id), run)
+    """The backend's name for a workload row's current run (`Workload.backend_run`)."""
+    return WorkloadRef(
+        WorkloadKind(job.kind),
+        job.project.slug,
+        job.project.namespace,
+        str(job.id),
+        job.backend_run,
+    )
 
 
 def notebook_request(notebook: Workload) -> NotebookRequest:

@@ -171,6 +171,12 @@ class Workload(models.Model):
     def is_live(self) -> bool:
         return self.state in LIVE_STATES
 
+    @property
+    def backend_run(self) -> int:
+        """The run number the backend names this row's current run by. A notebook's objects
+        keep one name across its starts (same address, same workspace claim): always 1."""
+        return 1 if self.kind == Kind.NOTEBOOK else self.run
+
 
 _W = TypeVar("_W", bound=Workload)
 

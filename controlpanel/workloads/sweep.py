@@ -44,7 +44,7 @@ def sweep() -> dict[str, int]:
     namespaces = _namespaces({job.project_id for job in jobs})
     for job in jobs:
         counts["live"] += 1
-        key = (job.kind, namespaces[job.project_id], str(job.pk), job_ref_run(job))
+        key = (job.kind, namespaces[job.project_id], str(job.pk), job.backend_run)
         seen = observed.pop(key, None)
         if seen is None:
             _missing(job, counts)
@@ -61,11 +61,6 @@ def sweep() -> dict[str, int]:
     counts["idle_stopped"] = stop_idle_notebooks()
     tasks.notices_resend()  # end notices claimed, then lost before they were sent
     return counts
-
-
-def job_ref_run(job: Workload) -> int:
-    """The run number the backend shows for the row's current run (a notebook's is 1)."""
-    return 1 if job.kind == Kind.NOTEBOOK else job.run
 
 
 def record_observation(observed: ObservedWorkload) -> bool:
