@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from controlpanel.accounts.oidc_settings import read_oidc_settings
 from controlpanel.env import env_bool, env_choice, env_int, env_list, env_str
 from deploy import images
 from deploy.egress import parse_cidrs, parse_dns, parse_egress, parse_node_local_dns
@@ -159,8 +160,28 @@ AUTH_PASSWORD_VALIDATORS = [
 ]
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
-    "django.contrib.auth.backends.ModelBackend",
+    # Passwords (off with OIDC_ONLY=1), then the OpenID Connect sign-in's sessions.
+    "controlpanel.accounts.backends.PasswordBackend",
+    "controlpanel.accounts.backends.OidcBackend",
 ]
+
+# People (controlpanel/accounts): an invitation link works this many days; single sign-on
+# with OpenID Connect from OIDC_* (controlpanel/accounts/oidc_settings.py; off without
+# OIDC_ISSUER). README: "Inviting people and single sign-on".
+INVITATION_DAYS = env_int("INVITATION_DAYS", 7, minimum=1)
+_oidc = read_oidc_settings()
+OIDC_ISSUER = _oidc["OIDC_ISSUER"]
+OIDC_DISCOVERY_URL = _oidc["OIDC_DISCOVERY_URL"]
+OIDC_CLIENT_ID = _oidc["OIDC_CLIENT_ID"]
+OIDC_CLIENT_SECRET = _oidc["OIDC_CLIENT_SECRET"]
+OIDC_SCOPES = _oidc["OIDC_SCOPES"]
+OIDC_GROUPS_CLAIM = _oidc["OIDC_GROUPS_CLAIM"]
+OIDC_GROUP_MAPPING = _oidc["OIDC_GROUP_MAPPING"]
+OIDC_USERNAME_CLAIM = _oidc["OIDC_USERNAME_CLAIM"]
+OIDC_PROVIDER_NAME = _oidc["OIDC_PROVIDER_NAME"]
+OIDC_ONLY = _oidc["OIDC_ONLY"]
+OIDC_TRUST_EMAIL = _oidc["OIDC_TRUST_EMAIL"]
+OIDC_TIMEOUT_SECONDS = _oidc["OIDC_TIMEOUT_SECONDS"]
 
 # django-axes: throttle repeated login failures per username and address.
 AXES_FAILURE_LIMIT = env_int("AXES_FAILURE_LIMIT", 5, minimum=1)

@@ -27,6 +27,7 @@ _PREFIXES = (
     "APP_",
     "BILLING_",
     "OIDC_",
+    "INVITATION_",
 )
 _NAMES = {
     "ALLOWED_HOSTS",

@@ -55,3 +55,98 @@ class ApiToken(models.Model):
     def is_active(self) -> bool:
         now = timezone.now()
         return self.revoked_at is None and (self.expires_at is None or self.expires_at > now)
+
+
+class Invitation(models.Model):
+    """A one-time link that lets whoever holds it join a project with a role, as the person
+    whose e-mail address it was sent to. Only the SHA-256 of the link's token is stored; the
+    link works until it is used, revoked or expires."""
+
+    project = models.ForeignKey(
+        "projects.Project", on_delete=models.CASCADE, related_name="invitations"
+    )
+    email = models.EmailField()
+    role = models.CharField(max_length=10, default="member")
+    digest = models.CharField(max_length=64, unique=True)
+    invited_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField()
+    accepted_at = models.DateTimeField(null=True, blank=True)
+    accepted_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["project", "email"])]
+
+    def __str__(self) -> str:
+        return f"{self.email} to {self.project_id} ({self.status})"
+
+    @property
+    def status(self) -> str:
+        """pending, accepted, revoked or expired."""
+        if self.accepted_at is not None:
+            return "accepted"
+        if self.revoked_at is not None:
+            return "revoked"
+        if self.expires_at <= timezone.now():
+            return "expired"
+        return "pending"
+
+    @property
+    def is_pending(self) -> bool:
+        return self.status == "pending"
+
+
+class OidcIdentity(models.Model):
+    """A user's account at the OpenID Connect provider: (issuer, subject) is who signs in;
+    the groups are those of the last sign-in."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="oidc_identities"
+    )
+    issuer = models.CharField(max_length=500)
+    subject = models.CharField(max_length=255)
+    groups = models.JSONField(default=list, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    last_sign_in_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["issuer", "subject"], name="one_user_per_oidc_subject")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.subject} at {self.issuer}"
+
+
+class GroupGrant(models.Model):
+    """A membership that OIDC_GROUP_MAPPING gave: the next sign-in changes its role when the
+    mapping says so and removes it when the user's groups no longer grant it. Memberships
+    added by hand have none and are left alone."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="group_grants"
+    )
+    project = models.ForeignKey(
+        "projects.Project", on_delete=models.CASCADE, related_name="group_grants"
+    )
+    role = models.CharField(max_length=10)
+    groups = models.JSONField(default=list, help_text="The groups that grant it.")
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["user", "project"], name="one_grant_per_membership")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user_id} in {self.project_id} ({self.role}, by group)"

@@ -13,6 +13,12 @@ urlpatterns = [
     path("p/<slug:slug>/secrets/", views.project_secrets, name="project-secrets"),
     path("p/<slug:slug>/members/", views.member_list, name="member-list"),
     path("p/<slug:slug>/members/<int:member_id>/", views.member_update, name="member-update"),
+    path("p/<slug:slug>/members/invite/", views.member_invite, name="member-invite"),
+    path(
+        "p/<slug:slug>/invitations/<int:invitation_id>/revoke/",
+        views.invitation_revoke,
+        name="invitation-revoke",
+    ),
 ]
 
 

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.admin.views.decorators import staff_member_required
 from django.core.exceptions import ValidationError
@@ -10,6 +11,10 @@ from django.utils.cache import add_never_cache_headers
 from django.views.decorators.debug import sensitive_post_parameters, sensitive_variables
 from django.views.decorators.http import require_POST
 
+from controlpanel.accounts import invitations
+from controlpanel.accounts.forms import InviteForm
+from controlpanel.accounts.models import Invitation
+from controlpanel.accounts.selectors import grants_in, pending_invitations
 from controlpanel.buckets.crypto import secret_hint
 from controlpanel.core.htmx import wants_fragment
 from controlpanel.projects import services
@@ -145,33 +150,109 @@ def _secrets_answer(request: HttpRequest, access: ProjectAccess, form: SecretFor
     return redirect(reverse("project-home", kwargs={"slug": access.project.slug}) + "#secrets")
 
 
-@project_view()
-def member_list(request: ProjectRequest) -> HttpResponse:
+def _members_page(
+    request: ProjectRequest,
+    *,
+    form: MemberAddForm | None = None,
+    invite_form: InviteForm | None = None,
+    status: int = 200,
+) -> HttpResponse:
     access = request.access
-    form = MemberAddForm()
-    if request.method == "POST":
-        form = MemberAddForm(request.POST)
-        if not access.can_manage:
-            return HttpResponse("Only the project's managers can add members.", status=403)
-        if form.is_valid():
-            try:
-                services.member_add(
-                    access=access,
-                    user=form.cleaned_data["username"],
-                    role=form.cleaned_data["role"],
-                )
-            except ValidationError as exc:
-                form.add_error(None, exc)
-            else:
-                messages.success(request, f"Added {form.cleaned_data['username'].username}.")
-                return redirect("member-list", slug=access.project.slug)
     context = {
         "project": access.project,
         "members": members_of(project=access.project),
-        "form": form,
+        "grants": grants_in(project=access.project),
+        "invitations": pending_invitations(project=access.project) if access.can_manage else [],
+        "form": form or MemberAddForm(),
+        "invite_form": invite_form or InviteForm(),
         "role_form": MemberRoleForm(),
+        "invitation_days": settings.INVITATION_DAYS,
+        "local_backend_warning": access.can_manage and bool(_local_trust_warning()),
     }
-    return render(request, "projects/members.html", context, status=400 if form.errors else 200)
+    return render(request, "projects/members.html", context, status=status)
+
+
+def _local_trust_warning() -> bool:
+    """`make run`'s local backend refuses to start with a second active user unless the
+    operator says everyone is trusted alike: managers are told before they invite."""
+    return settings.COMPUTE_BACKEND == "local" and not settings.AJUSTE_LOCAL_BACKEND_TRUSTED
+
+
+@project_view()
+def member_list(request: ProjectRequest) -> HttpResponse:
+    access = request.access
+    if request.method != "POST":
+        return _members_page(request)
+    form = MemberAddForm(request.POST)
+    if not access.can_manage:
+        return HttpResponse("Only the project's managers can add members.", status=403)
+    if form.is_valid():
+        try:
+            services.member_add(
+                access=access,
+                user=form.cleaned_data["username"],
+                role=form.cleaned_data["role"],
+            )
+        except ValidationError as exc:
+            form.add_error(None, exc)
+        else:
+            messages.success(request, f"Added {form.cleaned_data['username'].username}.")
+            return redirect("member-list", slug=access.project.slug)
+    return _members_page(request, form=form, status=400)
+
+
+@require_POST
+@project_view()
+def member_invite(request: ProjectRequest) -> HttpResponse:
+    """Invite by e-mail address (managers and site admins): an existing account is added at
+    once, anyone else gets a one-time link by e-mail."""
+    access = request.access
+    if not access.can_manage:
+        return HttpResponse("Only the project's managers can invite people.", status=403)
+    form = InviteForm(request.POST)
+    if form.is_valid():
+        try:
+            outcome = invitations.invitation_create(
+                access=access,
+                by=request.user,
+                email=form.cleaned_data["email"],
+                role=form.cleaned_data["role"],
+            )
+        except ValidationError as exc:
+            for field, errors in exc.message_dict.items():
+                for error in errors:
+                    form.add_error(field if field in form.fields else None, error)
+        else:
+            if outcome.membership is not None:
+                messages.success(
+                    request,
+                    f"{outcome.membership.user.username} already had an account: added as "
+                    f"{outcome.membership.role}, and told by e-mail.",
+                )
+            else:
+                messages.success(
+                    request,
+                    f"Invitation sent to {form.cleaned_data['email']} (valid "
+                    f"{settings.INVITATION_DAYS} days).",
+                )
+            return redirect("member-list", slug=access.project.slug)
+    return _members_page(request, invite_form=form, status=400)
+
+
+@require_POST
+@project_view(manage=True)
+def invitation_revoke(request: ProjectRequest, invitation_id: int) -> HttpResponse:
+    access = request.access
+    invitation = get_object_or_404(Invitation, pk=invitation_id, project=access.project)
+    try:
+        invitations.invitation_revoke(access=access, invitation=invitation)
+    except ValidationError as exc:
+        messages.error(request, " ".join(exc.messages))
+    else:
+        messages.success(
+            request, f"Invitation to {invitation.email} revoked: its link no longer works."
+        )
+    return redirect("member-list", slug=access.project.slug)
 
 
 @require_POST

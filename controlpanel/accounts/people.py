@@ -1,0 +1,181 @@
+"""Site admins manage accounts from the panel's own pages (`/people/`): create one (its owner
+sets the password through a one-time link), send a set-password link (the old password
+stops working), deactivate (tokens revoked and sessions ended at once) or reactivate, and
+hand a deactivated person's running work over to someone else in its project.
+
+Set-password links are Django's password-reset tokens: signed, valid PASSWORD_RESET_TIMEOUT
+(3 days), and void once used (they hash the password they replace) or when the account
+changes its password or logs in.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.contrib.auth.tokens import default_token_generator
+from django.contrib.sessions.models import Session
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.db import transaction
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.encoding import force_bytes
+from django.utils.http import urlsafe_base64_encode
+
+from controlpanel.accounts.invitations import mail_now
+from controlpanel.accounts.models import ApiToken
+from controlpanel.projects.models import Membership, Project, Role
+from controlpanel.workloads.models import LIVE_STATES, Workload
+
+log = logging.getLogger(__name__)
+
+
+def _staff(by: Any) -> None:
+    if not (by and by.is_authenticated and by.is_staff and by.is_active):
+        raise PermissionDenied("Only site admins manage accounts.")
+
+
+def password_link(user: Any) -> str:
+    """A one-time link that lets `user` choose a password."""
+    uid = urlsafe_base64_encode(force_bytes(user.pk))
+    token = default_token_generator.make_token(user)
+    return settings.SITE_URL + reverse("password-set", kwargs={"uidb64": uid, "token": token})
+
+
+def _send_password_link(user: Any, link: str, *, new: bool) -> None:
+    if not user.email:
+        return
+    days = max(1, settings.PASSWORD_RESET_TIMEOUT // 86400)
+    what = "An account was made for you" if new else "A site admin reset your password"
+    mail_now(
+        user.email,
+        "[Ajuste] Choose your password",
+        f"{what} on Ajuste (user name: {user.username}).\n\n"
+        f"Choose your password with this link (it works once, for {days} days):\n\n{link}\n",
+    )
+
+
+@transaction.atomic
+def user_create(
+    *,
+    by: Any,
+    username: str,
+    email: str,
+    first_name: str = "",
+    last_name: str = "",
+    is_staff: bool = False,
+    project: Project | None = None,
+    role: str = Role.MEMBER,
+) -> tuple[Any, str]:
+    """A new account without a password; returns it and its set-password link (also
+    e-mailed; none with OIDC_ONLY=1, where they sign in with single sign-on)."""
+    _staff(by)
+    User = get_user_model()
+    email = (email or "").strip()
+    if email and User.objects.filter(email__iexact=email).exists():
+        raise ValidationError({"email": f"An account already uses {email}."})
+    if role not in Role.values:
+        raise ValidationError({"role": f"Unknown role {role!r}; use member or manager."})
+    user = User(
+        username=(username or "").strip(),
+        email=email,
+        first_name=(first_name or "").strip(),
+        last_name=(last_name or "").strip(),
+        is_staff=bool(is_staff),
+    )
+    user.set_unusable_password()
+    user.full_clean()
+    user.save()
+    if project is not None:
+        Membership.objects.create(project=project, user=user, role=role)
+    if settings.OIDC_ONLY:
+        return user, ""
+    link = password_link(user)
+    _send_password_link(user, link, new=True)
+    return user, link
+
+
+@transaction.atomic
+def user_password_reset(*, by: Any, user: Any) -> str:
+    """The account's password stops working (its sessions end with it) and a one-time
+    set-password link is made, e-mailed, and returned for the admin to pass on."""
+    _staff(by)
+    if settings.OIDC_ONLY:
+        raise ValidationError(
+            "Passwords are off (OIDC_ONLY=1): people sign in with single sign-on."
+        )
+    if not user.is_active:
+        raise ValidationError(f"{user.username} is deactivated: reactivate the account first.")
+    user.set_unusable_password()
+    user.save(update_fields=["password"])
+    end_sessions(user)
+    link = password_link(user)
+    _send_password_link(user, link, new=False)
+    return link
+
+
+@transaction.atomic
+def user_deactivate(*, by: Any, user: Any) -> None:
+    """The account can no longer sign in (password or SSO); its API tokens are revoked and
+    its sessions end now. Its memberships and work are kept (see `live_workloads_of`)."""
+    _staff(by)
+    if user.pk == by.pk:
+        raise ValidationError("You cannot deactivate your own account.")
+    if user.is_superuser and not by.is_superuser:
+        raise PermissionDenied("Only a superuser can deactivate a superuser.")
+    type(user).objects.filter(pk=user.pk).update(is_active=False)
+    user.is_active = False
+    ApiToken.objects.filter(user=user, revoked_at=None).update(revoked_at=timezone.now())
+    end_sessions(user)
+    log.info("%s deactivated %s", by, user)
+
+
+@transaction.atomic
+def user_reactivate(*, by: Any, user: Any) -> None:
+    """The account may sign in again (its revoked tokens stay revoked)."""
+    _staff(by)
+    type(user).objects.filter(pk=user.pk).update(is_active=True)
+    user.is_active = True
+
+
+def end_sessions(user: Any) -> int:
+    """Delete the user's sessions in the database (the session engine here). Any other
+    session is refused anyway: the backends load no inactive user, and a password change
+    voids the sessions it opened."""
+    if settings.SESSION_ENGINE not in (
+        "django.contrib.sessions.backends.db",
+        "django.contrib.sessions.backends.cached_db",
+    ):
+        return 0
+    ended = 0
+    pk = str(user.pk)
+    for session in Session.objects.filter(expire_date__gt=timezone.now()).iterator():
+        if session.get_decoded().get("_auth_user_id") == pk:
+            session.delete()
+            ended += 1
+    return ended
+
+
+@transaction.atomic
+def workload_hand_over(*, by: Any, workload: Workload, to: Any) -> Workload:
+    """`to` becomes the workload's owner (site admins only); they must be an active member
+    of its project."""
+    _staff(by)
+    if not to.is_active:
+        raise ValidationError({"to": f"{to.username} is deactivated."})
+    if not Membership.objects.filter(project_id=workload.project_id, user=to).exists():
+        raise ValidationError({"to": f"{to.username} is not a member of {workload.project.name}."})
+    Workload.objects.filter(pk=workload.pk).update(owner=to, updated_at=timezone.now())
+    workload.owner = to
+    return workload
+
+
+def live_workloads_of(user: Any) -> list[Workload]:
+    """What the user started that still runs or waits (every kind), oldest first."""
+    return list(
+        Workload.objects.filter(owner=user, state__in=LIVE_STATES)
+        .select_related("project", "flavor")
+        .order_by("created_at")
+    )
