@@ -3,14 +3,18 @@ package docstring (storage/sync/__init__.py)."""
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
-import tempfile
+import secrets
+import stat
+import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import suppress
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import BinaryIO, TypeVar
 
 from boto3.s3.transfer import TransferConfig
 from botocore.client import BaseClient
@@ -20,6 +24,7 @@ from storage.client import make_s3_client
 from storage.datastore import DatastoreConfig
 from storage.errors import StorageError, translate
 from storage.objects import ObjectInfo, iter_objects
+from storage.sync.direct import Direct, DirectError
 from storage.sync.local import (
     PART_SIZE,
     PARTIAL_PREFIX,
@@ -67,6 +72,7 @@ class _Sync:
     root: Path
     tracker: Tracker
     transfer: TransferConfig
+    direct: Direct  # plain signed requests for listings and small files (storage/sync/direct.py)
 
 
 def key_prefix(spec: VolumeSpec) -> str:
@@ -100,8 +106,28 @@ def pull(
     sync = _start("pull", config, spec, local_dir, workers, progress)
     try:
         sync.root.mkdir(parents=True, exist_ok=True)
-        remote = list(iter_objects(config, bucket=spec.bucket, prefix=sync.prefix))
-    except (OSError, StorageError) as error:
+        folders = _Folders(sync.root)
+    except OSError as error:
+        sync.tracker.failed(_where(spec), _describe(error), counts_as_file=False)
+        return sync.tracker.finish()
+    try:
+        return _pull_listed(config, spec, sync, folders, workers, manifest)
+    finally:
+        folders.close()
+        sync.direct.close()
+
+
+def _pull_listed(
+    config: DatastoreConfig,
+    spec: VolumeSpec,
+    sync: _Sync,
+    folders: _Folders,
+    workers: int,
+    manifest: Path | None,
+) -> SyncStats:
+    try:
+        remote = list_volume(config, sync)
+    except StorageError as error:
         sync.tracker.failed(_where(spec), _describe(error), counts_as_file=False)
         return sync.tracker.finish()
     files = [obj for obj in remote if _is_file_key(obj.key, sync)]
@@ -110,10 +136,21 @@ def pull(
     markers = [obj for obj in remote if not _is_file_key(obj.key, sync)]
     _make_folders(sync, [obj.key for obj in markers])
     sync.tracker.add_total(len(files))
-    outcomes = _run(workers, lambda obj: _pull_one(sync, obj), files)
+    outcomes = _run(workers, lambda obj: _pull_one(sync, folders, obj), files)
     if manifest is not None:
         _record_pull(manifest, spec, sync, zip(files, outcomes, strict=True), markers)
     return sync.tracker.finish()
+
+
+def list_volume(config: DatastoreConfig, sync: _Sync) -> list[ObjectInfo]:
+    """The volume's objects: one plain request a page, or boto3's listing when that fails
+    (StorageError then, as `iter_objects`)."""
+    if sync.direct.usable:
+        try:
+            return sync.direct.list_objects(sync.bucket, sync.prefix)
+        except DirectError:
+            pass
+    return list(iter_objects(config, bucket=sync.bucket, prefix=sync.prefix))
 
 
 def _record_pull(
@@ -163,6 +200,7 @@ def _start(
         root=Path(local_dir),
         tracker=Tracker(direction, progress),
         transfer=transfer_config(workers, 1),
+        direct=Direct(config),
     )
 
 
@@ -188,46 +226,130 @@ def _make_folders(sync: _Sync, keys: list[str]) -> None:
 
 # ---- pull ------------------------------------------------------------------------------
 
+_FOLDER = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_EXISTING = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+_PARTIAL = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
-def _pull_one(sync: _Sync, obj: ObjectInfo) -> Signature | bool | None:
+
+class _Folders:
+    """The pull's side of the local directory: every file is written through a descriptor of
+    its folder, reached from the root's descriptor one folder at a time without following a
+    link (O_NOFOLLOW), so a folder swapped for a symlink during the pull leads nowhere.
+
+    A key's folder is checked once per pull as `local_path` does (a symlinked folder may
+    lead elsewhere inside the root, never outside it); the folders it resolves to are then
+    opened beneath the root, and made when missing."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._real_root = root.resolve()
+        self._fd = os.open(self._real_root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        self._resolved: dict[tuple[str, ...], tuple[str, ...]] = {}
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+    def locate(self, relative: str) -> tuple[tuple[str, ...], str]:
+        """The folders below the root (links resolved) and the file name of a key below the
+        volume prefix; UnsafeKeyError for a key that would land outside the root."""
+        parts = relative.split("/")
+        if any(part in ("", ".", "..") for part in parts) or "\0" in relative:
+            raise UnsafeKeyError(f"unsafe key {relative!r}: empty, '.' or '..' segment")
+        parent = tuple(parts[:-1])
+        with self._lock:
+            resolved = self._resolved.get(parent)
+        if resolved is None:
+            real = self._real_root.joinpath(*parent).resolve()
+            if not real.is_relative_to(self._real_root):
+                raise UnsafeKeyError(f"unsafe key {relative!r}: resolves outside {self.root}")
+            resolved = real.relative_to(self._real_root).parts
+            with self._lock:
+                self._resolved[parent] = resolved
+        return resolved, parts[-1]
+
+    def open(self, folders: tuple[str, ...], relative: str) -> int:
+        """A descriptor of the folder (the caller closes it), made when missing."""
+        fd = os.dup(self._fd)
+        try:
+            for name in folders:
+                following = _open_folder(fd, name, relative)
+                os.close(fd)
+                fd = following
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+
+def _open_folder(parent: int, name: str, relative: str) -> int:
+    try:
+        return os.open(name, _FOLDER, dir_fd=parent)
+    except FileNotFoundError:
+        with suppress(FileExistsError):
+            os.mkdir(name, dir_fd=parent)
+        return _open_folder(parent, name, relative)
+    except OSError as error:
+        if error.errno in (errno.ELOOP, errno.ENOTDIR):
+            with suppress(OSError):
+                if stat.S_ISLNK(os.stat(name, dir_fd=parent, follow_symlinks=False).st_mode):
+                    raise UnsafeKeyError(
+                        f"unsafe key {relative!r}: a folder on its way became a symlink"
+                    ) from None
+        raise
+
+
+def _pull_one(sync: _Sync, folders: _Folders, obj: ObjectInfo) -> Signature | bool | None:
     """The signature of the local file now holding the object; True when a newer local file
     was kept; None when it failed."""
     try:
-        path = local_path(sync.root, obj.key[len(sync.prefix) :])
-        info = _regular_file_stat(path)
-        if info is not None and not _pull_needed(path, info, obj):
-            sync.tracker.skipped()
-            return signature(info) if _agrees(path, info, obj) else True
-        _download(sync, obj, path)
+        relative = obj.key[len(sync.prefix) :]
+        parents, name = folders.locate(relative)
+        folder = folders.open(parents, relative)
+        try:
+            kept = _kept(folder, name, obj)
+            if kept is not None:
+                sync.tracker.skipped()
+                return kept
+            outcome = _download(sync, obj, folder, name)
+        finally:
+            os.close(folder)
         sync.tracker.transferred()
-        return signature(path.lstat())
+        return outcome
     except Exception as error:  # one file's failure must not stop the others
         sync.tracker.failed(obj.key, _describe(error))
         return None
 
 
-def _agrees(path: Path, info: os.stat_result, obj: ObjectInfo) -> bool:
+def _kept(folder: int, name: str, obj: ObjectInfo) -> Signature | bool | None:
+    """For a file already there that the pull leaves alone: its signature when it holds the
+    object, True when it is newer local work; None when the object must be downloaded."""
+    try:
+        info = os.stat(name, dir_fd=folder, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+    if not stat.S_ISREG(info.st_mode):
+        raise IsADirectoryError(f"{name} exists and is not a regular file")
+    if info.st_size != obj.size and info.st_mtime <= obj.last_modified.timestamp():
+        return None  # an older file of another size: replaced without reading it
+    with os.fdopen(os.open(name, _EXISTING, dir_fd=folder), "rb") as stream:
+        if _pull_needed(stream, info, obj):
+            return None
+        return signature(info) if _agrees(stream, info, obj) else True
+
+
+def _agrees(stream: BinaryIO, info: os.stat_result, obj: ObjectInfo) -> bool:
     """A local file the pull left alone holds the object (not newer local work)."""
-    same = same_content(path, info, obj, _hashes)
+    same = same_content(stream, info, obj, _hashes)
     if same is None:
         return int(info.st_mtime) == int(obj.last_modified.timestamp())
     return same
 
 
-def _regular_file_stat(path: Path) -> os.stat_result | None:
-    try:
-        info = path.lstat()
-    except FileNotFoundError:
-        return None
-    if path.is_symlink() or not path.is_file():
-        raise IsADirectoryError(f"{path} exists and is not a regular file")
-    return info
-
-
-def _pull_needed(path: Path, info: os.stat_result, obj: ObjectInfo) -> bool:
+def _pull_needed(stream: BinaryIO, info: os.stat_result, obj: ObjectInfo) -> bool:
     """Download unless the content is the same, or the local file is newer than the object
     (local work is never overwritten by an older object)."""
-    same = same_content(path, info, obj, _hashes)
+    same = same_content(stream, info, obj, _hashes)
     if same:
         return False
     remote_time = obj.last_modified.timestamp()
@@ -236,11 +358,11 @@ def _pull_needed(path: Path, info: os.stat_result, obj: ObjectInfo) -> bool:
     return info.st_mtime <= remote_time + NEWER_LOCAL_SLACK_S
 
 
-def _download(sync: _Sync, obj: ObjectInfo, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # A temporary name in the same directory, then an atomic rename: an interrupted pull
-    # never leaves a half-written file under the real name.
-    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=PARTIAL_PREFIX, suffix=PARTIAL_SUFFIX)
+def _download(sync: _Sync, obj: ObjectInfo, folder: int, name: str) -> Signature:
+    """Download into a temporary name in the same folder, dated like the object, then rename
+    it atomically: an interrupted pull never leaves a half-written file under the real name."""
+    temporary = f"{PARTIAL_PREFIX}{secrets.token_hex(8)}{PARTIAL_SUFFIX}"
+    fd = os.open(temporary, _PARTIAL, 0o600, dir_fd=folder)
     try:
         with os.fdopen(fd, "wb") as out:
             if obj.size <= SINGLE_REQUEST_LIMIT:
@@ -249,24 +371,44 @@ def _download(sync: _Sync, obj: ObjectInfo, path: Path) -> None:
                 sync.client.download_fileobj(
                     sync.bucket, obj.key, out, Config=sync.transfer, Callback=sync.tracker.add_bytes
                 )
-        os.replace(temporary, path)
+            out.flush()
+            stamp = obj.last_modified.timestamp()
+            os.utime(out.fileno(), (stamp, stamp))
+            info = os.fstat(out.fileno())
+        os.replace(temporary, name, src_dir_fd=folder, dst_dir_fd=folder)
     except BaseException:
-        Path(temporary).unlink(missing_ok=True)
+        with suppress(OSError):
+            os.unlink(temporary, dir_fd=folder)
         raise
-    stamp = obj.last_modified.timestamp()
-    os.utime(path, (stamp, stamp))
+    return signature(info)
 
 
-def _get_checked(sync: _Sync, obj: ObjectInfo, out: Any) -> None:
-    body = sync.client.get_object(Bucket=sync.bucket, Key=obj.key)["Body"]
+def _get_checked(sync: _Sync, obj: ObjectInfo, out: BinaryIO) -> None:
+    """One GET (a plain request, else boto3's), its bytes checked against the ETag."""
     digest = hashlib.md5(usedforsecurity=False)
-    try:
-        while block := body.read(MiB):
-            digest.update(block)
-            out.write(block)
-            sync.tracker.add_bytes(len(block))
-    finally:
-        body.close()
+
+    def write(block: bytes) -> None:
+        digest.update(block)
+        out.write(block)
+
+    size = -1
+    if sync.direct.usable:
+        try:
+            size = sync.direct.get_object(sync.bucket, obj.key, write)
+        except DirectError:
+            out.seek(0)
+            out.truncate()
+            digest = hashlib.md5(usedforsecurity=False)
+    if size < 0:
+        body = sync.client.get_object(Bucket=sync.bucket, Key=obj.key)["Body"]
+        size = 0
+        try:
+            while block := body.read(MiB):
+                write(block)
+                size += len(block)
+        finally:
+            body.close()
+    sync.tracker.add_bytes(size)
     if len(obj.etag) == 32 and "-" not in obj.etag and digest.hexdigest() != obj.etag:
         raise IntegrityError(f"downloaded bytes do not match the ETag {obj.etag}")
 

@@ -11,7 +11,8 @@ from typing import BinaryIO
 
 from storage.datastore import DatastoreConfig
 from storage.errors import StorageError
-from storage.objects import ObjectInfo, delete_objects, iter_objects
+from storage.objects import ObjectInfo, delete_objects
+from storage.sync.direct import DirectError
 from storage.sync.engine import (
     DEFAULT_WORKERS,
     SINGLE_REQUEST_LIMIT,
@@ -22,6 +23,7 @@ from storage.sync.engine import (
     _start,
     _Sync,
     _where,
+    list_volume,
     transfer_config,
 )
 from storage.sync.local import (
@@ -64,6 +66,7 @@ def push(
     local = _scan_local(sync)
     remote = _list_remote(config, spec, sync) if local is not None else None
     if local is None or remote is None:
+        sync.direct.close()
         return sync.tracker.finish()
     large = sum(1 for file in local.files.values() if file.stat.st_size > SINGLE_REQUEST_LIMIT)
     sync = replace(sync, transfer=transfer_config(workers, large))
@@ -71,7 +74,10 @@ def push(
     for _ in local.symlinks:
         sync.tracker.skipped()  # never followed: a link could point anywhere on this machine
     files = list(local.files.values())
-    entries = _run(workers, lambda file: _push_one(sync, file, base, remote), files)
+    try:
+        entries = _run(workers, lambda file: _push_one(sync, file, base, remote), files)
+    finally:
+        sync.direct.close()
     new_base = dict(base)
     for file, entry in zip(files, entries, strict=True):
         if entry is not None:
@@ -118,9 +124,7 @@ def _list_remote(
 ) -> dict[str, ObjectInfo] | None:
     """The volume's objects by key, or None (and a failure) when they cannot be listed."""
     try:
-        return {
-            obj.key: obj for obj in iter_objects(config, bucket=spec.bucket, prefix=sync.prefix)
-        }
+        return {obj.key: obj for obj in list_volume(config, sync)}
     except StorageError as error:
         sync.tracker.failed(_where(spec), _describe(error), counts_as_file=False)
         return None
@@ -201,9 +205,9 @@ def _upload(sync: _Sync, stream: BinaryIO, info: os.stat_result, key: str) -> En
         etag, size = str(head.get("ETag", "")).strip('"'), int(head["ContentLength"])
     else:
         data = stream.read()
-        md5 = hashlib.md5(data, usedforsecurity=False).hexdigest()
-        response = sync.client.put_object(Bucket=sync.bucket, Key=key, Body=data)
-        etag, size = str(response.get("ETag", "")).strip('"'), len(data)
+        digest = hashlib.md5(data, usedforsecurity=False)
+        md5 = digest.hexdigest()
+        etag, size = _put_small(sync, key, data, digest.digest()), len(data)
         if len(etag) == 32 and etag != md5:
             raise IntegrityError(f"the store answered ETag {etag} for bytes whose MD5 is {md5}")
         sync.tracker.add_bytes(size)
@@ -212,6 +216,17 @@ def _upload(sync: _Sync, stream: BinaryIO, info: os.stat_result, key: str) -> En
     if unchanged and md5 is not None:
         _hashes.remember(info, md5)
     return Entry(etag, size, before if unchanged else None)
+
+
+def _put_small(sync: _Sync, key: str, data: bytes, md5: bytes) -> str:
+    """One PUT (a plain request with Content-MD5, else boto3's); the ETag answered."""
+    if sync.direct.usable:
+        try:
+            return sync.direct.put_object(sync.bucket, key, data, md5)
+        except DirectError:
+            pass
+    response = sync.client.put_object(Bucket=sync.bucket, Key=key, Body=data)
+    return str(response.get("ETag", "")).strip('"')
 
 
 def _delete_absent(
