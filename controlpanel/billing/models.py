@@ -132,3 +132,56 @@ class Line(models.Model):
     @property
     def price_minutes(self) -> int:
         return self.minutes * self.units
+
+
+class Sighting(models.Model):
+    """The last time the cluster showed a run's pod alive (the sweep's listing, a watch
+    event), so a run whose pod vanished is closed there rather than when the panel noticed.
+    `estimated`: the run was closed that way (its end was never reported by the cluster); the
+    pages, the CSV and the usage API say so. Kept apart from the meter, which a rebuild
+    recreates: the flag outlives any recomputation of the ledger."""
+
+    run = models.OneToOneField(
+        JobRun, on_delete=models.CASCADE, primary_key=True, related_name="sighting"
+    )
+    seen_at = models.DateTimeField()
+    estimated = models.BooleanField(default=False)
+    noticed_at = models.DateTimeField(
+        null=True, blank=True, help_text="When the panel found the pod gone (estimated runs)."
+    )
+
+    def __str__(self) -> str:
+        return f"{self.run_id} seen {self.seen_at:%Y-%m-%d %H:%M:%S}"
+
+
+class BudgetThreshold(models.IntegerChoices):
+    HALF = 50, "50 %"
+    MOST = 80, "80 %"
+    ALL = 100, "100 %"
+
+
+class BudgetAlert(models.Model):
+    """One alert of one project's monthly budget: sent once per (project, month, threshold),
+    whatever the number of workers checking at once (the unique constraint decides who
+    sends). `notified_at`: handed to the mail server and the webhook queue."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="budget_alerts")
+    month = models.DateField(help_text="The month's first day.")
+    threshold = models.PositiveSmallIntegerField(choices=BudgetThreshold.choices)
+    budget = models.DecimalField(max_digits=12, decimal_places=2)
+    spent = models.DecimalField(max_digits=14, decimal_places=2)
+    currency = models.CharField(max_length=3)
+    created_at = models.DateTimeField(default=timezone.now)
+    notified_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["month", "threshold"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["project", "month", "threshold"], name="one_budget_alert_per_threshold"
+            ),
+            models.CheckConstraint(condition=Q(month__day=1), name="budget_alert_month"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.project_id} {self.month:%Y-%m} {self.threshold} %"

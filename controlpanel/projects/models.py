@@ -126,7 +126,14 @@ class Project(models.Model):
         decimal_places=2,
         default=Decimal("0"),
         validators=[MinValueValidator(Decimal("0"))],
-        help_text="Spend alert threshold per calendar month (0 = none).",
+        help_text=(
+            "Spend per calendar month (UTC), in the panel's currency (0 = none): alerts at 50, "
+            "80 and 100 %; at 100 % new launches wait until it is raised or the month ends."
+        ),
+    )
+    budget_stops_running = models.BooleanField(
+        default=False,
+        help_text="When the month's budget is reached, also stop the project's running work.",
     )
     notebook_idle_minutes = models.PositiveIntegerField(
         default=120, help_text="Stop notebooks idle for this long (0 = never)."
