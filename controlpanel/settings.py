@@ -60,6 +60,7 @@ INSTALLED_APPS = [
     "controlpanel.flavors",
     "controlpanel.workloads",
     "controlpanel.billing",
+    "controlpanel.dashboards",
     "controlpanel.api",
 ]
 
@@ -206,6 +207,7 @@ STATIC_ROOT = BASE_DIR / "var" / "staticfiles"
 STATICFILES_DIRS = [
     BASE_DIR / "static",
     ("vendor/htmx", BASE_DIR / "node_modules" / "htmx.org" / "dist"),
+    ("vendor/chartjs", BASE_DIR / "node_modules" / "chart.js" / "dist"),
 ]
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
@@ -486,6 +488,14 @@ CELERY_BEAT_SCHEDULE["billing-catch-up"] = {
     "task": "controlpanel.billing.tasks.billing_catch_up",
     "schedule": float(BILLING_CATCH_UP_SECONDS),
     "options": {"expires": float(BILLING_CATCH_UP_SECONDS)},
+}
+# The dashboards' rollups of today and yesterday are rebuilt this often (their numbers lag by
+# at most this), and GPU utilisation is read from DCGM_PROMETHEUS_URL (empty: no data).
+DASHBOARD_ROLLUP_SECONDS = env_int("DASHBOARD_ROLLUP_SECONDS", 60, minimum=10)
+CELERY_BEAT_SCHEDULE["dashboards-rollup"] = {
+    "task": "controlpanel.dashboards.tasks.dashboards_rollup",
+    "schedule": float(DASHBOARD_ROLLUP_SECONDS),
+    "options": {"expires": float(DASHBOARD_ROLLUP_SECONDS)},
 }
 CELERY_BEAT_SCHEDULE["jobs-sweep"] = {
     "task": "controlpanel.workloads.tasks.jobs_sweep",

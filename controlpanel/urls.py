@@ -15,5 +15,6 @@ urlpatterns = [
     path("", include("controlpanel.projects.urls")),
     path("", include("controlpanel.buckets.urls")),
     path("", include("controlpanel.workloads.urls")),
+    path("", include("controlpanel.dashboards.urls")),
     path("", include("controlpanel.api.urls")),
 ]

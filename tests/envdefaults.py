@@ -28,6 +28,8 @@ _PREFIXES = (
     "BILLING_",
     "OIDC_",
     "INVITATION_",
+    "DASHBOARD_",
+    "DCGM_",
 )
 _NAMES = {
     "ALLOWED_HOSTS",

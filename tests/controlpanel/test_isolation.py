@@ -219,6 +219,8 @@ CASES: list[Case] = [
     Case("api-upload-parts", _api_bucket_url("uploads/parts/"), ("post",), api=True),
     Case("api-upload-complete", _api_bucket_url("uploads/complete/"), ("post",), api=True),
     Case("api-upload-abort", _api_bucket_url("uploads/abort/"), ("post",), api=True),
+    Case("dashboard", lambda c: "/p/alpha/dashboard/"),
+    Case("dashboard-csv", lambda c: "/p/alpha/dashboard/waiting.csv"),
 ]
 
 # Routes that hold no project data: public, or the user's own things (tested in test_accounts).
@@ -250,6 +252,9 @@ PERSONAL = {
     "api-flavor-detail",
     # datastore aliases and endpoints (never credentials) are site-wide: test_datastores
     "api-datastore-list",
+    # every project's dashboard: site admins only (others 404; tests/controlpanel/dashboards)
+    "dashboard-all",
+    "dashboard-all-csv",
 }
 
 
@@ -370,6 +375,8 @@ OWNER: dict[str, tuple[Probe, ...]] = {
         Probe("delete", 204, ""),
     ),
     "job-list": (Probe("get", 200, "secret-job"),),
+    "dashboard": (Probe("get", 200, "<title>Dashboard \u00b7 Alpha"),),
+    "dashboard-csv": (Probe("get", 200, "secret-job"),),
     "job-new": (
         Probe("get", 200, "New job \u00b7 Alpha"),
         Probe("post", 400, "New job \u00b7 Alpha", {}),  # the form's errors, on this project
@@ -526,6 +533,7 @@ PROJECT_LEVEL |= {"project-secrets", "api-secret-list"}
 PROJECT_LEVEL |= {"job-list", "job-new", "api-job-list", "bucket-list", "api-bucket-list"}
 PROJECT_LEVEL |= {"api-notebook-list"}
 PROJECT_LEVEL |= {"notebook-list", "notebook-new"}
+PROJECT_LEVEL |= {"dashboard", "dashboard-csv"}
 OWNED = [c for c in CASES if c.name not in PROJECT_LEVEL | {"api-bucket-attach"}]
 
 

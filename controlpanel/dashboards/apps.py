@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class DashboardsConfig(AppConfig):
+    name = "controlpanel.dashboards"
+    label = "dashboards"

@@ -1,0 +1,16 @@
+"""Dashboards: a project's (its managers, admins) and every project's (admins)."""
+
+from django.urls import path
+
+from controlpanel.dashboards import views
+
+urlpatterns = [
+    path("p/<slug:slug>/dashboard/", views.project_dashboard, name="dashboard"),
+    path(
+        "p/<slug:slug>/dashboard/<slug:table>.csv",
+        views.project_dashboard_csv,
+        name="dashboard-csv",
+    ),
+    path("dashboard/", views.all_dashboard, name="dashboard-all"),
+    path("dashboard/<slug:table>.csv", views.all_dashboard_csv, name="dashboard-all-csv"),
+]
