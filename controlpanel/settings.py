@@ -446,6 +446,18 @@ NOTEBOOK_AUTH_URL = (
 NOTEBOOK_TLS_SECRET = env_str("NOTEBOOK_TLS_SECRET") or ""
 NOTEBOOK_INGRESS_CLASS = env_str("NOTEBOOK_INGRESS_CLASS") or "nginx"
 NOTEBOOK_WORKSPACE_GIB = env_int("NOTEBOOK_WORKSPACE_GIB", 20, minimum=1)
+# Apps on a cluster: served at https://APP_HOST/a/<project>/<id>/v1 by the ingress controller,
+# which asks the panel (APP_AUTH_URL/<id>) for the caller's API token before every request;
+# APP_KEDA: KEDA is installed, so autoscaled apps use a ScaledObject (scale to zero).
+# On the local backend the panel's own /a/<project>/<id>/v1 proxies to the app's process.
+APP_HOST = env_str("APP_HOST") or NOTEBOOK_HOST
+APP_AUTH_URL = (
+    env_str("APP_AUTH_URL") or "http://ajuste-web.ajuste.svc.cluster.local/auth/app"
+).rstrip("/")
+APP_TLS_SECRET = env_str("APP_TLS_SECRET") or ""
+APP_INGRESS_CLASS = env_str("APP_INGRESS_CLASS") or "nginx"
+APP_KEDA = env_bool("APP_KEDA", False)
+APP_MODEL_GIB = env_int("APP_MODEL_GIB", 20, minimum=1)
 CURRENCY = env_str("CURRENCY") or "EUR"
 JOB_SWEEP_SECONDS = env_int("JOB_SWEEP_SECONDS", 10, minimum=1)
 JOB_SWEEP_LOCK_SECONDS = env_int("JOB_SWEEP_LOCK_SECONDS", 120, minimum=1)

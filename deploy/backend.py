@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from typing import Protocol, runtime_checkable
 
 from deploy.types import (
+    AppRequest,
     Capacity,
     JobRequest,
     LogChunk,
@@ -85,6 +86,19 @@ class ComputeBackend(Protocol):
 
     def observe_notebook(self, *, ref: WorkloadRef) -> ObservedWorkload:
         """What this notebook looks like now."""
+        ...
+
+    def apply_app(self, *, app: AppRequest) -> ObservedWorkload:
+        """Reconcile an app: its replicas running (or none) as `app.running` and its scaling
+        say, rolling to a changed spec without downtime; its address kept throughout."""
+        ...
+
+    def delete_app(self, *, ref: WorkloadRef) -> None:
+        """Remove every object of the app, its address included."""
+        ...
+
+    def observe_app(self, *, ref: WorkloadRef) -> ObservedWorkload:
+        """What this app looks like now (`replicas`: ready and wanted)."""
         ...
 
     def observe_all(self, *, namespace: str | None = None) -> list[ObservedWorkload]:

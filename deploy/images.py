@@ -16,3 +16,7 @@ SYNC_IMAGE = f"{REGISTRY}/ajuste:{VERSION}"
 # Notebook editors' default images when the panel names none of its own.
 JUPYTERLAB_IMAGE = "quay.io/jupyter/pytorch-notebook:cuda12-python-3.11"
 VSCODE_IMAGE = "docker.io/codercom/code-server:4.96.4"
+
+# Apps' default image: vLLM's OpenAI-compatible server with LoRA adapters (images/serving/;
+# `python -m deploy.local.serve` stands in for it on the local backend).
+SERVING_IMAGE = f"{REGISTRY}/serving:{VERSION}"

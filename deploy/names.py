@@ -69,6 +69,11 @@ def notebook_name(ref: WorkloadRef) -> str:
     return dns_label(f"nb-{ref.id}", max_len=40)
 
 
+def app_name(ref: WorkloadRef) -> str:
+    """Deployment, Service, Ingress and autoscaler of an app share this name."""
+    return dns_label(f"app-{ref.id}", max_len=40)
+
+
 def selector_labels(ref: WorkloadRef) -> dict[str, str]:
     """The labels that find every object of one workload run."""
     labels = {

@@ -29,6 +29,7 @@ class WorkloadKind(StrEnum):
 
     JOB = "job"
     NOTEBOOK = "notebook"
+    APP = "app"
 
 
 class Editor(StrEnum):
@@ -242,6 +243,93 @@ class NotebookRequest:
         return tuple(v for v in self.volumes if v.mode in (Mode.RW, Mode.RWD))
 
 
+# Where an app's weights are pulled to (read-only) before its server starts.
+APP_MODEL_PATH = "/workspace/model"
+APP_ADAPTER_PATH = "/workspace/adapter"
+
+
+@dataclass(frozen=True)
+class Scaling:
+    """How many replicas an app runs: `min_replicas == max_replicas` with no target is a
+    fixed count; otherwise an autoscaler keeps the average CPU (`target_cpu`, percent of the
+    request) or requests per second per replica (`target_rps`) near its target, between the
+    bounds. `min_replicas` 0 (scale to zero) needs KEDA on a cluster."""
+
+    min_replicas: int = 1
+    max_replicas: int = 1
+    target_cpu: int | None = None
+    target_rps: float | None = None
+
+    @property
+    def fixed(self) -> bool:
+        return self.target_cpu is None and self.target_rps is None
+
+
+@dataclass(frozen=True)
+class AppRequest:
+    """An app as the panel wants it: `running` False keeps nothing running but its address.
+
+    The model is pulled from `model` (a base model, or a merged one) to APP_MODEL_PATH and the
+    optional `adapter` (a peft LoRA) to APP_ADAPTER_PATH by the sync init container, with the
+    read-only `volumes`; the server (`image`, vLLM with `--enable-lora` by default; `command`
+    None means the image's) answers the OpenAI API on `port`, ready when `probe_path` does.
+    It is served at `https://{host}{path}` behind ingress-nginx, which asks `auth_url` (a
+    panel endpoint that checks the caller's project API token, unless `public`).
+    `served_name` is the model's id in the API.
+    """
+
+    id: str
+    project: str
+    namespace: str
+    name: str
+    image: str
+    flavor: FlavorSpec
+    model: VolumeSpec
+    served_name: str
+    adapter: VolumeSpec | None = None
+    units: int = 1
+    running: bool = True
+    scaling: Scaling = field(default_factory=Scaling)
+    env: Mapping[str, str] = field(default_factory=dict)
+    secret_env: Mapping[str, str] = field(default_factory=dict)
+    project_secrets: str = PROJECT_SECRETS_NAME
+    labels: Mapping[str, str] = field(default_factory=dict)
+    volumes: tuple[VolumeSpec, ...] = ()
+    probe_path: str = "/health"
+    port: int = 8000
+    command: tuple[str, ...] | None = None
+    public: bool = False
+    keda: bool = False
+    host: str = "apps.ajuste.local"
+    path: str = "/"
+    auth_url: str = "http://ajuste-web.ajuste.svc.cluster.local/auth/app"
+    tls_secret: str | None = None
+    ingress_class: str = "nginx"
+    datastore_secret: str = DATASTORE_SECRET_NAME
+    image_pull_secrets: tuple[str, ...] = ()
+    sync_image: str | None = None
+    model_gib: int = 20
+
+    def __post_init__(self) -> None:
+        _tuplify(self, "volumes", "image_pull_secrets")
+        if self.command is not None:
+            _tuplify(self, "command")
+
+    @property
+    def ref(self) -> WorkloadRef:
+        return WorkloadRef(WorkloadKind.APP, self.project, self.namespace, self.id, 1)
+
+    @property
+    def url(self) -> str:
+        return f"https://{self.host}{self.path}"
+
+    @property
+    def pulled_volumes(self) -> tuple[VolumeSpec, ...]:
+        """Everything the init container pulls: the weights first, then the volumes."""
+        weights = (self.model,) if self.adapter is None else (self.model, self.adapter)
+        return (*weights, *self.volumes)
+
+
 @dataclass(frozen=True)
 class EgressRule:
     """One allowed egress destination of a project's pods (the S3 endpoint, a proxy...).
@@ -331,6 +419,8 @@ class ObservedWorkload:
     # A notebook server's last activity (requests, kernels, terminals), where the backend
     # can read it: the panel stops notebooks idle for longer than their project allows.
     last_activity: datetime | None = None
+    # An app's replicas: (ready, wanted); None where the kind has none.
+    replicas: tuple[int, int] | None = None
 
     @property
     def ref(self) -> WorkloadRef:

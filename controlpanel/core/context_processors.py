@@ -15,6 +15,7 @@ from controlpanel.projects.selectors import projects_for_user
 SECTIONS = [
     ("Notebooks", "notebook-list", False),
     ("Jobs", "job-list", False),
+    ("Apps", "app-list", False),
     ("Object Storage", "bucket-list", False),
     ("Dashboards", "dashboard", False),
     ("Billing", "billing", True),

@@ -18,6 +18,7 @@ from controlpanel.workloads.models import Workload
 from deploy.backend import ComputeBackend
 from deploy.egress import egress_for_endpoint
 from deploy.types import (
+    AppRequest,
     Editor,
     JobRequest,
     NotebookRequest,
@@ -118,6 +119,45 @@ def notebook_request(notebook: Workload) -> NotebookRequest:
         image_pull_secrets=settings.KUBERNETES_IMAGE_PULL_SECRETS,
         sync_image=settings.AJUSTE_SYNC_IMAGE,
         token=notebook_token(notebook),
+    )
+
+
+def app_request(app: Workload) -> AppRequest:
+    from controlpanel.workloads.app_services import AppConfig, app_path
+
+    config = AppConfig.of(app)
+    env, secret_env = split_secret_env(app.env)
+    weights = app.volume_specs
+    adapter = weights[1] if config.adapter and len(weights) > 1 else None
+    return AppRequest(
+        id=str(app.id),
+        project=app.project.slug,
+        namespace=app.project.namespace,
+        name=app.name,
+        image=app.image,
+        flavor=app.flavor.to_spec(),
+        model=weights[0],
+        adapter=adapter,
+        served_name=config.model_name,
+        units=app.gpu,
+        running=not app.stop_requested,
+        scaling=config.scaling,
+        env=env,
+        secret_env=secret_env,
+        labels=dict(app.labels),
+        volumes=weights[2 if adapter else 1 :],
+        probe_path=config.probe_path,
+        port=config.port,
+        public=config.public,
+        keda=settings.APP_KEDA,
+        host=settings.APP_HOST,
+        path=app_path(app),
+        auth_url=f"{settings.APP_AUTH_URL}/{app.id}",
+        tls_secret=settings.APP_TLS_SECRET or None,
+        ingress_class=settings.APP_INGRESS_CLASS,
+        image_pull_secrets=settings.KUBERNETES_IMAGE_PULL_SECRETS,
+        sync_image=settings.AJUSTE_SYNC_IMAGE,
+        model_gib=settings.APP_MODEL_GIB,
     )
 
 

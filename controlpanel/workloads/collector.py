@@ -35,6 +35,7 @@ PRINTING_STATES = (
     JobState.TIMEOUT,
     JobState.FINALIZING,
     NotebookState.STOPPING,
+    "SCALING",  # an app's (RUNNING and STOPPING are the same words)
 )
 # A poll marks its log followed for this long: a page polls every 500 ms while visible, so a
 # hidden or closed tab lets the log fall back to the quiet back-off within a few seconds.

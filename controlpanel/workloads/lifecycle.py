@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from controlpanel.workloads.models import (
     FINAL_STATES,
+    AppState,
     JobEvent,
     JobRun,
     JobState,
@@ -109,6 +110,8 @@ def target_states(job: Workload, observed: ObservedWorkload) -> list[tuple[str, 
     """The state(s) an observation leads to, in order, each with its reason."""
     if job.kind == Kind.NOTEBOOK:
         return notebook_states(job, observed)
+    if job.kind == Kind.APP:
+        return app_states(job, observed)
     phase = observed.phase
     if phase is Phase.FAILED:
         if observed.timed_out:
@@ -183,6 +186,47 @@ def notebook_states(notebook: Workload, observed: ObservedWorkload) -> list[tupl
     return [(state, reason)]
 
 
+A = AppState
+_APP_PHASES = {
+    Phase.QUEUED: A.QUEUED,
+    Phase.INITIALIZING: A.INITIALIZING,
+    Phase.PENDING: A.INITIALIZING,
+    Phase.RUNNING: A.RUNNING,
+    Phase.STOPPING: A.STOPPING,
+    Phase.FINALIZING: A.STOPPING,
+    Phase.SUCCEEDED: A.STOPPED,
+    Phase.STOPPED: A.STOPPED,
+    Phase.SYNC_FAILED: A.STOPPED,
+    Phase.FAILED: A.FAILED,
+    Phase.ERROR: A.ERROR,
+}
+
+
+def app_states(app: Workload, observed: ObservedWorkload) -> list[tuple[str, str]]:
+    """An app serves until it is stopped: a server that exits on its own failed; RUNNING
+    with fewer replicas ready than wanted is SCALING (a scale or a rolling update)."""
+    phase, reason = observed.phase, observed.reason
+    if phase is Phase.GONE:
+        if app.launched_run >= app.run and app.state != A.DELETING:
+            return [(A.ERROR, "the app disappeared from the cluster")]
+        return []
+    if phase is Phase.SUCCEEDED and not app.stop_requested:
+        return [(A.FAILED, reason or "the server exited")]
+    state = _APP_PHASES[phase]
+    if state in (A.STOPPING, A.STOPPED) and not app.stop_requested:
+        return []
+    if app.stop_requested and state in (A.QUEUED, A.INITIALIZING, A.RUNNING):
+        state = A.STOPPING
+    if state == A.RUNNING and observed.replicas is not None:
+        ready, wanted = observed.replicas
+        if ready != wanted:
+            return [(A.SCALING, f"{ready} of {wanted} replicas ready")]
+        reason = f"{ready} replica{'s' if ready != 1 else ''} ready" if wanted else "scaled to zero"
+    if state == A.STOPPED:
+        reason = reason or "stopped"
+    return [(state, reason)]
+
+
 PUSH_RETRIED = "push retried by"  # the reason of the FINALIZING a retried push starts with
 
 
@@ -211,7 +255,20 @@ _NOTEBOOK_RANKS = {
 }
 
 
+_APP_RANKS = {
+    A.QUEUED: 0,
+    A.INITIALIZING: 1,
+    A.RUNNING: 2,
+    A.SCALING: 2,
+    A.STOPPING: 3,
+    A.DELETING: 3,
+    **{state: 4 for state in (A.STOPPED, A.FAILED, A.ERROR)},
+}
+
+
 def _rank(job: Workload, state: str) -> int:
+    if job.kind == Kind.APP:
+        return _APP_RANKS[A(state)]
     if job.kind == Kind.NOTEBOOK:
         return _NOTEBOOK_RANKS[N(state)]
     return _RANKS[S(state)]
@@ -220,7 +277,7 @@ def _rank(job: Workload, state: str) -> int:
 def of_current_run(job: Workload, observed: ObservedWorkload) -> bool:
     """Whether an observation is of the row's current run. A notebook's objects keep one name
     across its starts (its ref's run is always 1): any observation of it is current."""
-    return job.kind == Kind.NOTEBOOK or observed.run == job.run
+    return job.kind in (Kind.NOTEBOOK, Kind.APP) or observed.run == job.run
 
 
 def is_behind(job: Workload, observed: ObservedWorkload | list[tuple[str, str]]) -> bool:
@@ -322,6 +379,9 @@ def _record_times(job: Workload, observed: ObservedWorkload) -> None:
     ]
     for name in changed:
         setattr(job, name, fields[name])
+    if observed.replicas is not None and job.progress.get("replicas") != list(observed.replicas):
+        job.progress = {**job.progress, "replicas": list(observed.replicas)}
+        changed.append("progress")
     if changed:
         job.save(update_fields=[*changed, "updated_at"])
     if observed.run_uid and observed.started_at:

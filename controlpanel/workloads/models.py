@@ -44,11 +44,24 @@ class NotebookState(models.TextChoices):
     DELETING = "DELETING"
 
 
+class AppState(models.TextChoices):
+    """App states, named exactly as in the product contract. DELETING is the engine's, shared
+    with notebooks: an app's objects are going, then its row."""
+
+    QUEUED = "QUEUED"
+    INITIALIZING = "INITIALIZING"
+    SCALING = "SCALING"
+    RUNNING = "RUNNING"
+    STOPPING = "STOPPING"
+    STOPPED = "STOPPED"
+    FAILED = "FAILED"
+    ERROR = "ERROR"
+    DELETING = "DELETING"
+
+
 # Every state any workload kind can be in: the engine's queries span the kinds. No state name
 # is final for one kind and live for another, so one set of each serves them all.
-STATE_CHOICES = [*JobState.choices] + [
-    (value, label) for value, label in NotebookState.choices if value not in JobState.values
-]
+STATE_CHOICES = list(dict([*JobState.choices, *NotebookState.choices, *AppState.choices]).items())
 FINAL_STATES = frozenset(
     {
         JobState.DONE,
@@ -69,6 +82,7 @@ class Kind(models.TextChoices):
 
     JOB = "job", "Job"
     NOTEBOOK = "notebook", "Notebook"
+    APP = "app", "App"
 
 
 class Preset(models.TextChoices):
@@ -175,7 +189,7 @@ class Workload(models.Model):
     def backend_run(self) -> int:
         """The run number the backend names this row's current run by. A notebook's objects
         keep one name across its starts (same address, same workspace claim): always 1."""
-        return 1 if self.kind == Kind.NOTEBOOK else self.run
+        return 1 if self.kind in (Kind.NOTEBOOK, Kind.APP) else self.run
 
 
 _W = TypeVar("_W", bound=Workload)
@@ -196,6 +210,10 @@ class JobManager(KindManager["Job"]):
 
 class NotebookManager(KindManager["Notebook"]):
     kind = Kind.NOTEBOOK
+
+
+class AppManager(KindManager["App"]):
+    kind = Kind.APP
 
 
 class _OneKind:
@@ -224,6 +242,18 @@ class Notebook(_OneKind, Workload):
 
     KIND = Kind.NOTEBOOK
     objects: ClassVar[NotebookManager] = NotebookManager()
+
+    class Meta:
+        proxy = True
+
+
+class App(_OneKind, Workload):
+    """A served model behind an OpenAI-compatible URL: runs until stopped, at the same
+    address after every start. What it serves and how it scales live in `params`
+    (controlpanel/workloads/apps.py reads and writes them)."""
+
+    KIND = Kind.APP
+    objects: ClassVar[AppManager] = AppManager()
 
     class Meta:
         proxy = True

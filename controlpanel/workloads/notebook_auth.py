@@ -132,11 +132,15 @@ class NotebookAuthMiddleware:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
-        if request.path_info.startswith(PREFIX):
+        if request.path_info.startswith((PREFIX, "/auth/app/")):
             try:
                 match = resolve(request.path_info)
             except Resolver404:
                 match = None
             if match is not None and match.url_name == "notebook-auth":
                 return notebook_auth(request, **match.kwargs)
+            if match is not None and match.url_name == "app-auth":  # apps' forward-auth
+                from controlpanel.workloads.app_auth import app_auth
+
+                return app_auth(request, **match.kwargs)
         return self.get_response(request)

@@ -13,6 +13,7 @@ import logging
 from django.db import transaction
 
 from controlpanel.workloads.backend import (
+    app_request,
     ensure_project,
     get_backend,
     job_ref,
@@ -24,6 +25,7 @@ from controlpanel.workloads.datastores import launch_refusal
 from controlpanel.workloads.lifecycle import apply_observation, is_behind, record_state
 from controlpanel.workloads.models import (
     FINAL_STATES,
+    AppState,
     JobState,
     Kind,
     NotebookState,
@@ -68,7 +70,11 @@ def reconcile(job_id: str) -> Workload | None:
     return job
 
 
-_FAILED = {Kind.JOB: JobState.FAILED, Kind.NOTEBOOK: NotebookState.FAILED}
+_FAILED = {
+    Kind.JOB: JobState.FAILED,
+    Kind.NOTEBOOK: NotebookState.FAILED,
+    Kind.APP: AppState.FAILED,
+}
 
 
 def _secret_refusal(job: Workload) -> str:
@@ -127,10 +133,28 @@ def _drive_notebook(notebook: Workload) -> ObservedWorkload | None:
     return backend.apply_notebook(notebook=notebook_request(notebook))
 
 
-_DRIVERS = {Kind.JOB: _drive_job, Kind.NOTEBOOK: _drive_notebook}
+def _drive_app(app: Workload) -> ObservedWorkload | None:
+    """Serving or stopped as the row says, at the same address; a deleted one's objects go,
+    and the row with them once nothing is left."""
+    backend = get_backend()
+    if app.state == AppState.DELETING:
+        backend.delete_app(ref=job_ref(app))
+        if backend.observe_app(ref=job_ref(app)).phase is Phase.GONE:
+            app.delete()  # its runs stay, for billing
+        return None
+    ensure_project(app.project)
+    if app.launched_run < app.run and not app.stop_requested:
+        app.launched_run = app.run
+        app.save(update_fields=["launched_run", "updated_at"])
+    return backend.apply_app(app=app_request(app))
+
+
+_DRIVERS = {Kind.JOB: _drive_job, Kind.NOTEBOOK: _drive_notebook, Kind.APP: _drive_app}
 
 
 def _observe(job: Workload) -> ObservedWorkload:
+    if job.kind == Kind.APP:
+        return get_backend().observe_app(ref=job_ref(job))
     if job.kind == Kind.NOTEBOOK:
         return get_backend().observe_notebook(ref=job_ref(job))
     return get_backend().observe_job(ref=job_ref(job))

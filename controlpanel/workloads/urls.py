@@ -3,7 +3,15 @@
 from django.urls import path
 
 from controlpanel.api.routes import ApiRoutes
-from controlpanel.workloads import api, notebook_api, notebook_views, views
+from controlpanel.workloads import (
+    api,
+    app_api,
+    app_auth,
+    app_views,
+    notebook_api,
+    notebook_views,
+    views,
+)
 
 P = "p/<slug:slug>/jobs/"
 
@@ -32,8 +40,25 @@ urlpatterns += [
     path(ONE + "<slug:action>/", notebook_views.notebook_action, name="notebook-action"),
 ]
 
+AP = "p/<slug:slug>/apps/"
+APP = AP + "<str:app_id>/"
+urlpatterns += [
+    path(AP, app_views.app_list, name="app-list"),
+    path(AP + "new/", app_views.app_new, name="app-new"),
+    path(APP, app_views.app_detail, name="app-detail"),
+    path(APP + "status/", app_views.app_status, name="app-status"),
+    path(APP + "logs/", app_views.app_logs, name="app-logs"),
+    path(APP + "logs/download/", app_views.app_log_download, name="app-log-download"),
+    path(APP + "<slug:action>/", app_views.app_action, name="app-action"),
+    # An app's URL on the local backend (token checked, then proxied to its server).
+    path("a/<slug:slug>/<uuid:app_id>/<path:rest>", app_auth.app_proxy, name="app-proxy"),
+    # Answered by NotebookAuthMiddleware before the host checks; routed here for reverse().
+    path("auth/app/<uuid:app_id>", app_auth.app_auth, name="app-auth"),
+]
+
 
 def api_routes(routes: ApiRoutes) -> None:
     routes.viewset("jobs", api.JobViewSet, basename="api-job")
     routes.viewset("notebooks", notebook_api.NotebookViewSet, basename="api-notebook")
+    routes.viewset("apps", app_api.AppViewSet, basename="api-app")
     routes.viewset("flavors", api.FlavorViewSet, basename="api-flavor")

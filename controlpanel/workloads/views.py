@@ -174,7 +174,10 @@ def job_status(request: ProjectRequest, job_id: str) -> HttpResponse:
 def log_context(workload: Workload, page: LogPage) -> dict[str, Any]:
     """What the log section and its poller show; their links are the workload kind's routes
     (a job's, a notebook's), so the one section serves both pages."""
-    kind, key = ("notebook", "notebook_id") if workload.kind == Kind.NOTEBOOK else ("job", "job_id")
+    kind, key = {
+        Kind.NOTEBOOK: ("notebook", "notebook_id"),
+        Kind.APP: ("app", "app_id"),
+    }.get(Kind(workload.kind), ("job", "job_id"))
     kwargs = {"slug": workload.project.slug, key: workload.pk}
     return {
         "workload": workload,

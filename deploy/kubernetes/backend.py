@@ -25,6 +25,8 @@ from deploy.kubernetes.pods import container_run, container_status, newest
 from deploy.kubernetes.trust import controlled_by
 from deploy.kubernetes.watcher import watch_workloads
 from deploy.types import (
+    AppRequest,
+    DeployError,
     JobRequest,
     LogChunk,
     NotebookRequest,
@@ -174,6 +176,17 @@ class KubernetesBackend:
 
     def observe_notebook(self, *, ref: WorkloadRef) -> ObservedWorkload:
         return notebook_state(self.api, ref)
+
+    def apply_app(self, *, app: AppRequest) -> ObservedWorkload:
+        raise DeployError("apps are not served on the Kubernetes backend yet (issue #16)")
+
+    def delete_app(self, *, ref: WorkloadRef) -> None:
+        """Nothing of an app is ever created on a cluster yet."""
+
+    def observe_app(self, *, ref: WorkloadRef) -> ObservedWorkload:
+        return ObservedWorkload(
+            kind=ref.kind, id=ref.id, phase=Phase.GONE, project=ref.project, namespace=ref.namespace
+        )
 
     def observe_all(self, *, namespace: str | None = None) -> list[ObservedWorkload]:
         observations, _ = observe_everything(self.api, namespace)

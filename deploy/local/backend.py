@@ -15,6 +15,7 @@ from pathlib import Path
 
 from deploy import images
 from deploy.local import runs
+from deploy.local.apps import app_argv, app_probe, app_problem
 from deploy.local.editors import editor_problem
 from deploy.local.gpus import Gpu, detect_gpus, pick_gpus
 from deploy.local.machine import machine_capacity
@@ -31,6 +32,7 @@ from deploy.local.plan import (
 )
 from deploy.local.state import State, now_iso, read_json, read_state, update_state, write_json
 from deploy.types import (
+    AppRequest,
     Capacity,
     FlavorSpec,
     JobRequest,
@@ -149,6 +151,25 @@ class LocalBackend:
     def observe_notebook(self, *, ref: WorkloadRef) -> ObservedWorkload:
         return runs.observation(ref, read_state(run_dir(self.base, ref)))
 
+    def apply_app(self, *, app: AppRequest) -> ObservedWorkload:
+        """One replica on this machine whatever the scaling says (a machine has nothing to
+        spread replicas over); the same port after a stop when it is still free."""
+        run = run_dir(self.base, app.ref)
+        with runs.locked(run):
+            state = read_state(run)
+            active = state is not None and not Phase(state["phase"]).is_final
+            if app.running and not (active and not (state or {}).get("waiting")):
+                self._start_app(app, run, state or {})
+        if not app.running:
+            self._stop(run)
+        return self.observe_app(ref=app.ref)
+
+    def delete_app(self, *, ref: WorkloadRef) -> None:
+        self._delete(run_dir(self.base, ref))
+
+    def observe_app(self, *, ref: WorkloadRef) -> ObservedWorkload:
+        return runs.observation(ref, read_state(run_dir(self.base, ref)))
+
     def observe_all(self, *, namespace: str | None = None) -> list[ObservedWorkload]:
         result = []
         for state in self._states(namespace):
@@ -238,6 +259,33 @@ class LocalBackend:
         extra = {"port": port, "token": token, "url": url}
         runs.launch(run, plan, python=self.python, extra=extra)
 
+    def _start_app(self, app: AppRequest, run: Path, previous: State) -> None:
+        env, missing = self._with_secrets(app)
+        missing = app_problem(app) or missing
+        if missing:
+            self._decide(app.ref, run, Phase.FAILED, missing)
+            return
+        gpus = self._gpus_for(app.ref, run, app.flavor, app.units)
+        if gpus is None:
+            return
+        port = _port(previous.get("port"))
+        plan = make_plan(
+            ref=app.ref,
+            run=run,
+            argv=app_argv(app, python=self.python, port=port),
+            env=env,
+            volumes=app.pulled_volumes,
+            pushed=(),
+            gpus=gpus,
+            sync_env=self._datastore_env(app.namespace, app.datastore_secret),
+            timeout_s=None,
+            python=self.python,
+            grace_s=self.grace_s,
+            probe=app_probe(app, port=port),
+        )
+        extra = {"port": port, "url": f"http://127.0.0.1:{port}"}
+        runs.launch(run, plan, python=self.python, extra=extra)
+
     def _gpus_for(
         self, ref: WorkloadRef, run: Path, flavor: FlavorSpec, units: int
     ) -> list[int] | None:
@@ -300,7 +348,9 @@ class LocalBackend:
             if state is not None and "ref" in state:
                 yield state
 
-    def _with_secrets(self, job: JobRequest | NotebookRequest) -> tuple[dict[str, str], str | None]:
+    def _with_secrets(
+        self, job: JobRequest | NotebookRequest | AppRequest
+    ) -> tuple[dict[str, str], str | None]:
         """The job's env with each `secret_env` name set to the project secret's value (read
         from the file `ensure_project` wrote), or why it cannot start: a Secret missing the
         key is what keeps a Kubernetes pod from starting too. Values are never logged."""

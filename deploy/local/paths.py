@@ -43,7 +43,10 @@ _WORKSPACE_PATH = re.compile(r"(?:(?<=^)|(?<=[=:,]))/workspace(?=/|$|[:,])")
 
 def run_dir(base: Path, ref: WorkloadRef) -> Path:
     """The directory of one run (deterministic from the ref)."""
-    leaf = names.notebook_name(ref) if ref.kind is WorkloadKind.NOTEBOOK else names.job_name(ref)
+    leaf = {
+        WorkloadKind.NOTEBOOK: names.notebook_name,
+        WorkloadKind.APP: names.app_name,
+    }.get(ref.kind, names.job_name)(ref)
     return base / "runs" / names.dns_label(ref.namespace) / leaf
 
 

@@ -121,7 +121,7 @@ def observation(ref: WorkloadRef, state: State | None) -> ObservedWorkload:
     reason = str(state.get("reason") or "")
     if not phase.is_final and not state.get("waiting") and not supervisor_alive(state):
         phase, reason = _lost(state, phase, reason)
-    if ref.kind is WorkloadKind.NOTEBOOK:
+    if ref.kind in (WorkloadKind.NOTEBOOK, WorkloadKind.APP):
         phase, reason = _as_notebook(phase, reason)
     return _observed(ref, state, phase, reason)
 
@@ -165,7 +165,17 @@ def _observed(ref: WorkloadRef, state: State, phase: Phase, reason: str) -> Obse
         push_note=str(state.get("push_note") or ""),
         # What the editor last did, as its supervisor last read it (every few seconds).
         last_activity=parse_iso(state.get("last_activity")) if phase is Phase.RUNNING else None,
+        replicas=_replicas(ref, phase),
     )
+
+
+def _replicas(ref: WorkloadRef, phase: Phase) -> tuple[int, int] | None:
+    """A local app is one process: ready once its server answers."""
+    if ref.kind is not WorkloadKind.APP:
+        return None
+    if phase is Phase.RUNNING:
+        return (1, 1)
+    return (0, 1) if phase in (Phase.INITIALIZING, Phase.PENDING) else (0, 0)
 
 
 def read_log(run: Path, state: State | None, cursor: str | None, limit: int) -> LogChunk:

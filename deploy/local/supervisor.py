@@ -47,7 +47,9 @@ class Supervisor:
         self.plan: dict[str, Any] = plan
         self.stop_requested = False
         probe = plan.get("probe")
-        self.server = ServerWatch(probe) if probe else None
+        self.server: ServerWatch | HealthWatch | None = None
+        if probe:
+            self.server = HealthWatch(probe) if "health" in probe else ServerWatch(probe)
         self.unanswered = ""  # why the editor counts as failed to start, once it does
         self.pushes = PeriodicPush(self)
         signal.signal(signal.SIGTERM, self._on_signal)
@@ -106,7 +108,7 @@ class Supervisor:
         waiting = self.server is not None
         self.announce(
             phase=(Phase.INITIALIZING if waiting else Phase.RUNNING).value,
-            reason="waiting for the editor to answer" if waiting else "running",
+            reason=self._waiting_words() if waiting else "running",
             child_pid=child.pid,
             started_at=now_iso(),
         )
@@ -114,6 +116,11 @@ class Supervisor:
         finished = now_iso()
         _kill_group(child.pid, signal.SIGKILL)  # leftovers of the process group
         return self._outcome(code, timed_out) | {"finished_at": finished, "exit_code": code}
+
+    def _waiting_words(self) -> str:
+        if isinstance(self.server, HealthWatch):
+            return "loading the model"
+        return "waiting for the editor to answer"
 
     def _spawn(self, cwd: Path) -> subprocess.Popen[bytes]:
         with open(self.run / "output.log", "ab") as output:
@@ -155,7 +162,7 @@ class Supervisor:
             return child.wait()
 
     def _outcome(self, code: int, timed_out: bool) -> dict[str, Any]:
-        notebook = self.plan["ref"]["kind"] == "notebook"
+        notebook = self.plan["ref"]["kind"] in ("notebook", "app")
         if self.stopping():
             return {"phase": Phase.STOPPED.value, "reason": "stopped at the user's request"}
         if self.unanswered:
@@ -167,7 +174,10 @@ class Supervisor:
             return {"phase": Phase.FAILED.value, "reason": reason, "timed_out": True}
         if code == 0 and not notebook:
             return {"phase": Phase.SUCCEEDED.value, "reason": "exit code 0"}
-        what = "the editor exited" if notebook else "exit code"
+        what = "exit code"
+        if notebook:
+            server = "server" if self.plan["ref"]["kind"] == "app" else "editor"
+            what = f"the {server} exited"
         reason = f"{what} ({code})" if notebook else f"{what} {code}"
         last = as_workload(last_words(self.run / "output.log"), workspace_dir(self.run))
         return {"phase": Phase.FAILED.value, "reason": f"{reason}: {last}" if last else reason}
@@ -338,6 +348,36 @@ class ServerWatch:
                 return json.loads(response.read())
         except (OSError, ValueError):
             return None
+
+
+class HealthWatch:
+    """An app's server: RUNNING once GET `health` answers 2xx (after its weights are
+    loaded); failed when it has not within `ready_s`. Nothing is read afterwards."""
+
+    def __init__(self, probe: dict[str, Any]) -> None:
+        self.url = str(probe["health"])
+        self.ready_s = float(probe.get("ready_s") or 300)
+        self.ready_by: float | None = None
+        self.ready = False
+        self.next_at = 0.0
+
+    def tick(self, supervisor: Supervisor) -> str:
+        now = time.monotonic()
+        if self.ready or now < self.next_at:
+            return ""
+        if self.ready_by is None:
+            self.ready_by = now + self.ready_s
+        try:
+            with urllib.request.urlopen(self.url, timeout=2) as response:  # noqa: S310 - loopback
+                answered = 200 <= response.status < 300
+        except OSError:
+            answered = False
+        if answered:
+            self.ready = True
+            supervisor.announce(phase=Phase.RUNNING.value, reason="running")
+            return ""
+        self.next_at = now + 0.25
+        return "" if now < self.ready_by else "the server did not answer its probe in time"
 
 
 def _utc_iso(value: str) -> str | None:

@@ -108,6 +108,32 @@ def _api_notebook_url(suffix: str = "") -> Callable[[dict[str, Any]], str]:
     return url
 
 
+def _app(ctx: dict[str, Any]) -> str:
+    """An app of the owner's project (a row, QUEUED: no backend is involved)."""
+    from controlpanel.flavors.models import Flavor
+    from controlpanel.workloads.models import App
+
+    app = App.objects.filter(owner=ctx["owner"]).first() or App.objects.create(
+        project=Membership.objects.get(user=ctx["owner"]).project,
+        owner=ctx["owner"],
+        name="secret-app",
+        image="x/serve:1",
+        params={"model": "alpha-data@LOCAL/tiny", "model_name": "secret-app"},
+        volumes=["alpha-data@LOCAL/tiny:/workspace/model:ro"],
+        state="QUEUED",
+        flavor=Flavor.objects.get(name="ai1-1-cpu"),
+    )
+    return str(app.pk)
+
+
+def _app_url(suffix: str = "") -> Callable[[dict[str, Any]], str]:
+    return lambda c: f"/p/alpha/apps/{_app(c)}/{suffix}"
+
+
+def _api_app_url(suffix: str = "") -> Callable[[dict[str, Any]], str]:
+    return lambda c: f"/api/v1/apps/{_app(c)}/{suffix}?project=alpha"
+
+
 def _bucket(ctx: dict[str, Any]) -> str:
     """A bucket of the owner's project (a row only: access is checked before S3 is called)."""
     from controlpanel.buckets.models import Bucket
@@ -176,6 +202,23 @@ CASES: list[Case] = [
     Case("notebook-log-download", _notebook_url("logs/download/")),
     Case("notebook-open", _notebook_url("open/")),
     Case("notebook-action", _notebook_url("stop/"), ("post",)),
+    Case("app-list", lambda c: _app(c) and "/p/alpha/apps/"),
+    Case("app-new", lambda c: f"/p/alpha/apps/new/?from_job={_job(c)}", ("get", "post")),
+    Case("app-detail", _app_url()),
+    Case("app-status", _app_url("status/")),
+    Case("app-logs", _app_url("logs/")),
+    Case("app-log-download", _app_url("logs/download/")),
+    Case("app-action", _app_url("stop/"), ("post",)),
+    Case(
+        "api-app-list",
+        lambda c: _app(c) and "/api/v1/apps/?project=alpha",
+        ("get", "post"),
+        api=True,
+    ),
+    Case("api-app-detail", _api_app_url(), ("get", "delete"), api=True),
+    Case("api-app-start", _api_app_url("start/"), ("post",), api=True),
+    Case("api-app-stop", _api_app_url("stop/"), ("post",), api=True),
+    Case("api-app-logs", _api_app_url("logs/"), ("get",), api=True),
     Case("api-job-list", lambda c: "/api/v1/jobs/?project=alpha", ("get", "post"), api=True),
     Case("api-job-detail", _api_job_url(), ("get", "delete"), api=True),
     Case("api-job-stop", _api_job_url("stop/"), ("post",), api=True),
@@ -236,6 +279,9 @@ PUBLIC = {
     "api-not-found",  # any unrouted path under /api/: a JSON 404 (test_api_errors)
     # ingress-nginx's forward-auth, session only: 401 / 403 (jobs/test_notebook_auth.py)
     "notebook-auth",
+    # an app's URL and its forward-auth: API tokens, not sessions (apps/test_app_access.py)
+    "app-proxy",
+    "app-auth",
 }
 PERSONAL = {
     "password_change",
@@ -397,6 +443,29 @@ OWNER: dict[str, tuple[Probe, ...]] = {
     "notebook-log-download": (Probe("get", 200, 'filename="notebook-{notebook:.8}-run1.log"'),),
     "notebook-open": (Probe("get", 409, "secret-notebook is STARTING"),),  # not running yet
     "notebook-action": (Probe("post", 302, "/p/alpha/notebooks/{notebook}/"),),
+    "app-list": (Probe("get", 200, "secret-app"),),
+    "app-new": (
+        Probe("get", 200, "New app \u00b7 Alpha"),
+        Probe("post", 400, "New app \u00b7 Alpha", {}),
+    ),
+    "app-detail": (Probe("get", 200, "<title>secret-app"),),
+    "app-status": (Probe("get", 200, "secret-app"),),
+    "app-logs": (Probe("get", 200, "<title>Log \u00b7 secret-app"),),
+    "app-log-download": (Probe("get", 200, 'filename="app-'),),
+    "app-action": (Probe("post", 302, "/p/alpha/apps/"),),
+    "api-app-list": (
+        Probe("get", 200, '"name":"secret-app"'),
+        Probe(
+            "post",
+            201,
+            '"project":"alpha"',
+            {"flavor": "ai1-1-cpu", "model": "alpha-data@LOCAL/tiny"},
+        ),
+    ),
+    "api-app-detail": (Probe("get", 200, '"name":"secret-app"'), Probe("delete", 204, "")),
+    "api-app-start": (Probe("post", 400, "The app is QUEUED: stop it first."),),
+    "api-app-stop": (Probe("post", 200, '"state":"STOPPED"'),),  # never launched
+    "api-app-logs": (Probe("get", 200, '"state":"QUEUED"'),),
     "api-job-list": (
         Probe("get", 200, '"name":"secret-job"'),
         Probe("post", 201, '"project":"alpha"', _job_spec),
@@ -533,6 +602,7 @@ PROJECT_LEVEL |= {"project-secrets", "api-secret-list"}
 PROJECT_LEVEL |= {"job-list", "job-new", "api-job-list", "bucket-list", "api-bucket-list"}
 PROJECT_LEVEL |= {"api-notebook-list"}
 PROJECT_LEVEL |= {"notebook-list", "notebook-new"}
+PROJECT_LEVEL |= {"app-list", "api-app-list"}
 PROJECT_LEVEL |= {"dashboard", "dashboard-csv"}
 OWNED = [c for c in CASES if c.name not in PROJECT_LEVEL | {"api-bucket-attach"}]
 
