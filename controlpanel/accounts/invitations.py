@@ -99,7 +99,7 @@ def invitation_create(*, access: ProjectAccess, by: Any, email: str, role: str) 
             raise ValidationError({"email": f"{user.username} ({email}) is already a member."})
         membership = Membership.objects.create(project=project, user=user, role=role)
         mail_now(
-            email,
+            user.email,
             f"[Ajuste] You were added to {project.name}",
             f"{_name(by)} added you to the project {project.name} as {role}.\n\n"
             f"{settings.SITE_URL}{reverse('project-home', kwargs={'slug': project.slug})}\n",
