@@ -303,6 +303,8 @@ CELERY_TASK_DEFAULT_QUEUE = "celery"
 CELERY_TASK_ROUTES = {
     "controlpanel.workloads.tasks.job_notify": {"queue": "notifications"},
     "controlpanel.workloads.tasks.job_webhook": {"queue": "notifications"},
+    "controlpanel.billing.tasks.budget_alert_notify": {"queue": "notifications"},
+    "controlpanel.billing.tasks.budget_alert_webhook": {"queue": "notifications"},
 }
 
 EMAIL_BACKEND = env_str("EMAIL_BACKEND") or (
