@@ -17,6 +17,11 @@ project's jobs also share that machine: a job is admitted only while its flavor'
 memory × units fit beside the admitted ones, in one queue across projects, first in first out
 (a job bigger than the machine says it never starts, and blocks nobody). One advisory lock
 (PostgreSQL) serialises these admissions; SQLite's IMMEDIATE transactions already do.
+
+A project whose monthly budget is reached holds all its new launches, with the budget as the
+reason ("Budget of 500.00 EUR for December 2025 reached ..."), and blocks no other project;
+raising the budget admits the project again, and the sweep's admission pass of every waiting
+project releases them when the month changes.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
+from controlpanel.billing.budgets import hold_reason
 from controlpanel.projects.models import Project
 from controlpanel.workloads.backend import get_backend, job_ref
 from controlpanel.workloads.lifecycle import record_state
@@ -256,12 +262,14 @@ def _admit(
     jobs: list[Workload], projects: dict[int, Project], machine: MachineQueue | None
 ) -> list[str]:
     used = {pk: project_usage(project=project) for pk, project in projects.items()}
+    # A project whose month's budget is reached holds every new launch (billing/budgets.py).
+    held = {pk: hold_reason(project=project) for pk, project in projects.items()}
     blocked: dict[int, set[str]] = {pk: set() for pk in projects}  # what the jobs ahead wait for
     admitted: list[str] = []
     position = 0
     for job in jobs:
         pk, need = job.project_id, job_need(job)
-        reason = _project_wait(projects[pk], used[pk], need, blocked[pk])
+        reason = held[pk] or _project_wait(projects[pk], used[pk], need, blocked[pk])
         if reason is None and machine is not None:
             reason = machine.wait_reason(machine_need(job))
         if reason is None:

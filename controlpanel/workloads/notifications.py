@@ -18,7 +18,7 @@ from django.core.mail import send_mail
 from django.urls import reverse
 
 from controlpanel.core import public_http
-from controlpanel.projects.models import validate_webhook_url
+from controlpanel.projects.models import Project, validate_webhook_url
 from controlpanel.projects.services import project_webhook_secret_ensure
 from controlpanel.workloads.models import Job
 
@@ -65,10 +65,15 @@ def send_job_email(job: Job) -> None:
 
 
 def post_webhook(job: Job) -> None:
-    """Raises on a non-2xx answer, or none within WEBHOOK_TIMEOUT_SECONDS (the whole request),
-    so the task retries with backoff; a URL whose host is (or now resolves to) an address
-    webhooks may not reach is logged and not retried."""
-    project = job.project
+    """The job's end, to its project's webhook (see `post_project_webhook`)."""
+    post_project_webhook(job.project, "job.finished", job_payload(job))
+
+
+def post_project_webhook(project: Project, event: str, payload: dict[str, Any]) -> None:
+    """POST `payload` as compact JSON to the project's webhook, signed, with
+    `X-Ajuste-Event: <event>`. Raises on a non-2xx answer, or none within
+    WEBHOOK_TIMEOUT_SECONDS (the whole request), so the task retries with backoff; a URL whose
+    host is (or now resolves to) an address webhooks may not reach is logged and not retried."""
     if not project.webhook_url:
         return
     try:
@@ -77,11 +82,11 @@ def post_webhook(job: Job) -> None:
         log.warning("project %s: webhook not sent: %s", project.slug, " ".join(exc.messages))
         return
     secret = project.webhook_secret or project_webhook_secret_ensure(project=project)
-    body = json.dumps(job_payload(job), separators=(",", ":")).encode()
+    body = json.dumps(payload, separators=(",", ":")).encode()
     headers = {
         "Content-Type": "application/json",
         "User-Agent": "Ajuste-Webhook/1",
-        "X-Ajuste-Event": "job.finished",
+        "X-Ajuste-Event": event,
         "X-Ajuste-Signature": sign(secret, body),
     }
     try:

@@ -10,13 +10,14 @@ from decimal import ROUND_HALF_UP, Decimal
 from typing import Any, TypeVar, cast
 
 from django.core.exceptions import ValidationError
-from django.db.models import F, OrderBy, QuerySet
+from django.db.models import F, OrderBy, Prefetch, QuerySet
 from django.db.models.fields.json import KeyTransform
 from django.db.models.functions import Coalesce, Now
 from django.http import Http404
 from django.utils import timezone
 
 from controlpanel.billing.rules import billed_minutes, segments
+from controlpanel.billing.usage import is_estimated, runs_cost, runs_with_billing
 from controlpanel.flavors.models import Flavor
 from controlpanel.projects.models import Project
 from controlpanel.workloads.models import Job, JobState, Notebook, NotebookImage, Workload
@@ -101,7 +102,7 @@ def jobs_for_project(
     jobs = (
         Job.objects.filter(project=project)
         .select_related("project", "owner", "flavor")
-        .prefetch_related("flavor__prices")
+        .prefetch_related("flavor__prices", billed_runs())
         .annotate(
             gpus_total=F("gpu") * F("flavor__gpus_per_unit"),
             duration=Coalesce(F("finished_at"), Now()) - F("started_at"),
@@ -142,6 +143,7 @@ def job_get(*, project: Project, job_id: Any) -> Job:
         raise Http404("No such job.") from None
     job = (
         Job.objects.select_related("project", "owner", "flavor")
+        .prefetch_related(billed_runs())
         .filter(pk=key, project=project)
         .first()
     )
@@ -150,28 +152,39 @@ def job_get(*, project: Project, job_id: Any) -> Job:
     return job
 
 
+def billed_runs() -> Prefetch[Any]:
+    """A workload's runs with what the ledger bills each (one query for a whole list)."""
+    return Prefetch("runs", queryset=runs_with_billing())
+
+
 def hourly_price(*, flavor: Flavor, units: int) -> Decimal | None:
     price = flavor.current_price
     return None if price is None else (price * units).quantize(CENT, ROUND_HALF_UP)
 
 
 def job_cost_estimate(*, job: Workload) -> Decimal | None:
-    """RUNNING time so far, each started minute in full at the unit price in effect for it.
-
-    An estimate for the job page (the current run); the billing ledger is the reference."""
+    """The current run's cost so far: its billing ledger, plus what it ran since its last
+    recording while it runs (billing/usage.py). Before the run's row exists (a start not
+    observed yet), the billing rule applied to the job's own times."""
+    cost = runs_cost([run for run in job.runs.all() if run.run == job.run])
+    if cost is not None:
+        return cost.amount
     return _run_cost(job.flavor, job.gpu, job.started_at, job.finished_at)
 
 
 def workload_cost_estimate(*, workload: Workload) -> Decimal | None:
-    """What every run of the workload cost so far (a notebook is billed per start): each run
-    row counted as `job_cost_estimate` counts one; None while no run has started. Reads
-    `workload.runs.all()`, so a list prefetching `runs__flavor__prices` adds no query a row."""
-    costs = [
-        _run_cost(run.flavor, run.units, run.started_at, run.finished_at)
-        for run in workload.runs.all()
-    ]
-    known = [cost for cost in costs if cost is not None]
-    return sum(known, Decimal(0)).quantize(MILLI_CENT, ROUND_HALF_UP) if known else None
+    """What every run of the workload cost so far (a notebook is billed per start), from the
+    ledger as `job_cost_estimate`; None while no run has started. Reads
+    `workload.runs.all()`, so a list prefetching `billed_runs()` adds no query a row."""
+    cost = runs_cost(workload.runs.all())
+    return None if cost is None else cost.amount
+
+
+def workload_cost_estimated(*, workload: Workload, current: bool = False) -> bool:
+    """Whether the cost includes a run closed at its last sighting (its pod vanished)."""
+    return any(
+        is_estimated(run) for run in workload.runs.all() if not current or run.run == workload.run
+    )
 
 
 def _run_cost(
@@ -210,7 +223,7 @@ def notebooks_for_project(*, project: Project) -> QuerySet[Notebook]:
     return (
         Notebook.objects.filter(project=project)
         .select_related("project", "owner", "flavor")
-        .prefetch_related("flavor__prices", "runs__flavor__prices")
+        .prefetch_related("flavor__prices", billed_runs())
         .defer("progress", "loss_curve", "log_cursor", "env")
         .order_by("-created_at")
     )
@@ -224,7 +237,7 @@ def notebook_get(*, project: Project, notebook_id: Any) -> Notebook:
         raise Http404("No such notebook.") from None
     notebook = (
         Notebook.objects.select_related("project", "owner", "flavor")
-        .prefetch_related("flavor__prices", "runs__flavor__prices")
+        .prefetch_related("flavor__prices", billed_runs())
         .filter(pk=key, project=project)
         .first()
     )

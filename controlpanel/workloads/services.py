@@ -45,20 +45,22 @@ def _locked_for(access: ProjectAccess, user: Any, job: Job) -> Job:
 
 
 @transaction.atomic
-def job_stop(*, access: ProjectAccess, user: Any, job: Job) -> Job:
-    """Stop a live job: INTERRUPTING, then INTERRUPTED once the run ended and rw pushed."""
+def job_stop(*, access: ProjectAccess, user: Any, job: Job, reason: str = "") -> Job:
+    """Stop a live job: INTERRUPTING, then INTERRUPTED once the run ended and rw pushed.
+    `reason`: why, when the panel stops it (a budget reached), instead of who asked."""
     job = _locked_for(access, user, job)
     if job.state in FINAL_STATES:
         raise ValidationError(f"The job already ended ({job.state}).")
     if job.launched_run < job.run:
         # Never handed to the backend: nothing to stop there.
-        record_state(job, S.INTERRUPTED, f"stopped by {user.username} before it started")
+        said = f"{reason} before it started" if reason else None
+        record_state(job, S.INTERRUPTED, said or f"stopped by {user.username} before it started")
         tasks.admit_soon(job.project_id)
         return job
     if not job.stop_requested:
         job.stop_requested = True
         job.save(update_fields=["stop_requested", "updated_at"])
-        record_state(job, S.INTERRUPTING, f"stop requested by {user.username}")
+        record_state(job, S.INTERRUPTING, reason or f"stop requested by {user.username}")
     tasks.job_reconcile.delay_on_commit(str(job.pk))
     return job
 

@@ -10,6 +10,7 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db.models import Q
+from django.dispatch import Signal
 from django.utils import timezone
 
 from controlpanel.projects.models import Project
@@ -33,12 +34,21 @@ log = logging.getLogger(__name__)
 # Phases of a run that holds (or waits for) its pod's GPUs.
 STOPPABLE = frozenset({Phase.QUEUED, Phase.PENDING, Phase.INITIALIZING, Phase.RUNNING})
 ORPHANS_PER_SWEEP = 100  # each costs a few API calls; the rest wait for the next sweep
+# Sent by every sweep with the run UIDs (`uids`) of the pods it listed alive (started, not
+# finished) and the time the listing began (`at`): billing notes when each run was last seen,
+# so a run whose pod vanishes is closed there (billing/receivers.py).
+runs_seen = Signal()
 
 
 def sweep() -> dict[str, int]:
     # Keyed by namespace too: a run counts only in its own project's namespace, whatever an
     # object elsewhere claims with our labels (the backend drops those as well).
+    listed_at = timezone.now()
     observed = {(o.kind.value, o.namespace, o.id, o.run): o for o in get_backend().observe_all()}
+    alive = [
+        o.run_uid for o in observed.values() if o.run_uid and o.started_at and not o.finished_at
+    ]
+    runs_seen.send(sender=Workload, uids=alive, at=listed_at)
     counts = {"live": 0, "changed": 0, "relaunched": 0, "missing": 0, "orphans": 0}
     jobs = _live_jobs()
     namespaces = _namespaces({job.project_id for job in jobs})

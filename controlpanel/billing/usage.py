@@ -1,0 +1,491 @@
+"""Reads for the teams' side of billing: what a workload has cost so far, a project's spend
+this month, and usage broken down by day or month, project, user, workload and flavor (the
+usage page, `/api/v1/usage/`, `ajuste usage`).
+
+Everything is the ledger (`Line`) plus what open runs have run since their last recording,
+cut by the same rule (`rules.segments`) the next recording will write: "billed up to now".
+Computed, never written: a GET writes nothing.
+
+Where a usage minute counts: on the UTC day (and month) its start lies in. An adjustment line
+(a locked month's minutes corrected later) has no minutes of its own to place: it counts on
+the first day of the month it is billed in, like the invoice that carries it.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, timedelta
+from decimal import ROUND_HALF_UP, Decimal
+from typing import Any
+
+from django.conf import settings
+from django.db.models import Count, F, OuterRef, Q, QuerySet, Subquery, Sum
+from django.utils import timezone
+
+from controlpanel.billing.models import Line, Meter
+from controlpanel.billing.rules import (
+    MINUTE,
+    Segment,
+    amount,
+    billed_minutes,
+    minutes_until,
+    month_of,
+    month_start,
+    next_month,
+    segments,
+)
+from controlpanel.billing.selectors import PRICE_MINUTES, Total, month_total
+from controlpanel.flavors.models import Flavor, FlavorPrice
+from controlpanel.projects.models import Project
+from controlpanel.workloads.models import JobRun
+
+MILLI_CENT = Decimal("0.0001")  # the workload pages show a CPU minute's fractions of a cent
+DAY = timedelta(days=1)
+
+
+# --- what a workload cost so far ------------------------------------------------------------
+
+
+def runs_with_billing() -> QuerySet[JobRun]:
+    """Runs with what their lines bill (`billed_price_minutes`), their meter and sighting and
+    their flavor's prices: `run_cost` of each then needs no query (a list prefetches this)."""
+    lines = (
+        Line.objects.filter(run=OuterRef("pk"))
+        .order_by()
+        .values("run")
+        .annotate(p=PRICE_MINUTES)
+        .values("p")
+    )
+    return (
+        JobRun.objects.select_related("meter", "sighting", "flavor")
+        .prefetch_related("flavor__prices")
+        .annotate(billed_price_minutes=Subquery(lines))
+    )
+
+
+def _meter(run: JobRun) -> Meter | None:
+    try:
+        return run.meter  # type: ignore[no-any-return]
+    except Meter.DoesNotExist:
+        return None
+
+
+def is_estimated(run: JobRun) -> bool:
+    """Whether the run's end is an estimate (its pod vanished: closed where last seen)."""
+    from controlpanel.billing.models import Sighting
+
+    try:
+        return bool(run.sighting.estimated)
+    except Sighting.DoesNotExist:
+        return False
+
+
+def _in_sync(meter: Meter | None, run: JobRun) -> bool:
+    """The ledger says what the row says (a closed run recorded since its last change)."""
+    return (
+        meter is not None
+        and run.finished_at is not None
+        and meter.finished_at == run.finished_at
+        and meter.started_at == run.started_at
+        and meter.flavor_id == run.flavor_id
+        and meter.units == run.units
+    )
+
+
+def pending(run: JobRun, prices: Iterable[FlavorPrice], now: datetime) -> list[Segment[Any]]:
+    """The minutes an open run has run since its last recording (all of them when it was
+    never recorded), by month and price version: what its next recording adds."""
+    assert run.started_at is not None
+    meter = _meter(run)
+    billed = meter.minutes if meter is not None and meter.started_at == run.started_at else 0
+    total = billed_minutes(run.started_at, now)
+    found: list[Segment[Any]] = []
+    for seg in segments(run.started_at, total, [(p.valid_from, p) for p in prices]):
+        first, end = max(seg.first, billed), seg.first + seg.minutes
+        if end > first:
+            found.append(Segment(seg.month, seg.price, first, end - first))
+    return found
+
+
+def _priced(segs: Iterable[Segment[Any]], units: int) -> Decimal:
+    total = Decimal(0)
+    for seg in segs:
+        total += seg.minutes * units * (seg.price.price_per_hour if seg.price else Decimal(0))
+    return total
+
+
+def run_price_minutes(run: JobRun, now: datetime | None = None) -> Decimal:
+    """Σ minutes × units × price/hour of one run so far: its lines, plus what it ran since
+    its last recording while open; a run whose row changed since it was recorded (rare: the
+    catch-up task is due) counts as its row says."""
+    if run.started_at is None:
+        return Decimal(0)
+    now = now or timezone.now()
+    billed = getattr(run, "billed_price_minutes", "unread")
+    if billed == "unread":
+        billed = Line.objects.filter(run=run).aggregate(p=PRICE_MINUTES)["p"]
+    billed = Decimal(billed or 0)
+    meter = _meter(run)
+    if run.finished_at is not None and _in_sync(meter, run):
+        return billed
+    prices = list(run.flavor.prices.all())
+    if run.finished_at is None and meter is not None and meter.started_at == run.started_at:
+        return billed + _priced(pending(run, prices, now), run.units)
+    whole = segments(
+        run.started_at,
+        billed_minutes(run.started_at, run.finished_at or now),
+        [(p.valid_from, p) for p in prices],
+    )
+    return _priced(whole, run.units)
+
+
+@dataclass(frozen=True)
+class Cost:
+    """A workload's cost so far (some of its runs), and whether an end in it is estimated."""
+
+    price_minutes: Decimal
+    estimated: bool
+
+    @property
+    def amount(self) -> Decimal:
+        return (self.price_minutes / 60).quantize(MILLI_CENT, ROUND_HALF_UP)
+
+
+def runs_cost(runs: Iterable[JobRun], now: datetime | None = None) -> Cost | None:
+    """What these runs cost so far (None when none started)."""
+    now = now or timezone.now()
+    started = [run for run in runs if run.started_at is not None]
+    if not started:
+        return None
+    return Cost(
+        price_minutes=sum((run_price_minutes(run, now) for run in started), Decimal(0)),
+        estimated=any(is_estimated(run) for run in started),
+    )
+
+
+# --- a project's month ------------------------------------------------------------------------
+
+
+def open_runs(project: Project | None = None) -> QuerySet[JobRun]:
+    runs = JobRun.objects.filter(finished_at=None).exclude(started_at=None)
+    runs = runs.filter(project=project) if project is not None else runs
+    return runs.select_related("meter", "flavor").prefetch_related("flavor__prices")
+
+
+def month_spend(*, project: Project, month: date, now: datetime | None = None) -> Total:
+    """What `month` bills the project so far: its ledger, plus what open runs have run in it
+    since their last recording."""
+    now = now or timezone.now()
+    ledger = month_total(month=month, project=project)
+    minutes, unit_minutes, price_minutes = 0, 0, Decimal(0)
+    for run in open_runs(project):
+        for seg in pending(run, run.flavor.prices.all(), now):
+            if seg.month == month:
+                minutes += seg.minutes
+                unit_minutes += seg.minutes * run.units
+                price_minutes += _priced([seg], run.units)
+    return Total(
+        minutes=ledger.minutes + minutes,
+        unit_minutes=ledger.unit_minutes + unit_minutes,
+        price_minutes=ledger.price_minutes + price_minutes,
+        currency=ledger.currency,
+    )
+
+
+@dataclass(frozen=True)
+class Forecast:
+    """The month-end forecast: the spend so far, plus what the runs open now add if they run
+    to the end of the month (each started minute, at the price version in effect for it)."""
+
+    spent: Total
+    rest_price_minutes: Decimal
+    rate_price_minutes_per_hour: Decimal  # the running rate now: Σ units × price/hour
+    month_end: datetime
+    now: datetime
+
+    @property
+    def amount(self) -> Decimal:
+        return amount(self.spent.price_minutes + self.rest_price_minutes)
+
+    @property
+    def rate_per_hour(self) -> Decimal:
+        return self.rate_price_minutes_per_hour.quantize(Decimal("0.01"), ROUND_HALF_UP)
+
+    @property
+    def hours_left(self) -> Decimal:
+        return (Decimal((self.month_end - self.now) // MINUTE) / 60).quantize(Decimal("0.1"))
+
+
+def month_forecast(*, project: Project, now: datetime | None = None) -> Forecast:
+    now = now or timezone.now()
+    month = month_of(now)
+    end = month_start(next_month(month))
+    spent = month_spend(project=project, month=month, now=now)
+    rest, rate = Decimal(0), Decimal(0)
+    for run in open_runs(project):
+        assert run.started_at is not None
+        prices = list(run.flavor.prices.all())
+        done = billed_minutes(run.started_at, now)
+        later = minutes_until(run.started_at, end)
+        for seg in segments(run.started_at, max(done, later), [(p.valid_from, p) for p in prices]):
+            first, last = max(seg.first, done), seg.first + seg.minutes
+            if last > first and seg.month == month:
+                rest += _priced([Segment(seg.month, seg.price, first, last - first)], run.units)
+        in_effect = [p for p in prices if p.valid_from <= now]
+        if in_effect:
+            rate += max(in_effect, key=lambda p: p.valid_from).price_per_hour * run.units
+    return Forecast(spent, rest, rate, end, now)
+
+
+# --- usage, grouped ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class UsageQuery:
+    """What usage to read: the projects (None: all), optional user, workload and flavor, the
+    days `start` .. `end` (inclusive, UTC), grouped by "day" or "month"."""
+
+    start: date
+    end: date
+    group: str = "month"
+    projects: frozenset[int] | None = None
+    user_id: int | None = None
+    workload_id: uuid.UUID | None = None
+    flavor_id: int | None = None
+
+    @property
+    def months(self) -> list[date]:
+        months, month = [], month_of(datetime(*self.start.timetuple()[:3], tzinfo=UTC))
+        while month <= self.end:
+            months.append(month)
+            month = next_month(month)
+        return months
+
+    @property
+    def whole_months(self) -> bool:
+        return self.start.day == 1 and (self.end + DAY).day == 1
+
+    def bucket(self, day: date) -> date:
+        return day if self.group == "day" else day.replace(day=1)
+
+
+# (bucket, project slug, username, workload id, workload name, kind, flavor name)
+Key = tuple[date, str, str | None, str | None, str, str, str]
+
+
+@dataclass
+class Row:
+    """One group of usage: its minutes, unit- and GPU-minutes and Σ minutes × units × price."""
+
+    key: Key
+    minutes: int = 0
+    unit_minutes: int = 0
+    gpu_minutes: int = 0
+    price_minutes: Decimal = Decimal(0)
+    estimated: bool = False
+    runs: set[int] = field(default_factory=set)
+
+    def add(self, minutes: int, units: int, gpus_per_unit: int, price: Decimal) -> None:
+        self.minutes += minutes
+        self.unit_minutes += minutes * units
+        self.gpu_minutes += minutes * units * gpus_per_unit
+        self.price_minutes += minutes * units * price
+
+    @property
+    def amount(self) -> Decimal:
+        return amount(self.price_minutes)
+
+    @property
+    def gpu_hours(self) -> Decimal:
+        return (Decimal(self.gpu_minutes) / 60).quantize(Decimal("0.01"), ROUND_HALF_UP)
+
+    def as_dict(self, group: str) -> dict[str, Any]:
+        bucket, project, user, workload, name, kind, flavor = self.key
+        return {
+            "period": bucket.isoformat() if group == "day" else f"{bucket:%Y-%m}",
+            "project": project,
+            "user": user,
+            "workload": workload,
+            "workload_name": name,
+            "kind": kind,
+            "flavor": flavor,
+            "minutes": self.minutes,
+            "unit_minutes": self.unit_minutes,
+            "gpu_hours": self.gpu_hours,
+            "amount": self.amount,
+            "currency": settings.CURRENCY,
+            "estimated": self.estimated,
+        }
+
+
+DIMENSIONS = (
+    "project__slug",
+    "run__job__owner__username",
+    "run__job_id",
+    "run__job__name",
+    "run__job__kind",
+    "flavor__name",
+)
+
+
+def _lines(query: UsageQuery) -> QuerySet[Line]:
+    lines = Line.objects.filter(period__gte=query.months[0], period__lte=query.months[-1])
+    if query.projects is not None:
+        lines = lines.filter(project_id__in=query.projects)
+    if query.user_id is not None:
+        lines = lines.filter(run__job__owner_id=query.user_id)
+    if query.workload_id is not None:
+        lines = lines.filter(run__job_id=query.workload_id)
+    if query.flavor_id is not None:
+        lines = lines.filter(flavor_id=query.flavor_id)
+    return lines.order_by()
+
+
+def _key(bucket: date, values: Any) -> Key:
+    slug, user, workload, name, kind, flavor = values
+    return (bucket, slug, user, str(workload) if workload else None, name or "", kind or "", flavor)
+
+
+def usage_rows(query: UsageQuery, now: datetime | None = None) -> list[Row]:
+    """Usage grouped by (period, project, user, workload, flavor), billed up to now, in order."""
+    now = now or timezone.now()
+    rows: dict[Key, Row] = {}
+    if query.group == "month" and query.whole_months:
+        _month_sums(query, rows)
+    else:
+        _day_split(query, rows)
+    _pending_rows(query, rows, now)
+    return sorted(rows.values(), key=lambda row: tuple("" if v is None else v for v in row.key))
+
+
+def _row(rows: dict[Key, Row], key: Key) -> Row:
+    found = rows.get(key)
+    if found is None:
+        found = rows[key] = Row(key)
+    return found
+
+
+def _month_sums(query: UsageQuery, rows: dict[Key, Row]) -> None:
+    """Whole months by month: PostgreSQL adds them up."""
+    sums = (
+        _lines(query)
+        .values("period", *DIMENSIONS)
+        .annotate(
+            m=Sum("minutes"),
+            um=Sum(F("minutes") * F("units")),
+            gm=Sum(F("minutes") * F("units") * F("flavor__gpus_per_unit")),
+            p=PRICE_MINUTES,
+            est=Count("run", filter=Q(run__sighting__estimated=True)),
+        )
+    )
+    for item in sums:
+        row = _row(rows, _key(item["period"], [item[d] for d in DIMENSIONS]))
+        row.minutes += item["m"]
+        row.unit_minutes += item["um"]
+        row.gpu_minutes += item["gm"]
+        row.price_minutes += Decimal(item["p"])
+        row.estimated = row.estimated or item["est"] > 0
+
+
+def _day_split(query: UsageQuery, rows: dict[Key, Row]) -> None:
+    """Each line cut at UTC midnights (its minutes are contiguous from `first_minute`)."""
+    items = _lines(query).values_list(
+        "period",
+        "of_period",
+        "run_start",
+        "first_minute",
+        "minutes",
+        "units",
+        "price_per_hour",
+        "flavor__gpus_per_unit",
+        "run__sighting__estimated",
+        *DIMENSIONS,
+    )
+    for period, of_period, start, first, minutes, units, price, gpus, est, *dims in items:
+        if period != of_period:  # an adjustment: on the first day of the month billed in
+            pieces: Iterable[tuple[date, int]] = [(period, minutes)]
+        else:
+            pieces = days_of(start, first, minutes)
+        for day, count in pieces:
+            if query.start <= day <= query.end:
+                row = _row(rows, _key(query.bucket(day), dims))
+                row.add(count, units, gpus, price)
+                row.estimated = row.estimated or bool(est)
+
+
+def days_of(start: datetime, first: int, minutes: int) -> Iterator[tuple[date, int]]:
+    """Minutes `first` .. `first + minutes - 1` of a run started at `start`, by the UTC day
+    each one's start lies in."""
+    k, end = first, first + minutes
+    while k < end:
+        moment = (start + k * MINUTE).astimezone(UTC)
+        day = moment.date()
+        midnight = datetime(day.year, day.month, day.day, tzinfo=UTC) + DAY
+        upto = min(end, minutes_until(start, midnight))
+        yield day, upto - k
+        k = upto
+
+
+def _pending_rows(query: UsageQuery, rows: dict[Key, Row], now: datetime) -> None:
+    runs = open_runs().select_related("project", "job__owner", "sighting")
+    if query.projects is not None:
+        runs = runs.filter(project_id__in=query.projects)
+    if query.user_id is not None:
+        runs = runs.filter(job__owner_id=query.user_id)
+    if query.workload_id is not None:
+        runs = runs.filter(job_id=query.workload_id)
+    if query.flavor_id is not None:
+        runs = runs.filter(flavor_id=query.flavor_id)
+    for run in runs:
+        assert run.started_at is not None
+        job = run.job
+        dims = (
+            run.project.slug,
+            job.owner.username if job else None,
+            run.job_id,
+            job.name if job else "",
+            job.kind if job else "",
+            run.flavor.name,
+        )
+        for seg in pending(run, run.flavor.prices.all(), now):
+            price = seg.price.price_per_hour if seg.price else Decimal(0)
+            for day, count in days_of(run.started_at, seg.first, seg.minutes):
+                if query.start <= day <= query.end:
+                    row = _row(rows, _key(query.bucket(day), dims))
+                    row.add(count, run.units, run.flavor.gpus_per_unit, price)
+
+
+def rollup(rows: Iterable[Row], by: str) -> list[Row]:
+    """Rows added up by one dimension: "user", "workload", "flavor" (or "total"), the
+    biggest amount first."""
+    index = {"user": (2,), "workload": (3, 4, 5), "flavor": (6,), "total": ()}[by]
+    sums: dict[Any, Row] = {}
+    for row in rows:
+        key = tuple(row.key[i] for i in index)
+        into = sums.get(key)
+        if into is None:
+            into = sums[key] = Row(row.key)
+        into.minutes += row.minutes
+        into.unit_minutes += row.unit_minutes
+        into.gpu_minutes += row.gpu_minutes
+        into.price_minutes += row.price_minutes
+        into.estimated = into.estimated or row.estimated
+    return sorted(sums.values(), key=lambda row: (-row.price_minutes, str(row.key)))
+
+
+def total_of(rows: Iterable[Row]) -> Row:
+    """Every row added up (money rounded once, at the end)."""
+    found = rollup(rows, "total")
+    return found[0] if found else Row((date.min, "", None, None, "", "", ""))
+
+
+def flavor_named(name: str) -> Flavor | None:
+    return Flavor.objects.filter(name=name).first()
+
+
+def usage_months(*, project: Project) -> list[date]:
+    """The months the project has lines in, newest first (for the month selector)."""
+    months = set(Line.objects.filter(project=project).values_list("period", flat=True).distinct())
+    return sorted(months, reverse=True)
