@@ -346,6 +346,15 @@ def loss_point(event: Mapping[str, Any] | None) -> tuple[int, float] | None:
     return None if step is None or loss is None else (step, loss)
 
 
+def curve_point(event: Mapping[str, Any] | None) -> list[Any] | None:
+    """[step, loss, tokens_per_s, learning_rate] of a checked `progress` event that carries a
+    step and a loss (the last two None when absent): one point of a run's training curve."""
+    point = loss_point(event)
+    if point is None or event is None:
+        return None
+    return [*point, event.get("tokens_per_s"), event.get("learning_rate")]
+
+
 # What a reader keeps of a run: these events' fields, the newest over the older.
 SNAPSHOT_EVENTS = ("start", "progress", "done", "error")
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from django.db import transaction
 from django.db.models import Count, Q, QuerySet
+from django.db.models.functions import TruncDate
 from django.utils import timezone
 
 from controlpanel.billing.rules import billed_minutes, minutes_until, segments
@@ -101,85 +102,126 @@ def price_versions() -> dict[int, list[tuple[datetime, Decimal]]]:
     return versions
 
 
+DayRows = tuple[dict[Key, Usage], dict[tuple[str, int], tuple[float, Decimal]]]
+
+
 def usage_rows(
     *, day: date, runs: QuerySet[JobRun], workloads: QuerySet[Workload], now: datetime
-) -> tuple[dict[Key, Usage], dict[tuple[str, int], tuple[float, Decimal]]]:
-    """The day's rows by (project, kind, owner, flavor), and by (workload, project)."""
-    start, end = day_start(day), day_start(day) + DAY
+) -> DayRows:
+    """One day's rows by (project, kind, owner, flavor), and by (workload, project)."""
+    return span_rows(first=day, last=day, runs=runs, workloads=workloads, now=now)[day]
+
+
+def span_rows(
+    *, first: date, last: date, runs: QuerySet[JobRun], workloads: QuerySet[Workload], now: datetime
+) -> dict[date, DayRows]:
+    """The rows of every day from `first` to `last`, reading each run once (a run spanning
+    days is cut at each midnight)."""
+    start, end = day_start(first), day_start(last) + DAY
     prices = price_versions()
-    rows: dict[Key, Usage] = defaultdict(Usage)
-    per_workload: dict[tuple[str, int], tuple[float, Decimal]] = {}
+    result: dict[date, DayRows] = {}
+    for n in range((last - first).days + 1):
+        result[first + timedelta(days=n)] = (defaultdict(Usage), {})
     for run in runs_overlapping(runs, start, end).values(*RUN_FIELDS).iterator(chunk_size=5000):
         key = (run["project_id"], run["job__kind"] or "", run["job__owner_id"], run["flavor_id"])
-        gpu_seconds, unit_minutes, price_minutes = run_share(
-            run, start, end, now, prices.get(run["flavor_id"], [])
-        )
-        usage = rows[key]
-        usage.gpu_seconds += gpu_seconds
-        usage.unit_minutes += unit_minutes
-        usage.price_minutes += price_minutes
-        usage.runs_started += start <= run["started_at"] < end
-        if run["job_id"] is not None:
-            wkey = (str(run["job_id"]), run["project_id"])
-            seconds, money = per_workload.get(wkey, (0.0, Decimal(0)))
-            per_workload[wkey] = (seconds + gpu_seconds, money + price_minutes)
-    ended = (
+        versions = prices.get(run["flavor_id"], [])
+        began, ended = run["started_at"], run["finished_at"] or now
+        day = max(began.astimezone(UTC).date(), first)
+        while day <= last and day_start(day) < ended:
+            rows, per_workload = result[day]
+            day_begin = day_start(day)
+            gpu_seconds, unit_minutes, price_minutes = run_share(
+                run, day_begin, day_begin + DAY, now, versions
+            )
+            usage = rows[key]
+            usage.gpu_seconds += gpu_seconds
+            usage.unit_minutes += unit_minutes
+            usage.price_minutes += price_minutes
+            usage.runs_started += day_begin <= began < day_begin + DAY
+            if run["job_id"] is not None:
+                wkey = (str(run["job_id"]), run["project_id"])
+                seconds, money = per_workload.get(wkey, (0.0, Decimal(0)))
+                per_workload[wkey] = (seconds + gpu_seconds, money + price_minutes)
+            day += DAY
+    ended_rows = (
         workloads.filter(finished_at__gte=start, finished_at__lt=end, state__in=ENDED_COLUMNS)
-        .values("project_id", "kind", "owner_id", "flavor_id", "state")
+        .annotate(day=TruncDate("finished_at", tzinfo=UTC))
+        .values("day", "project_id", "kind", "owner_id", "flavor_id", "state")
         .annotate(n=Count("id"))
         .order_by()
     )
-    for row in ended:
+    for row in ended_rows:
         key = (row["project_id"], row["kind"], row["owner_id"], row["flavor_id"])
-        rows[key].ended[ENDED_COLUMNS[row["state"]]] = row["n"]
-    return rows, per_workload
+        result[row["day"]][0][key].ended[ENDED_COLUMNS[row["state"]]] = row["n"]
+    return result
 
 
 def days_rebuild(days: Iterable[date], *, now: datetime | None = None) -> int:
     """Rebuild the rollups of `days` whole (idempotent); returns the rows written."""
     now = now or timezone.now()
+    wanted = sorted(set(days))
+    if not wanted:
+        return 0
+    spans = span_rows(
+        first=wanted[0],
+        last=wanted[-1],
+        runs=JobRun.objects.all(),
+        workloads=Workload.objects.all(),
+        now=now,
+    )
     written = 0
-    for day in days:
-        rows, per_workload = usage_rows(
-            day=day, runs=JobRun.objects.all(), workloads=Workload.objects.all(), now=now
-        )
-        with transaction.atomic():
-            UsageDay.objects.filter(day=day).delete()
-            WorkloadDay.objects.filter(day=day).delete()
-            UsageDay.objects.bulk_create(
-                [
-                    UsageDay(
-                        project_id=project_id,
-                        day=day,
-                        kind=kind,
-                        owner_id=owner_id,
-                        flavor_id=flavor_id,
-                        gpu_seconds=u.gpu_seconds,
-                        unit_minutes=u.unit_minutes,
-                        price_minutes=u.price_minutes,
-                        runs_started=u.runs_started,
-                        **u.ended,
-                    )
-                    for (project_id, kind, owner_id, flavor_id), u in rows.items()
-                ],
-                batch_size=2000,
-            )
-            WorkloadDay.objects.bulk_create(
-                [
-                    WorkloadDay(
-                        workload_id=wid,
-                        project_id=project_id,
-                        day=day,
-                        gpu_seconds=seconds,
-                        price_minutes=money,
-                    )
-                    for (wid, project_id), (seconds, money) in per_workload.items()
-                ],
-                batch_size=5000,
-            )
-            RollupMark.objects.update_or_create(day=day, defaults={"rebuilt_at": now})
-        written += len(rows) + len(per_workload)
+    for day in wanted:
+        rows, per_workload = spans[day]
+        written += _write_day(day, rows, per_workload, now)
     return written
+
+
+def _write_day(
+    day: date,
+    rows: dict[Key, Usage],
+    per_workload: dict[tuple[str, int], tuple[float, Decimal]],
+    now: datetime,
+) -> int:
+    with transaction.atomic():
+        UsageDay.objects.filter(day=day).delete()
+        WorkloadDay.objects.filter(day=day).delete()
+        UsageDay.objects.bulk_create(
+            [
+                UsageDay(
+                    project_id=project_id,
+                    day=day,
+                    kind=kind,
+                    owner_id=owner_id,
+                    flavor_id=flavor_id,
+                    gpu_seconds=u.gpu_seconds,
+                    unit_minutes=u.unit_minutes,
+                    price_minutes=u.price_minutes,
+                    runs_started=u.runs_started,
+                    **u.ended,
+                )
+                for (project_id, kind, owner_id, flavor_id), u in rows.items()
+            ],
+            batch_size=2000,
+        )
+        # A workload deleted meanwhile has no row to point to (its usage stays in UsageDay).
+        ids = [w for w, _ in per_workload]
+        alive = {str(pk) for pk in Workload.objects.filter(pk__in=ids).values_list("pk", flat=True)}
+        WorkloadDay.objects.bulk_create(
+            [
+                WorkloadDay(
+                    workload_id=wid,
+                    project_id=project_id,
+                    day=day,
+                    gpu_seconds=seconds,
+                    price_minutes=money,
+                )
+                for (wid, project_id), (seconds, money) in per_workload.items()
+                if wid in alive
+            ],
+            batch_size=5000,
+        )
+        RollupMark.objects.update_or_create(day=day, defaults={"rebuilt_at": now})
+    return len(rows) + len(per_workload)
 
 
 def recent_days(now: datetime | None = None) -> list[date]:

@@ -10,6 +10,7 @@ dashboards' migration adds.
 
 from __future__ import annotations
 
+import json
 import math
 from collections import defaultdict
 from collections.abc import Iterable
@@ -472,6 +473,10 @@ def charts(scope: Scope, f: DashboardFilters, usage: Usage) -> dict[str, dict[st
         | {"title": "Fine-tune throughput of recent runs", "unit": "tokens/s", "kind": "bar"},
     }
     for chart in result.values():
+        # For the canvas's data attribute (htmx drops <script> elements from swapped content).
+        chart["json"] = json.dumps(
+            {"labels": chart["labels"], "series": chart["series"], "unit": chart["unit"]}
+        )
         columns = [s["data"] for s in chart["series"]]
         chart["rows"] = [
             [label, [column[n] for column in columns]] for n, label in enumerate(chart["labels"])

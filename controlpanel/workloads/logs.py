@@ -17,9 +17,10 @@ from django.db.models import Max
 
 from controlpanel.workloads.backend import get_backend, job_ref
 from controlpanel.workloads.models import JobLogLine, Workload
-from training.protocol import Snapshot, clean_text, loss_point, read_event
+from training.protocol import Snapshot, clean_text, curve_point, read_event
 
-MAX_CURVE_POINTS = 500
+# Every logged step up to this many (a 10,000-step run logging every 10 steps fits whole).
+MAX_CURVE_POINTS = 2000
 COLLECT_LIMIT = 5000
 # Lines Ajuste itself adds to a log (skipped bytes, a truncated archive) start with this.
 MARK = "[ajuste]"
@@ -97,13 +98,13 @@ def _note_progress(job: Workload, lines: tuple[str, ...] | list[str]) -> None:
         if event is None:
             continue
         snapshot = snapshot.merge(event)
-        point = loss_point(event)
+        point = curve_point(event)
         if point is not None:
-            curve = _append_point(curve, list(point))
+            curve = _append_point(curve, point)
     job.progress, job.loss_curve = snapshot.to_json(), curve
 
 
-def _append_point(curve: list[list[float]], point: list[float]) -> list[list[float]]:
+def _append_point(curve: list[list[Any]], point: list[Any]) -> list[list[Any]]:
     curve = [*curve, point]
     if len(curve) > MAX_CURVE_POINTS:
         curve = curve[::2]  # halve the resolution, keep the shape

@@ -1,14 +1,20 @@
-// Charts (Chart.js, served from static) for every <canvas data-chart="ID">: the data is the
-// JSON of <script type="application/json" id="ID"> (json_script, never executed: fine under
-// the strict CSP). A swapped fragment's canvases get new charts; the old ones are destroyed.
+// Charts (Chart.js, served from static) for every <canvas data-series="JSON">: data in an
+// attribute, no inline script (the strict CSP; htmx also drops <script> from swapped content).
+// A swapped fragment's canvases get new charts; the old ones are destroyed.
 "use strict";
 
 (() => {
   const charts = new Map();
+  // The job page's toggles live in a fragment replaced every second while the job runs: what
+  // was ticked is kept here, by chart, and put back on the new boxes.
+  const extras = new Map();
 
-  function read(id) {
-    const node = document.getElementById(id);
-    return node ? JSON.parse(node.textContent) : null;
+  function read(canvas) {
+    try {
+      return JSON.parse(canvas.dataset.series);
+    } catch (error) {
+      return null;
+    }
   }
 
   function lossConfig(data, canvas) {
@@ -60,9 +66,16 @@
 
   function draw(root, force) {
     if (!window.Chart) return;
-    root.querySelectorAll("canvas[data-chart]").forEach((canvas) => {
+    root.querySelectorAll("canvas[data-series]").forEach((canvas) => {
       if (charts.has(canvas) && !force) return;
-      const data = read(canvas.dataset.chart);
+      const data = read(canvas);
+      const key = `#${canvas.id}`;
+      if (canvas.id && extras.has(key)) {
+        canvas.dataset.extra = extras.get(key);
+        document.querySelectorAll(`[data-chart-toggle="${key}"]`).forEach((box) => {
+          box.checked = extras.get(key).split(" ").includes(box.value);
+        });
+      }
       if (!data) return;
       const old = charts.get(canvas);
       if (old) old.destroy();
@@ -83,7 +96,9 @@
 
   document.addEventListener("DOMContentLoaded", () => draw(document, false));
   document.addEventListener("htmx:beforeSwap", (event) => forget(event.detail.target));
-  document.addEventListener("htmx:afterSettle", (event) => draw(document, false));
+  // htmx:load fires on each piece of new content (an outerHTML swap fires afterSettle on the
+  // element it removed, which no longer reaches the document).
+  document.addEventListener("htmx:load", (event) => draw(event.detail.elt, false));
   // The job page's series toggles (tokens/s, learning rate) redraw its chart.
   document.addEventListener("change", (event) => {
     const toggle = event.target.closest("[data-chart-toggle]");
@@ -92,6 +107,7 @@
     if (!canvas) return;
     const on = Array.from(document.querySelectorAll(`[data-chart-toggle="${toggle.dataset.chartToggle}"]:checked`));
     canvas.dataset.extra = on.map((box) => box.value).join(" ");
+    extras.set(toggle.dataset.chartToggle, canvas.dataset.extra);
     draw(canvas.parentNode, true);
   });
 })();

@@ -104,7 +104,7 @@ def test_every_page_without_a_console_error(
         visit.check("jobs-list")
         page.goto(f"{base}/p/alpha/jobs/{job.pk}/")
         expect(page.locator("[data-testid=job-state]")).to_have_text("DONE")
-        expect(page.locator("svg.chart")).to_be_visible()
+        expect(page.locator("canvas[data-kind=loss][data-drawn='1']")).to_be_visible()
         visit.check("job-detail")
 
         page.goto(f"{base}/p/alpha/jobs/new/?tab=finetune")

@@ -1,13 +1,12 @@
 from __future__ import annotations
 
+import json
 import math
 from datetime import datetime, timedelta
 from typing import Any
 
 from django import template
 from django.utils import timezone
-from django.utils.html import format_html
-from django.utils.safestring import SafeString, mark_safe
 
 from training.protocol import Snapshot
 
@@ -109,45 +108,36 @@ def percent(progress: Any) -> int:
     return snapshot.percent
 
 
-def _curve_points(curve: Any) -> list[tuple[float, float]]:
-    """The usable [step, loss] pairs of a stored curve (others are skipped, not fatal)."""
-    points = []
+def curve_data(curve: Any) -> dict[str, list[Any]]:
+    """The usable points of a stored curve ([step, loss] or [step, loss, tokens/s, learning
+    rate]) as columns; a point without a finite step and loss is skipped, not fatal."""
+    data: dict[str, list[Any]] = {"steps": [], "loss": [], "tokens_per_s": [], "learning_rate": []}
     for point in curve if isinstance(curve, list) else []:
-        if isinstance(point, list | tuple) and len(point) == 2:
-            x, y = _finite(point[0]), _finite(point[1])
-            if x is not None and y is not None:
-                points.append((x, y))
-    return points
+        if not isinstance(point, list | tuple) or not 2 <= len(point) <= 4:
+            continue
+        x, y = _finite(point[0]), _finite(point[1])
+        if x is None or y is None:
+            continue
+        extra = [*point[2:], None, None][:2]
+        data["steps"].append(int(x))
+        data["loss"].append(y)
+        data["tokens_per_s"].append(_finite(extra[0]))
+        data["learning_rate"].append(_finite(extra[1]))
+    return data
 
 
-@register.simple_tag
-def loss_chart(curve: Any, width: int = 600, height: int = 160) -> SafeString:
-    """The loss curve as inline SVG (markup, not script: fine under the strict CSP)."""
-    points = _curve_points(curve)
-    if len(points) < 2:
-        return mark_safe("")
-    xs, ys = [p[0] for p in points], [p[1] for p in points]
-    x0, x1, y0, y1 = min(xs), max(xs), min(ys), max(ys)
-    span_x, span_y = (x1 - x0) or 1.0, (y1 - y0) or 1.0
-    pad = 8
-    coords = " ".join(
-        f"{pad + (x - x0) / span_x * (width - 2 * pad):.1f},"
-        f"{height - pad - (y - y0) / span_y * (height - 2 * pad):.1f}"
-        for x, y in points
+@register.inclusion_tag("jobs/loss_chart.html")
+def loss_chart(curve: Any, element_id: str = "loss-curve") -> dict[str, Any]:
+    """The training curve drawn by Chart.js (static/js/charts.js) from JSON data, every logged
+    step, with tokens/s and the learning rate on demand, and the same numbers as a table."""
+    data = curve_data(curve)
+    rows = list(
+        zip(data["steps"], data["loss"], data["tokens_per_s"], data["learning_rate"], strict=True)
     )
-    return format_html(
-        '<svg class="chart" viewBox="0 0 {} {}" role="img" aria-label="Loss from {} to {}">'
-        '<polyline fill="none" stroke="currentColor" stroke-width="2" points="{}"/>'
-        '<text x="{}" y="14" class="chart-label">{}</text>'
-        '<text x="{}" y="{}" class="chart-label">{}</text></svg>',
-        width,
-        height,
-        f"{ys[0]:.3f}",
-        f"{ys[-1]:.3f}",
-        coords,
-        pad,
-        f"{y1:.3f}",
-        pad,
-        height - 2,
-        f"{y0:.3f} (step {int(x1)})",
-    )
+    return {
+        "data": data,
+        "data_json": json.dumps(data),
+        "rows": rows,
+        "element_id": element_id,
+        "shown": len(rows) >= 2,
+    }

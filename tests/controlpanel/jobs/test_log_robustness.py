@@ -55,7 +55,8 @@ def test_bad_progress_fields_are_dropped_and_json_stays_strict(
     json.dumps([job.progress, job.loss_curve], allow_nan=False)  # no NaN or Infinity left
     job.save()  # PostgreSQL accepts it
     job.refresh_from_db()
-    assert job.loss_curve == [[5, 0.25]]  # only the point with both a step and a finite loss
+    # only the point with both a step and a finite loss (no tokens/s, no learning rate)
+    assert job.loss_curve == [[5, 0.25, None, None]]
     assert job.progress["step"] == 5 and job.progress["last_event"] == "progress"
     assert job.progress["message"] == "nul \ufffd here" and job.progress["errors"] == [
         {"file": "a", "line": None, "message": "?"}
@@ -84,9 +85,16 @@ def test_template_filters_tolerate_missing_and_bad_values() -> None:
     for bad in (None, "", "soon", float("nan"), float("inf"), 10**400, True, [1]):
         assert seconds(bad) == "—", bad
     assert seconds(125.7) == "2 min 05 s"
-    assert loss_chart("nope") == "" and loss_chart([[1, None], [2]]) == ""
-    chart = loss_chart([[1, 2.0], ["x", 1.0], [2, float("nan")], [3, 1.0], None])
-    assert chart.startswith("<svg") and "nan" not in chart
+    assert not loss_chart("nope")["shown"] and not loss_chart([[1, None], [2]])["shown"]
+    chart = loss_chart(
+        [[1, 2.0], ["x", 1.0], [2, float("nan")], [3, 1.0, 900.5, 2e-4], None, [4, 0.9, "x", None]]
+    )
+    assert chart["shown"] and chart["data"] == {
+        "steps": [1, 3, 4],
+        "loss": [2.0, 1.0, 0.9],
+        "tokens_per_s": [None, 900.5, None],
+        "learning_rate": [None, 2e-4, None],
+    }
 
 
 NS = "ajuste-alpha"
@@ -122,7 +130,7 @@ def test_a_custom_job_printing_bad_lines_is_collected_served_and_archived(
     assert logs.archive_logs(job_id=job.pk)
     job.refresh_from_db()
     assert job.state == JobState.DONE and job.log_lines == len(texts) + 1
-    assert job.progress["step"] == 5 and job.loss_curve == [[5, 0.25]]
+    assert job.progress["step"] == 5 and job.loss_curve == [[5, 0.25, None, None]]
     final = owner_api.get(f"/api/v1/jobs/{job.pk}/logs/?project=alpha&after=7").json()
     assert [x["text"] for x in final["lines"]] == ["after the bad lines"] and final["eof"] is True
     download = owner_client.get(f"/p/alpha/jobs/{job.pk}/logs/download/")

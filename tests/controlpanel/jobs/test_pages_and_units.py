@@ -46,7 +46,13 @@ def test_progress_events_feed_the_bar_and_a_bounded_curve(project: Project, owne
     ]
     _note_progress(job, ("plain text", "{not json", *lines))
     assert job.progress["step"] == 1200 and job.progress["last_event"] == "progress"
-    assert 250 <= len(job.loss_curve) <= 500 and job.loss_curve[-1][0] == 1200
+    # Every logged step is kept (up to MAX_CURVE_POINTS; past it, every other one).
+    assert [point[0] for point in job.loss_curve] == list(range(1, 1201))
+    more = [
+        json.dumps({"event": "progress", "v": 1, "step": i, "loss": 1.0}) for i in range(1201, 2101)
+    ]
+    _note_progress(job, more)
+    assert 1000 <= len(job.loss_curve) <= 2000 and job.loss_curve[-1][0] == 2100
 
 
 def test_cost_counts_each_started_minute_at_the_price_in_effect_for_it(
