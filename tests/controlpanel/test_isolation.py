@@ -41,6 +41,24 @@ def _membership(ctx: dict[str, Any]) -> int:
     return Membership.objects.get(user=ctx["member"]).pk
 
 
+def _invitation(ctx: dict[str, Any]) -> str:
+    """A pending invitation to the owner's project."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from controlpanel.accounts.models import Invitation
+
+    project = Membership.objects.get(user=ctx["owner"]).project
+    invitation = Invitation.objects.filter(project=project).first() or Invitation.objects.create(
+        project=project,
+        email="invited@example.com",
+        digest="0" * 64,
+        expires_at=timezone.now() + timedelta(days=1),
+    )
+    return f"/p/alpha/invitations/{invitation.pk}/revoke/"
+
+
 def _job(ctx: dict[str, Any]) -> str:
     """A job of the owner's project (created directly: no backend is involved)."""
     from controlpanel.flavors.models import Flavor
@@ -179,6 +197,8 @@ CASES: list[Case] = [
     ),
     Case("member-list", lambda c: "/p/alpha/members/", ("get", "post")),
     Case("member-update", lambda c: f"/p/alpha/members/{_membership(c)}/", ("post",)),
+    Case("member-invite", lambda c: "/p/alpha/members/invite/", ("post",)),
+    Case("invitation-revoke", _invitation, ("post",)),
     Case("api-project-detail", lambda c: "/api/v1/projects/alpha/", ("get",), api=True),
     Case("api-member-list", lambda c: "/api/v1/projects/alpha/members/", ("get", "post"), api=True),
     Case(
@@ -282,6 +302,12 @@ PUBLIC = {
     # an app's URL and its forward-auth: API tokens, not sessions (apps/test_app_access.py)
     "app-proxy",
     "app-auth",
+    # single sign-on, and links whose token is the credential (tests/controlpanel/people)
+    "oidc-login",
+    "oidc-callback",
+    "password-set",
+    "password-set-done",
+    "invitation-accept",
 }
 PERSONAL = {
     "password_change",
@@ -301,6 +327,11 @@ PERSONAL = {
     # every project's dashboard: site admins only (others 404; tests/controlpanel/dashboards)
     "dashboard-all",
     "dashboard-all-csv",
+    # accounts: site admins only (others 404; tests/controlpanel/people/test_people.py)
+    "people",
+    "person-create",
+    "person-detail",
+    "person-workload",
 }
 
 
@@ -411,6 +442,10 @@ OWNER: dict[str, tuple[Probe, ...]] = {
         Probe("post", 302, "/p/alpha/members/", {"username": "outsider", "role": "member"}),
     ),
     "member-update": (Probe("post", 302, "/p/alpha/members/", {"role": "manager"}),),
+    "member-invite": (
+        Probe("post", 302, "/p/alpha/members/", {"email": "new@example.com", "role": "member"}),
+    ),
+    "invitation-revoke": (Probe("post", 302, "/p/alpha/members/"),),
     "api-project-detail": (Probe("get", 200, '"slug":"alpha"'),),
     "api-member-list": (
         Probe("get", 200, '"username":"member"'),
@@ -598,6 +633,7 @@ def _answer(response: Any) -> str:
 
 # Routes about the project itself, not about one of its things (jobs, buckets, members).
 PROJECT_LEVEL = {"project-home", "member-list", "api-project-detail", "api-member-list"}
+PROJECT_LEVEL |= {"member-invite"}
 PROJECT_LEVEL |= {"project-secrets", "api-secret-list"}
 PROJECT_LEVEL |= {"job-list", "job-new", "api-job-list", "bucket-list", "api-bucket-list"}
 PROJECT_LEVEL |= {"api-notebook-list"}
