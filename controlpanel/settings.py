@@ -272,6 +272,7 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "JobStateEnum": "controlpanel.workloads.models.JobState",
         "NotebookStateEnum": "controlpanel.workloads.models.NotebookState",
+        "AppStateEnum": "controlpanel.workloads.models.AppState",
     },
 }
 

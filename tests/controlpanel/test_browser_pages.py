@@ -142,7 +142,8 @@ def test_every_page_without_a_console_error(
         visit.check("bucket-upload")
         page.click("[data-testid=folder] >> text=corpus/")
         page.wait_for_url("**prefix=corpus%2F")
-        page.type("#filter-q", "tra")
+        # htmx pushes the URL before it swaps: type into the folder's own filter, not the root's.
+        page.locator("#listing[data-prefix='corpus/'] #filter-q").type("tra")
         page.locator("[data-testid=folder]", has_text="sub/").wait_for(state="detached")
         expect(page.locator("[data-testid=object]")).to_have_text(["train.jsonl"])
         visit.check("bucket-browse-filtered")

@@ -57,8 +57,10 @@ def test_create_upload_folder_browse_and_download(
 
     page.click("[data-testid=folder] >> text=corpus/")  # the listing refreshed itself
     page.wait_for_url("**prefix=corpus%2F")
+    # htmx pushes the URL before it swaps: wait for the folder's own listing.
+    page.locator("#listing[data-prefix='corpus/']").wait_for()
     assert page.locator("[data-testid=object]").all_inner_texts() == ["big.bin", "small <b>.txt"]
-    page.type("#filter-q", "sm")  # filtering as one types: an htmx swap of the listing
+    page.locator("#listing[data-prefix='corpus/'] #filter-q").type("sm")  # filtering as one types: an htmx swap of the listing
     page.locator("[data-testid=object]", has_text="big.bin").wait_for(state="detached")
     assert page.locator("[data-testid=object]").all_inner_texts() == ["small <b>.txt"]
     with page.expect_download() as download:
