@@ -2,6 +2,8 @@
 
     .venv/bin/python bench/bench_storage.py [--small-files 1000] [--small-size 16384]
                                             [--big-mib 1024] [--workers 8]
+    .venv/bin/python bench/bench_storage.py --tools [--small-files 1000] [--small-size 2048]
+                                            [--rounds 5]
 
 Both sides talk to the same embedded S3 server (s3rver on loopback, storage/embedded.py) with
 the same client settings (storage/client.py). Cases:
@@ -12,12 +14,23 @@ the same client settings (storage/client.py). Cases:
 - a repeated sync with nothing changed (what a periodic checkpoint pays).
 Baseline and sync rounds alternate, twice each, and the best time of each side is kept.
 Prints one line per measure and the ratio (sync throughput / baseline throughput).
+
+`--tools` compares instead with the tools users know, each a command run from the start (as
+its users run it): `rclone copy --transfers 16` and `aws s3 sync` (rclone from apt, the AWS CLI
+from pip, both on PATH) against `python -m storage.sync pull|push` (the command pods run,
+interpreter start included) and `storage.sync.pull()|push()` called in this process, on
+`--small-files` files of `--small-size` bytes. The four take turns, each round into a new
+folder (pull) or a new prefix (push); the median of `--rounds` rounds of each is printed,
+with the load average before and after.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
+import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -32,7 +45,7 @@ from storage.datastore import DatastoreConfig  # noqa: E402
 from storage.embedded import start_embedded_s3  # noqa: E402
 from storage.objects import create_bucket  # noqa: E402
 from storage.sync import SyncStats, pull, push  # noqa: E402
-from storage.volumes import Mode, VolumeSpec  # noqa: E402
+from storage.volumes import Mode, VolumeSpec, render_volume_spec  # noqa: E402
 
 MiB = 1024 * 1024
 BUCKET = "bench"
@@ -175,19 +188,101 @@ def big_file_case(config: DatastoreConfig, work: Path, mib: int, workers: int) -
     report("push again, unchanged (MD5 of the file)", again, size, 1)
 
 
+def tool_env(config: DatastoreConfig) -> dict[str, str]:
+    """The store's credentials for rclone (an `s3` remote named `bench`), the AWS CLI and
+    `python -m storage.sync` (the LOCAL datastore)."""
+    env = {k: v for k, v in os.environ.items() if k != "AWS_CA_BUNDLE"}  # plain http here
+    env.update(
+        AWS_ACCESS_KEY_ID=config.access_key,
+        AWS_SECRET_ACCESS_KEY=config.secret_key,
+        AWS_DEFAULT_REGION=config.region,
+        RCLONE_CONFIG_BENCH_TYPE="s3",
+        RCLONE_CONFIG_BENCH_PROVIDER="Other",
+        RCLONE_CONFIG_BENCH_ENDPOINT=config.endpoint_url,
+        RCLONE_CONFIG_BENCH_REGION=config.region,
+        RCLONE_CONFIG_BENCH_ACCESS_KEY_ID=config.access_key,
+        RCLONE_CONFIG_BENCH_SECRET_ACCESS_KEY=config.secret_key,
+        RCLONE_CONFIG_BENCH_FORCE_PATH_STYLE="true",
+        AJUSTE_DATASTORE_LOCAL_ENDPOINT_URL=config.endpoint_url,
+        AJUSTE_DATASTORE_LOCAL_REGION=config.region,
+        AJUSTE_DATASTORE_LOCAL_ACCESS_KEY=config.access_key,
+        AJUSTE_DATASTORE_LOCAL_SECRET_KEY=config.secret_key,
+    )
+    return env
+
+
+def tools_case(config: DatastoreConfig, work: Path, count: int, size: int, rounds: int) -> None:
+    for tool in ("rclone", "aws"):
+        if shutil.which(tool) is None:
+            raise SystemExit(f"{tool} is not on PATH (apt-get install rclone; pip install awscli)")
+    env = tool_env(config)
+    source = work / "tools-src" / "workspace" / "v"  # where the CLI's --root puts the volume
+    make_small_files(source, count, size)
+    check(push(config, volume("tools"), source))
+    endpoint = config.endpoint_url
+
+    def run(*command: str) -> None:
+        subprocess.run(command, env=env, check=True, stdout=subprocess.DEVNULL, cwd=REPO)
+
+    def cli(direction: str, prefix: str, root: Path) -> None:
+        spec = render_volume_spec(VolumeSpec(BUCKET, "LOCAL", prefix, "/workspace/v", Mode.RW))
+        run(sys.executable, "-m", "storage.sync", direction, spec, "--root", str(root))
+
+    def pulled(root: Path) -> None:
+        check(pull(config, volume("tools"), root))
+
+    rclone = ("rclone", "copy", "--transfers", "16")
+    aws = ("aws", "s3", "sync", "--only-show-errors", "--endpoint-url", endpoint)
+    pulls: dict[str, Callable[[int], object]] = {
+        "python -m storage.sync pull": lambda r: cli("pull", "tools", work / f"pc{r}"),
+        "storage.sync.pull() in process": lambda r: pulled(work / f"pp{r}"),
+        "rclone copy --transfers 16": lambda r: run(
+            *rclone, f"bench:{BUCKET}/tools", str(work / f"pr{r}")
+        ),
+        "aws s3 sync": lambda r: run(*aws, f"s3://{BUCKET}/tools", str(work / f"pa{r}")),
+    }
+    pushes: dict[str, Callable[[int], object]] = {
+        "python -m storage.sync push": lambda r: cli("push", f"tc{r}", work / "tools-src"),
+        "storage.sync.push() in process": lambda r: check(push(config, volume(f"tp{r}"), source)),
+        "rclone copy --transfers 16": lambda r: run(*rclone, str(source), f"bench:{BUCKET}/tr{r}"),
+        "aws s3 sync": lambda r: run(*aws, str(source), f"s3://{BUCKET}/ta{r}"),
+    }
+    print(f"\n{count} files of {size} bytes, {rounds} rounds, load {os.getloadavg()[0]:.2f}")
+    for what, tools in (("pull", pulls), ("push", pushes)):
+        times: dict[str, list[float]] = {name: [] for name in tools}
+        for round_ in range(rounds):
+            for name, action in tools.items():
+                times[name].append(timed(action, round_))
+        best_tool = min(statistics.median(times[n]) for n in tools if "sync" not in n)
+        for name, measured in times.items():
+            median = statistics.median(measured)
+            every = " ".join(f"{t:.2f}" for t in measured)
+            print(
+                f"{what}: {name:<34} median {median:6.2f} s  x{median / best_tool:4.2f}  ({every})"
+            )
+    print(f"load average after: {os.getloadavg()[0]:.2f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--small-files", type=int, default=1000)
     parser.add_argument("--small-size", type=int, default=16 * 1024)
     parser.add_argument("--big-mib", type=int, default=1024)
     parser.add_argument("--workers", type=int, default=8)
+    parser.add_argument("--tools", action="store_true", help="compare with rclone and aws")
+    parser.add_argument("--rounds", type=int, default=5, help="rounds of --tools")
     args = parser.parse_args()
+    if args.tools and "--small-size" not in sys.argv:
+        args.small_size = 2048
     print(f"storage benchmark: {os.cpu_count()} CPUs, embedded s3rver on loopback")
     with tempfile.TemporaryDirectory(prefix="ajuste-bench-") as temporary:
         work = Path(temporary)
         with start_embedded_s3(directory=work / "s3", log_path=work / "s3rver.log") as server:
             config = server.config()
             create_bucket(config, bucket=BUCKET)
+            if args.tools:
+                tools_case(config, work, args.small_files, args.small_size, args.rounds)
+                return
             small_files_case(config, work, args.small_files, args.small_size, args.workers)
             big_file_case(config, work, args.big_mib, args.workers)
 

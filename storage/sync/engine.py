@@ -14,10 +14,8 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import suppress
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import BinaryIO, TypeVar
+from typing import TYPE_CHECKING, BinaryIO, TypeVar
 
-from boto3.s3.transfer import TransferConfig
-from botocore.client import BaseClient
 from botocore.exceptions import BotoCoreError, ClientError
 
 from storage.client import make_s3_client
@@ -45,6 +43,10 @@ from storage.sync.manifest import (
 from storage.sync.stats import ProgressCallback, SyncStats, Tracker
 from storage.volumes import VolumeSpec
 
+if TYPE_CHECKING:  # boto3 loads (~0.2 s) only when a call needs it: large files, a fallback
+    from boto3.s3.transfer import TransferConfig
+    from botocore.client import BaseClient
+
 MiB = 1024 * 1024
 # Up to this size a file moves in one request, read into memory and checked against its MD5.
 SINGLE_REQUEST_LIMIT = 8 * MiB
@@ -66,13 +68,23 @@ class IntegrityError(Exception):
 class _Sync:
     """What every file task of one pull or push needs."""
 
-    client: BaseClient
+    config: DatastoreConfig
     bucket: str
     prefix: str  # the key prefix of the volume, "" or ending with '/'
     root: Path
     tracker: Tracker
-    transfer: TransferConfig
     direct: Direct  # plain signed requests for listings and small files (storage/sync/direct.py)
+    workers: int
+    large_files: int = 1
+
+    @property
+    def client(self) -> BaseClient:
+        """The datastore's boto3 client (built on first use, then shared)."""
+        return make_s3_client(self.config)
+
+    @property
+    def transfer(self) -> TransferConfig:
+        return transfer_config(self.workers, self.large_files)
 
 
 def key_prefix(spec: VolumeSpec) -> str:
@@ -83,6 +95,8 @@ def key_prefix(spec: VolumeSpec) -> str:
 def transfer_config(workers: int, large_files: int) -> TransferConfig:
     """boto3 settings for large files: 16 MiB parts; about 40 parts in flight in all, shared
     by the large files that can move at once (10 for a lone file, as boto3's default)."""
+    from boto3.s3.transfer import TransferConfig
+
     at_once = max(1, min(workers, large_files))
     return TransferConfig(
         multipart_threshold=SINGLE_REQUEST_LIMIT,
@@ -132,7 +146,7 @@ def _pull_listed(
         return sync.tracker.finish()
     files = [obj for obj in remote if _is_file_key(obj.key, sync)]
     large = sum(1 for obj in files if obj.size > SINGLE_REQUEST_LIMIT)
-    sync = replace(sync, transfer=transfer_config(workers, large))
+    sync = replace(sync, large_files=large)
     markers = [obj for obj in remote if not _is_file_key(obj.key, sync)]
     _make_folders(sync, [obj.key for obj in markers])
     sync.tracker.add_total(len(files))
@@ -194,13 +208,13 @@ def _start(
     if workers < 1:
         raise ValueError("workers must be at least 1")
     return _Sync(
-        client=make_s3_client(config),
+        config=config,
         bucket=spec.bucket,
         prefix=key_prefix(spec),
         root=Path(local_dir),
         tracker=Tracker(direction, progress),
-        transfer=transfer_config(workers, 1),
         direct=Direct(config),
+        workers=workers,
     )
 
 

@@ -16,8 +16,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Protocol
 
-from s3transfer.utils import ChunksizeAdjuster
-
 from storage.objects import ObjectInfo
 from storage.sync.stats import SyncFailure
 
@@ -263,6 +261,8 @@ def _multipart_etag(source: Source, part_size: int) -> str:
 def candidate_part_sizes(size: int, parts: int) -> list[int]:
     """Part sizes that known uploaders (us, aws-cli, boto3) would use for `size` bytes and
     that give exactly `parts` parts."""
+    from s3transfer.utils import ChunksizeAdjuster  # with boto3: only for multipart ETags
+
     adjuster = ChunksizeAdjuster()
     sizes = [adjuster.adjust_chunksize(chunk, size) for chunk in (PART_SIZE, *OTHER_PART_SIZES)]
     return [chunk for chunk in dict.fromkeys(sizes) if math.ceil(size / chunk) == parts]

@@ -24,7 +24,6 @@ from storage.sync.engine import (
     _Sync,
     _where,
     list_volume,
-    transfer_config,
 )
 from storage.sync.local import (
     MAX_KEY_BYTES,
@@ -69,7 +68,7 @@ def push(
         sync.direct.close()
         return sync.tracker.finish()
     large = sum(1 for file in local.files.values() if file.stat.st_size > SINGLE_REQUEST_LIMIT)
-    sync = replace(sync, transfer=transfer_config(workers, large))
+    sync = replace(sync, large_files=large)
     sync.tracker.add_total(len(local.files) + len(local.symlinks))
     for _ in local.symlinks:
         sync.tracker.skipped()  # never followed: a link could point anywhere on this machine
