@@ -1,0 +1,168 @@
+"""Demo history for the dashboards and their benchmark: `seed_history --jobs N --days D
+[--project P]`. Every row it makes carries the label `demo=seed_history` (and demo users are
+named `demo-*`), so it is never mistaken for real usage; the days are rolled up at the end."""
+
+from __future__ import annotations
+
+import random
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.utils import timezone
+
+from controlpanel.dashboards.rollups import days_rebuild
+from controlpanel.flavors.models import Flavor
+from controlpanel.projects.models import Membership, Project, Role
+from controlpanel.workloads.models import JobRun, JobState, Kind, NotebookState, Workload
+
+DEMO_LABEL = {"demo": "seed_history"}
+FINAL = [
+    (JobState.DONE, 0.78),
+    (JobState.FAILED, 0.12),
+    (JobState.INTERRUPTED, 0.06),
+    (JobState.ERROR, 0.02),
+    (JobState.SYNC_FAILED, 0.02),
+]
+REASONS = {
+    JobState.DONE: "exit code 0",
+    JobState.FAILED: "exit code 1: CUDA error: out of memory",
+    JobState.INTERRUPTED: "stopped by its owner",
+    JobState.ERROR: "the pod vanished (node lost)",
+    JobState.SYNC_FAILED: "pushing /workspace/output failed: connection reset",
+}
+TEAMS = ["nlp", "vision", "speech", "rl"]
+BATCH = 5000
+
+
+class Command(BaseCommand):
+    help = "Generate realistic job and notebook history (marked demo=seed_history)."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--jobs", type=int, required=True, help="How many workloads.")
+        parser.add_argument("--days", type=int, required=True, help="Spread over this many days.")
+        parser.add_argument("--project", default="demo", help="Project slug (made if missing).")
+        parser.add_argument("--seed", type=int, default=0, help="Random seed (repeatable).")
+
+    def handle(self, *args: Any, jobs: int, days: int, project: str, seed: int, **_: Any) -> None:
+        if jobs < 1 or days < 1 or days > 3660:
+            raise CommandError("--jobs must be at least 1 and --days from 1 to 3660.")
+        target, _ = Project.objects.get_or_create(slug=project, defaults={"name": project.title()})
+        users = _demo_users(target)
+        flavors = list(Flavor.objects.filter(enabled=True))
+        if not flavors:
+            raise CommandError("No enabled flavor: migrate first (it makes the default ones).")
+        rng = random.Random(seed)  # noqa: S311 (demo data, repeatable by its seed)
+        now = timezone.now()
+        first = now - timedelta(days=days)
+        made = 0
+        while made < jobs:
+            count = min(BATCH, jobs - made)
+            workloads, runs = _batch(rng, target, users, flavors, first, now, count)
+            Workload.objects.bulk_create(workloads, batch_size=BATCH)
+            JobRun.objects.bulk_create(runs, batch_size=BATCH)
+            made += count
+            self.stdout.write(f"  {made}/{jobs} workloads", ending="\r")
+        self.stdout.write("")
+        day = first.astimezone(UTC).date()
+        span = [day + timedelta(days=n) for n in range((now.date() - day).days + 1)]
+        rows = days_rebuild(span, now=now)
+        self.stdout.write(
+            self.style.SUCCESS(
+                f"Made {jobs} demo workloads in {target.slug} over {days} days "
+                f"(label demo=seed_history); {rows} rollup rows."
+            )
+        )
+
+
+def _demo_users(project: Project) -> list[Any]:
+    users = []
+    for name in ("alice", "bruno", "chloe", "dmitri", "emma"):
+        user, made = get_user_model().objects.get_or_create(username=f"demo-{name}")
+        if made:
+            user.set_unusable_password()
+            user.save()
+        role = Role.MANAGER if name == "alice" else Role.MEMBER
+        Membership.objects.get_or_create(project=project, user=user, defaults={"role": role})
+        users.append(user)
+    return users
+
+
+def _state(rng: random.Random) -> str:
+    pick, total = rng.random(), 0.0
+    for state, share in FINAL:
+        total += share
+        if pick < total:
+            return state
+    return JobState.DONE
+
+
+def _batch(
+    rng: random.Random,
+    project: Project,
+    users: list[Any],
+    flavors: list[Flavor],
+    first: datetime,
+    now: datetime,
+    count: int,
+) -> tuple[list[Workload], list[JobRun]]:
+    span = (now - first).total_seconds()
+    workloads, runs = [], []
+    for _ in range(count):
+        notebook = rng.random() < 0.08
+        flavor = rng.choice(flavors)
+        queued = first + timedelta(seconds=rng.random() * span)
+        admitted = queued + timedelta(seconds=rng.expovariate(1 / 240))
+        running = timedelta(seconds=min(rng.lognormvariate(7.5, 1.2), 5 * 86400))
+        ended = admitted + running
+        state = (NotebookState.STOPPED if notebook else _state(rng)) if ended < now else None
+        if state is None:  # still going, or still waiting
+            admitted_at = admitted if admitted < now else None
+            state = JobState.RUNNING if admitted_at else JobState.QUEUED
+            if notebook and admitted_at:
+                state = NotebookState.RUNNING
+            ended_at = None
+        else:
+            admitted_at, ended_at = admitted, ended
+        finetune = not notebook and rng.random() < 0.3
+        w = Workload(
+            id=uuid.uuid4(),
+            kind=Kind.NOTEBOOK if notebook else Kind.JOB,
+            project=project,
+            owner=rng.choice(users),
+            name=f"{'nb' if notebook else 'train'}-{rng.randrange(10**6):06d}",
+            image="ghcr.io/ajuste/finetune:0.1.0",
+            flavor=flavor,
+            gpu=rng.choice((1, 1, 1, 2, 4)) if flavor.is_gpu else 1,
+            labels=DEMO_LABEL | {"team": rng.choice(TEAMS)},
+            preset="finetune" if finetune else "",
+            state=state,
+            state_reason=REASONS.get(state, "") if ended_at else "",
+            state_changed_at=ended_at or admitted_at or queued,
+            queued_at=queued,
+            admitted_at=admitted_at,
+            started_at=admitted_at,
+            finished_at=ended_at,
+            exit_code=0 if state == JobState.DONE else 1 if state == JobState.FAILED else None,
+            progress={"tokens_per_s": round(rng.uniform(2000, 12000), 1)} if finetune else {},
+            created_at=queued,
+            last_activity_at=now - timedelta(minutes=rng.randrange(200)) if notebook else None,
+        )
+        workloads.append(w)
+        if admitted_at is not None:
+            runs.append(
+                JobRun(
+                    uid=f"demo-{w.id}",
+                    job=w,
+                    project=project,
+                    run=1,
+                    flavor=flavor,
+                    units=w.gpu,
+                    started_at=admitted_at,
+                    finished_at=ended_at,
+                    node="demo-node",
+                )
+            )
+    return workloads, runs
