@@ -2,9 +2,10 @@
 
 Label keys (stable; selectors and RBAC-free lookups rely on them):
 - `app.kubernetes.io/managed-by: ajuste` on every object we create;
-- `ajuste.io/project`: the project slug; `ajuste.io/kind`: `job`, `notebook` or `project`;
+- `ajuste.io/project`: the project slug; `ajuste.io/kind`: `job`, `notebook`, `app` or `project`;
 - `ajuste.io/id`: the panel's id of the workload; `ajuste.io/run`: the job run number;
-- `ajuste.io/component`: which part of a workload (`main`, `push`, `workspace`, `notebook`).
+- `ajuste.io/component`: which part of a workload (`main`, `push`, `workspace`, `notebook`,
+  `app`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ SPEC_HASH = "ajuste.io/spec-hash"
 USER_LABELS = "ajuste.io/user-labels"
 STOP_REQUESTED = "ajuste.io/stop-requested"
 URL = "ajuste.io/url"
+# On an app's Deployment at zero replicas because it was stopped (not scaled to zero).
+STOPPED = "ajuste.io/stopped"
 
 _INVALID = re.compile(r"[^a-z0-9-]+")
 _LABEL_INVALID = re.compile(r"[^A-Za-z0-9_.-]+")

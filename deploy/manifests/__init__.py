@@ -4,6 +4,14 @@ Every function is deterministic (same request, same dicts), so tests compare wit
 dicts, the backend can hash what it applies, and a retried task creates nothing twice.
 """
 
+from deploy.manifests.apps import (
+    make_app_autoscaler,
+    make_app_deployment,
+    make_app_hpa,
+    make_app_ingress,
+    make_app_scaled_object,
+    make_app_service,
+)
 from deploy.manifests.jobs import make_job, make_push_job, make_workspace_claim
 from deploy.manifests.notebooks import (
     make_notebook_ingress,
@@ -23,6 +31,12 @@ from deploy.manifests.projects import (
 )
 
 __all__ = [
+    "make_app_autoscaler",
+    "make_app_deployment",
+    "make_app_hpa",
+    "make_app_ingress",
+    "make_app_scaled_object",
+    "make_app_service",
     "make_datastore_secret",
     "make_job",
     "make_limit_range",
