@@ -11,11 +11,17 @@ import sys
 
 import click
 
-from controlpanel.cli import buckets, jobs, notebooks
+from controlpanel.cli import apps, buckets, jobs, notebooks
 from controlpanel.cli.client import DEFAULT_URL, State
 from controlpanel.cli.output import FORMATS
 
-GROUPS: list[click.Command] = [buckets.bucket, jobs.job, notebooks.notebook, jobs.flavor]
+GROUPS: list[click.Command] = [
+    buckets.bucket,
+    jobs.job,
+    notebooks.notebook,
+    apps.app,
+    jobs.flavor,
+]
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
