@@ -7,6 +7,7 @@ content, stripped, wins over nothing; setting both is an error).
 from __future__ import annotations
 
 import os
+from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
@@ -66,3 +67,19 @@ def env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
     if value not in choices:
         raise ImproperlyConfigured(f"{name}={value!r} is not one of: {', '.join(choices)}.")
     return value
+
+
+def env_percent(name: str, default: str) -> Decimal:
+    """A percentage such as 20 or 7.7 (0 to 100, at most 4 decimals)."""
+    value = (env_str(name) or default).strip()
+    try:
+        number = Decimal(value)
+    except InvalidOperation:
+        raise ImproperlyConfigured(
+            f"{name}={value!r} is not a number (a percentage, e.g. 20)."
+        ) from None
+    if not number.is_finite() or not 0 <= number <= 100:
+        raise ImproperlyConfigured(f"{name}={value!r} is not a percentage from 0 to 100.")
+    if number.as_tuple().exponent < -4:  # type: ignore[operator]
+        raise ImproperlyConfigured(f"{name}={value!r} has more than 4 decimals.")
+    return number

@@ -14,7 +14,7 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from controlpanel.accounts.oidc_settings import read_oidc_settings
-from controlpanel.env import env_bool, env_choice, env_int, env_list, env_str
+from controlpanel.env import env_bool, env_choice, env_int, env_list, env_percent, env_str
 from deploy import images
 from deploy.egress import parse_cidrs, parse_dns, parse_egress, parse_node_local_dns
 
@@ -462,6 +462,8 @@ APP_INGRESS_CLASS = env_str("APP_INGRESS_CLASS") or "nginx"
 APP_KEDA = env_bool("APP_KEDA", False)
 APP_MODEL_GIB = env_int("APP_MODEL_GIB", 20, minimum=1)
 CURRENCY = env_str("CURRENCY") or "EUR"
+# Tax on invoices, in percent of the billed amount (shown on the billing pages and invoices).
+BILLING_TAX_RATE = env_percent("BILLING_TAX_RATE", "0")
 JOB_SWEEP_SECONDS = env_int("JOB_SWEEP_SECONDS", 10, minimum=1)
 JOB_SWEEP_LOCK_SECONDS = env_int("JOB_SWEEP_LOCK_SECONDS", 120, minimum=1)
 # A final row whose finalize (notice, quota, log archive) has not happened this long after its

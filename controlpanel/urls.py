@@ -16,5 +16,6 @@ urlpatterns = [
     path("", include("controlpanel.buckets.urls")),
     path("", include("controlpanel.workloads.urls")),
     path("", include("controlpanel.dashboards.urls")),
+    path("", include("controlpanel.billing.urls")),
     path("", include("controlpanel.api.urls")),
 ]

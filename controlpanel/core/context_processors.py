@@ -27,8 +27,12 @@ def _section_links(request: HttpRequest, slug: str | None) -> list[dict[str, Any
     for label, name, staff_only in SECTIONS:
         if staff_only and not request.user.is_staff:
             continue
+        url: str | None
         try:
-            url = reverse(name, kwargs={"slug": slug}) if slug else None
+            if staff_only:  # the site admins' pages cover every project
+                url = reverse(name)
+            else:
+                url = reverse(name, kwargs={"slug": slug}) if slug else None
         except NoReverseMatch:
             url = None
         active = bool(url) and request.path.startswith(url or "\0")
@@ -54,7 +58,9 @@ def shell(request: HttpRequest) -> dict[str, Any]:
         "current_access": access,
         # Called by the template only where it draws the switcher: the htmx polls of a page
         # (its log twice a second, its status every second) neither query nor reverse it.
-        "project_switch": partial(_switch_links, user, section[1] if section else "project-home"),
+        "project_switch": partial(
+            _switch_links, user, section[1] if section and not section[2] else "project-home"
+        ),
         "nav_sections": sections,
     }
 

@@ -332,6 +332,18 @@ PERSONAL = {
     "person-create",
     "person-detail",
     "person-workload",
+    # billing: site admins only (others 404; tests/controlpanel/billing/test_admin_pages.py)
+    "billing",
+    "billing-csv",
+    "billing-prices",
+    "billing-prices-csv",
+    "billing-period",
+    "billing-project",
+    "billing-project-csv",
+    "billing-run",
+    "billing-run-csv",
+    "billing-invoice",
+    "billing-invoice-csv",
 }
 
 

@@ -1,0 +1,282 @@
+"""Reads of the ledger for the admins' billing pages: the month's table of projects, a
+project's drill-down (users → workloads → runs → a run's lines) and price history.
+
+Everything is summed in PostgreSQL (a month of 10 million minutes is some 10^5 lines), and
+long lists are querysets the views paginate. Money follows `selectors.invoice_lines`: an
+invoice line (flavor, price, units, month adjusted) is rounded to the cent once, and a
+project's amount is the sum of its invoice lines, so the month's table, the invoice and their
+CSVs say the same figure. Rows of the drill-down are rounded once per row.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import date
+from decimal import ROUND_HALF_UP, Decimal
+from typing import Any
+
+from django.conf import settings
+from django.db.models import Case, Count, F, Q, QuerySet, Sum, When
+
+from controlpanel.billing.models import Line
+from controlpanel.billing.rules import CENT, amount
+from controlpanel.flavors.models import FlavorPrice
+from controlpanel.projects.models import Project
+from controlpanel.workloads.models import JobRun
+
+MONTH_RE = re.compile(r"^(\d{4})-(\d{2})$")
+FIRST_YEAR, LAST_YEAR = 2000, 2999
+
+# Σ over lines; GPU-minutes: minutes × units × GPUs per unit; CPU-minutes: minutes × units ×
+# vCPUs per unit of flavors without a GPU (their vCPUs are what is sold).
+SUMS: dict[str, Any] = {
+    "m": Sum("minutes"),
+    "um": Sum(F("minutes") * F("units")),
+    "gm": Sum(F("minutes") * F("units") * F("flavor__gpus_per_unit")),
+    "cm": Sum(
+        Case(
+            When(
+                flavor__gpus_per_unit=0,
+                then=F("minutes") * F("units") * F("flavor__vcpu_per_unit"),
+            ),
+            default=0,
+        )
+    ),
+    "p": Sum(F("minutes") * F("units") * F("price_per_hour")),
+    "adj": Count("pk", filter=~Q(period=F("of_period"))),
+}
+
+
+def month_parse(text: str) -> date:
+    """'YYYY-MM' → the month's first day; ValueError saying what is wrong."""
+    found = MONTH_RE.match(text)
+    if not found:
+        raise ValueError(f"{text[:20]!r} is not a month: write it as YYYY-MM, e.g. 2025-01.")
+    year, month = int(found[1]), int(found[2])
+    if not 1 <= month <= 12:
+        raise ValueError(f"{text!r}: the month must be 01 to 12.")
+    if not FIRST_YEAR <= year <= LAST_YEAR:
+        raise ValueError(f"{text!r}: the year must be {FIRST_YEAR} to {LAST_YEAR}.")
+    return date(year, month, 1)
+
+
+def previous_month(month: date) -> date:
+    return date(month.year - (month.month == 1), (month.month - 2) % 12 + 1, 1)
+
+
+def hours(minutes: int) -> Decimal:
+    return (Decimal(minutes) / 60).quantize(CENT, ROUND_HALF_UP)
+
+
+@dataclass
+class Usage:
+    """Sums of some lines. `amount` is set by whoever knows how it is rounded."""
+
+    minutes: int = 0
+    unit_minutes: int = 0
+    gpu_minutes: int = 0
+    cpu_minutes: int = 0
+    price_minutes: Decimal = Decimal(0)
+    adjustments: int = 0
+    amount: Decimal = Decimal("0.00")
+
+    def add(self, row: dict[str, Any]) -> None:
+        self.minutes += row["m"] or 0
+        self.unit_minutes += row["um"] or 0
+        self.gpu_minutes += row["gm"] or 0
+        self.cpu_minutes += row["cm"] or 0
+        self.price_minutes += Decimal(row["p"] or 0)
+        self.adjustments += row["adj"] or 0
+
+    @property
+    def gpu_hours(self) -> Decimal:
+        return hours(self.gpu_minutes)
+
+    @property
+    def cpu_hours(self) -> Decimal:
+        return hours(self.cpu_minutes)
+
+
+def usage_of(row: dict[str, Any]) -> Usage:
+    """One aggregated row (SUMS) as usage, rounded once."""
+    usage = Usage()
+    usage.add(row)
+    usage.amount = amount(usage.price_minutes)
+    return usage
+
+
+@dataclass
+class ProjectMonth:
+    """One row of the month's table."""
+
+    project: Project
+    usage: Usage = field(default_factory=Usage)
+    previous: Decimal = Decimal("0.00")
+
+    @property
+    def change(self) -> Decimal:
+        return self.usage.amount - self.previous
+
+    @property
+    def change_percent(self) -> Decimal | None:
+        if not self.previous:
+            return None
+        return (self.change * 100 / self.previous).quantize(Decimal("0.1"), ROUND_HALF_UP)
+
+
+def _invoiced(month: date) -> dict[int, Usage]:
+    """Each project's usage billed in `month`, its amount the sum of its invoice lines."""
+    groups: Any = (
+        Line.objects.filter(period=month)
+        .values("project_id", "flavor_id", "price_per_hour", "units", "of_period")
+        .annotate(**SUMS)
+        .order_by()
+    )
+    usage: dict[int, Usage] = {}
+    for row in groups:
+        project = usage.setdefault(row["project_id"], Usage())
+        project.add(row)
+        project.amount += amount(Decimal(row["p"] or 0))
+    return usage
+
+
+def month_projects(*, month: date) -> list[ProjectMonth]:
+    """Every project billed in `month` or the month before, by amount (largest first)."""
+    now, before = _invoiced(month), _invoiced(previous_month(month))
+    projects = Project.objects.in_bulk(set(now) | set(before))
+    rows = [
+        ProjectMonth(
+            project=project,
+            usage=now.get(pk, Usage()),
+            previous=before[pk].amount if pk in before else Decimal("0.00"),
+        )
+        for pk, project in projects.items()
+    ]
+    rows.sort(key=lambda row: (-row.usage.amount, row.project.slug))
+    return rows
+
+
+def month_usage(rows: Iterable[ProjectMonth]) -> Usage:
+    """The month's total: the sum of its projects' rows."""
+    total = Usage()
+    for row in rows:
+        for name in ("minutes", "unit_minutes", "gpu_minutes", "cpu_minutes", "adjustments"):
+            setattr(total, name, getattr(total, name) + getattr(row.usage, name))
+        total.price_minutes += row.usage.price_minutes
+        total.amount += row.usage.amount
+    return total
+
+
+def project_lines(*, month: date, project: Project) -> QuerySet[Line]:
+    return Line.objects.filter(period=month, project=project)
+
+
+def project_users(*, month: date, project: Project) -> list[dict[str, Any]]:
+    """The project's month by user (the workload's owner; none when it was deleted)."""
+    rows: Any = (
+        project_lines(month=month, project=project)
+        .values(user=F("run__job__owner__username"))
+        .annotate(
+            **SUMS, workloads=Count("run__job", distinct=True), runs=Count("run", distinct=True)
+        )
+        .order_by(F("p").desc(), "user")
+    )
+    return [dict(row, usage=usage_of(row)) for row in rows]
+
+
+def project_workloads(
+    *, month: date, project: Project, user: str | None = None
+) -> QuerySet[Line, dict[str, Any]]:
+    """The project's month by workload (a queryset of dicts, to paginate)."""
+    lines = project_lines(month=month, project=project)
+    if user:
+        lines = lines.filter(run__job__owner__username=user)
+    rows: Any = (
+        lines.values(
+            workload=F("run__job_id"),
+            name=F("run__job__name"),
+            kind=F("run__job__kind"),
+            user=F("run__job__owner__username"),
+        )
+        .annotate(**SUMS, runs=Count("run", distinct=True))
+        .order_by(F("p").desc(), "name", "workload")
+    )
+    return rows
+
+
+def project_runs(
+    *, month: date, project: Project, user: str | None = None, workload: str | None = None
+) -> QuerySet[Line, dict[str, Any]]:
+    """The project's month by run (pod run): its start, end, flavor and units."""
+    lines = project_lines(month=month, project=project)
+    if user:
+        lines = lines.filter(run__job__owner__username=user)
+    if workload:
+        lines = lines.filter(run__job_id=uuid.UUID(workload))
+    rows: Any = (
+        lines.values(
+            run_pk=F("run_id"),
+            uid=F("run__uid"),
+            number=F("run__run"),
+            name=F("run__job__name"),
+            user=F("run__job__owner__username"),
+            started=F("run__started_at"),
+            finished=F("run__finished_at"),
+            estimated=F("run__sighting__estimated"),
+            billed_to=F("run__meter__billed_to"),
+            flavor_name=F("run__flavor__name"),
+            run_units=F("run__units"),
+        )
+        .annotate(**SUMS)
+        .order_by("started", "run_pk")
+    )
+    return rows
+
+
+def run_of_month(*, month: date, project: Project, run_id: int) -> JobRun | None:
+    """The run, if it belongs to the project and has lines billed in `month`."""
+    return (
+        JobRun.objects.select_related("job", "job__owner", "flavor", "meter", "sighting")
+        .filter(pk=run_id, project=project, billing_lines__period=month)
+        .distinct()
+        .first()
+    )
+
+
+def run_lines(*, month: date, run: JobRun) -> QuerySet[Line]:
+    """The run's lines billed in `month`: its minutes (and adjustments), with their price
+    version."""
+    return (
+        Line.objects.filter(period=month, run=run)
+        .select_related("price", "flavor")
+        .order_by("of_period", "first_minute", "pk")
+    )
+
+
+def run_other_months(*, month: date, run: JobRun) -> list[date]:
+    return sorted(
+        set(Line.objects.filter(run=run).exclude(period=month).values_list("period", flat=True))
+    )
+
+
+def invoice_totals(lines: Iterable[dict[str, Any]]) -> dict[str, Decimal]:
+    """Subtotal (the lines' amounts), tax at BILLING_TAX_RATE percent, and total."""
+    subtotal = sum((line["amount"] for line in lines), Decimal("0.00"))
+    rate: Decimal = settings.BILLING_TAX_RATE
+    tax = (subtotal * rate / 100).quantize(CENT, ROUND_HALF_UP)
+    return {"subtotal": subtotal, "rate": rate, "tax": tax, "total": subtotal + tax}
+
+
+def price_history() -> QuerySet[FlavorPrice]:
+    """Every price version of every flavor, by flavor then newest first."""
+    return FlavorPrice.objects.select_related("flavor").order_by(
+        "flavor__sort_order", "flavor__name", "-valid_from"
+    )
+
+
+def months_with_lines() -> list[date]:
+    """The months the ledger bills in, newest first (the month selector)."""
+    return list(Line.objects.values_list("period", flat=True).distinct().order_by("-period"))
