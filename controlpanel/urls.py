@@ -17,5 +17,6 @@ urlpatterns = [
     path("", include("controlpanel.workloads.urls")),
     path("", include("controlpanel.dashboards.urls")),
     path("", include("controlpanel.billing.urls")),
+    path("", include("controlpanel.billing.team_urls")),
     path("", include("controlpanel.api.urls")),
 ]

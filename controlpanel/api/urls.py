@@ -9,13 +9,20 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitVie
 from controlpanel.api import errors
 from controlpanel.api.routes import ApiRoutes
 
-API_APPS = ["projects", "accounts", "buckets", "workloads"]
+API_APPS = ["projects", "accounts", "buckets", "workloads", "billing"]
+# Apps whose `api_routes()` is not in their urls.py (billing's urls.py is the admins' pages).
+API_MODULES = {"billing": "controlpanel.billing.team_urls"}
+
+
+def api_module(app: str) -> str:
+    """The module whose `api_routes()` adds the app's routes."""
+    return API_MODULES.get(app, f"controlpanel.{app}.urls")
 
 
 def api_routes() -> ApiRoutes:
     routes = ApiRoutes()
     for app in API_APPS:
-        import_module(f"controlpanel.{app}.urls").api_routes(routes)
+        import_module(api_module(app)).api_routes(routes)
     return routes
 
 

@@ -73,10 +73,9 @@ class BudgetStatus:
 
 
 def budget_status(*, project: Project, now: datetime | None = None) -> BudgetStatus:
+    """The month's spend so far (whether or not the project has a budget) against it."""
     now = now or timezone.now()
     month = month_of(now)
-    if not project.monthly_budget:
-        return BudgetStatus(project, month, Decimal(0), Total(0, 0, Decimal(0), settings.CURRENCY))
     spent = month_spend(project=project, month=month, now=now)
     return BudgetStatus(project, month, project.monthly_budget, spent)
 

@@ -489,3 +489,34 @@ def usage_months(*, project: Project) -> list[date]:
     """The months the project has lines in, newest first (for the month selector)."""
     months = set(Line.objects.filter(project=project).values_list("period", flat=True).distinct())
     return sorted(months, reverse=True)
+
+
+FIRST_YEAR, LAST_YEAR = 1970, 9998  # a month before and after each stays a date
+
+
+def parse_month(text: str) -> date:
+    """`YYYY-MM` → the month's first day; ValueError saying what is wrong."""
+    try:
+        parsed = datetime.strptime(text.strip(), "%Y-%m")
+    except ValueError:
+        raise ValueError(f"{text!r} is not a month: write it YYYY-MM, e.g. 2025-02.") from None
+    if not FIRST_YEAR <= parsed.year <= LAST_YEAR:
+        raise ValueError(f"{text!r} is out of range: years {FIRST_YEAR} to {LAST_YEAR}.")
+    return date(parsed.year, parsed.month, 1)
+
+
+def parse_day(text: str, *, last: bool = False) -> date:
+    """`YYYY-MM-DD`, or `YYYY-MM` (its first day, or with `last` its last day)."""
+    text = text.strip()
+    if len(text) == 7:
+        month = parse_month(text)
+        return month_start(next_month(month)).date() - DAY if last else month
+    try:
+        day = datetime.strptime(text, "%Y-%m-%d").date()
+    except ValueError:
+        raise ValueError(
+            f"{text!r} is not a day: write it YYYY-MM-DD (or YYYY-MM for a whole month)."
+        ) from None
+    if not FIRST_YEAR <= day.year <= LAST_YEAR:
+        raise ValueError(f"{text!r} is out of range: years {FIRST_YEAR} to {LAST_YEAR}.")
+    return day

@@ -10,7 +10,7 @@ from importlib import import_module
 from django.urls import URLPattern, URLResolver, get_resolver
 
 from controlpanel.api.routes import ApiRoutes
-from controlpanel.api.urls import API_APPS
+from controlpanel.api.urls import API_APPS, api_module
 
 
 def _patterns(patterns: list[URLPattern | URLResolver]) -> list[URLPattern]:
@@ -25,7 +25,7 @@ def _patterns(patterns: list[URLPattern | URLResolver]) -> list[URLPattern]:
 
 def _registered_by(app: str) -> list[URLPattern]:
     routes = ApiRoutes()
-    import_module(f"controlpanel.{app}.urls").api_routes(routes)
+    import_module(api_module(app)).api_routes(routes)
     return [p for p in _patterns(routes.urls) if p.name != "api-root"]
 
 

@@ -82,6 +82,32 @@ def _api_job_url(suffix: str = "") -> Callable[[dict[str, Any]], str]:
     return lambda c: f"/api/v1/jobs/{_job(c)}/{suffix}?project=alpha"
 
 
+def _usage_url(ctx: dict[str, Any]) -> str:
+    """Usage of the owner's project: a run of its job, this month (its lines are written as
+    it is saved)."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from controlpanel.billing.rules import month_of, month_start
+    from controlpanel.workloads.models import Job, JobRun
+
+    job = Job.objects.get(pk=_job(ctx))
+    if not JobRun.objects.filter(job=job).exists():
+        now = timezone.now()
+        JobRun.objects.create(
+            uid="usage-run",
+            job=job,
+            project=job.project,
+            run=1,
+            flavor=job.flavor,
+            units=1,
+            started_at=max(now - timedelta(minutes=5), month_start(month_of(now))),
+            finished_at=now,
+        )
+    return "/api/v1/usage/?project=alpha"
+
+
 def _notebook(ctx: dict[str, Any]) -> str:
     """A notebook of the owner's project (a row, STARTING: no backend is involved)."""
     from controlpanel.flavors.models import Flavor
@@ -284,6 +310,9 @@ CASES: list[Case] = [
     Case("api-upload-abort", _api_bucket_url("uploads/abort/"), ("post",), api=True),
     Case("dashboard", lambda c: "/p/alpha/dashboard/"),
     Case("dashboard-csv", lambda c: "/p/alpha/dashboard/waiting.csv"),
+    Case("billing-usage", lambda c: _usage_url(c) and "/p/alpha/usage/"),
+    Case("billing-budget", lambda c: "/p/alpha/usage/budget/", ("post",)),
+    Case("api-usage", _usage_url, ("get",), api=True),
 ]
 
 # Routes that hold no project data: public, or the user's own things (tested in test_accounts).
@@ -470,6 +499,9 @@ OWNER: dict[str, tuple[Probe, ...]] = {
     "job-list": (Probe("get", 200, "secret-job"),),
     "dashboard": (Probe("get", 200, "<title>Dashboard \u00b7 Alpha"),),
     "dashboard-csv": (Probe("get", 200, "secret-job"),),
+    "billing-usage": (Probe("get", 200, "secret-job"),),
+    "billing-budget": (Probe("post", 302, "/p/alpha/usage/", {"monthly_budget": "12.50"}),),
+    "api-usage": (Probe("get", 200, '"workload_name":"secret-job"'),),
     "job-new": (
         Probe("get", 200, "New job \u00b7 Alpha"),
         Probe("post", 400, "New job \u00b7 Alpha", {}),  # the form's errors, on this project
@@ -652,6 +684,7 @@ PROJECT_LEVEL |= {"api-notebook-list"}
 PROJECT_LEVEL |= {"notebook-list", "notebook-new"}
 PROJECT_LEVEL |= {"app-list", "api-app-list"}
 PROJECT_LEVEL |= {"dashboard", "dashboard-csv"}
+PROJECT_LEVEL |= {"billing-usage", "billing-budget", "api-usage"}
 OWNED = [c for c in CASES if c.name not in PROJECT_LEVEL | {"api-bucket-attach"}]
 
 

@@ -1,0 +1,391 @@
+"""The teams' side of billing: a manager's usage page (the month by user, workload and flavor
+from the ledger's lines, the budget, its forecast and alerts, the budget form) and
+`/api/v1/usage/` (filters, grouping, scoping, precise 400s); `ajuste usage` in
+test_cli_usage.py."""
+
+from __future__ import annotations
+
+import html
+import re
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from django.conf import settings
+from django.test import Client
+from django.utils import timezone
+from rest_framework.test import APIClient
+
+from controlpanel.billing.models import BudgetAlert, Line
+from controlpanel.billing.rules import month_of, month_start
+from controlpanel.flavors.models import Flavor, FlavorPrice
+from controlpanel.projects.models import Project
+from controlpanel.workloads.models import JobRun, Workload
+from tests.fixtures.panel import UserFactory, add_member, api_client_for, logged_in
+
+CUR = settings.CURRENCY
+SINCE = datetime(2024, 12, 1, tzinfo=UTC)
+
+
+def at(text: str) -> datetime:
+    return datetime.fromisoformat(text).replace(tzinfo=UTC)
+
+
+@pytest.fixture
+def gpu(db: Any) -> Flavor:
+    flavor = Flavor.objects.create(
+        name="test-gpu", gpu_model="H100", gpus_per_unit=1, vcpu_per_unit=8, memory_gib_per_unit=64
+    )
+    FlavorPrice.objects.create(flavor=flavor, valid_from=SINCE, price_per_hour=Decimal("2.8000"))
+    return flavor
+
+
+@pytest.fixture
+def cpu(db: Any) -> Flavor:
+    flavor = Flavor.objects.create(
+        name="test-cpu", gpus_per_unit=0, vcpu_per_unit=1, memory_gib_per_unit=4
+    )
+    FlavorPrice.objects.create(flavor=flavor, valid_from=SINCE, price_per_hour=Decimal("0.6000"))
+    return flavor
+
+
+def ran(
+    project: Project,
+    owner: Any,
+    name: str,
+    kind: str,
+    flavor: Flavor,
+    units: int,
+    start: datetime,
+    end: datetime | None,
+) -> Workload:
+    """A workload with one run; the billing receivers write its lines as it is saved."""
+    workload = Workload.objects.create(
+        project=project, owner=owner, name=name, kind=kind, image="x/y:1", flavor=flavor, gpu=units
+    )
+    JobRun.objects.create(
+        uid=f"pod-{name}",
+        job=workload,
+        project=project,
+        run=1,
+        flavor=flavor,
+        units=units,
+        started_at=start,
+        finished_at=end,
+    )
+    return workload
+
+
+@pytest.fixture
+def january(
+    project: Project, other_project: Project, owner: Any, member: Any, gpu: Flavor, cpu: Flavor
+) -> dict[str, Workload]:
+    """January 2025 of project alpha, worked by hand (2.80/h GPU, 0.60/h CPU):
+    - train-a (owner, job): 10:00:00 → 10:30:30 = 31 started minutes × 2 units on test-gpu:
+      62 unit-minutes × 2.80 = 173.6 price-minutes (2.893… EUR), 62 GPU-minutes;
+    - prep (owner, job): 60 minutes × 1 unit on test-cpu: 36 price-minutes (0.60 EUR), no GPU;
+    - nb-b (member, notebook): 31 Jan 23:50 → 1 Feb 00:10 on test-gpu × 1: 10 minutes in
+      January (28 price-minutes, 0.466… EUR), 10 in February.
+    January: 237.6 price-minutes = 3.96 EUR (rounded once), 72 GPU-minutes = 1.20 GPU-hours.
+    And project beta's run, which alpha's manager never sees."""
+    other = UserFactory(username="beta-user")
+    add_member(other_project, other)
+    return {
+        "train-a": ran(
+            project,
+            owner,
+            "train-a",
+            "job",
+            gpu,
+            2,
+            at("2025-01-10T10:00"),
+            at("2025-01-10T10:30:30"),
+        ),
+        "prep": ran(
+            project, owner, "prep", "job", cpu, 1, at("2025-01-15T08:00"), at("2025-01-15T09:00")
+        ),
+        "nb-b": ran(
+            project,
+            member,
+            "nb-b",
+            "notebook",
+            gpu,
+            1,
+            at("2025-01-31T23:50"),
+            at("2025-02-01T00:10"),
+        ),
+        "beta-run": ran(
+            other_project,
+            other,
+            "beta-run",
+            "job",
+            gpu,
+            4,
+            at("2025-01-12T00:00"),
+            at("2025-01-12T05:00"),
+        ),
+    }
+
+
+def test_the_lines_are_what_the_page_adds_up(
+    january: dict[str, Workload], project: Project
+) -> None:
+    """The figures below come from real ledger lines, written by the receivers."""
+    lines = Line.objects.filter(project=project, period=datetime(2025, 1, 1).date())
+    assert sorted((ln.run.job.name, ln.minutes, ln.units) for ln in lines) == [
+        ("nb-b", 10, 1),
+        ("prep", 60, 1),
+        ("train-a", 31, 2),
+    ]
+
+
+# --- the page ---------------------------------------------------------------------------
+
+
+def cells(body: str, testid: str) -> str:
+    """What the element with this data-testid holds up to its table's (or list's) end, as
+    text without tags and with single spaces (for simple `in` checks)."""
+    start = body.index(f'data-testid="{testid}"')
+    ends = [i for i in (body.find("</table>", start), body.find("</dl>", start)) if i >= 0]
+    part = body[start : min(ends)]
+    return html.unescape(" ".join(re.sub(r"<[^>]+>", " ", part).split()))
+
+
+def test_the_usage_page_shows_the_month_to_the_cent(
+    january: dict[str, Workload], owner_client: Client
+) -> None:
+    response = owner_client.get("/p/alpha/usage/?month=2025-01")
+    assert response.status_code == 200
+    body = response.content.decode()
+    assert "<title>Usage January 2025 · Alpha" in body
+    total = cells(body, "usage-total")
+    assert "GPU-hours 1.20" in total and f"Amount 3.96 {CUR}" in total
+    # by user: owner 173.6 + 36 = 209.6 price-minutes = 3.49; member 28 = 0.47
+    users = cells(body, "usage-by-user")
+    assert "owner 91 1.03 3.49" in users and "member 10 0.17 0.47" in users
+    workloads = cells(body, "usage-by-workload")
+    assert "train-a job 31 1.03 2.89" in workloads
+    assert "prep job 60 0.00 0.60" in workloads
+    assert "nb-b notebook 10 0.17 0.47" in workloads
+    assert f'href="/p/alpha/jobs/{january["train-a"].pk}/"' in body
+    assert f'href="/p/alpha/notebooks/{january["nb-b"].pk}/"' in body
+    flavors = cells(body, "usage-by-flavor")
+    assert "test-gpu 41 1.20 3.36" in flavors and "test-cpu 60 0.00 0.60" in flavors
+    assert "beta-run" not in body and "beta-user" not in body
+    # the rule, stated; the month selector offers the months with lines and this one
+    assert "each started minute is billed in full (one minute at least)" in body
+    assert "price in effect for that minute, per unit" in body and "UTC" in body
+    assert '<option value="2025-01" selected>January 2025</option>' in body
+    assert '<option value="2025-02">February 2025</option>' in body
+    assert 'href="?month=2025-02"' in body  # the next month with usage
+
+
+def test_february_has_the_rest_of_the_notebook(
+    january: dict[str, Workload], owner_client: Client
+) -> None:
+    body = owner_client.get("/p/alpha/usage/?month=2025-02").content.decode()
+    assert "nb-b notebook 10 0.17 0.47" in cells(body, "usage-by-workload")
+    assert "train-a" not in body
+    assert 'href="?month=2025-01"' in body
+
+
+def test_this_month_shows_the_budget_forecast_and_alerts(
+    project: Project, owner: Any, gpu: Flavor, owner_client: Client
+) -> None:
+    now = timezone.now()
+    month = month_of(now)
+    project.monthly_budget = Decimal("100.00")
+    project.save()
+    start = max(now - timedelta(minutes=5), month_start(month))
+    ran(project, owner, "live", "job", gpu, 1, start, None)  # still running
+    BudgetAlert.objects.create(
+        project=project, month=month, threshold=50, budget=100, spent=Decimal("51.20"), currency=CUR
+    )
+    body = html.unescape(owner_client.get("/p/alpha/usage/").content.decode())
+    assert f"of 100.00 {CUR}" in body and "Month-end forecast" in body
+    assert f"(2.80 {CUR}/h," in body  # what runs now costs an hour
+    assert "live" in cells(body, "usage-by-workload")
+    assert f"50 % 100.00 {CUR} 51.20 {CUR}" in cells(body, "budget-alerts")
+
+
+def test_a_bad_month_is_a_precise_400(owner_client: Client) -> None:
+    response = owner_client.get("/p/alpha/usage/?month=2025-13")
+    assert response.status_code == 400
+    assert "month: '2025-13' is not a month: write it YYYY-MM" in response.content.decode()
+
+
+def test_the_project_page_links_managers_to_usage(
+    owner_client: Client, member: Any, project: Project
+) -> None:
+    body = owner_client.get("/p/alpha/").content.decode()
+    assert 'href="/p/alpha/usage/"' in body and 'data-testid="month-spend"' in body
+    member_body = logged_in(member).get("/p/alpha/").content.decode()
+    assert 'href="/p/alpha/usage/"' not in member_body
+    assert 'data-testid="month-spend"' in member_body
+
+
+def test_a_plain_member_is_refused(january: dict[str, Workload], member: Any) -> None:
+    client = logged_in(member)
+    assert client.get("/p/alpha/usage/").status_code == 403
+    assert client.post("/p/alpha/usage/budget/", {"monthly_budget": "5"}).status_code == 403
+    api = api_client_for(member)
+    assert api.get("/api/v1/usage/?project=alpha").status_code == 403
+    assert api.get("/api/v1/usage/").status_code == 403  # manages nothing
+
+
+def test_a_site_admin_opens_any_usage_page(january: dict[str, Workload], admin_user: Any) -> None:
+    body = logged_in(admin_user).get("/p/beta/usage/?month=2025-01").content.decode()
+    assert "beta-run" in body and "train-a" not in body
+
+
+# --- the budget form --------------------------------------------------------------------
+
+
+def test_the_budget_is_saved(project: Project, owner_client: Client) -> None:
+    response = owner_client.post(
+        "/p/alpha/usage/budget/", {"monthly_budget": "250.50", "budget_stops_running": "on"}
+    )
+    assert (response.status_code, response["Location"]) == (302, "/p/alpha/usage/")
+    project.refresh_from_db()
+    assert (project.monthly_budget, project.budget_stops_running) == (Decimal("250.50"), True)
+    followed = owner_client.get("/p/alpha/usage/").content.decode()
+    assert "Budget saved." in followed and 'value="250.50"' in followed
+
+
+@pytest.mark.parametrize(
+    ("amount", "error"),
+    [
+        ("lots", "'lots' is not an amount: write it like 500 or 500.00."),
+        ("-5", "The budget is 0 (none) or more."),
+        ("12.345", "Use at most 2 decimals (cents)."),
+        ("99999999999", "The budget is at most 9999999999.99."),
+        ("NaN", "The budget is 0 (none) or more."),
+        ("", "This field is required."),
+    ],
+)
+def test_a_bad_budget_is_a_precise_error_and_changes_nothing(
+    project: Project, owner_client: Client, amount: str, error: str
+) -> None:
+    project.monthly_budget = Decimal("40.00")
+    project.save()
+    response = owner_client.post(
+        "/p/alpha/usage/budget/", {"monthly_budget": amount, "budget_stops_running": "on"}
+    )
+    assert response.status_code == 400
+    assert error in html.unescape(response.content.decode())
+    project.refresh_from_db()
+    assert (project.monthly_budget, project.budget_stops_running) == (Decimal("40.00"), False)
+
+
+def test_the_budget_form_escapes_what_was_typed(owner_client: Client) -> None:
+    body = owner_client.post("/p/alpha/usage/budget/", {"monthly_budget": "<b>x"}).content
+    assert b"<b>x" not in body and b"&lt;b&gt;x" in body
+
+
+# --- the API ------------------------------------------------------------------------------
+
+
+def results(response: Any) -> list[dict[str, Any]]:
+    assert response.status_code == 200, response.content
+    return list(response.json()["results"])
+
+
+def test_the_api_groups_by_month(january: dict[str, Workload], owner_api: APIClient) -> None:
+    rows = results(owner_api.get("/api/v1/usage/?month=2025-01"))
+    by_name = {row["workload_name"]: row for row in rows}
+    assert sorted(by_name) == ["nb-b", "prep", "train-a"]  # alpha only: the projects managed
+    train = by_name["train-a"]
+    assert train == {
+        "period": "2025-01",
+        "project": "alpha",
+        "user": "owner",
+        "workload": str(january["train-a"].pk),
+        "workload_name": "train-a",
+        "kind": "job",
+        "flavor": "test-gpu",
+        "minutes": 31,
+        "unit_minutes": 62,
+        "gpu_hours": "1.03",
+        "amount": "2.89",
+        "currency": CUR,
+        "estimated": False,
+    }
+    assert by_name["nb-b"]["amount"] == "0.47" and by_name["prep"]["gpu_hours"] == "0.00"
+
+
+def test_the_api_groups_by_day_across_the_month_end(
+    january: dict[str, Workload], owner_api: APIClient
+) -> None:
+    rows = results(
+        owner_api.get("/api/v1/usage/?start=2025-01-31&end=2025-02-01&group=day&user=member")
+    )
+    assert [(r["period"], r["workload_name"], r["minutes"], r["amount"]) for r in rows] == [
+        ("2025-01-31", "nb-b", 10, "0.47"),
+        ("2025-02-01", "nb-b", 10, "0.47"),
+    ]
+    whole = results(owner_api.get("/api/v1/usage/?start=2025-01&end=2025-02&group=month"))
+    assert [(r["period"], r["workload_name"]) for r in whole if r["user"] == "member"] == [
+        ("2025-01", "nb-b"),
+        ("2025-02", "nb-b"),
+    ]
+
+
+def test_the_api_filters(january: dict[str, Workload], owner_api: APIClient) -> None:
+    def names(query: str) -> list[str]:
+        return [r["workload_name"] for r in results(owner_api.get(f"/api/v1/usage/?{query}"))]
+
+    assert names("month=2025-01&flavor=test-cpu") == ["prep"]
+    assert names(f"month=2025-01&workload={january['train-a'].pk}") == ["train-a"]
+    assert sorted(names("month=2025-01&user=owner")) == ["prep", "train-a"]
+    assert sorted(names("month=2025-01&project=alpha")) == ["nb-b", "prep", "train-a"]
+    assert names("start=2025-01-11&end=2025-01-20") == ["prep"]
+    assert names("month=2025-03") == []
+
+
+def test_admins_read_every_project(january: dict[str, Workload], admin_user: Any) -> None:
+    api = api_client_for(admin_user)
+    rows = results(api.get("/api/v1/usage/?month=2025-01"))
+    assert {r["project"] for r in rows} == {"alpha", "beta"}
+    beta = results(api.get("/api/v1/usage/?month=2025-01&project=beta"))
+    # 5 h × 4 units × 2.80 = 56.00; 20 GPU-hours
+    assert [(r["workload_name"], r["gpu_hours"], r["amount"]) for r in beta] == [
+        ("beta-run", "20.00", "56.00")
+    ]
+
+
+def test_another_projects_usage_is_404_for_a_manager(
+    january: dict[str, Workload], outsider_api: APIClient
+) -> None:
+    assert outsider_api.get("/api/v1/usage/?project=alpha").status_code == 404
+    rows = results(outsider_api.get("/api/v1/usage/?month=2025-01"))
+    assert {r["project"] for r in rows} == {"beta"}  # the project the outsider manages
+
+
+@pytest.mark.parametrize(
+    ("query", "param", "message"),
+    [
+        ("group=week", "group", "'week' is not a grouping: use day or month."),
+        ("month=2025-13", "month", "'2025-13' is not a month"),
+        ("month=2025-01&start=2025-01-02", "month", "either month or start/end"),
+        ("start=2025-02-30", "start", "'2025-02-30' is not a day"),
+        ("start=2025-01-10&end=2025-01-09", "end", "is before the start"),
+        ("end=yesterday", "end", "'yesterday' is not a day"),
+        ("start=0001-01-01", "start", "out of range"),
+        ("start=2000-01-01&end=2025-01-01", "end", "at most 3660 days"),
+        ("user=nobody", "user", "No user 'nobody'."),
+        ("workload=42", "workload", "'42' is not a workload id."),
+        ("flavor=tpu", "flavor", "No flavor 'tpu'."),
+        ("limit=0", "limit", "Give a whole number from 1 to 1000"),
+    ],
+)
+def test_a_bad_filter_is_a_400_naming_it(
+    owner_api: APIClient, query: str, param: str, message: str
+) -> None:
+    response = owner_api.get(f"/api/v1/usage/?{query}")
+    assert response.status_code == 400
+    assert message in response.json()[param][0]
+
+
+def test_anonymous_gets_401() -> None:
+    assert APIClient().get("/api/v1/usage/").status_code == 401
