@@ -11,7 +11,7 @@ import sys
 
 import click
 
-from controlpanel.cli import apps, buckets, jobs, notebooks
+from controlpanel.cli import apps, buckets, jobs, notebooks, usage
 from controlpanel.cli.client import DEFAULT_URL, State
 from controlpanel.cli.output import FORMATS
 
@@ -21,6 +21,7 @@ GROUPS: list[click.Command] = [
     notebooks.notebook,
     apps.app,
     jobs.flavor,
+    usage.usage,
 ]
 
 
