@@ -12,6 +12,7 @@ from typing import Protocol, runtime_checkable
 from deploy.types import (
     AppRequest,
     Capacity,
+    ClusterCapacity,
     JobRequest,
     LogChunk,
     NotebookRequest,
@@ -30,6 +31,11 @@ class ComputeBackend(Protocol):
     def capacity(self) -> Capacity | None:
         """The cores and memory that every project's jobs share (a machine), for the panel to
         admit jobs within; None where the backend queues work itself (a cluster's scheduler)."""
+        ...
+
+    def cluster_capacity(self) -> ClusterCapacity:
+        """GPUs by model (total, in use, unavailable), CPU and the nodes that take no new
+        work, read now (the panel's periodic task calls it; no page does)."""
         ...
 
     def ensure_project(self, *, project: ProjectRequest) -> None:

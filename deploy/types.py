@@ -124,6 +124,53 @@ class Capacity:
 
 
 @dataclass(frozen=True)
+class GpuPool:
+    """The GPUs of one model: `total` on every node, `in_use` by running or bound pods (the
+    local backend: by its live runs), `unavailable` the rest of those on nodes that take no
+    new work (cordoned or not ready); `free` is what a new workload could get now."""
+
+    model: str
+    total: int
+    in_use: int
+    unavailable: int = 0
+    nodes: int = 0
+
+    @property
+    def free(self) -> int:
+        return max(0, self.total - self.in_use - self.unavailable)
+
+
+@dataclass(frozen=True)
+class NodeIssue:
+    """A node that takes no new work: cordoned (spec.unschedulable) and/or not Ready."""
+
+    name: str
+    model: str
+    gpus: int
+    cordoned: bool
+    ready: bool
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class ClusterCapacity:
+    """What the backend has to run on, read once: GPUs by model, CPU (millicores, allocatable
+    and requested by live pods) and the nodes that take no new work. `nodes` counts every
+    node (the local backend: 1, this machine)."""
+
+    backend: str
+    pools: tuple[GpuPool, ...] = ()
+    millicpu: int = 0
+    millicpu_in_use: int = 0
+    memory_mib: int = 0
+    nodes: int = 0
+    issues: tuple[NodeIssue, ...] = ()
+
+    def __post_init__(self) -> None:
+        _tuplify(self, "pools", "issues")
+
+
+@dataclass(frozen=True)
 class WorkloadRef:
     """Identifies one run of one workload: enough to find, observe and delete its objects."""
 

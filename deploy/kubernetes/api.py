@@ -56,6 +56,7 @@ class Kind:
 
 KINDS: dict[str, Kind] = {
     "Namespace": Kind("v1", "namespaces", namespaced=False),
+    "Node": Kind("v1", "nodes", namespaced=False),
     "Secret": Kind("v1", "secrets"),
     "Pod": Kind("v1", "pods"),
     "Event": Kind("v1", "events"),

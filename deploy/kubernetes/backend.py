@@ -13,6 +13,7 @@ from kubernetes.client.exceptions import ApiException
 from deploy import manifests, names
 from deploy.kubernetes.api import KubeApi, Obj
 from deploy.kubernetes.apply import apply, delete, delete_labelled
+from deploy.kubernetes.capacity import read_capacity
 from deploy.kubernetes.client import make_api_client
 from deploy.kubernetes.listing import (
     job_objects,
@@ -26,6 +27,7 @@ from deploy.kubernetes.trust import controlled_by
 from deploy.kubernetes.watcher import watch_workloads
 from deploy.types import (
     AppRequest,
+    ClusterCapacity,
     DeployError,
     JobRequest,
     LogChunk,
@@ -74,6 +76,9 @@ class KubernetesBackend:
     def capacity(self) -> None:
         """None: the scheduler (and Kueue, where installed) queues what the nodes cannot run."""
         return None
+
+    def cluster_capacity(self) -> ClusterCapacity:
+        return read_capacity(self.api)
 
     def ensure_project(self, *, project: ProjectRequest) -> None:
         for manifest in manifests.make_project_objects(

@@ -34,7 +34,9 @@ from deploy.local.state import State, now_iso, read_json, read_state, update_sta
 from deploy.types import (
     AppRequest,
     Capacity,
+    ClusterCapacity,
     FlavorSpec,
+    GpuPool,
     JobRequest,
     LogChunk,
     NotebookRequest,
@@ -84,6 +86,27 @@ class LocalBackend:
 
     def capacity(self) -> Capacity:
         return self.machine
+
+    def cluster_capacity(self) -> ClusterCapacity:
+        """This machine: its GPUs by product name (none is an answer), those its live runs
+        hold, and its cores and memory (what jobs may use: AJUSTE_LOCAL_CPUS/_MEMORY_GIB)."""
+        busy = self._busy()
+        models: dict[str, list[int]] = {}
+        for gpu in self.gpus():
+            counts = models.setdefault(gpu.name, [0, 0])
+            counts[0] += 1
+            counts[1] += gpu.index in busy
+        pools = tuple(
+            GpuPool(name, total, in_use, nodes=1)
+            for name, (total, in_use) in sorted(models.items())
+        )
+        return ClusterCapacity(
+            backend=self.name,
+            pools=pools,
+            millicpu=self.machine.millicpu,
+            memory_mib=self.machine.memory_mib,
+            nodes=1,
+        )
 
     def ensure_project(self, *, project: ProjectRequest) -> None:
         env: dict[str, str] = {}

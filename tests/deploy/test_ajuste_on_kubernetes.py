@@ -352,6 +352,7 @@ def project_steps(
         datastores=(DatastoreConfig("GRA", "https://s3.gra", "gra", "new-key", "new-secret"),),
     )
     backend.ensure_project(project=changed)
+    backend.cluster_capacity()  # the admins' capacity view (nodes and pods, cluster-wide)
 
 
 def job_steps(cluster: EmulatedCluster, backend: KubernetesBackend, job: JobRequest) -> None:
