@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from django import forms
+from django.conf import settings
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
@@ -19,7 +20,7 @@ from controlpanel.core.htmx import wants_fragment
 from controlpanel.flavors.models import Flavor
 from controlpanel.projects.access import ProjectRequest, project_view
 from controlpanel.workloads import app_services as apps
-from controlpanel.workloads import selectors
+from controlpanel.workloads import app_try, selectors
 from controlpanel.workloads.logpage import log_tail
 from controlpanel.workloads.models import App, AppState, Job, JobState
 from controlpanel.workloads.views import LOG_TAIL, log_context, log_download, log_lines
@@ -168,6 +169,8 @@ def app_detail(request: ProjectRequest, app_id: str) -> HttpResponse:
     page = log_tail(job=app, count=LOG_TAIL)
     context = _detail_context(app) | log_context(app, page)
     context["earlier_runs"] = range(app.run - 1, 0, -1)
+    context["try_it"] = settings.COMPUTE_BACKEND == "local"  # see app_try's docstring
+    context["try_limits"] = {"message": app_try.MAX_MESSAGE, "tokens": app_try.MAX_TOKENS}
     return render(request, "apps/detail.html", context)
 
 
@@ -192,6 +195,25 @@ def app_logs(request: ProjectRequest, app_id: str) -> HttpResponse:
 @project_view()
 def app_log_download(request: ProjectRequest, app_id: str) -> HttpResponse | StreamingHttpResponse:
     return log_download(_get(request, app_id), request.GET.get("run"))
+
+
+@require_POST
+@project_view()
+def app_try_it(request: ProjectRequest, app_id: str) -> HttpResponse | StreamingHttpResponse:
+    """The "Try it" box: one chat message to the app, its answer streamed back as text (the
+    session is the credential: the page holds no API token). Refusals are one line of text."""
+    app = _get(request, app_id)
+    response: HttpResponse | StreamingHttpResponse
+    try:
+        answer = app_try.try_open(app=app, ask=app_try.try_validate(request.POST))
+    except app_try.TryRefused as refused:
+        response = HttpResponse(refused.message, status=refused.status)
+    else:
+        response = StreamingHttpResponse(app_try.try_text(answer))
+        response["X-Accel-Buffering"] = "no"  # each piece goes out as it comes
+    response["Content-Type"] = "text/plain; charset=utf-8"
+    response["Cache-Control"] = "no-store"
+    return response
 
 
 ACTIONS = {

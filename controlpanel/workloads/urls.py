@@ -49,6 +49,7 @@ urlpatterns += [
     path(APP + "status/", app_views.app_status, name="app-status"),
     path(APP + "logs/", app_views.app_logs, name="app-logs"),
     path(APP + "logs/download/", app_views.app_log_download, name="app-log-download"),
+    path(APP + "try/", app_views.app_try_it, name="app-try"),
     path(APP + "<slug:action>/", app_views.app_action, name="app-action"),
     # An app's URL on the local backend (token checked, then proxied to its server).
     path("a/<slug:slug>/<uuid:app_id>/<path:rest>", app_auth.app_proxy, name="app-proxy"),

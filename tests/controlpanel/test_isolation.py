@@ -254,6 +254,7 @@ CASES: list[Case] = [
     Case("app-status", _app_url("status/")),
     Case("app-logs", _app_url("logs/")),
     Case("app-log-download", _app_url("logs/download/")),
+    Case("app-try", _app_url("try/"), ("post",)),
     Case("app-action", _app_url("stop/"), ("post",)),
     Case(
         "api-app-list",
@@ -531,6 +532,7 @@ OWNER: dict[str, tuple[Probe, ...]] = {
     "app-status": (Probe("get", 200, "secret-app"),),
     "app-logs": (Probe("get", 200, "<title>Log \u00b7 secret-app"),),
     "app-log-download": (Probe("get", 200, 'filename="app-'),),
+    "app-try": (Probe("post", 409, "The app is QUEUED: start it", {"message": "Hi"}),),
     "app-action": (Probe("post", 302, "/p/alpha/apps/"),),
     "api-app-list": (
         Probe("get", 200, '"name":"secret-app"'),
