@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import html
 import re
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -286,3 +286,43 @@ def test_a_bad_filter_is_a_400_naming_it(
 
 def test_anonymous_gets_401() -> None:
     assert APIClient().get("/api/v1/usage/").status_code == 401
+
+
+# --- the navigation and the banner ------------------------------------------------------
+
+
+def test_managers_have_usage_in_the_navigation(owner_client: Client, member: Any) -> None:
+    nav = 'data-testid="nav-usage"'
+    assert nav in owner_client.get("/p/alpha/jobs/").content.decode()
+    assert nav in owner_client.get("/settings/").content.decode()  # the project last opened
+    plain = logged_in(member)
+    assert nav not in plain.get("/p/alpha/jobs/").content.decode()
+
+
+def test_an_alert_of_this_month_is_a_banner_on_the_projects_pages(
+    project: Project, owner_client: Client, member: Any, other_project: Project
+) -> None:
+    month = month_of(timezone.now())
+    project.monthly_budget = Decimal("10.00")
+    project.save()
+    assert 'data-testid="budget-banner"' not in owner_client.get("/p/alpha/jobs/").content.decode()
+    for threshold in (50, 80, 100):
+        BudgetAlert.objects.create(
+            project=project, month=month, threshold=threshold, budget=10, spent=10, currency=CUR
+        )
+    seen = html.unescape(logged_in(member).get("/p/alpha/jobs/").content.decode())
+    banner = seen[
+        seen.index('data-testid="budget-banner"') : seen.index(
+            "</div>", seen.index('data-testid="budget-banner"')
+        )
+    ]
+    assert f"Budget of 10.00 {CUR} for {month:%B %Y} reached" in banner
+    assert "new launches wait" in banner and "/usage/" not in banner  # no link for a member
+    owner_seen = owner_client.get("/p/alpha/jobs/").content.decode()
+    assert 'href="/p/alpha/usage/">Usage and budget</a>' in owner_seen
+    # last month's alert is no banner, nor another project's
+    BudgetAlert.objects.all().update(month=date(2000, 1, 1))
+    BudgetAlert.objects.create(
+        project=other_project, month=month, threshold=100, budget=1, spent=1, currency=CUR
+    )
+    assert 'data-testid="budget-banner"' not in owner_client.get("/p/alpha/jobs/").content.decode()
