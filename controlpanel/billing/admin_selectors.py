@@ -12,20 +12,20 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import date
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Case, Count, F, Q, QuerySet, Sum, When
+from django.db.models import Case, Count, F, Min, Q, QuerySet, Sum, When
 
-from controlpanel.billing.models import Line
+from controlpanel.billing.models import Line, Period
 from controlpanel.billing.rules import CENT, amount
-from controlpanel.flavors.models import FlavorPrice
+from controlpanel.flavors.models import Flavor, FlavorPrice
 from controlpanel.projects.models import Project
-from controlpanel.workloads.models import JobRun
+from controlpanel.workloads.models import JobRun, Workload
 
 MONTH_RE = re.compile(r"^(\d{4})-(\d{2})$")
 FIRST_YEAR, LAST_YEAR = 2000, 2999
@@ -128,15 +128,20 @@ class ProjectMonth:
 
 
 def _invoiced(month: date) -> dict[int, Usage]:
-    """Each project's usage billed in `month`, its amount the sum of its invoice lines."""
+    """Each project's usage billed in `month`, its amount the sum of its invoice lines. The
+    lines alone are read (GPU- and CPU-minutes follow from each group's flavor)."""
     groups: Any = (
         Line.objects.filter(period=month)
         .values("project_id", "flavor_id", "price_per_hour", "units", "of_period")
-        .annotate(**SUMS)
+        .annotate(**{key: SUMS[key] for key in ("m", "um", "p", "adj")})
         .order_by()
     )
+    flavors = {f.pk: f for f in Flavor.objects.only("gpus_per_unit", "vcpu_per_unit")}
     usage: dict[int, Usage] = {}
     for row in groups:
+        flavor = flavors[row["flavor_id"]]
+        row["gm"] = row["um"] * flavor.gpus_per_unit
+        row["cm"] = 0 if flavor.gpus_per_unit else row["um"] * flavor.vcpu_per_unit
         project = usage.setdefault(row["project_id"], Usage())
         project.add(row)
         project.amount += amount(Decimal(row["p"] or 0))
@@ -171,7 +176,10 @@ def month_usage(rows: Iterable[ProjectMonth]) -> Usage:
 
 
 def project_lines(*, month: date, project: Project) -> QuerySet[Line]:
-    return Line.objects.filter(period=month, project=project)
+    """The project's lines billed in `month`. Their runs are the project's too: saying so
+    lets PostgreSQL read just the project's runs (by index) where it joins them, instead of
+    every run there is."""
+    return Line.objects.filter(period=month, project=project, run__project_id=project.pk)
 
 
 def project_users(*, month: date, project: Project) -> list[dict[str, Any]]:
@@ -187,53 +195,87 @@ def project_users(*, month: date, project: Project) -> list[dict[str, Any]]:
     return [dict(row, usage=usage_of(row)) for row in rows]
 
 
-def project_workloads(
-    *, month: date, project: Project, user: str | None = None
-) -> QuerySet[Line, dict[str, Any]]:
-    """The project's month by workload (a queryset of dicts, to paginate)."""
-    lines = project_lines(month=month, project=project)
-    if user:
-        lines = lines.filter(run__job__owner__username=user)
-    rows: Any = (
-        lines.values(
-            workload=F("run__job_id"),
-            name=F("run__job__name"),
-            kind=F("run__job__kind"),
-            user=F("run__job__owner__username"),
-        )
-        .annotate(**SUMS, runs=Count("run", distinct=True))
-        .order_by(F("p").desc(), "name", "workload")
-    )
-    return rows
+class Paged:
+    """Rows of a drill-down table, cheap to page: the sums and the order come from the
+    ledger's lines alone (grouped by run or workload), and the details (names, times) are
+    read only for the rows asked for. Paginator slices it; the CSV iterates it in chunks."""
+
+    CHUNK = 2000
+
+    def __init__(
+        self, sums: QuerySet[Any, dict[str, Any]], key: str, details: Any, fields: dict[str, str]
+    ) -> None:
+        self.sums, self.key, self.details, self.fields = sums, key, details, fields
+
+    def count(self) -> int:
+        return self.sums.count()
+
+    def __len__(self) -> int:
+        return self.count()
+
+    def __getitem__(self, which: slice) -> list[dict[str, Any]]:
+        rows = list(self.sums[which])
+        ids = [row[self.key] for row in rows if row[self.key] is not None]
+        found = {
+            d["pk"]: {out: d[lookup] for out, lookup in self.fields.items()}
+            for d in self.details.filter(pk__in=ids).values("pk", *self.fields.values())
+        }
+        empty = dict.fromkeys(self.fields)
+        return [row | found.get(row[self.key], empty) for row in rows]
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        begin = 0
+        while chunk := self[begin : begin + self.CHUNK]:
+            yield from chunk
+            begin += self.CHUNK
 
 
-def project_runs(
-    *, month: date, project: Project, user: str | None = None, workload: str | None = None
-) -> QuerySet[Line, dict[str, Any]]:
-    """The project's month by run (pod run): its start, end, flavor and units."""
+def _filtered(
+    month: date, project: Project, user: str | None, workload: str | None = None
+) -> QuerySet[Line]:
     lines = project_lines(month=month, project=project)
     if user:
         lines = lines.filter(run__job__owner__username=user)
     if workload:
         lines = lines.filter(run__job_id=uuid.UUID(workload))
-    rows: Any = (
-        lines.values(
-            run_pk=F("run_id"),
-            uid=F("run__uid"),
-            number=F("run__run"),
-            name=F("run__job__name"),
-            user=F("run__job__owner__username"),
-            started=F("run__started_at"),
-            finished=F("run__finished_at"),
-            estimated=F("run__sighting__estimated"),
-            billed_to=F("run__meter__billed_to"),
-            flavor_name=F("run__flavor__name"),
-            run_units=F("run__units"),
-        )
-        .annotate(**SUMS)
-        .order_by("started", "run_pk")
+    return lines
+
+
+def project_workloads(*, month: date, project: Project, user: str | None = None) -> Paged:
+    """The project's month by workload, largest amount first."""
+    sums: Any = (
+        _filtered(month, project, user)
+        .values(workload=F("run__job_id"))
+        .annotate(**SUMS, runs=Count("run", distinct=True))
+        .order_by(F("p").desc(), "workload")
     )
-    return rows
+    fields = {"name": "name", "kind": "kind", "user": "owner__username"}
+    return Paged(sums, "workload", Workload.objects.all(), fields)
+
+
+def project_runs(
+    *, month: date, project: Project, user: str | None = None, workload: str | None = None
+) -> Paged:
+    """The project's month by run (pod run), by start: its end, flavor and units."""
+    sums: Any = (
+        _filtered(month, project, user, workload)
+        .values(run_pk=F("run_id"))
+        .annotate(**SUMS, start=Min("run_start"))
+        .order_by("start", "run_pk")
+    )
+    fields = {
+        "uid": "uid",
+        "number": "run",
+        "name": "job__name",
+        "user": "job__owner__username",
+        "started": "started_at",
+        "finished": "finished_at",
+        "estimated": "sighting__estimated",
+        "billed_to": "meter__billed_to",
+        "flavor_name": "flavor__name",
+        "run_units": "units",
+    }
+    return Paged(sums, "run_pk", JobRun.objects.all(), fields)
 
 
 def run_of_month(*, month: date, project: Project, run_id: int) -> JobRun | None:
@@ -278,5 +320,6 @@ def price_history() -> QuerySet[FlavorPrice]:
 
 
 def months_with_lines() -> list[date]:
-    """The months the ledger bills in, newest first (the month selector)."""
-    return list(Line.objects.values_list("period", flat=True).distinct().order_by("-period"))
+    """The months the ledger bills in, newest first (the month selector): every month a
+    line was written in has a period row (run_record makes it), so the lines are not read."""
+    return list(Period.objects.values_list("month", flat=True).order_by("-month"))

@@ -235,10 +235,10 @@ def billing_project_csv(
         rows = tables.users_table(first, project, reads.project_users(month=first, project=project))
     elif table == "workloads":
         found = reads.project_workloads(month=first, project=project, user=user)
-        rows = tables.workloads_table(first, project, found.iterator())
+        rows = tables.workloads_table(first, project, iter(found))
     else:
-        found = reads.project_runs(month=first, project=project, user=user, workload=workload)
-        rows = tables.runs_table(first, project, found.iterator())
+        runs_found = reads.project_runs(month=first, project=project, user=user, workload=workload)
+        rows = tables.runs_table(first, project, iter(runs_found))
     return tables.csv_response(rows, f"billing-{first:%Y-%m}-{project.slug}-{table}.csv")
 
 

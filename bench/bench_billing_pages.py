@@ -1,0 +1,201 @@
+"""The admins' billing pages on a large month, server time per request (PostgreSQL).
+
+A synthetic March 2025 written straight into the ledger (bulk inserts, not run_record: the
+pages read lines, and recording is bench_billing.py's figure): `--projects` projects,
+`--users` users, 10 workloads each, `--runs` closed runs of `--minutes` minutes on average
+(1 to 2× that), 1 unit each, priced at two versions (a change mid-month); one line per run.
+Then each page is requested `--times` times through Django's test client as a site admin
+(the whole request in-process: middleware, views, SQL, templates), p50 and p95 in ms.
+
+    .venv/bin/python bench/bench_billing_pages.py [--runs 100000] [--projects 100] [--users 1000]
+
+Uses the database `ajuste_bench_billing_pages` (recreated) on loopback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import statistics
+import subprocess
+import sys
+import time
+from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+DB_NAME = "ajuste_bench_billing_pages"
+os.environ.update(
+    {
+        "DATABASE_URL": f"postgres://postgres@127.0.0.1:5432/{DB_NAME}",
+        "REDIS_URL": "redis://127.0.0.1:6379/13",
+        "DEBUG": "0",
+        "HTTPS": "0",
+        "SECRET_KEY": "bench-only-secret-key-0123456789-abcdefghijklmnopqrstuvwxyz",
+        "ALLOWED_HOSTS": "127.0.0.1,localhost",
+        "STATIC_MANIFEST": "0",
+        "DJANGO_SETTINGS_MODULE": "controlpanel.settings",
+    }
+)
+MONTH = date(2025, 3, 1)
+START = datetime(2025, 3, 1, tzinfo=UTC)
+
+
+def fresh_database() -> None:
+    for sql in (f"DROP DATABASE IF EXISTS {DB_NAME} WITH (FORCE)", f"CREATE DATABASE {DB_NAME}"):
+        subprocess.run(
+            ["psql", "-h", "127.0.0.1", "-U", "postgres", "-qc", sql], check=True, cwd=REPO
+        )
+    subprocess.run(
+        [sys.executable, "manage.py", "migrate", "-v", "0"], check=True, cwd=REPO, env=os.environ
+    )
+
+
+def fill(args: argparse.Namespace) -> dict[str, Any]:
+    from django.db.models.signals import post_save
+
+    from controlpanel.accounts.models import User
+    from controlpanel.billing.models import Line
+    from controlpanel.flavors.models import Flavor, FlavorPrice
+    from controlpanel.projects.models import Project
+    from controlpanel.workloads.models import Job, JobRun
+
+    post_save.disconnect(sender=JobRun, dispatch_uid="billing-run-saved")  # lines written below
+    rng = random.Random(14)
+    flavor = Flavor.objects.create(name="bench-gpu", vcpu_per_unit=8, memory_gib_per_unit=64)
+    old = FlavorPrice.objects.create(
+        flavor=flavor, valid_from=START - timedelta(days=30), price_per_hour=Decimal("2.8")
+    )
+    new = FlavorPrice.objects.create(
+        flavor=flavor, valid_from=START + timedelta(days=15), price_per_hour=Decimal("3.1")
+    )
+    projects = Project.objects.bulk_create(
+        Project(slug=f"bench-{n}", name=f"Bench {n}") for n in range(args.projects)
+    )
+    users = User.objects.bulk_create(User(username=f"user-{n}") for n in range(args.users))
+    jobs = Job.objects.bulk_create(
+        (
+            Job(
+                project=projects[n % len(projects)],
+                owner=users[n % len(users)],
+                name=f"job-{n}",
+                image="x/y:1",
+                flavor=flavor,
+                gpu=1,
+            )
+            for n in range(args.users * 10)
+        ),
+        batch_size=2000,
+    )
+    month_s = 31 * 24 * 3600
+    runs, lengths = [], []
+    for n in range(args.runs):
+        job = jobs[n % len(jobs)]
+        minutes = rng.randint(1, 2 * args.minutes - 1)
+        start = START + timedelta(seconds=rng.uniform(0, month_s - minutes * 60 - 60))
+        runs.append(
+            JobRun(
+                uid=f"bench-{n}",
+                job=job,
+                project_id=job.project_id,
+                run=1,
+                flavor=flavor,
+                units=1,
+                started_at=start,
+                finished_at=start + timedelta(minutes=minutes),
+            )
+        )
+        lengths.append(minutes)
+    runs = JobRun.objects.bulk_create(runs, batch_size=5000)
+    lines = []
+    for run, minutes in zip(runs, lengths, strict=True):
+        assert run.started_at is not None
+        price = new if run.started_at >= new.valid_from else old
+        lines.append(
+            Line(
+                run=run,
+                project_id=run.project_id,
+                flavor=flavor,
+                price=price,
+                price_per_hour=price.price_per_hour,
+                units=1,
+                currency="EUR",
+                period=MONTH,
+                of_period=MONTH,
+                run_start=run.started_at,
+                first_minute=0,
+                minutes=minutes,
+            )
+        )
+    Line.objects.bulk_create(lines, batch_size=5000)
+    return {"runs": runs, "minutes": sum(lengths), "projects": projects}
+
+
+def timed(client: Any, url: str, times: int) -> tuple[float, float]:
+    spent = []
+    for _ in range(times):
+        begin = time.perf_counter()
+        response = client.get(url)
+        if response.streaming:
+            b"".join(response.streaming_content)
+        assert response.status_code == 200, (url, response.status_code)
+        spent.append((time.perf_counter() - begin) * 1000)
+    spent.sort()
+    return statistics.median(spent), spent[min(len(spent) - 1, round(0.95 * (len(spent) - 1)))]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--runs", type=int, default=100_000)
+    parser.add_argument("--projects", type=int, default=100)
+    parser.add_argument("--users", type=int, default=1_000)
+    parser.add_argument("--minutes", type=int, default=100, help="mean run length")
+    parser.add_argument("--times", type=int, default=20)
+    args = parser.parse_args()
+    fresh_database()
+
+    import django
+
+    django.setup()
+    from django.db import connection
+    from django.test import Client
+
+    from controlpanel.accounts.models import User
+
+    begin = time.perf_counter()
+    made = fill(args)
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE")
+    print(
+        f"filled in {time.perf_counter() - begin:.0f} s: {len(made['runs']):,} runs, "
+        f"{made['minutes']:,} GPU-minutes in March, {args.projects} projects, {args.users} users"
+    )
+    client = Client(HTTP_HOST="localhost")
+    client.force_login(User.objects.create(username="bench-admin", is_staff=True))
+    project = made["projects"][0]
+    run = next(r for r in made["runs"] if r.project_id == project.pk)
+    base = f"/billing/2025-03/p/{project.slug}/"
+    pages = [
+        ("month table (100 projects)", "/billing/?month=2025-03"),
+        ("month table CSV", "/billing/projects.csv?month=2025-03"),
+        ("project drill-down, page 1", base),
+        ("project drill-down, runs page 10", f"{base}?rpage=10"),
+        ("project drill-down, one user", f"{base}?user=user-0"),
+        ("a run's lines", f"{base}runs/{run.pk}/"),
+        ("invoice", f"{base}invoice/"),
+        ("project runs CSV (all its runs)", f"{base}runs.csv"),
+        ("prices", "/billing/prices/"),
+    ]
+    client.get(pages[0][1])  # warm: templates, connections
+    print(f"{'page':40} {'p50 ms':>8} {'p95 ms':>8}")
+    for label, url in pages:
+        p50, p95 = timed(client, url, args.times)
+        print(f"{label:40} {p50:8.1f} {p95:8.1f}")
+
+
+if __name__ == "__main__":
+    main()
