@@ -12,5 +12,6 @@ urlpatterns = [
         name="dashboard-csv",
     ),
     path("dashboard/", views.all_dashboard, name="dashboard-all"),
+    path("dashboard/capacity/", views.capacity_view, name="dashboard-capacity"),
     path("dashboard/<slug:table>.csv", views.all_dashboard_csv, name="dashboard-all-csv"),
 ]

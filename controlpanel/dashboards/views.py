@@ -18,10 +18,11 @@ from django.utils import timezone
 from django_htmx.http import HttpResponseClientRedirect
 
 from controlpanel.core.htmx import wants_fragment
-from controlpanel.dashboards import selectors
+from controlpanel.dashboards import capacity, selectors
 from controlpanel.dashboards.filters import RANGES, DashboardFilters, dashboard_filters
 from controlpanel.dashboards.selectors import Scope, Usage
 from controlpanel.projects.access import ProjectRequest, page_login_required, project_view
+from controlpanel.workloads.backend import get_backend
 
 REFRESH_SECONDS = 30
 
@@ -89,6 +90,29 @@ def _admin_only(view: Callable[..., HttpResponseBase]) -> Callable[..., HttpResp
 def all_dashboard(request: HttpRequest) -> HttpResponseBase:
     """Every project's numbers (site admins)."""
     return _render(request, Scope(None), request.path)
+
+
+@_admin_only
+def capacity_view(request: HttpRequest) -> HttpResponseBase:
+    """GPUs by model and flavor, the queue per flavor, nodes taking no work (site admins)."""
+    reading, read_at, error = capacity.capacity_reading()
+    cpu_in_use = None
+    if reading is not None:
+        cpu_in_use = (
+            reading.millicpu_in_use if reading.backend != "local" else capacity.admitted_millicpu()
+        )
+    pools = capacity.pool_rows(reading)
+    context = {
+        "capacity": reading,
+        "totals": {key: sum(p[key] for p in pools) for key in ("total", "in_use", "free")},
+        "read_at": read_at,
+        "error": error,
+        "pools": pools,
+        "flavors": capacity.flavor_rows(reading),
+        "cpu_in_use": cpu_in_use,
+        "backend": get_backend().name,
+    }
+    return render(request, "dashboards/capacity.html", context)
 
 
 def _columns(*names: str) -> list[tuple[str, str]]:

@@ -357,6 +357,8 @@ PERSONAL = {
     # every project's dashboard: site admins only (others 404; tests/controlpanel/dashboards)
     "dashboard-all",
     "dashboard-all-csv",
+    # the capacity view: site admins only (others 404; dashboards/test_capacity.py)
+    "dashboard-capacity",
     # accounts: site admins only (others 404; tests/controlpanel/people/test_people.py)
     "people",
     "person-create",

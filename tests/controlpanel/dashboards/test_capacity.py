@@ -1,0 +1,183 @@
+"""The admins' capacity view: the dashboards' periodic task reads the backend (the Kubernetes
+emulator's nodes and pods, or this machine) and the page shows GPUs by model and flavor, the
+queue per flavor with its oldest wait, the nodes taking no work; a failed reading says why and
+keeps the last good one; only site admins see it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.core.cache import cache
+from django.test import Client
+from django.utils import timezone
+
+from controlpanel.dashboards.capacity import CACHE_KEY
+from controlpanel.dashboards.tasks import dashboards_rollup
+from controlpanel.flavors.models import Flavor
+from controlpanel.projects.models import Project
+from controlpanel.workloads import backend as job_backend
+from controlpanel.workloads.models import JobState, Kind, Workload
+from deploy.local import LocalBackend
+from tests.deploy.test_k8s_capacity import H100, L4, node, pod
+from tests.fixtures.k8s_emulator import EmulatedCluster
+from tests.fixtures.panel import UserFactory, add_member, logged_in
+
+pytestmark = pytest.mark.k8s
+
+
+@pytest.fixture(autouse=True)
+def no_reading() -> Iterator[None]:
+    cache.delete(CACHE_KEY)
+    yield
+    cache.delete(CACHE_KEY)
+
+
+@pytest.fixture
+def flavors(db: Any) -> dict[str, Flavor]:
+    def make(name: str, model: str, gpus: int, selector: dict[str, str]) -> Flavor:
+        return Flavor.objects.create(
+            name=name,
+            gpu_model=model,
+            gpus_per_unit=gpus,
+            vcpu_per_unit=4,
+            memory_gib_per_unit=16,
+            node_selector=selector,
+        )
+
+    Flavor.objects.update(enabled=False)  # the seeded catalogue: these tests bring their own
+    return {
+        "h100x2": make("h100-2", "H100", 2, {"nvidia.com/gpu.product": H100}),
+        "l4": make("l4-1", "L4", 1, {}),
+        "cpu": make("cpu", "", 0, {}),
+    }
+
+
+@pytest.fixture
+def work(project: Project, flavors: dict[str, Flavor]) -> None:
+    owner = UserFactory(username="alice")
+    now = timezone.now()
+
+    def make(flavor: Flavor, units: int, state: str, admitted: bool, waited_s: int) -> None:
+        Workload.objects.create(
+            project=project,
+            owner=owner,
+            name=f"w-{flavor.name}-{state}-{waited_s}",
+            image="img",
+            kind=Kind.JOB,
+            flavor=flavor,
+            gpu=units,
+            state=state,
+            queued_at=now - timedelta(seconds=waited_s),
+            admitted_at=now if admitted else None,
+        )
+
+    make(flavors["h100x2"], 2, JobState.RUNNING, True, 7200)
+    make(flavors["h100x2"], 1, JobState.QUEUED, False, 600)
+    make(flavors["h100x2"], 4, JobState.QUEUED, False, 3700)
+    make(flavors["l4"], 1, JobState.DONE, True, 50)  # over: holds nothing
+
+
+@pytest.fixture
+def cluster(k8s_jobs: Any, k8s_cluster: EmulatedCluster) -> EmulatedCluster:
+    for manifest in (
+        node("h100-a", gpus=8, product=H100),
+        node("h100-b", gpus=8, product=H100, cordoned=True),
+        node("l4-a", gpus=4, product=L4, ready=False),
+    ):
+        k8s_cluster.create(manifest)
+    k8s_cluster.create_namespace("other-team")
+    k8s_cluster.create(pod("train", gpus=4))
+    k8s_cluster.kubelet.schedule("other-team", "train", "h100-a")
+    return k8s_cluster
+
+
+def test_the_kubernetes_reading_by_model_and_flavor_with_the_queue(
+    cluster: EmulatedCluster, work: None, admin_user: Any
+) -> None:
+    response = logged_in(admin_user).get("/dashboard/capacity/")
+    assert response.status_code == 200
+    assert "Not read yet" in response.content.decode()
+    dashboards_rollup()
+    response = logged_in(admin_user).get("/dashboard/capacity/")
+    assert response.status_code == 200
+    context = response.context
+    assert [
+        (p["model"], p["total"], p["in_use"], p["unavailable"], p["free"], p["flavors"])
+        for p in context["pools"]
+    ] == [
+        (H100, 16, 4, 8, 4, ["h100-2"]),
+        (L4, 4, 0, 4, 0, ["l4-1"]),
+    ]
+    assert context["totals"] == {"total": 20, "in_use": 4, "free": 4}
+    rows = {row["name"]: row for row in context["flavors"]}
+    assert rows["h100-2"] | {"oldest_wait_s": round(rows["h100-2"]["oldest_wait_s"], -1)} == {
+        "name": "h100-2",
+        "gpu_model": "H100",
+        "gpus_per_unit": 2,
+        "running_units": 2,
+        "running_gpus": 4,
+        "waiting": 2,
+        "oldest_wait_s": 3700,
+        "free_units": 2,
+    }
+    assert (rows["l4-1"]["running_units"], rows["l4-1"]["waiting"], rows["l4-1"]["free_units"]) == (
+        0,
+        0,
+        0,
+    )
+    assert rows["cpu"]["free_units"] is None and rows["cpu"]["oldest_wait_s"] is None
+    body = response.content.decode()
+    assert "h100-b" in body and "cordoned" in body
+    assert "l4-a" in body and "Kubelet stopped posting node status." in body
+    assert "1 h 01 min" in body  # the oldest wait
+
+
+def test_a_failed_reading_says_why_and_keeps_the_last_good_one(
+    cluster: EmulatedCluster, admin_user: Any, flavors: dict[str, Flavor]
+) -> None:
+    dashboards_rollup()
+    cluster.fail_next("GET", "nodes", status=403)
+    dashboards_rollup()
+    response = logged_in(admin_user).get("/dashboard/capacity/")
+    body = response.content.decode()
+    assert "The last reading failed: (403)" in body
+    assert "the figures below are the last good reading" in body
+    assert response.context["totals"]["total"] == 20
+
+
+def test_the_local_backend_shows_zero_gpus_and_its_cores(
+    tmp_path: Path, admin_user: Any, flavors: dict[str, Flavor], settings: Any
+) -> None:
+    job_backend.set_backend(LocalBackend(base_dir=tmp_path, gpus=list, cpus=6, memory_gib=12))
+    try:
+        dashboards_rollup()
+        response = logged_in(admin_user).get("/dashboard/capacity/")
+    finally:
+        job_backend.set_backend(None)
+    body = response.content.decode()
+    assert response.context["pools"] == [] and response.context["totals"]["total"] == 0
+    assert "No GPU on this machine: 0 GPUs" in body
+    assert "0 of 6 in use" in body and "12 GiB" in body
+    assert {row["name"]: row["free_units"] for row in response.context["flavors"]} == {
+        "h100-2": 0,
+        "l4-1": 0,
+        "cpu": None,
+    }
+
+
+def test_only_site_admins_see_it(project: Project, admin_user: Any) -> None:
+    member = UserFactory(username="member")
+    manager = UserFactory(username="manager")
+    add_member(project, member)
+    add_member(project, manager, role="manager")
+    assert logged_in(member).get("/dashboard/capacity/").status_code == 404
+    assert logged_in(manager).get("/dashboard/capacity/").status_code == 404
+    anonymous = Client().get("/dashboard/capacity/")
+    assert anonymous.status_code == 302 and "/login" in anonymous["Location"]
+    assert logged_in(admin_user).get("/dashboard/capacity/").status_code == 200
+    link = logged_in(admin_user).get("/dashboard/").content.decode()
+    assert 'href="/dashboard/capacity/"' in link
