@@ -6,12 +6,19 @@ log-in page (tests/controlpanel/test_isolation.py covers the route like every ot
 
 from __future__ import annotations
 
+import contextlib
 import re
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, cast
 
+import httpx
 import pytest
 from django.test import Client
+from playwright.sync_api import expect
 
 from controlpanel.projects.models import Project
 from controlpanel.workloads.app_try import MAX_MESSAGE
@@ -19,8 +26,10 @@ from controlpanel.workloads.backend import job_ref
 from controlpanel.workloads.models import App
 from tests.controlpanel.apps.test_app_access import make_app
 from tests.controlpanel.apps.test_app_e2e import tiny_model_and_adapter, upload, wait_state
+from tests.fixtures.browser import browser_login, console_errors
+from tests.fixtures.faults import free_port
 from tests.fixtures.jobs import project_bucket
-from tests.fixtures.panel import api_client_for
+from tests.fixtures.panel import PASSWORD, api_client_for
 
 
 def try_url(app: App) -> str:
@@ -150,3 +159,60 @@ def test_try_it_streams_the_apps_answer_to_a_signed_in_member_only(
     finally:
         procs.stop_all()
         local_jobs.delete_app(ref=job_ref(app))
+
+
+@pytest.fixture
+def tiny_server(tmp_path: Path) -> Iterator[str]:
+    """The local backend's server (deploy/local/serve.py) on a loopback port, with the tiny
+    model and its adapter: what a RUNNING app of the local backend is behind."""
+    model_dir, adapter_dir = tiny_model_and_adapter(tmp_path / "assets")
+    port = free_port()
+    argv = [sys.executable, "-P", "-m", "deploy.local.serve", "--model", str(model_dir)]
+    argv += ["--adapter", str(adapter_dir), "--name", "chat", "--port", str(port)]
+    server = subprocess.Popen(argv, cwd=Path(__file__).parents[3])
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            assert server.poll() is None, "the server exited"
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                    break
+            time.sleep(0.3)
+        else:
+            raise AssertionError("the server did not become ready in 120 s")
+        yield url
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_try_it_in_chromium_under_the_csp(
+    page: Any, live_server: Any, member: Any, owner: Any, project: Project, tiny_server: str
+) -> None:
+    """The page's script sends the form and shows the streamed text, then a refusal, with no
+    console error (a CSP violation would be one)."""
+    app = make_app(project, owner)
+    App.objects.filter(pk=app.pk).update(url=tiny_server)
+    browser_login(page, live_server.url, member.username, PASSWORD)
+    page.goto(f"{live_server.url}/p/alpha/apps/{app.pk}/")
+    page.fill("#try-message", "Hello")
+    page.fill("#try-max-tokens", "8")
+    page.click("[data-try-send]")
+    expect(page.locator("[data-try-status]")).to_have_text("Done.", timeout=60_000)
+    answer = page.locator("[data-testid=try-answer]")
+    assert answer.text_content()
+    assert answer.evaluate("e => e.children.length") == 0  # text, never markup
+    App.objects.filter(pk=app.pk).update(state="STOPPED")
+    page.click("[data-try-send]")
+    status = page.locator("[data-try-status]")
+    expect(status).to_have_text("The app is STOPPED: start it, then try again once RUNNING.")
+    expect(status).to_have_class(re.compile("field-error"))
+    # Chromium logs the refused request's 409; that one, and only it, is expected.
+    errors = console_errors(page)
+    refused = "the server responded with a status of 409 (Conflict)"
+    assert errors == [f"Failed to load resource: {refused} [{live_server.url}{try_url(app)}:0]"]
+    errors.clear()
