@@ -129,22 +129,25 @@ class ProjectMonth:
 
 def _invoiced(month: date) -> dict[int, Usage]:
     """Each project's usage billed in `month`, its amount the sum of its invoice lines. The
-    lines alone are read (GPU- and CPU-minutes follow from each group's flavor)."""
+    lines alone are read, and only integers are summed: the price and the flavor are keys of
+    each group, so its money is Σ minutes × units times the price, exactly."""
     groups: Any = (
         Line.objects.filter(period=month)
         .values("project_id", "flavor_id", "price_per_hour", "units", "of_period")
-        .annotate(**{key: SUMS[key] for key in ("m", "um", "p", "adj")})
+        .annotate(m=Sum("minutes"), lines=Count("pk"))
         .order_by()
     )
     flavors = {f.pk: f for f in Flavor.objects.only("gpus_per_unit", "vcpu_per_unit")}
     usage: dict[int, Usage] = {}
     for row in groups:
-        flavor = flavors[row["flavor_id"]]
-        row["gm"] = row["um"] * flavor.gpus_per_unit
-        row["cm"] = 0 if flavor.gpus_per_unit else row["um"] * flavor.vcpu_per_unit
+        flavor, unit_minutes = flavors[row["flavor_id"]], row["m"] * row["units"]
+        row["um"], row["p"] = unit_minutes, unit_minutes * row["price_per_hour"]
+        row["gm"] = unit_minutes * flavor.gpus_per_unit
+        row["cm"] = 0 if flavor.gpus_per_unit else unit_minutes * flavor.vcpu_per_unit
+        row["adj"] = row["lines"] if row["of_period"] != month else 0
         project = usage.setdefault(row["project_id"], Usage())
         project.add(row)
-        project.amount += amount(Decimal(row["p"] or 0))
+        project.amount += amount(Decimal(row["p"]))
     return usage
 
 
