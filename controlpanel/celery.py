@@ -8,6 +8,11 @@ from celery.signals import beat_init, worker_init
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlpanel.settings")
 
+# Signal receivers, connected before the worker sets up its logging: the request id travels in
+# task headers and onto the worker's log lines; task runs are measured for /metrics.
+import controlpanel.core.metrics.celery_signals
+import controlpanel.core.requestid  # noqa: F401
+
 app = Celery("ajuste")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()

@@ -65,6 +65,12 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # X-Request-ID in, out and on every log line and task sent (controlpanel/core/requestid.py).
+    "controlpanel.core.requestid.RequestIdMiddleware",
+    # Every request timed; a /metrics scrape with the bearer token answered before the host and
+    # HTTPS checks, as the probes are (controlpanel/core/metrics).
+    "controlpanel.core.metrics.http.RequestMetricsMiddleware",
+    "controlpanel.core.metrics.http.MetricsScrapeMiddleware",
     # /healthz and /readyz for probes, before the ALLOWED_HOSTS and HTTPS checks.
     "controlpanel.core.middleware.HealthProbeMiddleware",
     # ingress-nginx's forward-auth for notebooks, asked at the web Service's cluster name.
@@ -291,6 +297,14 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
     "global_keyprefix": f"{REDIS_KEY_PREFIX}:",
 }
 CELERY_TASK_ALWAYS_EAGER = False
+# Every record has `request_id` (controlpanel/core/requestid.py): the worker prints it too.
+CELERY_WORKER_LOG_FORMAT = (
+    "[%(asctime)s: %(levelname)s/%(processName)s] request_id=%(request_id)s %(message)s"
+)
+CELERY_WORKER_TASK_LOG_FORMAT = (
+    "[%(asctime)s: %(levelname)s/%(processName)s] request_id=%(request_id)s "
+    "%(task_name)s[%(task_id)s]: %(message)s"
+)
 CELERY_TIMEZONE = "UTC"
 CELERY_BEAT_SCHEDULE: dict = {}
 # Every task ends: a hung call past the soft limit raises in it (retried where the task says),
@@ -391,11 +405,27 @@ FIELD_ENCRYPTION_KEY = env_list("FIELD_ENCRYPTION_KEY", [])
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    # Every line carries the request id ("-" outside a request; a task's is its request's).
+    "filters": {"request_id": {"()": "controlpanel.core.requestid.RequestIdFilter"}},
+    "formatters": {
+        "plain": {
+            "format": "%(asctime)s %(levelname)s %(name)s request_id=%(request_id)s %(message)s"
+        }
+    },
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": "plain",
+            "filters": ["request_id"],
+        }
+    },
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL") or "INFO"},
     "loggers": {"axes": {"level": "WARNING"}},
 }
+
+# /metrics for Prometheus: `Authorization: Bearer <METRICS_TOKEN>` (or a site admin's
+# session); empty: /metrics answers 404 (controlpanel/core/metrics).
+METRICS_TOKEN = env_str("METRICS_TOKEN") or ""
 
 # Workloads. The Kubernetes backend uses in-cluster config, else KUBECONFIG; KUBERNETES_API_HOST
 # names an API server directly (kubectl proxy, the test emulator).

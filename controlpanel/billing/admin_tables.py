@@ -148,11 +148,14 @@ def workloads_table(month: date, project: Project, rows: Iterable[dict[str, Any]
 
 
 def runs_table(month: date, project: Project, rows: Iterable[dict[str, Any]]) -> Table:
+    # one reverse() for the table, not one per run (a CSV has thousands of rows)
+    template = reverse(
+        "billing-run", kwargs={"month": month_text(month), "slug": project.slug, "run_id": 0}
+    )
+    prefix = template.removesuffix("0/")
+
     def row(item: dict[str, Any]) -> list[Cell]:
-        link = reverse(
-            "billing-run",
-            kwargs={"month": month_text(month), "slug": project.slug, "run_id": item["run_pk"]},
-        )
+        link = f"{prefix}{item['run_pk']}/"
         usage = usage_of(item)
         if item["finished"] is not None:
             end = when(item["finished"]) + (" (estimated)" if item["estimated"] else "")

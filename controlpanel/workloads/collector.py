@@ -22,6 +22,7 @@ from django.core.cache import cache
 from django.db import close_old_connections
 from django.db.models import F
 
+from controlpanel.core.metrics import store as metrics_store
 from controlpanel.workloads.logs import collect_logs
 from controlpanel.workloads.models import JobState, NotebookState, Workload
 
@@ -83,10 +84,13 @@ class LogCollector:
         with ThreadPoolExecutor(self.threads, thread_name_prefix="log-collector") as pool:
             while not stop.is_set():
                 close_old_connections()
+                started = time.monotonic()
                 try:
                     self.tick(lambda _, ids: pool.map(fresh, ids))
                 except Exception:  # a database hiccup: the loop goes on
                     log.exception("log collection round failed")
+                else:  # /metrics' log collector lag
+                    metrics_store.note_collector_round(seconds=time.monotonic() - started)
                 stop.wait(self.interval_s)
 
     def tick(self, run_all: Callable[..., object] = map) -> list[str]:

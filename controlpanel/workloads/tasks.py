@@ -20,6 +20,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from controlpanel.buckets.services import buckets_recount_written
+from controlpanel.core.metrics import store as metrics_store
 from controlpanel.projects.models import Project
 from controlpanel.workloads.admission import admit_jobs, release_workspace
 from controlpanel.workloads.backend import ensure_project, get_backend, job_request
@@ -295,8 +296,11 @@ def jobs_sweep() -> dict[str, int]:
     # a second one, which only repeats idempotent work.
     if not cache.add(SWEEP_LOCK, token, timeout=settings.JOB_SWEEP_LOCK_SECONDS):
         return {"skipped": 1}
+    started = time.monotonic()
     try:
-        return sweep()
+        counts = sweep()
+        metrics_store.note_sweep(seconds=time.monotonic() - started)
+        return counts
     finally:
         if cache.get(SWEEP_LOCK) == token:
             cache.delete(SWEEP_LOCK)

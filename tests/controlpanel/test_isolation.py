@@ -359,6 +359,8 @@ PERSONAL = {
     "dashboard-all-csv",
     # the capacity view: site admins only (others 404; dashboards/test_capacity.py)
     "dashboard-capacity",
+    # Prometheus: the METRICS_TOKEN bearer or a site admin's session (test_metrics.py)
+    "metrics",
     # accounts: site admins only (others 404; tests/controlpanel/people/test_people.py)
     "people",
     "person-create",
