@@ -9,6 +9,7 @@ Scaling is fixed (`--replicas N`) or automatic (`--min`/`--max` with `--target-c
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import click
@@ -151,7 +152,9 @@ def app() -> None:
 @click.option("--port", type=int, default=None, help="The server's port (8000).")
 @output_option
 def create(**options: Any) -> None:
-    """Deploy a model (and adapter) from a bucket; prints the app and its URL."""
+    """Deploy a model (and an adapter) from a bucket.
+
+    The app starts QUEUED; `ajuste app url` prints its OpenAI base URL."""
     show(state().api().post("apps/", create_body(options), name=app_flag_of))
 
 
@@ -226,7 +229,9 @@ def show_app(ref: str) -> None:
             click.echo(f"  {event['at']}  {event['state']:<12} {event['reason']}")
 
 
-app.add_command(show_app, "get")  # as `ajuste job get` and `ajuste notebook get`
+# `get`, as `ajuste job get` and `ajuste notebook get`: the same command, not listed twice.
+app.add_command(copy.copy(show_app), "get")
+app.commands["get"].hidden = True
 
 
 @app.command("url")
@@ -250,8 +255,9 @@ def url(ref: str) -> None:
 @click.option("--after", type=int, default=0, help="Start after this line number.")
 @output_option
 def logs(ref: str, follow: bool, after: int) -> None:
-    """The server's log (the current run's); exit status 3 when --follow sees it end
-    otherwise than STOPPED."""
+    """The server's log (the current run's).
+
+    With --follow, the exit status is 3 when the run ends otherwise than STOPPED."""
     api = state().api()
     key = app_id(api, ref)
     page = print_log(api, f"apps/{key}/", after=after, follow=follow)
