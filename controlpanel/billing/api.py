@@ -73,6 +73,9 @@ PARAMETERS = [
 ]
 
 
+FILTERS = [parameter.name for parameter in PARAMETERS]
+
+
 def _bad(name: str, message: str) -> exceptions.ValidationError:
     return exceptions.ValidationError({name: [message]})
 
@@ -111,6 +114,9 @@ def _period(params: Any) -> tuple[date, date]:
 def usage_query(request: Request) -> UsageQuery:
     """The query the parameters ask for, scoped to what the caller may read."""
     params = request.query_params
+    for name in FILTERS:
+        if "\x00" in params.get(name, ""):
+            raise _bad(name, "A filter cannot hold a NUL character.")
     group = params.get("group") or "month"
     if group not in GROUPS:
         raise _bad("group", f"{group!r} is not a grouping: use day or month.")

@@ -274,6 +274,9 @@ def test_another_projects_usage_is_404_for_a_manager(
         ("workload=42", "workload", "'42' is not a workload id."),
         ("flavor=tpu", "flavor", "No flavor 'tpu'."),
         ("limit=0", "limit", "Give a whole number from 1 to 1000"),
+        ("user=a%00b", "user", "A filter cannot hold a NUL character."),
+        ("flavor=%00", "flavor", "A filter cannot hold a NUL character."),
+        ("project=%00", "project", "A filter cannot hold a NUL character."),
     ],
 )
 def test_a_bad_filter_is_a_400_naming_it(
