@@ -26,7 +26,7 @@ SPEC_HASH = "ajuste.io/spec-hash"
 USER_LABELS = "ajuste.io/user-labels"
 STOP_REQUESTED = "ajuste.io/stop-requested"
 URL = "ajuste.io/url"
-# On an app's Deployment at zero replicas because it was stopped (not scaled to zero).
+# On an app's Deployment: "true" at zero replicas because it was stopped (not scaled to zero).
 STOPPED = "ajuste.io/stopped"
 
 _INVALID = re.compile(r"[^a-z0-9-]+")

@@ -16,6 +16,8 @@ from deploy.kubernetes.apply import apply, delete, delete_labelled
 from deploy.kubernetes.capacity import read_capacity
 from deploy.kubernetes.client import make_api_client
 from deploy.kubernetes.listing import (
+    app_pods,
+    app_state,
     job_objects,
     notebook_state,
     observe_everything,
@@ -28,7 +30,6 @@ from deploy.kubernetes.watcher import watch_workloads
 from deploy.types import (
     AppRequest,
     ClusterCapacity,
-    DeployError,
     JobRequest,
     LogChunk,
     NotebookRequest,
@@ -48,7 +49,8 @@ RUNNING_POD_TTL_S = 5.0
 
 
 class KubernetesBackend:
-    """Jobs as batch/v1 Jobs, notebooks as StatefulSets, projects as namespaces.
+    """Jobs as batch/v1 Jobs, notebooks as StatefulSets, apps as Deployments (with an HPA or a
+    KEDA ScaledObject when they autoscale), projects as namespaces.
 
     `service_account`/`service_account_namespace` name the panel's own identity, bound to the
     `ajuste-project` ClusterRole inside each project namespace by `ensure_project`.
@@ -183,15 +185,47 @@ class KubernetesBackend:
         return notebook_state(self.api, ref)
 
     def apply_app(self, *, app: AppRequest) -> ObservedWorkload:
-        raise DeployError("apps are not served on the Kubernetes backend yet (issue #16)")
+        """Service and Ingress first (the URL answers as soon as a replica serves), then the
+        Deployment, then what scales it. An autoscaler that no longer applies (a fixed count,
+        a stop, KEDA switched) goes before the Deployment takes its count, so it cannot scale
+        the app back meanwhile. A changed template is a rolling update of the same
+        Deployment; while an autoscaler owns the count, applying leaves it alone."""
+        name = names.app_name(app.ref)
+        current = self._read("Deployment", app.namespace, name)
+        autoscaler = manifests.make_app_autoscaler(app=app)
+        for kind in ("HorizontalPodAutoscaler", "ScaledObject"):
+            if autoscaler is None or autoscaler["kind"] != kind:
+                delete(self.api, kind, app.namespace, name)  # 404: none, or no KEDA
+        apply(self.api, manifests.make_app_service(app=app))
+        apply(self.api, manifests.make_app_ingress(app=app))
+        annotations = ((current or {}).get("metadata") or {}).get("annotations") or {}
+        started = current is not None and annotations.get(names.STOPPED) != "true"
+        deployment = manifests.make_app_deployment(app=app, keep_replicas=started)
+        apply(self.api, deployment)
+        if autoscaler is not None:
+            apply(self.api, autoscaler)
+        return self.observe_app(ref=app.ref)
 
     def delete_app(self, *, ref: WorkloadRef) -> None:
-        """Nothing of an app is ever created on a cluster yet."""
+        name = names.app_name(ref)
+        for kind in ("HorizontalPodAutoscaler", "ScaledObject"):
+            delete(self.api, kind, ref.namespace, name)
+        for kind in ("Ingress", "Service", "Deployment"):
+            delete(self.api, kind, ref.namespace, name)
+        selector = names.selector(names.selector_labels(ref))
+        for kind in ("ReplicaSet", "Pod"):
+            delete_labelled(self.api, kind, ref.namespace, selector)
 
     def observe_app(self, *, ref: WorkloadRef) -> ObservedWorkload:
-        return ObservedWorkload(
-            kind=ref.kind, id=ref.id, phase=Phase.GONE, project=ref.project, namespace=ref.namespace
-        )
+        return app_state(self.api, ref)
+
+    def _read(self, kind: str, namespace: str, name: str) -> Obj | None:
+        try:
+            return self.api.read(kind, namespace, name)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
 
     def observe_all(self, *, namespace: str | None = None) -> list[ObservedWorkload]:
         observations, _ = observe_everything(self.api, namespace)
@@ -213,6 +247,8 @@ class KubernetesBackend:
         """Observe one run; a job pod that just went away still tells how its run ended."""
         if ref.kind is WorkloadKind.NOTEBOOK:
             return self.observe_notebook(ref=ref)
+        if ref.kind is WorkloadKind.APP:
+            return self.observe_app(ref=ref)
         objects = job_objects(self.api, ref)
         if deleted_pod is not None and controlled_by(deleted_pod, objects.job):
             uids = {p["metadata"].get("uid") for p in objects.pods}
@@ -230,6 +266,14 @@ class KubernetesBackend:
         pod that only carries the labels must not feed this run's log)."""
         selector = names.selector({**names.selector_labels(ref), names.COMPONENT: _main(ref)})
         pods, _ = self.api.list("Pod", ref.namespace, label_selector=selector)
+        if ref.kind is WorkloadKind.APP:
+            deployment = self._read("Deployment", ref.namespace, names.app_name(ref))
+            sets, _ = self.api.list(
+                "ReplicaSet",
+                ref.namespace,
+                label_selector=names.selector(names.selector_labels(ref)),
+            )
+            return app_pods(deployment, sets, pods)[1]
         if ref.kind is WorkloadKind.NOTEBOOK:
             kind, name = "StatefulSet", names.notebook_name(ref)
         else:
@@ -266,6 +310,8 @@ class KubernetesBackend:
         )
 
     def _ended(self, ref: WorkloadRef) -> bool:
+        if ref.kind is WorkloadKind.APP:
+            return self.observe_app(ref=ref).phase.is_final
         if ref.kind is WorkloadKind.NOTEBOOK:
             return self.observe_notebook(ref=ref).phase.is_final
         return self.observe_job(ref=ref).phase.is_final
@@ -287,4 +333,4 @@ def stop_patch(job: Obj, *, now: datetime | None = None) -> Obj:
 
 def _main(ref: WorkloadRef) -> str:
     """The component label of the pod that runs the user's process."""
-    return "notebook" if ref.kind is WorkloadKind.NOTEBOOK else "main"
+    return {WorkloadKind.NOTEBOOK: "notebook", WorkloadKind.APP: "app"}.get(ref.kind, "main")

@@ -13,7 +13,7 @@ from kubernetes.client.exceptions import ApiException
 
 from deploy import names
 from deploy.kubernetes.api import KubeApi, Obj
-from deploy.kubernetes.observe import JobObjects, observe_job, observe_notebook
+from deploy.kubernetes.observe import JobObjects, observe_app, observe_job, observe_notebook
 from deploy.kubernetes.pods import newest, parse_time, unscheduled_reason
 from deploy.kubernetes.trust import ProjectNamespaces, controlled_by, is_main_job, is_push_job
 from deploy.types import ObservedWorkload, WorkloadKind, WorkloadRef
@@ -127,6 +127,39 @@ def map_notebook(
     return observe_notebook(ref, statefulset, pods, events, annotations.get(names.URL))
 
 
+def app_state(api: KubeApi, ref: WorkloadRef) -> ObservedWorkload:
+    """One app, read afresh: its Deployment, ReplicaSets and pods."""
+    try:
+        deployment: Obj | None = api.read("Deployment", ref.namespace, names.app_name(ref))
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+        deployment = None
+    selector = names.selector(names.selector_labels(ref))
+    sets, _ = api.list("ReplicaSet", ref.namespace, label_selector=selector)
+    pods, _ = api.list("Pod", ref.namespace, label_selector=selector)
+    return map_app(api, ref, deployment, sets, pods)
+
+
+def app_pods(
+    deployment: Obj | None, sets: list[Obj], pods: list[Obj]
+) -> tuple[list[Obj], list[Obj]]:
+    """The ReplicaSets the Deployment controls and the pods they control (`trust`)."""
+    mine = [rs for rs in sets if controlled_by(rs, deployment)]
+    return mine, [p for p in pods if any(controlled_by(p, rs) for rs in mine)]
+
+
+def map_app(
+    api: KubeApi, ref: WorkloadRef, deployment: Obj | None, sets: list[Obj], pods: list[Obj]
+) -> ObservedWorkload:
+    """`observe_app` over the app's own objects: the Deployment of this name, the
+    ReplicaSets it controls and their pods; events when the newest pod is unscheduled."""
+    if deployment is not None and deployment["metadata"].get("name") != names.app_name(ref):
+        deployment = None
+    sets, pods = app_pods(deployment, sets, pods)
+    return observe_app(ref, deployment, sets, pods, pod_events(api, newest(pods)))
+
+
 class ObservationCache:
     """Observations of job runs from the last listing, by the uid and resourceVersion of
     every object of the run: a run none of whose objects changed since maps to the same
@@ -156,8 +189,8 @@ def observe_everything(
     projects: ProjectNamespaces | None = None,
     cache: ObservationCache = _CACHE,
 ) -> tuple[list[ObservedWorkload], str]:
-    """The sweep: four list calls, then one observation per run (events only when needed),
-    for runs in Ajuste's project namespaces only (`projects` is refreshed here).
+    """The sweep: five list calls (six with apps), then one observation per run (events only
+    when needed), for runs in Ajuste's project namespaces only (`projects` is refreshed here).
     Also returns the pod list's resourceVersion, where a watch can start."""
     projects = projects or ProjectNamespaces(api)
     projects.refresh()
@@ -175,10 +208,21 @@ def _observe_listed(
     jobs, _ = api.list("Job", namespace, label_selector=MANAGED)
     pods, pods_version = api.list("Pod", namespace, label_selector=MANAGED)
     sets, _ = api.list("StatefulSet", namespace, label_selector=MANAGED)
+    deployments, _ = api.list("Deployment", namespace, label_selector=MANAGED)
+    replica_sets: list[Obj] = []
+    if deployments:  # a cluster without apps pays no call for them
+        replica_sets, _ = api.list("ReplicaSet", namespace, label_selector=MANAGED)
     by_ref: dict[WorkloadRef, dict[str, list[Obj]]] = defaultdict(
-        lambda: {"jobs": [], "pods": [], "sets": []}
+        lambda: {"jobs": [], "pods": [], "sets": [], "deployments": [], "replica_sets": []}
     )
-    for key, objects in (("jobs", jobs), ("pods", pods), ("sets", sets)):
+    listed = (
+        ("jobs", jobs),
+        ("pods", pods),
+        ("sets", sets),
+        ("deployments", deployments),
+        ("replica_sets", replica_sets),
+    )
+    for key, objects in listed:
         for obj in objects:
             ref = ref_of(obj)
             if ref is not None and projects.holds(ref, look_up=False):
@@ -220,6 +264,10 @@ def _observe_group(api: KubeApi, ref: WorkloadRef, group: dict[str, list[Obj]]) 
         wanted = names.notebook_name(ref)
         named = (s for s in group["sets"] if s["metadata"].get("name") == wanted)
         return map_notebook(api, ref, next(named, None), group["pods"])
+    if ref.kind is WorkloadKind.APP:
+        app = names.app_name(ref)
+        found = (d for d in group["deployments"] if d["metadata"].get("name") == app)
+        return map_app(api, ref, next(found, None), group["replica_sets"], group["pods"])
     objects = group_job(api, ref, group["jobs"], group["pods"])
     created = _newest_creation([*group["jobs"], *group["pods"]])
     return observe_job(ref, objects, created_at=created)

@@ -91,8 +91,8 @@ def server_args(app: AppRequest) -> list[str]:
 
 
 def make_app_deployment(*, app: AppRequest, keep_replicas: bool = False) -> Manifest:
-    """The app's pods. A stopped app has zero replicas (and the `stopped` annotation, which
-    tells a stop from a scale to zero). An autoscaled app gets its lower bound (at least one)
+    """The app's pods. A stopped app has zero replicas (and the `stopped` annotation "true",
+    which tells a stop from a scale to zero). An autoscaled app gets its lower bound (at least one)
     when it is created or started, and no count afterwards (`keep_replicas`): the autoscaler
     owns it, and applying a new template must not reset it."""
     ref = app.ref
@@ -120,9 +120,8 @@ def make_app_deployment(*, app: AppRequest, keep_replicas: bool = False) -> Mani
             },
         }
     )
-    meta_annotations = dict(annotations)
-    if not app.running:
-        meta_annotations[names.STOPPED] = "true"
+    # Always there ("false" too): a merge patch cannot drop an annotation by leaving it out.
+    meta_annotations = {**annotations, names.STOPPED: "false" if app.running else "true"}
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",

@@ -27,9 +27,10 @@ from deploy.manifests import (
     make_workspace_claim,
 )
 from deploy.manifests.jobs import PUSH_BACKOFF_LIMIT
-from deploy.types import EgressRule, JobRequest, NotebookRequest, ProjectRequest
+from deploy.types import EgressRule, JobRequest, NotebookRequest, ProjectRequest, Scaling
 from deploy.version import VERSION
 from storage.datastore import DatastoreConfig
+from tests.deploy.test_app_manifests import make_app_request
 from tests.fixtures.k8s_emulator import EmulatedCluster
 from tests.fixtures.k8s_emulator.store import RESOURCES
 
@@ -324,6 +325,8 @@ def full_scenario(
     yield
     notebook_steps(cluster, backend, notebook)
     yield
+    app_steps(cluster, backend)
+    yield
 
 
 def project_steps(
@@ -396,6 +399,23 @@ def notebook_steps(
     stop.set()
     backend.apply_notebook(notebook=replace(notebook, running=False, host="nb2.example"))
     backend.delete_notebook(ref=notebook.ref)
+
+
+def app_steps(cluster: EmulatedCluster, backend: KubernetesBackend) -> None:
+    app = make_app_request()
+    backend.apply_app(app=app)
+    pod = cluster.pods_of_deployment(NS, "app-5f0c")[0]["metadata"]["name"]
+    cluster.kubelet.run(NS, pod)
+    cluster.kubelet.log(NS, pod, "serving")
+    backend.read_logs(ref=app.ref, cursor=None)
+    backend.observe_all()
+    autoscaled = replace(app, scaling=Scaling(min_replicas=1, max_replicas=4, target_cpu=70))
+    backend.apply_app(app=autoscaled)
+    backend.apply_app(app=replace(autoscaled, scaling=replace(autoscaled.scaling, max_replicas=6)))
+    keda = replace(autoscaled, keda=True)
+    backend.apply_app(app=keda)
+    backend.apply_app(app=replace(keda, scaling=replace(keda.scaling, target_cpu=60)))
+    backend.delete_app(ref=app.ref)
 
 
 def merge(manifest: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:

@@ -112,7 +112,7 @@ def test_deployment_pulls_the_weights_and_serves_the_adapter(app_request: AppReq
             "name": "app-5f0c",
             "namespace": NS,
             "labels": LABELS,
-            "annotations": annotations,
+            "annotations": {**annotations, "ajuste.io/stopped": "false"},
         },
         "spec": {
             "replicas": 1,
