@@ -122,7 +122,9 @@ def validate_notebook(*, project: Project, data: Mapping[str, Any]) -> NotebookS
 def _image(value: Any) -> NotebookImage:
     if isinstance(value, NotebookImage):
         return value
-    image = NotebookImage.objects.filter(name=str(value), enabled=True).first()
+    image = None
+    if isinstance(value, str) and "\x00" not in value:
+        image = NotebookImage.objects.filter(name=value, enabled=True).first()
     if image is None:
         names = ", ".join(NotebookImage.objects.filter(enabled=True).values_list("name", flat=True))
         raise ValidationError(f"Unknown image {value!r}; choose one of: {names}.")
@@ -130,7 +132,7 @@ def _image(value: Any) -> NotebookImage:
 
 
 def _editor(value: Any, image: NotebookImage | None) -> str:
-    if value not in {e.value for e in Editor}:
+    if not isinstance(value, str) or value not in {e.value for e in Editor}:
         raise ValidationError(f"Unknown editor {value!r}; choose jupyterlab or vscode.")
     if image is not None and value not in image.editors:
         served = " and ".join(image.editors) or "no editor"

@@ -97,6 +97,22 @@ def test_a_bad_request_says_what_is_wrong_by_key_and_stores_nothing(
     assert not Notebook.objects.exists() and not JobEvent.objects.exists()
 
 
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("editor", [None, None]), ("editor", {"a": 1}), ("image", ["python"]), ("image", "py\x00")],
+)
+def test_a_value_of_the_wrong_type_is_a_keyed_400_not_a_500(
+    owner_api: APIClient, field: str, value: Any
+) -> None:
+    """Found by the API fuzzer: a list as the editor answered a 500 (unhashable in the set of
+    editors), and an image name with a NUL reached PostgreSQL, which refuses NUL in text."""
+    body = {"flavor": "ai1-1-cpu", field: value}
+    response = owner_api.post(URL, body, format="json", HTTP_X_AJUSTE_PROJECT="alpha")
+    assert response.status_code == 400, response.content
+    assert set(response.json()) == {field}, response.json()
+    assert not Notebook.objects.exists()
+
+
 def test_list_filters_like_the_job_list(
     owner_api: APIClient, project: Project, owner: User, member: User
 ) -> None:
