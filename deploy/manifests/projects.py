@@ -94,7 +94,8 @@ def make_limit_range(*, project: ProjectRequest) -> Manifest:
 
 
 def make_network_policies(*, project: ProjectRequest) -> list[Manifest]:
-    """Default deny both ways, then DNS, the ingress controller (to notebooks only) and the
+    """Default deny both ways, then DNS, the ingress controller (to notebooks' editor port and
+    to apps, whose server's port each app chooses: app pods listen on nothing else) and the
     project's egress rules (the S3 endpoints)."""
     policies = [
         _policy(project, "ajuste-default-deny", {}, ingress=[], egress=[]),
@@ -104,6 +105,12 @@ def make_network_policies(*, project: ProjectRequest) -> list[Manifest]:
             "ajuste-allow-ingress-controller",
             {names.KIND: "notebook"},
             ingress=[_ingress_controller_rule(project.ingress_namespace)],
+        ),
+        _policy(
+            project,
+            "ajuste-allow-ingress-controller-apps",
+            {names.KIND: "app"},
+            ingress=[{"from": _ingress_controller_rule(project.ingress_namespace)["from"]}],
         ),
     ]
     if project.egress:
