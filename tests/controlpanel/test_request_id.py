@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import re
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -17,7 +18,8 @@ from django.test import Client
 
 from controlpanel.celery import app
 from controlpanel.core.requestid import REQUEST_ID, RequestIdMiddleware
-from tests.fixtures.processes import _forget_queued_tasks
+from controlpanel.workloads.tasks import job_cleanup
+from tests.fixtures.processes import _forget_queued_tasks, wait_for
 
 HEX32 = re.compile(r"[0-9a-f]{32}")
 QUEUE = "request-id-tests"
@@ -123,6 +125,42 @@ def test_a_task_sent_in_a_request_logs_with_its_id(
     assert by_word["hello"].request_id == "ingress-id-42-abcdef"  # type: ignore[attr-defined]
     assert by_word["outside"].request_id == "-"  # type: ignore[attr-defined]
     assert REQUEST_ID.get() is None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_procfile_workers_lines_carry_the_requests_id(processes: Any) -> None:
+    """The worker as the Procfile runs it (prefork, its own log format): the line Celery logs
+    for the task's end, in the pool's child process, names the request's id."""
+    procs = processes({})
+    procs.start(
+        "worker",
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "controlpanel",
+        "worker",
+        "--loglevel=INFO",
+        "--pool=prefork",
+        "--concurrency=1",
+        "--without-gossip",
+        "--without-mingle",
+        "-Q",
+        "celery",
+    )
+
+    def view(request: HttpRequest) -> HttpResponse:
+        job_cleanup.delay([])
+        return HttpResponse("sent")
+
+    request = HttpRequest()
+    request.META["HTTP_X_REQUEST_ID"] = "procfile-worker-0042"
+    RequestIdMiddleware(view)(request).close()
+    line = re.compile(
+        r"ForkPoolWorker-\d+\] request_id=procfile-worker-0042 "
+        r"Task controlpanel\.workloads\.tasks\.job_cleanup\[[0-9a-f-]+\] succeeded"
+    )
+    wait_for(lambda: line.search(procs.logs()), 60, "the task's line with the id", procs)
 
 
 def _wait_for_lines(caplog: pytest.LogCaptureFixture, count: int) -> list[logging.LogRecord]:
