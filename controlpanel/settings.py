@@ -506,6 +506,10 @@ JOB_ORPHAN_GRACE_SECONDS = env_int("JOB_ORPHAN_GRACE_SECONDS", 300, minimum=0)
 WEBHOOK_RETRY_BASE_MS = env_int("WEBHOOK_RETRY_BASE_MS", 2000, minimum=1)
 # One webhook POST, all of it (name lookup, connection, request, answer), ends within this.
 WEBHOOK_TIMEOUT_SECONDS = env_int("WEBHOOK_TIMEOUT_SECONDS", 10, minimum=1)
+# Uploads (API and browser): the largest object a multipart upload may make (GiB; S3's own
+# cap is 5 TiB), and how many uploads one user may start in an hour (0: no limit).
+UPLOAD_MAX_BYTES = env_int("UPLOAD_MAX_GIB", 5120, minimum=1) * 1024**3
+UPLOADS_PER_HOUR = env_int("UPLOADS_PER_HOUR", 10000, minimum=0)
 # Webhooks reach public addresses only (controlpanel/core/public_http.py): ALLOW lets private
 # ranges through (a receiver on the company network), DENY refuses more (the cluster's pod and
 # service ranges when they are public); DENY wins.

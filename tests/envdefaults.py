@@ -30,6 +30,7 @@ _PREFIXES = (
     "INVITATION_",
     "DASHBOARD_",
     "DCGM_",
+    "UPLOAD",
 )
 _NAMES = {
     "ALLOWED_HOSTS",

@@ -7,9 +7,12 @@ signed for the caller's own project's buckets.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
+from django.conf import settings
+from django.core.cache import cache
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
@@ -18,6 +21,7 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import exceptions, generics, status
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.throttling import BaseThrottle
 from rest_framework.views import APIView
 
 from controlpanel.api.scoping import api_project
@@ -243,7 +247,32 @@ class DownloadUrlView(StorageAPIView):
         return Response({"url": url, "expires_in": transfers.URL_LIFETIME_S})
 
 
-class UploadUrlView(StorageAPIView):
+class UploadThrottle(BaseThrottle):
+    """UPLOADS_PER_HOUR uploads started (single PUT or multipart) per user and clock hour,
+    counted in Redis so every web process shares the count; past it, 429 until the hour ends."""
+
+    def allow_request(self, request: Request, view: APIView) -> bool:
+        limit = settings.UPLOADS_PER_HOUR
+        if not limit:
+            return True
+        now = time.time()
+        key = f"uploads:{request.user.pk}:{int(now // 3600)}"
+        cache.add(key, 0, timeout=3700)
+        self.retry_after = 3600 - now % 3600
+        return cache.incr(key) <= limit
+
+    def wait(self) -> float:
+        return self.retry_after
+
+
+class UploadStartingView(StorageAPIView):
+    """A view that starts an upload: the API's throttles, and the uploads' own."""
+
+    def get_throttles(self) -> list[BaseThrottle]:
+        return [*super().get_throttles(), UploadThrottle()]
+
+
+class UploadUrlView(UploadStartingView):
     """A presigned PUT URL for a small file in one request."""
 
     @extend_schema(request=s.UploadUrlRequestSerializer, responses=s.UrlSerializer)
@@ -265,7 +294,7 @@ class UploadDoneView(StorageAPIView):
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
-class UploadStartView(StorageAPIView):
+class UploadStartView(UploadStartingView):
     """Start a multipart upload: returns its id and how to cut the file into parts."""
 
     @extend_schema(request=s.UploadStartSerializer, responses={201: s.UploadPlanSerializer})

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from django.conf import settings
 from django.core.exceptions import ValidationError
 
 from controlpanel.buckets.models import Bucket
@@ -92,6 +93,8 @@ def upload_start(
     (at least 5 MiB: a smaller part size is raised; at most 5 GiB: a bigger one is refused;
     at most 10,000 parts)."""
     validate_key(key)
+    if size > settings.UPLOAD_MAX_BYTES:
+        raise ValidationError({"size": f"An upload holds at most {_limit()} on this panel."})
     if part_size is not None and part_size > presign.MAX_PART_SIZE:
         raise ValidationError(
             {"part_size": f"A part holds at most 5 GiB ({presign.MAX_PART_SIZE} bytes)."}
@@ -141,15 +144,33 @@ def upload_complete(
     validate_key(key)
     if not parts:
         raise ValidationError({"parts": "List the uploaded parts with their ETags."})
+    config = bucket_config(bucket=bucket)
     etag = presign.complete_multipart_upload(
-        bucket_config(bucket=bucket),
+        config,
         bucket=bucket.name,
         key=key,
         upload_id=upload_id,
         parts=parts,
     )
+    # The size the upload started with is the client's word: what was assembled is checked
+    # (ListParts first would be better, but not every S3 server has it; s3rver has not).
+    made = objects.head_object(config, bucket=bucket.name, key=key)
+    if made.size > settings.UPLOAD_MAX_BYTES:
+        objects.delete_object(config, bucket=bucket.name, key=key)
+        bucket_stats_request(bucket=bucket)
+        raise ValidationError(
+            {
+                "parts": f"The parts hold {made.size} bytes, more than {_limit()}, the most an "
+                "upload may hold on this panel: the object is deleted."
+            }
+        )
     bucket_stats_request(bucket=bucket)
     return etag
+
+
+def _limit() -> str:
+    gib = settings.UPLOAD_MAX_BYTES / 1024**3
+    return f"{gib:g} GiB" if gib >= 1 else f"{settings.UPLOAD_MAX_BYTES} bytes"
 
 
 def upload_abort(*, bucket: Bucket, key: str, upload_id: str) -> None:
