@@ -14,6 +14,7 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from controlpanel.accounts.oidc_settings import read_oidc_settings
+from controlpanel.api.rates import env_rate
 from controlpanel.env import env_bool, env_choice, env_int, env_list, env_percent, env_str
 from deploy import images
 from deploy.egress import parse_cidrs, parse_dns, parse_egress, parse_node_local_dns
@@ -262,8 +263,18 @@ REST_FRAMEWORK = {
     "DEFAULT_PAGINATION_CLASS": "controlpanel.api.pagination.Pagination",
     "PAGE_SIZE": 50,
     "EXCEPTION_HANDLER": "controlpanel.api.errors.exception_handler",
+    # API_THROTTLE_TOKEN / API_THROTTLE_USER below; a 429 with Retry-After past them.
+    "DEFAULT_THROTTLE_CLASSES": [
+        "controlpanel.api.throttling.TokenRateThrottle",
+        "controlpanel.api.throttling.UserRateThrottle",
+    ],
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
 }
+# API requests per API token and per user (all their tokens and their session together), in
+# windows shared by every web process through the cache: "1200/min", "20/s", "5000/hour",
+# "100/10s", or "off".
+API_THROTTLE_TOKEN = env_rate("API_THROTTLE_TOKEN", env_str("API_THROTTLE_TOKEN"), "1200/min")
+API_THROTTLE_USER = env_rate("API_THROTTLE_USER", env_str("API_THROTTLE_USER"), "2400/min")
 SPECTACULAR_SETTINGS = {
     "TITLE": "Ajuste API",
     "DESCRIPTION": (
