@@ -1,0 +1,439 @@
+"""Load: browsing members and job submissions against the production server setup, with locust.
+
+`--users` signed-in members (default 100) browse their project's pages (job list, job detail,
+buckets, notebooks, the project dashboard and home) and follow running jobs' logs as the job page
+polls them, while 30 API clients submit 10 jobs per second in total, for `--duration` seconds
+(default 300), headless, on loopback. Prints per page: requests, failures, p50, p95, and the
+throughput; and the CPU each process took.
+
+    .venv/bin/python bench/bench_load.py [--duration 300] [--users 100]
+
+The server is run as the production image runs it: gunicorn with k8s/web.yaml's command
+(3 workers x 8 threads, access log), the Celery worker and notifier of k8s/worker.yaml, beat and
+the watcher, `DEBUG=0` and collected static files, against the Kubernetes emulator of the tests
+(in this process; a feeder prints two lines a second into each followed job's pod).
+PostgreSQL database `ajuste_bench_load` (recreated) and Redis database 11 on loopback. locust
+runs in its own process (bench/locustfile.py; gevent must not patch this one).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_jobs
+
+bench_jobs.DB_NAME = "ajuste_bench_load"  # the other benchmarks may run at the same time
+os.environ.update(
+    {
+        "DATABASE_URL": f"postgres://postgres@127.0.0.1:5432/{bench_jobs.DB_NAME}",
+        "REDIS_URL": "redis://127.0.0.1:6379/11",
+        "JOB_SWEEP_SECONDS": "10",  # the default
+    }
+)
+REPO = bench_jobs.REPO
+PROJECTS = 4
+FINISHED_JOBS = 300  # per project, with LOG_LINES lines each
+LOG_LINES = 200
+NOTEBOOKS = 10  # per project
+LIVE_JOBS = 2  # per project, followed by the browsers; fed FEED_PER_S lines a second each
+FEED_PER_S = 2
+SUBMITTERS = 30  # bench/locustfile.py Submitter.fixed_count (10 jobs/s in all)
+
+
+def seed(users: int) -> tuple[list[dict[str, Any]], list[dict[str, str]], dict[str, Any]]:
+    """Projects with members (managers: the dashboard is theirs), finished jobs with their
+    archived logs, stopped notebooks; a session per member and a token per submitter."""
+    import django
+
+    django.setup()
+    from django.conf import settings
+    from django.test import Client
+
+    from controlpanel.accounts.models import User
+    from controlpanel.accounts.services import token_create
+    from controlpanel.flavors.models import Flavor
+    from controlpanel.projects.models import Membership, Project
+    from controlpanel.workloads.models import JobLogLine, JobState, Kind, Workload
+
+    flavor = Flavor.objects.get(name="h100-1-gpu")
+    members: list[dict[str, Any]] = []
+    tokens: list[dict[str, str]] = []
+    projects = {}
+    for p in range(PROJECTS):
+        project = Project.objects.create(
+            slug=f"load-{p}",
+            name=f"Load {p}",
+            gpu_quota=1_000_000,
+            cpu_quota=0,  # 0: no limit
+            memory_gib_quota=0,
+            pod_quota=0,
+            storage_gib_quota=0,
+        )
+        projects[project.slug] = project
+        owner = User.objects.create_user(f"owner{p}", password="bench-password-123")  # noqa: S106
+        Membership.objects.create(project=project, user=owner, role="manager")
+        rows = Workload.objects.bulk_create(
+            Workload(
+                project=project,
+                owner=owner,
+                kind=Kind.JOB,
+                name=f"train-{i}",
+                image="registry.example.com/train:1",
+                command=["python", "train.py", "--epochs", "3"],
+                flavor=flavor,
+                state=JobState.DONE if i % 5 else JobState.FAILED,
+                launched_run=1,
+                exit_code=0 if i % 5 else 1,
+                log_lines=LOG_LINES,
+                logs_archived=True,
+            )
+            for i in range(FINISHED_JOBS)
+        )
+        JobLogLine.objects.bulk_create(
+            (
+                JobLogLine(job=job, run=1, seq=s, text=f"step {s * 10} loss {2.0 / s:.4f}")
+                for job in rows
+                for s in range(1, LOG_LINES + 1)
+            ),
+            batch_size=5000,
+        )
+        Workload.objects.bulk_create(
+            Workload(
+                project=project,
+                owner=owner,
+                kind=Kind.NOTEBOOK,
+                name=f"notebook-{i}",
+                image="quay.io/jupyter/pytorch-notebook:latest",
+                flavor=flavor,
+                state=JobState.INTERRUPTED,
+                launched_run=1,
+            )
+            for i in range(NOTEBOOKS)
+        )
+        jobs = [str(job.pk) for job in rows[:50]]
+        for _ in range(users // PROJECTS + (p < users % PROJECTS)):
+            index = len(members)
+            user = User.objects.create_user(f"member{index}", password="bench-password-123")  # noqa: S106
+            Membership.objects.create(project=project, user=user, role="manager")
+            client = Client()
+            client.force_login(user)
+            members.append(
+                {
+                    "project": project.slug,
+                    "cookie": client.cookies[settings.SESSION_COOKIE_NAME].value,
+                    "jobs": jobs,
+                    "live": [],
+                }
+            )
+    for index in range(SUBMITTERS):
+        slug = f"load-{index % PROJECTS}"
+        user = User.objects.get(username=f"owner{index % PROJECTS}")
+        tokens.append({"project": slug, "token": token_create(user=user, name=f"load-{index}")[1]})
+    return members, tokens, projects
+
+
+def start_live_jobs(
+    base: str, tokens: list[dict[str, str]], cluster: Any, members: list[dict[str, Any]]
+) -> list[tuple[str, str]]:
+    """LIVE_JOBS running jobs per project, submitted through the API; their pods run."""
+    import httpx
+
+    pods = []
+    for p in range(PROJECTS):
+        token = tokens[p]
+        http = httpx.Client(
+            base_url=base,
+            timeout=30,
+            headers={
+                "Authorization": f"Bearer {token['token']}",
+                "X-Ajuste-Project": token["project"],
+            },
+        )
+        ids = [bench_jobs.submit(http, 100 + i)[0] for i in range(LIVE_JOBS)]
+        for member in members:
+            if member["project"] == token["project"]:
+                member["live"] = ids
+        namespace = f"ajuste-{token['project']}"
+        deadline = time.monotonic() + 60
+        for job_id in ids:
+            while True:
+                found = [
+                    pod["metadata"]["name"]
+                    for pod in cluster.list("pods", namespace)
+                    if pod["metadata"]["labels"].get("ajuste.io/id") == job_id
+                ]
+                if found:
+                    break
+                if time.monotonic() > deadline:
+                    raise SystemExit(f"no pod for live job {job_id}")
+                time.sleep(0.1)
+            cluster.kubelet.run(namespace, found[0])
+            cluster.kubelet.log(namespace, found[0], *(f"warm-up line {i}" for i in range(100)))
+            pods.append((namespace, found[0]))
+    return pods
+
+
+def feed(cluster: Any, pods: list[tuple[str, str]], stop: threading.Event) -> None:
+    step = 0
+    while not stop.wait(1 / FEED_PER_S):
+        step += 1
+        for namespace, pod in pods:
+            cluster.kubelet.log(namespace, pod, f"step {step} loss {1.0 / step:.5f}")
+
+
+def start_processes(cluster_url: str, port: int, logs: Path) -> list[subprocess.Popen[bytes]]:
+    """The panel's processes as the manifests run them (k8s/web.yaml, worker.yaml, beat.yaml,
+    watcher.yaml), bound to loopback."""
+    env = os.environ | {"KUBERNETES_API_HOST": cluster_url, "PYTHONUNBUFFERED": "1"}
+    bindir = Path(sys.executable).parent
+    celery = [str(bindir / "celery"), "-A", "controlpanel"]
+    commands = {
+        "web": [
+            str(bindir / "gunicorn"),
+            "controlpanel.wsgi:application",
+            "--bind",
+            f"127.0.0.1:{port}",
+            "--workers",
+            "3",
+            "--threads",
+            "8",
+            "--access-logfile",
+            "-",
+            "--timeout",
+            "120",
+        ],
+        "worker": [
+            *celery,
+            "worker",
+            "-Q",
+            "celery",
+            "--loglevel=INFO",
+            "--concurrency=4",
+            "--without-gossip",
+            "--without-mingle",
+        ],
+        "notifier": [
+            *celery,
+            "worker",
+            "-Q",
+            "notifications",
+            "-n",
+            "notifier@%h",
+            "--loglevel=INFO",
+            "--concurrency=2",
+            "--without-gossip",
+            "--without-mingle",
+        ],
+        "beat": [
+            *celery,
+            "beat",
+            "--loglevel=INFO",
+            "--schedule",
+            str(logs / "celerybeat-schedule"),
+        ],
+        "watcher": [sys.executable, "manage.py", "watch_workloads"],
+    }
+    procs = []
+    for name, argv in commands.items():
+        out = (logs / f"{name}.log").open("wb")
+        procs.append(
+            subprocess.Popen(
+                argv,
+                cwd=REPO,
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        )
+    return procs
+
+
+def cpu_seconds(procs: dict[str, Any]) -> dict[str, float]:
+    """CPU seconds (user + system) of each named process and its children so far."""
+    import psutil
+
+    result = {}
+    for name, proc in procs.items():
+        total = 0.0
+        try:
+            for one in [proc, *proc.children(recursive=True)]:
+                times = one.cpu_times()
+                total += times.user + times.system
+        except psutil.NoSuchProcess:
+            pass
+        result[name] = total
+    return result
+
+
+def postgres_processes() -> Any:
+    import psutil
+
+    for proc in psutil.process_iter(["name", "cmdline"]):
+        if proc.info["name"] in ("postgres", "postmaster") and proc.ppid() in (0, 1):
+            return proc
+    for proc in psutil.process_iter(["name"]):
+        if proc.info["name"] in ("postgres", "postmaster"):
+            return proc.parents()[-1] if proc.parents() else proc
+    return None
+
+
+def report(prefix: Path, duration: float) -> dict[str, Any]:
+    rows = list(csv.DictReader((prefix.parent / f"{prefix.name}_stats.csv").open()))
+    print(f"{'page':<28} {'requests':>9} {'failures':>9} {'p50 ms':>7} {'p95 ms':>7} {'req/s':>7}")
+    for row in rows:
+        print(
+            f"{row['Name'] or row['Type']:<28} {row['Request Count']:>9} {row['Failure Count']:>9} "
+            f"{row['50%']:>7} {row['95%']:>7} {float(row['Requests/s']):>7.1f}"
+        )
+    failures = list(csv.DictReader((prefix.parent / f"{prefix.name}_failures.csv").open()))
+    for row in failures[:20]:
+        print(f"  failure: {row['Occurrences']} x {row['Method']} {row['Name']}: {row['Error']}")
+    total = next(row for row in rows if row["Name"] == "Aggregated")
+    return total
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--duration", type=int, default=300, help="seconds of load (300)")
+    parser.add_argument("--users", type=int, default=100, help="browsing members (100)")
+    args = parser.parse_args()
+    import psutil
+
+    from tests.fixtures.k8s_emulator import EmulatedCluster
+
+    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)  # the emulator's request log
+
+    # SIGTERM must stop the panel's processes too (a worker left behind takes the next run's tasks).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
+    started = time.monotonic()
+    bench_jobs.fresh_database()
+    members, tokens, _ = seed(args.users)
+    print(f"seeded in {time.monotonic() - started:.0f} s", flush=True)
+    cluster = EmulatedCluster()
+    port = bench_jobs.free_port()
+    base = f"http://127.0.0.1:{port}"
+    logs = Path(tempfile.mkdtemp(prefix="bench-load-"))
+    procs = start_processes(cluster.url, port, logs)
+    stop = threading.Event()
+    try:
+        bench_jobs.wait_http(f"{base}/healthz")
+        pods = start_live_jobs(base, tokens, cluster, members)
+        threading.Thread(target=feed, args=(cluster, pods, stop), daemon=True).start()
+        config = logs / "load.json"
+        config.write_text(
+            json.dumps(
+                {"sessions": members, "tokens": tokens, "cookie_name": _cookie_name()}, indent=1
+            )
+        )
+        prefix = logs / "locust"
+        locust = [
+            str(Path(sys.executable).parent / "locust"),
+            "-f",
+            str(REPO / "bench" / "locustfile.py"),
+            "--headless",
+            "--host",
+            base,
+            "-u",
+            str(args.users + SUBMITTERS),
+            "-r",
+            "20",
+            "-t",
+            f"{args.duration}s",
+            "--csv",
+            str(prefix),
+            "--only-summary",
+            "--stop-timeout",
+            "15",
+            "--loglevel",
+            "WARNING",
+        ]
+        names = ["web", "worker", "notifier", "beat", "watcher"]
+        watched = {name: psutil.Process(proc.pid) for name, proc in zip(names, procs, strict=True)}
+        postgres = postgres_processes()
+        if postgres:
+            watched["postgres (all databases)"] = postgres
+        watched["bench (emulator, feeder)"] = psutil.Process()
+        load_before = os.getloadavg()
+        cpu_before = cpu_seconds(watched)
+        wall = time.monotonic()
+        with (logs / "locust.log").open("wb") as out:
+            runner = subprocess.Popen(
+                locust,
+                cwd=REPO,
+                env=os.environ | {"AJUSTE_LOAD_CONFIG": str(config)},
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+            watched["locust"] = psutil.Process(runner.pid)
+            locust_cpu = 0.0
+            while runner.poll() is None:
+                try:
+                    times = watched["locust"].cpu_times()
+                    locust_cpu = times.user + times.system
+                except psutil.NoSuchProcess:
+                    break
+                time.sleep(1)
+        wall = time.monotonic() - wall
+        cpu_after = cpu_seconds(watched)
+        cpu_after["locust"], cpu_before["locust"] = locust_cpu, 0.0
+        load_after = os.getloadavg()
+        print(
+            f"{args.users} browsing members + {SUBMITTERS} submitters for {args.duration} s "
+            f"(locust exit {runner.returncode}); load average before "
+            f"{load_before[0]:.1f}, after {load_after[0]:.1f} (1-min), {load_after[2]:.1f} (15-min)"
+        )
+        total = report(prefix, args.duration)
+        requests = int(total["Request Count"])
+        failed = int(total["Failure Count"])
+        print(
+            f"total: {requests} requests, {failed} failures "
+            f"({100 * failed / max(requests, 1):.2f} %), "
+            f"{float(total['Requests/s']):.1f} requests/s"
+        )
+        share = ", ".join(
+            f"{name} {(cpu_after[name] - cpu_before.get(name, 0.0)) / wall:.2f}"
+            for name in cpu_after
+        )
+        print(f"CPU cores used on average over the {wall:.0f} s: {share}")
+        from controlpanel.workloads.models import Job
+
+        print(
+            "jobs submitted by the load: "
+            f"{Job.objects.filter(name__startswith='load-').count()}, of which with a pod "
+            f"launched: {Job.objects.filter(name__startswith='load-', launched_run=1).count()}"
+        )
+    finally:
+        stop.set()
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        cluster.close()
+    print(f"(process logs and locust CSVs in {logs})")
+
+
+def _cookie_name() -> str:
+    from django.conf import settings
+
+    return str(settings.SESSION_COOKIE_NAME)
+
+
+if __name__ == "__main__":
+    main()
