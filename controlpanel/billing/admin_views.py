@@ -7,14 +7,14 @@ GETs only read the ledger."""
 from __future__ import annotations
 
 import uuid
-from datetime import UTC, date, datetime
+from collections.abc import Callable
+from datetime import date
+from functools import wraps
 from typing import Any
 from urllib.parse import urlencode
 
-from django import forms
 from django.conf import settings
 from django.contrib import messages
-from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBase
 from django.shortcuts import get_object_or_404, redirect, render
@@ -22,11 +22,9 @@ from django.urls import reverse
 from django.utils import timezone
 
 from controlpanel.accounts.people_views import staff_page
-from controlpanel.accounts.views import _form_errors
 from controlpanel.billing import admin_selectors as reads
 from controlpanel.billing import admin_tables as tables
 from controlpanel.billing.models import Period, PeriodState
-from controlpanel.billing.prices import price_add
 from controlpanel.billing.rules import month_start, next_month
 from controlpanel.billing.selectors import (
     current_month,
@@ -35,7 +33,6 @@ from controlpanel.billing.selectors import (
     period_state,
 )
 from controlpanel.billing.services import PeriodError, period_close, period_lock, period_reopen
-from controlpanel.flavors.models import Flavor
 from controlpanel.projects.models import Project
 
 PAGE_SIZE = 50
@@ -78,15 +75,16 @@ def _query(request: HttpRequest, **changes: str | None) -> str:
     return urlencode(params)
 
 
-def answers_bad_requests(view: Any) -> Any:
+def answers_bad_requests(view: Callable[..., HttpResponseBase]) -> Callable[..., HttpResponseBase]:
+    """A BadRequest raised by the view (a query or path value that makes no sense) → 400."""
+
+    @wraps(view)
     def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
         try:
-            return view(request, *args, **kwargs)  # type: ignore[no-any-return]
+            return view(request, *args, **kwargs)
         except BadRequest as exc:
             return _bad(str(exc))
 
-    wrapper.__name__ = view.__name__
-    wrapper.__doc__ = view.__doc__
     return wrapper
 
 
@@ -134,12 +132,12 @@ def billing_month(request: HttpRequest) -> HttpResponse:
         .first(),
         "actions": _actions(month, state),
         "pending": open_runs_since_recorded(month=month) if month == current_month() else None,
-        **_common(),
+        **common_context(),
     }
     return render(request, "billing/admin/month.html", context)
 
 
-def _common() -> dict[str, Any]:
+def common_context() -> dict[str, Any]:
     return {
         "rule": RULE,
         "currency": settings.CURRENCY,
@@ -174,7 +172,7 @@ def _filters(request: HttpRequest) -> tuple[str | None, str | None]:
     return user, workload
 
 
-def _project_month(request: HttpRequest, month: str, slug: str) -> tuple[date, Project]:
+def _project_month(month: str, slug: str) -> tuple[date, Project]:
     return _month(month), get_object_or_404(Project, slug=slug)
 
 
@@ -189,7 +187,7 @@ def _page(request: HttpRequest, rows: Any, key: str) -> Any:
 @staff_page
 @answers_bad_requests
 def billing_project(request: HttpRequest, month: str, slug: str) -> HttpResponse:
-    first, project = _project_month(request, month, slug)
+    first, project = _project_month(month, slug)
     user, workload = _filters(request)
     workloads = _page(
         request, reads.project_workloads(month=first, project=project, user=user), "wpage"
@@ -219,7 +217,7 @@ def billing_project(request: HttpRequest, month: str, slug: str) -> HttpResponse
         "wpage_next": _query(request, wpage=str(workloads.number + 1)),
         "rpage_prev": _query(request, rpage=str(runs.number - 1)),
         "rpage_next": _query(request, rpage=str(runs.number + 1)),
-        **_common(),
+        **common_context(),
     }
     return render(request, "billing/admin/project.html", context)
 
@@ -229,7 +227,7 @@ def billing_project(request: HttpRequest, month: str, slug: str) -> HttpResponse
 def billing_project_csv(
     request: HttpRequest, month: str, slug: str, table: str
 ) -> HttpResponseBase:
-    first, project = _project_month(request, month, slug)
+    first, project = _project_month(month, slug)
     user, workload = _filters(request)
     if table == "users":
         rows = tables.users_table(first, project, reads.project_users(month=first, project=project))
@@ -272,7 +270,7 @@ def billing_run(request: HttpRequest, month: str, slug: str, run_id: int) -> Htt
         ),
         "other_months": reads.run_other_months(month=first, run=run),
         "estimated": bool(getattr(getattr(run, "sighting", None), "estimated", False)),
-        **_common(),
+        **common_context(),
     }
     return render(request, "billing/admin/run.html", context)
 
@@ -291,7 +289,7 @@ def billing_run_csv(request: HttpRequest, month: str, slug: str, run_id: int) ->
 @staff_page
 @answers_bad_requests
 def billing_invoice(request: HttpRequest, month: str, slug: str) -> HttpResponse:
-    first, project = _project_month(request, month, slug)
+    first, project = _project_month(month, slug)
     lines = invoice_lines(month=first, project=project)
     state = period_state(month=first)
     context = {
@@ -302,7 +300,7 @@ def billing_invoice(request: HttpRequest, month: str, slug: str) -> HttpResponse
         "state": state,
         "draft": state == PeriodState.OPEN,
         "issued": timezone.now(),
-        **_common(),
+        **common_context(),
     }
     return render(request, "billing/admin/invoice.html", context)
 
@@ -310,91 +308,9 @@ def billing_invoice(request: HttpRequest, month: str, slug: str) -> HttpResponse
 @staff_page
 @answers_bad_requests
 def billing_invoice_csv(request: HttpRequest, month: str, slug: str) -> HttpResponseBase:
-    first, project = _project_month(request, month, slug)
+    first, project = _project_month(month, slug)
     table = tables.invoice_table(invoice_lines(month=first, project=project))
     return tables.csv_response(table, f"invoice-{first:%Y-%m}-{project.slug}.csv")
-
-
-# Prices
-
-
-DATE_FORMATS = ("%Y-%m-%d %H:%M", "%Y-%m-%dT%H:%M", "%Y-%m-%d")
-
-
-class PriceForm(forms.Form):
-    """A flavor's new price from a date (UTC)."""
-
-    flavor = forms.ModelChoiceField(
-        queryset=Flavor.objects.order_by("sort_order", "name"),
-        to_field_name="name",
-        empty_label=None,
-        error_messages={"invalid_choice": "No such flavor.", "required": "Choose a flavor."},
-    )
-    valid_from = forms.CharField(
-        label="From (UTC)",
-        max_length=20,
-        help_text="YYYY-MM-DD (midnight UTC) or YYYY-MM-DD HH:MM. Minutes that start then or "
-        "later are priced at the new price.",
-        error_messages={"required": "Say from when the price applies, e.g. 2025-03-01."},
-    )
-    price_per_hour = forms.DecimalField(
-        label=f"Price per unit-hour ({settings.CURRENCY})",
-        max_digits=12,
-        decimal_places=4,
-        min_value=0,
-        error_messages={"required": "Give the price per unit-hour, e.g. 2.8000."},
-    )
-
-    def clean_valid_from(self) -> datetime:
-        text = self.cleaned_data["valid_from"].strip()
-        for fmt in DATE_FORMATS:
-            try:
-                moment = datetime.strptime(text, fmt).replace(tzinfo=UTC)
-            except ValueError:
-                continue
-            if not reads.FIRST_YEAR <= moment.year <= reads.LAST_YEAR:
-                raise ValidationError(f"The year must be {reads.FIRST_YEAR} to {reads.LAST_YEAR}.")
-            return moment
-        raise ValidationError(
-            f"{text[:20]!r} is not a date: write YYYY-MM-DD or YYYY-MM-DD HH:MM (UTC), "
-            "e.g. 2025-03-01 or 2025-03-01 12:00."
-        )
-
-
-@staff_page
-def billing_prices(request: HttpRequest) -> HttpResponse:
-    form = PriceForm(request.POST or None)
-    if request.method == "POST" and form.is_valid():
-        data = form.cleaned_data
-        try:
-            version, repriced = price_add(
-                flavor=data["flavor"],
-                valid_from=data["valid_from"],
-                price_per_hour=data["price_per_hour"],
-            )
-        except ValidationError as exc:
-            _form_errors(form, exc)
-        else:
-            messages.success(
-                request,
-                f"{version.flavor.name}: {version.price_per_hour} {settings.CURRENCY} per "
-                f"unit-hour from {version.valid_from:%Y-%m-%d %H:%M} UTC; {repriced} "
-                f"run{'s' if repriced != 1 else ''} priced again.",
-            )
-            return redirect("billing-prices")
-    context = {
-        "form": form,
-        "table": tables.prices_table(reads.price_history(), timezone.now()),
-        **_common(),
-    }
-    return render(request, "billing/admin/prices.html", context, status=400 if form.errors else 200)
-
-
-@staff_page
-def billing_prices_csv(request: HttpRequest) -> HttpResponseBase:
-    return tables.csv_response(
-        tables.prices_table(reads.price_history(), timezone.now()), "flavor-prices.csv"
-    )
 
 
 # Periods
@@ -430,6 +346,6 @@ def billing_period(request: HttpRequest, month: str, action: str) -> HttpRespons
         "total": reads.month_usage(rows),
         "projects": len(rows),
         "error": error,
-        **_common(),
+        **common_context(),
     }
     return render(request, "billing/admin/period.html", context, status=400 if error else 200)

@@ -3,6 +3,7 @@ usage API are billing/team_urls.py."""
 
 from django.urls import path, register_converter
 
+from controlpanel.billing import admin_prices
 from controlpanel.billing import admin_views as views
 
 
@@ -46,8 +47,8 @@ P = f"{M}/p/<slug:slug>"
 urlpatterns = [
     path("billing/", views.billing_month, name="billing"),
     path("billing/projects.csv", views.billing_month_csv, name="billing-csv"),
-    path("billing/prices/", views.billing_prices, name="billing-prices"),
-    path("billing/prices.csv", views.billing_prices_csv, name="billing-prices-csv"),
+    path("billing/prices/", admin_prices.billing_prices, name="billing-prices"),
+    path("billing/prices.csv", admin_prices.billing_prices_csv, name="billing-prices-csv"),
     path(f"{M}/<billing_action:action>/", views.billing_period, name="billing-period"),
     path(f"{P}/", views.billing_project, name="billing-project"),
     path(f"{P}/<billing_table:table>.csv", views.billing_project_csv, name="billing-project-csv"),
