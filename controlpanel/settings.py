@@ -559,6 +559,22 @@ CELERY_BEAT_SCHEDULE["dashboards-rollup"] = {
     "schedule": float(DASHBOARD_ROLLUP_SECONDS),
     "options": {"expires": float(DASHBOARD_ROLLUP_SECONDS)},
 }
+# GPU utilisation by pod from a Prometheus that scrapes NVIDIA's DCGM exporter (its base URL,
+# http(s)://host:port[/prefix]; empty: the pages say "no data"). DCGM_METRIC: the exporter's
+# DCGM_FI_DEV_GPU_UTIL (percent) or DCGM_FI_PROF_GR_ENGINE_ACTIVE (a ratio, shown as percent).
+DCGM_PROMETHEUS_URL = (env_str("DCGM_PROMETHEUS_URL") or "").rstrip("/")
+if DCGM_PROMETHEUS_URL and (
+    urlsplit(DCGM_PROMETHEUS_URL).scheme not in ("http", "https")
+    or not urlsplit(DCGM_PROMETHEUS_URL).hostname
+):
+    raise ImproperlyConfigured(
+        f"DCGM_PROMETHEUS_URL: {DCGM_PROMETHEUS_URL!r} is not an http(s) URL such as "
+        "http://prometheus.monitoring:9090."
+    )
+DCGM_METRIC = env_choice(
+    "DCGM_METRIC", "DCGM_FI_DEV_GPU_UTIL", ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_PROF_GR_ENGINE_ACTIVE")
+)
+DCGM_TIMEOUT_SECONDS = env_int("DCGM_TIMEOUT_SECONDS", 3, minimum=1)
 CELERY_BEAT_SCHEDULE["jobs-sweep"] = {
     "task": "controlpanel.workloads.tasks.jobs_sweep",
     "schedule": float(JOB_SWEEP_SECONDS),

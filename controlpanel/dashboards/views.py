@@ -21,6 +21,7 @@ from controlpanel.core.htmx import wants_fragment
 from controlpanel.dashboards import capacity, selectors
 from controlpanel.dashboards.filters import RANGES, DashboardFilters, dashboard_filters
 from controlpanel.dashboards.selectors import Scope, Usage
+from controlpanel.dashboards.utilisation import Utilisation, dashboard_utilisation
 from controlpanel.projects.access import ProjectRequest, page_login_required, project_view
 from controlpanel.workloads.backend import get_backend
 
@@ -36,19 +37,27 @@ def _tables(scope: Scope, f: DashboardFilters, usage: Usage) -> dict[str, list[d
     }
 
 
+def _with_utilisation(rows: list[dict[str, Any]], found: Utilisation) -> list[dict[str, Any]]:
+    """Each row's mean GPU utilisation over the range (None: no data)."""
+    return [row | {"utilisation": found.of(row["id"])} for row in rows]
+
+
 def _context(scope: Scope, f: DashboardFilters) -> dict[str, Any]:
     usage = Usage(scope, f)
+    utilisation = dashboard_utilisation(scope, f)
+    tables = _tables(scope, f, usage)
+    tables["top"] = _with_utilisation(tables["top"], utilisation["found"])
     return {
         "scope": scope,
         "f": f,
         "headline": selectors.headline(scope, f, usage),
         "spend": selectors.month_spend(scope),
         "charts": selectors.charts(scope, f, usage),
-        "tables": _tables(scope, f, usage),
+        "tables": tables,
         "rolled_up_at": selectors.rolled_up_at(f),
         "now": timezone.now(),
         "refresh_s": REFRESH_SECONDS,
-        "utilisation": None,  # no DCGM source configured: the page says "no data"
+        "utilisation": utilisation,
     }
 
 
@@ -121,7 +130,17 @@ def _columns(*names: str) -> list[tuple[str, str]]:
 
 
 COLUMNS: dict[str, list[tuple[str, str]]] = {
-    "top": _columns("project", "id", "name", "kind", "owner", "flavor", "gpu_hours", "cost"),
+    "top": _columns(
+        "project",
+        "id",
+        "name",
+        "kind",
+        "owner",
+        "flavor",
+        "gpu_hours",
+        "cost",
+        "gpu_util_percent:utilisation",
+    ),
     "waiting": _columns(
         "position",
         "project",
@@ -188,7 +207,8 @@ def _tables_one(
     scope: Scope, f: DashboardFilters, usage: Usage, table: str
 ) -> list[dict[str, Any]]:
     if table == "top":
-        return selectors.top_by_cost(scope, f, usage)
+        found = dashboard_utilisation(scope, f)["found"]
+        return _with_utilisation(selectors.top_by_cost(scope, f, usage), found)
     if table == "waiting":
         return selectors.waiting_now(scope, f)
     if table == "idle":

@@ -22,6 +22,7 @@ from django.views.decorators.http import require_POST
 
 from controlpanel.buckets.selectors import buckets_for_project
 from controlpanel.core.htmx import wants_fragment
+from controlpanel.dashboards.utilisation import workload_utilisation
 from controlpanel.flavors.models import Flavor
 from controlpanel.projects.access import ProjectRequest, project_view
 from controlpanel.workloads import notebooks, selectors
@@ -159,6 +160,7 @@ def _detail_context(notebook: Notebook) -> dict[str, Any]:
         "cost": selectors.workload_cost_estimate(workload=notebook),
         "hourly": selectors.hourly_price(flavor=notebook.flavor, units=notebook.gpu),
         "queue_position": selectors.queue_position(job=notebook),
+        "utilisation": workload_utilisation(notebook) if notebook.flavor.is_gpu else None,
         "changing": notebook.state in CHANGING,
         "idle_limit": notebook.project.notebook_idle_minutes,
     } | _idle(notebook)

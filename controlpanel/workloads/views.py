@@ -21,6 +21,7 @@ from django_htmx.http import HttpResponseClientRedirect
 from controlpanel.api.pagination import MAX_OFFSET
 from controlpanel.buckets.selectors import buckets_for_project
 from controlpanel.core.htmx import wants_fragment
+from controlpanel.dashboards.utilisation import workload_utilisation
 from controlpanel.flavors.models import Flavor
 from controlpanel.projects.access import ProjectRequest, project_view
 from controlpanel.workloads import logs, selectors, services
@@ -154,6 +155,7 @@ def _detail_context(job: Job) -> dict[str, Any]:
         "cost": selectors.job_cost_estimate(job=job),
         "hourly": selectors.hourly_price(flavor=job.flavor, units=job.gpu),
         "queue_position": selectors.queue_position(job=job),
+        "utilisation": workload_utilisation(job) if job.flavor.is_gpu else None,
     }
 
 

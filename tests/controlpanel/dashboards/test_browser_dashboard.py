@@ -81,7 +81,9 @@ def test_dashboard_and_training_curve_draw_under_the_csp(
     expect(drawn).to_have_count(5)
     expect(page.locator("[data-testid=running]")).to_have_text("0")
     expect(page.locator("[data-testid=table-waiting]")).to_contain_text("over the GPU quota")
-    expect(page.locator("[data-testid=idle-gpu-hours]")).to_have_text("no data")
+    expect(page.locator("[data-testid=idle-gpu-hours]")).to_contain_text(
+        "no DCGM source configured (DCGM_PROMETHEUS_URL)"
+    )
     # Something changes; the numbers part swaps itself in (htmx), the charts are drawn again.
     _job(project, owner, "new", state=JobState.RUNNING, started_at=timezone.now())
     page.evaluate("document.dispatchEvent(new Event('visibilitychange'))")
