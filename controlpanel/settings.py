@@ -502,6 +502,10 @@ APP_TLS_SECRET = env_str("APP_TLS_SECRET") or ""
 APP_INGRESS_CLASS = env_str("APP_INGRESS_CLASS") or "nginx"
 APP_KEDA = env_bool("APP_KEDA", False)
 APP_MODEL_GIB = env_int("APP_MODEL_GIB", 20, minimum=1)
+# Where KEDA reads an app's request rate (ingress-nginx's metrics in Prometheus).
+APP_PROMETHEUS_URL = (
+    env_str("APP_PROMETHEUS_URL") or "http://prometheus-operated.monitoring.svc:9090"
+)
 CURRENCY = env_str("CURRENCY") or "EUR"
 # Tax on invoices, in percent of the billed amount (shown on the billing pages and invoices).
 BILLING_TAX_RATE = env_percent("BILLING_TAX_RATE", "0")

@@ -290,6 +290,8 @@ class NotebookRequest:
         return tuple(v for v in self.volumes if v.mode in (Mode.RW, Mode.RWD))
 
 
+# Where KEDA asks Prometheus for an app's request rate (ingress-nginx's metrics).
+DEFAULT_PROMETHEUS_URL = "http://prometheus-operated.monitoring.svc:9090"
 # Where an app's weights are pulled to (read-only) before its server starts.
 APP_MODEL_PATH = "/workspace/model"
 APP_ADAPTER_PATH = "/workspace/adapter"
@@ -322,7 +324,8 @@ class AppRequest:
     None means the image's) answers the OpenAI API on `port`, ready when `probe_path` does.
     It is served at `https://{host}{path}` behind ingress-nginx, which asks `auth_url` (a
     panel endpoint that checks the caller's project API token, unless `public`).
-    `served_name` is the model's id in the API.
+    `served_name` is the model's id in the API. `prometheus_url` is where KEDA (`keda`) reads
+    the request rate that scales the app (and wakes it from zero).
     """
 
     id: str
@@ -356,6 +359,7 @@ class AppRequest:
     image_pull_secrets: tuple[str, ...] = ()
     sync_image: str | None = None
     model_gib: int = 20
+    prometheus_url: str = DEFAULT_PROMETHEUS_URL
 
     def __post_init__(self) -> None:
         _tuplify(self, "volumes", "image_pull_secrets")

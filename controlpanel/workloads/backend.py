@@ -158,6 +158,7 @@ def app_request(app: Workload) -> AppRequest:
         image_pull_secrets=settings.KUBERNETES_IMAGE_PULL_SECRETS,
         sync_image=settings.AJUSTE_SYNC_IMAGE,
         model_gib=settings.APP_MODEL_GIB,
+        prometheus_url=settings.APP_PROMETHEUS_URL,
     )
 
 

@@ -58,8 +58,7 @@ BASE_SUFFIX = "-base"
 # autoscaling/v2 `Pods` metric for a requests-per-second target without KEDA: served by a
 # custom metrics adapter (prometheus-adapter) from the ingress controller's request counts.
 RPS_METRIC = "ajuste_app_requests_per_second"
-# KEDA's Prometheus trigger: where Prometheus answers, and how long its poll and cool-down are.
-PROMETHEUS_URL = "http://prometheus-operated.monitoring.svc:9090"
+# KEDA's Prometheus trigger: how long its poll and cool-down are.
 KEDA_POLLING_S = 15
 KEDA_COOLDOWN_S = 300
 # A trigger that only wakes an app scaled to zero (any request counts) and keeps one replica
@@ -286,7 +285,7 @@ def _requests_trigger(app: AppRequest, threshold: str) -> Manifest:
         "type": "prometheus",
         "metricType": "AverageValue",
         "metadata": {
-            "serverAddress": PROMETHEUS_URL,
+            "serverAddress": app.prometheus_url,
             "query": requests_query(app),
             "threshold": threshold,
             "activationThreshold": "0",

@@ -433,6 +433,9 @@ def test_keda_on_cpu_wakes_on_a_request_when_scaled_to_zero(app_request: AppRequ
     assert triggers[0] == {"type": "cpu", "metricType": "Utilization", "metadata": {"value": "60"}}
     assert [t["type"] for t in triggers] == ["cpu", "prometheus"]
     assert triggers[1]["metadata"]["threshold"] == "1000000"
+    elsewhere = replace(app_request, keda=True, scaling=scaling, prometheus_url="http://prom:9090")
+    woken = make_app_scaled_object(app=elsewhere)["spec"]["triggers"][1]
+    assert woken["metadata"]["serverAddress"] == "http://prom:9090"
     one = replace(scaling, min_replicas=1)
     only_cpu = make_app_scaled_object(app=replace(app_request, keda=True, scaling=one))
     assert [t["type"] for t in only_cpu["spec"]["triggers"]] == ["cpu"]
