@@ -36,14 +36,14 @@ class Rate:
 @lru_cache(maxsize=64)
 def parse_rate(text: str) -> Rate | None:
     """`N/unit` or `N/<k><unit>` ("1200/min", "20/s", "5000/hour", "100/10s"), unit one of
-    s, sec, second, m, min, minute, h, hour, d, day (plural s allowed); `off` is no limit.
-    Anything else is a ValueError that says what is accepted."""
+    s, sec, second, m, min, minute, h, hour, d, day (the words also with a plural s); `off`
+    is no limit. Anything else is a ValueError that says what is accepted."""
     value = text.strip().lower()
     if value == OFF:
         return None
     match = _RATE_RE.fullmatch(value)
     unit = match["unit"] if match else ""
-    if unit not in UNITS and unit.endswith("s") and unit[:-1] in UNITS:
+    if unit not in UNITS and unit.endswith("s") and len(unit[:-1]) > 1 and unit[:-1] in UNITS:
         unit = unit[:-1]
     if match is None or unit not in UNITS:
         raise ValueError(

@@ -46,7 +46,8 @@ def test_rates_parse_exactly(text: str, rate: Rate | None) -> None:
 @pytest.mark.parametrize(
     "text",
     ["", "1200", "1200/", "/min", "0/min", "1200/0s", "-1/min", "1.5/min", "1200/ min",
-     "1200/fortnight", "1200/mins/s", "12 00/min", "1200/minute!", "1e3/min", "none"],
+     "1200/fortnight", "1200/ss", "1200/hs", "1200/mins/s", "12 00/min", "1200/minute!",
+     "1e3/min", "none"],
 )  # fmt: skip
 def test_anything_else_is_refused_saying_what_is_accepted(text: str) -> None:
     with pytest.raises(ValueError, match=r"rate|at least 1"):
