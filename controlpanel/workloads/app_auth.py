@@ -16,6 +16,7 @@ apps of a project the token's user is not in all answer 404 alike (nothing is re
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from urllib.parse import unquote, urlsplit
@@ -26,6 +27,7 @@ from django.views.decorators.csrf import csrf_exempt
 
 from controlpanel.accounts.services import token_authenticate
 from controlpanel.projects.access import project_access
+from controlpanel.workloads import app_stats
 from controlpanel.workloads.app_services import SERVING, AppConfig, app_path
 from controlpanel.workloads.models import App
 
@@ -119,7 +121,9 @@ def _loopback(url: str) -> bool:
 def app_proxy(
     request: HttpRequest, slug: str, app_id: uuid.UUID, rest: str = ""
 ) -> HttpResponse | StreamingHttpResponse:
-    """The app's URL on the local backend (see the module's docstring)."""
+    """The app's URL on the local backend (see the module's docstring). Each forwarded
+    request is counted in the app's figures (app_stats) once its answer is relayed."""
+    began = time.perf_counter()
     app = _app(slug, app_id)
     status, why = app_caller(app, request.headers.get("Authorization", ""))
     if status != 200 or app is None:
@@ -139,8 +143,9 @@ def app_proxy(
     try:
         answer = client.send(upstream, stream=True)
     except httpx.HTTPError:
+        app_stats.record(app_id=app.pk, status=502, seconds=time.perf_counter() - began)
         return _error(502, "The app's server did not answer.", "unavailable")
-    response = StreamingHttpResponse(_relay(answer), status=answer.status_code)
+    response = StreamingHttpResponse(_relay(answer, app.pk, began), status=answer.status_code)
     for name in PASSED_BACK:
         if name in answer.headers:
             response[name] = answer.headers[name]
@@ -148,11 +153,17 @@ def app_proxy(
     return response
 
 
-def _relay(answer: httpx.Response) -> Iterator[bytes]:
+def _relay(answer: httpx.Response, app_id: uuid.UUID, began: float) -> Iterator[bytes]:
+    """The server's answer, as it comes; counted when it ends (or the caller went away)."""
+    status = answer.status_code
     try:
         yield from answer.iter_raw()
+    except httpx.HTTPError:
+        status = 502  # the server broke off mid-answer
+        raise
     finally:
         answer.close()
+        app_stats.record(app_id=app_id, status=status, seconds=time.perf_counter() - began)
 
 
 def app_auth(request: HttpRequest, app_id: uuid.UUID) -> HttpResponse:

@@ -20,7 +20,7 @@ from controlpanel.core.htmx import wants_fragment
 from controlpanel.flavors.models import Flavor
 from controlpanel.projects.access import ProjectRequest, project_view
 from controlpanel.workloads import app_services as apps
-from controlpanel.workloads import app_try, selectors
+from controlpanel.workloads import app_stats, app_try, selectors
 from controlpanel.workloads.logpage import log_tail
 from controlpanel.workloads.models import App, AppState, Job, JobState
 from controlpanel.workloads.views import LOG_TAIL, log_context, log_download, log_lines
@@ -156,6 +156,7 @@ def _detail_context(app: App) -> dict[str, Any]:
         "cost": selectors.workload_cost_estimate(workload=app),
         "hourly": selectors.hourly_price(flavor=app.flavor, units=app.gpu),
         "changing": app.state in CHANGING,
+        "figures": app_stats.figures(app_id=app.pk),
     }
 
 
