@@ -162,7 +162,7 @@ def idle_gpu_hours(
 def dashboard_utilisation(scope: Scope, f: DashboardFilters) -> dict[str, Any]:
     """The dashboard's figures over its range and filters: utilisation by workload (for the
     top-workloads table), the idle GPU-hours and the mean utilisation of the GPU-hours whose
-    utilisation is known, and why there is none."""
+    utilisation is known, the same by project, and why there is none."""
     if scope.project is not None:
         namespaces = [scope.project.namespace]
     else:
@@ -171,20 +171,37 @@ def dashboard_utilisation(scope: Scope, f: DashboardFilters) -> dict[str, Any]:
         ]
     found = utilisation_read(namespaces=namespaces, start=f.start, end=f.end)
     hours: dict[Any, float] = defaultdict(float)
+    by_project: dict[str, dict[Any, float]] = defaultdict(lambda: defaultdict(float))
     if found.by_workload:
         days = WorkloadDay.objects.filter(
             day__gte=f.first,
             day__lte=f.last,
             workload__in=workloads(scope, f).filter(pk__in=list(found.by_workload)),
         )
-        for workload_id, seconds in days.values_list("workload_id", "gpu_seconds"):
+        rows = days.values_list("workload_id", "project__slug", "gpu_seconds")
+        for workload_id, slug, seconds in rows:
             hours[str(workload_id)] += seconds / 3600
+            by_project[slug][str(workload_id)] += seconds / 3600
     idle, known, percent = idle_gpu_hours(hours, found)
     problem = found.problem or ("" if known else "no utilisation samples for the range's work")
+    projects = []
+    for slug, its_hours in sorted(by_project.items()):
+        p_idle, p_known, p_percent = idle_gpu_hours(its_hours, found)
+        if not p_known:
+            continue
+        projects.append(
+            {
+                "project": slug,
+                "percent": p_percent,
+                "idle_gpu_hours": p_idle,
+                "known_gpu_hours": p_known,
+            }
+        )
     return {
         "found": found,
         "idle_gpu_hours": idle,
         "known_gpu_hours": known,
         "percent": percent,
+        "projects": projects,
         "problem": problem,
     }

@@ -211,6 +211,51 @@ def test_utilisation_per_workload_and_idle_gpu_hours(
     }
 
 
+def test_every_projects_view_has_utilisation_by_project(
+    work: dict[str, Workload],
+    owner: Any,
+    other_project: Project,
+    flavor: Flavor,
+    admin_user: Any,
+    prometheus: FakePrometheus,
+) -> None:
+    theirs = _ran(other_project, owner, flavor, "theirs", Kind.JOB, 3)  # 2 GPUs x 3 h
+    today = timezone.now().astimezone(UTC).date()
+    days_rebuild([today - timedelta(days=n) for n in range(2)])
+    prometheus.answer = (
+        200,
+        _vector(
+            [
+                ("ajuste-alpha", f"job-{work['job'].pk}-r1-x7k2p", 50.0),
+                ("ajuste-beta", f"job-{theirs.pk}-r1-a1b2c", 90.0),
+            ]
+        ),
+    )
+    response = logged_in(admin_user).get("/dashboard/?range=7d")
+    figures = response.context["utilisation"]
+    assert figures["projects"] == [
+        {
+            "project": "alpha",
+            "percent": 50.0,
+            "idle_gpu_hours": pytest.approx(2.0),
+            "known_gpu_hours": pytest.approx(4.0),
+        },
+        {
+            "project": "beta",
+            "percent": 90.0,
+            "idle_gpu_hours": pytest.approx(0.6),
+            "known_gpu_hours": pytest.approx(6.0),
+        },
+    ]
+    assert figures["idle_gpu_hours"] == pytest.approx(2.6)
+    assert 'namespace=~"ajuste\\-alpha|ajuste\\-beta"' in prometheus.queries[-1]["query"][0]
+    assert 'data-testid="table-utilisation"' in response.content.decode()
+    # A project's own view has no such table and sees only its namespace.
+    mine = logged_in(owner).get("/p/alpha/dashboard/?range=7d")
+    assert [p["project"] for p in mine.context["utilisation"]["projects"]] == ["alpha"]
+    assert 'data-testid="table-utilisation"' not in mine.content.decode()
+
+
 def test_the_workload_pages_show_their_own_utilisation(
     work: dict[str, Workload], owner: Any, prometheus: FakePrometheus, settings: Any
 ) -> None:
