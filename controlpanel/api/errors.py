@@ -8,6 +8,7 @@ from typing import Any
 
 from django.core import signals
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db import DataError
 from django.http import HttpRequest, HttpResponse, HttpResponsePermanentRedirect, JsonResponse
 from django.urls import Resolver404, resolve
 from django.views.decorators.csrf import csrf_exempt
@@ -18,12 +19,17 @@ from rest_framework.views import exception_handler as drf_exception_handler
 log = logging.getLogger(__name__)
 
 SERVER_ERROR = {"detail": "Server error: the failure is in the server's log."}
+NUL_ERROR = "Text may not contain the NUL character (\\u0000)."
 
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     if isinstance(exc, DjangoValidationError):
         detail = exc.message_dict if hasattr(exc, "error_dict") else {"detail": exc.messages}
         exc = exceptions.ValidationError(detail)
+    if isinstance(exc, DataError) and "NUL" in str(exc):
+        # A NUL character reached PostgreSQL, which stores none in text: the caller's input (the
+        # fields that are checked say which one; this is for the rest: paths, query parameters).
+        exc = exceptions.ParseError(NUL_ERROR)
     response = drf_exception_handler(exc, context)
     if response is None:
         request = context["request"]

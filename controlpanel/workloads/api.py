@@ -140,6 +140,10 @@ JobCreateSerializer = type(
 # A refused submission: every problem under its key (`volumes.0`, `env.HF_TOKEN`, ...).
 SUBMISSION_ERRORS = {
     "type": "object",
+    "description": "Messages by key; a body that is not JSON has one message under `detail`.",
+    "properties": {
+        "detail": {"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]}
+    },
     "additionalProperties": {"type": "array", "items": {"type": "string"}},
 }
 

@@ -148,7 +148,8 @@ def _flavor(name: Any) -> Flavor:
         return name
     if not name or not isinstance(name, str):
         raise ValidationError("Choose a flavor.")
-    flavor = Flavor.objects.filter(name=name, enabled=True).first()
+    # PostgreSQL refuses NUL in text: such a name is no flavor's.
+    flavor = None if "\x00" in name else Flavor.objects.filter(name=name, enabled=True).first()
     if flavor is None:
         raise ValidationError(f"Unknown flavor {name!r}; `ajuste flavor list` shows them.")
     return flavor

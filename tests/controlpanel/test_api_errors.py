@@ -142,3 +142,40 @@ def test_log_paging_parameters_out_of_range_are_a_400(
     )
     response = owner_api.get(f"/api/v1/jobs/{job.pk}/logs/?project=alpha&{query}")
     assert (response.status_code, response.json()) == (400, message)
+
+
+# Found by the API fuzzer (tests/controlpanel/test_api_fuzz.py): PostgreSQL stores no NUL in
+# text, and a NUL that reached a query answered a 500.
+@pytest.mark.parametrize("path", ["/api/v1/jobs/", "/api/v1/notebooks/"])
+def test_a_nul_in_a_flavor_name_is_a_keyed_400(owner_api: APIClient, path: str) -> None:
+    from controlpanel.workloads.models import Job, Notebook
+
+    body = {"flavor": "ai1-1-cpu\x00", "image": "x/y:1"}
+    response = owner_api.post(f"{path}?project=alpha", body, format="json")
+    assert response.status_code == 400, response.content
+    assert response.json()["flavor"] == [
+        "Unknown flavor 'ai1-1-cpu\\x00'; `ajuste flavor list` shows them."
+    ]
+    assert not Job.objects.exists() and not Notebook.objects.exists()
+
+
+def test_a_nul_that_reaches_the_database_elsewhere_is_a_400(owner_api: APIClient) -> None:
+    response = owner_api.get("/api/v1/jobs/", {"project": "alpha\x00"})
+    assert response.status_code == 400, response.content
+    assert response.json() == {"detail": "Text may not contain the NUL character (\\u0000)."}
+
+
+@pytest.mark.parametrize("path", ["/api/v1/jobs/", "/api/v1/notebooks/"])
+def test_a_body_that_is_not_json_answers_as_the_schema_says(
+    owner_api: APIClient, path: str
+) -> None:
+    """The 400 of a submission was declared as messages by key only; a body that is not JSON
+    answers `{"detail": "JSON parse error ..."}`, which the schema now declares too."""
+    from tests.controlpanel.test_api_schema import Schema
+
+    url = f"{path}?project=alpha"
+    schema = Schema(owner_api.get("/api/schema/?format=json").json())
+    response = owner_api.post(url, b"not json", content_type="application/json")
+    assert response.status_code == 400
+    assert response.json()["detail"].startswith("JSON parse error")
+    schema.check("post", url, response)
