@@ -279,18 +279,6 @@ def cpu_seconds(procs: dict[str, Any]) -> dict[str, float]:
     return result
 
 
-def postgres_processes() -> Any:
-    import psutil
-
-    for proc in psutil.process_iter(["name", "cmdline"]):
-        if proc.info["name"] in ("postgres", "postmaster") and proc.ppid() in (0, 1):
-            return proc
-    for proc in psutil.process_iter(["name"]):
-        if proc.info["name"] in ("postgres", "postmaster"):
-            return proc.parents()[-1] if proc.parents() else proc
-    return None
-
-
 def report(prefix: Path, duration: float) -> dict[str, Any]:
     rows = list(csv.DictReader((prefix.parent / f"{prefix.name}_stats.csv").open()))
     print(f"{'page':<28} {'requests':>9} {'failures':>9} {'p50 ms':>7} {'p95 ms':>7} {'req/s':>7}")
@@ -310,7 +298,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--duration", type=int, default=300, help="seconds of load (300)")
     parser.add_argument("--users", type=int, default=100, help="browsing members (100)")
+    parser.add_argument(
+        "--costs-only",
+        action="store_true",
+        help="only each page's CPU and queries per request, on the database the last run left",
+    )
     args = parser.parse_args()
+    if args.costs_only:
+        return page_costs()
     import psutil
 
     from tests.fixtures.k8s_emulator import EmulatedCluster
@@ -357,15 +352,12 @@ def main() -> None:
             str(prefix),
             "--only-summary",
             "--stop-timeout",
-            "15",
+            "60",  # let the requests in flight at the end answer
             "--loglevel",
             "WARNING",
         ]
         names = ["web", "worker", "notifier", "beat", "watcher"]
         watched = {name: psutil.Process(proc.pid) for name, proc in zip(names, procs, strict=True)}
-        postgres = postgres_processes()
-        if postgres:
-            watched["postgres (all databases)"] = postgres
         watched["bench (emulator, feeder)"] = psutil.Process()
         load_before = os.getloadavg()
         cpu_before = cpu_seconds(watched)
@@ -427,6 +419,58 @@ def main() -> None:
                 proc.kill()
         cluster.close()
     print(f"(process logs and locust CSVs in {logs})")
+    page_costs()
+
+
+def page_costs(tries: int = 30) -> None:
+    """CPU milliseconds (median of `tries`, this process) and database queries of one request to
+    each page, through Django's test client on the database the load left: what the web
+    process spends per request whatever else shares the machine."""
+    import statistics
+
+    import django
+
+    django.setup()
+    from django.db import connection
+    from django.test import Client
+    from django.test.utils import CaptureQueriesContext
+
+    from controlpanel.accounts.models import User
+    from controlpanel.workloads.models import Job, JobState
+
+    client = Client(HTTP_HOST="127.0.0.1")
+    client.force_login(User.objects.get(username="member0"))
+    project = "/p/load-0"
+    done = Job.objects.filter(project__slug="load-0", state=JobState.DONE).first()
+    live = Job.objects.filter(project__slug="load-0", name__startswith="bench-").first()
+    assert done is not None and live is not None
+    htmx = {"HTTP_HX_REQUEST": "true"}
+    pages = {
+        "job list": (f"{project}/jobs/", {}),
+        "job detail": (f"{project}/jobs/{done.pk}/", {}),
+        "job detail (running)": (f"{project}/jobs/{live.pk}/", {}),
+        "log poll (htmx)": (f"{project}/jobs/{live.pk}/logs/?after={live.log_lines}", htmx),
+        "job status poll (htmx)": (f"{project}/jobs/{live.pk}/status/", htmx),
+        "bucket list": (f"{project}/buckets/", {}),
+        "notebook list": (f"{project}/notebooks/", {}),
+        "project dashboard": (f"{project}/dashboard/", {}),
+        "project home": (f"{project}/", {}),
+    }
+    print(f"{'page':<28} {'CPU ms':>7} {'queries':>8} {'KiB':>6}")
+    for name, (url, headers) in pages.items():
+        spent = []
+        for _ in range(tries):
+            started = time.process_time()
+            with CaptureQueriesContext(connection) as queries:
+                response = client.get(url, **headers)
+            spent.append((time.process_time() - started) * 1000)
+            assert response.status_code == 200, (url, response.status_code)
+        print(
+            f"{name:<28} {statistics.median(spent):>7.1f} {len(queries):>8} "
+            f"{len(response.content) / 1024:>6.1f}"
+        )
+    token = Job.objects.filter(name__startswith="load-").count()
+    print(f"(jobs in the database: {Job.objects.count()}, of which submitted by the load: {token})")
 
 
 def _cookie_name() -> str:

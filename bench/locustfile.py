@@ -41,7 +41,7 @@ def fetch(user: Browser, url: str, name: str, headers: dict[str, str] | None = N
         catch_response=True,
     ) as response:
         if response.status_code != 200:
-            response.failure(f"{response.status_code} for {url}")
+            response.failure(f"{response.status_code} for {url}: {response.error or ''}")
             return ""
         response.success()
         return response.text or ""
@@ -134,6 +134,7 @@ class Submitter(FastHttpUser):
             catch_response=True,
         ) as response:
             if response.status_code != 201:
-                response.failure(f"{response.status_code}: {(response.text or '')[:200]}")
+                reason = response.error or (response.text or "")[:200]
+                response.failure(f"{response.status_code}: {reason}")
             else:
                 response.success()
