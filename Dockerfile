@@ -41,4 +41,4 @@ RUN DEBUG=0 SECRET_KEY=build-only STATIC_MANIFEST=1 python manage.py collectstat
 USER 10001
 EXPOSE 8000
 CMD ["gunicorn", "controlpanel.wsgi:application", "--bind", "0.0.0.0:8000", "--workers", "3", \
-     "--threads", "8", "--access-logfile", "-"]
+     "--threads", "8", "--access-logfile", "-", "--keep-alive", "75"]

@@ -214,6 +214,8 @@ def start_processes(cluster_url: str, port: int, logs: Path) -> list[subprocess.
             "-",
             "--timeout",
             "120",
+            "--keep-alive",
+            "75",
         ],
         "worker": [
             *celery,
