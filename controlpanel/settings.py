@@ -62,6 +62,7 @@ INSTALLED_APPS = [
     "controlpanel.workloads",
     "controlpanel.billing",
     "controlpanel.dashboards",
+    "controlpanel.audit",
     "controlpanel.api",
 ]
 
@@ -83,6 +84,8 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # The request being served, for the audit log's actor, address and request id.
+    "controlpanel.audit.log.AuditRequestMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",

@@ -20,5 +20,6 @@ urlpatterns = [
     path("", include("controlpanel.dashboards.urls")),
     path("", include("controlpanel.billing.urls")),
     path("", include("controlpanel.billing.team_urls")),
+    path("", include("controlpanel.audit.urls")),
     path("", include("controlpanel.api.urls")),
 ]

@@ -24,6 +24,7 @@ from django.db import IntegrityError, transaction
 from django.urls import reverse
 from django.utils import timezone
 
+from controlpanel import audit
 from controlpanel.accounts.models import Invitation, hash_token
 from controlpanel.projects.access import ProjectAccess
 from controlpanel.projects.models import Membership, Role
@@ -98,6 +99,15 @@ def invitation_create(*, access: ProjectAccess, by: Any, email: str, role: str) 
         if Membership.objects.filter(project=project, user=user).exists():
             raise ValidationError({"email": f"{user.username} ({email}) is already a member."})
         membership = Membership.objects.create(project=project, user=user, role=role)
+        audit.record(
+            "member.add",
+            actor=by,
+            project=project,
+            target=membership,
+            user=user.username,
+            role=role,
+            via="invitation",
+        )
         mail_now(
             user.email,
             f"[Ajuste] You were added to {project.name}",
@@ -117,6 +127,9 @@ def invitation_create(*, access: ProjectAccess, by: Any, email: str, role: str) 
         digest=hash_token(raw),
         invited_by=by,
         expires_at=now + timedelta(days=settings.INVITATION_DAYS),
+    )
+    audit.record(
+        "invitation.create", actor=by, project=project, target=invitation, email=email, role=role
     )
     mail_now(
         email,
@@ -156,6 +169,13 @@ def invitation_revoke(*, access: ProjectAccess, invitation: Invitation) -> None:
         raise ValidationError(
             f"The invitation to {invitation.email} is already {_state(invitation)}."
         )
+    audit.record(
+        "invitation.revoke",
+        actor=None,
+        project=access.project,
+        target=invitation,
+        email=invitation.email,
+    )
 
 
 def _state(invitation: Invitation) -> str:

@@ -24,6 +24,7 @@ from django.utils import timezone
 from django.utils.encoding import force_bytes
 from django.utils.http import urlsafe_base64_encode
 
+from controlpanel import audit
 from controlpanel.accounts.invitations import mail_now
 from controlpanel.accounts.models import ApiToken
 from controlpanel.projects.models import Membership, Project, Role
@@ -129,6 +130,7 @@ def user_deactivate(*, by: Any, user: Any) -> None:
     user.is_active = False
     ApiToken.objects.filter(user=user, revoked_at=None).update(revoked_at=timezone.now())
     end_sessions(user)
+    audit.record("user.deactivate", actor=by, target=user, username=user.username)
     log.info("%s deactivated %s", by, user)
 
 

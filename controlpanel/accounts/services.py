@@ -6,6 +6,7 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
+from controlpanel import audit
 from controlpanel.accounts.models import TOKEN_PREFIX, ApiToken, hash_token, new_raw_token
 from controlpanel.core.validators import validate_visible_name
 
@@ -50,12 +51,14 @@ def token_create(
         expires_at=expires_at,
         parent=parent,
     )
+    audit.record("token.create", actor=user, target=token, name=name, expires_at=expires_at)
     return token, raw
 
 
 def token_revoke(*, token: ApiToken) -> None:
     """Revoke the token and every token made with it, and with those, and so on."""
     now = timezone.now()
+    audit.record("token.revoke", actor=None, target=token, name=token.name, owner=token.user_id)
     ids = [token.pk]
     while ids:
         ApiToken.objects.filter(pk__in=ids, revoked_at=None).update(revoked_at=now)

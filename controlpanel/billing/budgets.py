@@ -22,6 +22,7 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from controlpanel import audit
 from controlpanel.billing.models import BudgetAlert
 from controlpanel.billing.rules import month_of
 from controlpanel.billing.selectors import Total
@@ -153,6 +154,14 @@ def budget_set(*, access: ProjectAccess, amount: Any, stops_running: bool) -> Pr
     project.monthly_budget = budget
     project.budget_stops_running = bool(stops_running)
     project.save(update_fields=["monthly_budget", "budget_stops_running"])
+    audit.record(
+        "budget.set",
+        actor=None,
+        project=project,
+        target=project,
+        amount=budget,
+        stops_running=project.budget_stops_running,
+    )
     return project
 
 

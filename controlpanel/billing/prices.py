@@ -17,6 +17,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from controlpanel import audit
 from controlpanel.billing.models import Period, PeriodState
 from controlpanel.billing.rules import month_of
 from controlpanel.billing.services import run_record
@@ -65,6 +66,14 @@ def price_add(
             )
         version = FlavorPrice.objects.create(
             flavor=flavor, valid_from=valid_from, price_per_hour=price_per_hour
+        )
+        audit.record(
+            "price.add",
+            actor=None,
+            target=version,
+            flavor=flavor.name,
+            valid_from=valid_from,
+            price_per_hour=price_per_hour,
         )
         runs = (
             JobRun.objects.filter(flavor=flavor)

@@ -27,6 +27,7 @@ from django.db import connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
+from controlpanel import audit
 from controlpanel.billing.models import Line, Meter, Period, PeriodState
 from controlpanel.billing.rules import (
     MINUTE,
@@ -308,6 +309,7 @@ def period_close(*, month: date, by: Any = None, now: datetime | None = None) ->
             raise PeriodError(f"{month:%Y-%m} is {period.state} already.")
         period.state, period.closed_at, period.closed_by = PeriodState.CLOSED, now, by
         period.save()
+        audit.record("period.close", actor=by, target=period, month=f"{month:%Y-%m}")
     return period
 
 
@@ -319,6 +321,7 @@ def period_reopen(*, month: date) -> Period:
             raise PeriodError(f"{month:%Y-%m} is {period.state}: only a closed month reopens.")
         period.state, period.closed_at, period.closed_by = PeriodState.OPEN, None, None
         period.save()
+        audit.record("period.reopen", actor=None, target=period, month=f"{month:%Y-%m}")
     return period
 
 
@@ -333,6 +336,7 @@ def period_lock(*, month: date, by: Any = None, now: datetime | None = None) -> 
             raise PeriodError(f"{month:%Y-%m} is {period.state}: close it (and review) first.")
         period.state, period.locked_at, period.locked_by = PeriodState.LOCKED, now, by
         period.save()
+        audit.record("period.lock", actor=by, target=period, month=f"{month:%Y-%m}")
     return period
 
 

@@ -17,6 +17,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from controlpanel import audit
 from controlpanel.buckets.models import Bucket, BucketGrant, BucketState, Datastore, Origin
 from controlpanel.buckets.selectors import (
     DatastoreNotFound,
@@ -177,6 +178,7 @@ def bucket_create(
             "on a datastore): choose another name, or attach it if it is yours."
         )
         raise ValidationError({"name": taken}) from None
+    audit.record("bucket.create", actor=by, project=access.project, target=bucket, name=name)
     _allow_browser_uploads(config, bucket)
     return bucket
 
@@ -236,6 +238,7 @@ def bucket_attach(
         )
     except IntegrityError:
         raise ValidationError({"name": f"{name} is already attached to a project."}) from None
+    audit.record("bucket.attach", actor=by, project=access.project, target=bucket, name=name)
     _allow_browser_uploads(config, bucket)
     bucket_stats_request(bucket=bucket)
     return bucket
@@ -259,6 +262,9 @@ def bucket_delete(*, access: ProjectAccess, bucket: Bucket, empty: bool = False)
         raise PermissionDenied("Not this project's bucket.")
     if bucket.origin == Origin.ATTACHED:
         _take_back_cors(bucket)
+        audit.record(
+            "bucket.delete", actor=None, project=access.project, target=bucket, name=bucket.name
+        )
         bucket.delete()
         return True
     if bucket.is_busy:
@@ -271,6 +277,14 @@ def bucket_delete(*, access: ProjectAccess, bucket: Bucket, empty: bool = False)
         raise BucketNotEmptyError(bucket)
     if has_objects:
         _start_emptying(bucket)
+        audit.record(
+            "bucket.delete",
+            actor=None,
+            project=access.project,
+            target=bucket,
+            name=bucket.name,
+            emptying=True,
+        )
         return False
     try:
         objects.delete_bucket(config, bucket=bucket.name)
@@ -278,6 +292,9 @@ def bucket_delete(*, access: ProjectAccess, bucket: Bucket, empty: bool = False)
         pass  # deleted behind our back: forgetting it is all that is left
     except S3BucketNotEmpty:
         raise BucketNotEmptyError(bucket) from None
+    audit.record(
+        "bucket.delete", actor=None, project=access.project, target=bucket, name=bucket.name
+    )
     bucket.delete()
     return True
 

@@ -7,6 +7,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.utils import timezone
 
+from controlpanel import audit
 from controlpanel.projects.access import ProjectAccess
 from controlpanel.projects.models import (
     MAX_SECRET_BYTES,
@@ -101,7 +102,16 @@ def member_add(*, access: ProjectAccess, user: Any, role: str = Role.MEMBER) -> 
         raise ValidationError({"role": f"Unknown role {role!r}; use member or manager."})
     if Membership.objects.filter(project=access.project, user=user).exists():
         raise ValidationError({"username": f"{user.username} is already a member."})
-    return Membership.objects.create(project=access.project, user=user, role=role)
+    membership = Membership.objects.create(project=access.project, user=user, role=role)
+    audit.record(
+        "member.add",
+        actor=None,
+        project=access.project,
+        target=membership,
+        user=user.username,
+        role=role,
+    )
+    return membership
 
 
 @transaction.atomic
@@ -111,8 +121,17 @@ def member_set_role(*, access: ProjectAccess, membership: Membership, role: str)
     if role not in Role.values:
         raise ValidationError({"role": f"Unknown role {role!r}; use member or manager."})
     _keep_one_manager(membership, leaving=role != Role.MANAGER)
-    membership.role = role
+    was, membership.role = membership.role, role
     membership.save(update_fields=["role"])
+    audit.record(
+        "member.role",
+        actor=None,
+        project=access.project,
+        target=membership,
+        user=membership.user.username,
+        role=role,
+        was=was,
+    )
     return membership
 
 
@@ -121,6 +140,14 @@ def member_remove(*, access: ProjectAccess, membership: Membership) -> None:
     if not access.can_manage:
         raise PermissionDenied("Only the project's managers can remove members.")
     _keep_one_manager(membership, leaving=True)
+    audit.record(
+        "member.remove",
+        actor=None,
+        project=access.project,
+        target=membership,
+        user=membership.user.username,
+        role=membership.role,
+    )
     membership.delete()
 
 

@@ -28,6 +28,7 @@ from django.http import Http404
 from django.urls import reverse
 from django.utils import timezone
 
+from controlpanel import audit
 from controlpanel.projects.access import ProjectAccess
 from controlpanel.projects.models import Project
 from controlpanel.workloads import contract, tasks
@@ -345,6 +346,7 @@ def app_create(*, access: ProjectAccess, user: Any, data: Mapping[str, Any]) -> 
         state_reason="created",
     )
     JobEvent.objects.create(job=app, run=1, state=A.QUEUED, reason="created")
+    audit.record("workload.start", actor=user, project=access.project, target=app, name=app.name)
     tasks.admit_soon(access.project.pk)
     return app
 
@@ -371,6 +373,9 @@ def app_start(*, access: ProjectAccess, user: Any, app: App) -> App:
     app.log_cursor, app.log_lines, app.logs_archived = "", 0, False
     app.save()
     record_state(app, A.QUEUED, f"started by {user.username}")
+    audit.record(
+        "workload.start", actor=user, project=app.project, target=app, name=app.name, run=app.run
+    )
     tasks.admit_soon(app.project_id)
     return app
 
@@ -381,6 +386,7 @@ def app_stop(*, access: ProjectAccess, user: Any, app: App) -> App:
     app = _locked_for(access, user, app)
     if app.state not in STOPPABLE:
         raise ValidationError(f"The app is {app.state}: there is nothing to stop.")
+    audit.record("workload.stop", actor=user, project=app.project, target=app, name=app.name)
     reason = f"stopped by {user.username}"
     app.stop_requested = True
     app.save(update_fields=["stop_requested", "updated_at"])
@@ -397,6 +403,7 @@ def app_stop(*, access: ProjectAccess, user: Any, app: App) -> App:
 def app_delete(*, access: ProjectAccess, user: Any, app: App) -> None:
     """Delete an app: its objects, then its row. Its runs stay, for billing."""
     app = _locked_for(access, user, app)
+    audit.record("workload.delete", actor=user, project=app.project, target=app, name=app.name)
     if app.launched_run == 0:
         app.delete()
         return

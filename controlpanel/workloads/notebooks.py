@@ -20,6 +20,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.utils import timezone
 
+from controlpanel import audit
 from controlpanel.flavors.models import Flavor
 from controlpanel.projects.access import ProjectAccess
 from controlpanel.projects.models import Project
@@ -163,6 +164,9 @@ def notebook_create(*, access: ProjectAccess, user: Any, data: Mapping[str, Any]
         state_reason="created",
     )
     JobEvent.objects.create(job=notebook, run=1, state=N.STARTING, reason="created")
+    audit.record(
+        "workload.start", actor=user, project=access.project, target=notebook, name=notebook.name
+    )
     tasks.admit_soon(access.project.pk)
     return notebook
 
@@ -189,6 +193,14 @@ def notebook_start(*, access: ProjectAccess, user: Any, notebook: Notebook) -> N
     notebook.last_activity_at = None
     notebook.save()
     record_state(notebook, N.STARTING, f"started by {user.username}")
+    audit.record(
+        "workload.start",
+        actor=user,
+        project=notebook.project,
+        target=notebook,
+        name=notebook.name,
+        run=notebook.run,
+    )
     tasks.admit_soon(notebook.project_id)
     return notebook
 
@@ -205,6 +217,14 @@ def notebook_stop(
         notebook = _locked_for(access, user, notebook)
     if notebook.state not in STOPPABLE:
         raise ValidationError(f"The notebook is {notebook.state}: there is nothing to stop.")
+    audit.record(
+        "workload.stop",
+        actor=user,
+        project=notebook.project,
+        target=notebook,
+        name=notebook.name,
+        reason=reason,
+    )
     reason = reason or f"stopped by {user.username}"
     if notebook.admitted_at is None or notebook.launched_run < notebook.run:
         # Never handed to the backend in this run: nothing runs there.
@@ -226,6 +246,9 @@ def notebook_delete(*, access: ProjectAccess, user: Any, notebook: Notebook) -> 
     """Delete a notebook: its objects (workspace included), then its row. Its runs stay,
     for billing. A running notebook is stopped by the deletion (nothing is pushed)."""
     notebook = _locked_for(access, user, notebook)
+    audit.record(
+        "workload.delete", actor=user, project=notebook.project, target=notebook, name=notebook.name
+    )
     if notebook.launched_run == 0:
         notebook.delete()  # never reached the backend: nothing to remove there
         return

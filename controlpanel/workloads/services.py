@@ -13,6 +13,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.utils import timezone
 
+from controlpanel import audit
 from controlpanel.projects.access import ProjectAccess
 from controlpanel.workloads import tasks
 from controlpanel.workloads.datastores import launch_refusal
@@ -33,6 +34,7 @@ def job_submit(*, access: ProjectAccess, user: Any, data: Mapping[str, Any]) -> 
     job = Job(project=access.project, owner=user, state_reason=SUBMITTED, **fields)
     job.save(force_insert=True)
     JobEvent.objects.create(job=job, run=job.run, state=S.QUEUED, reason=SUBMITTED)
+    audit.record("workload.start", actor=user, project=access.project, target=job, name=job.name)
     tasks.admit_soon(access.project.pk)
     return job
 
@@ -51,6 +53,9 @@ def job_stop(*, access: ProjectAccess, user: Any, job: Job, reason: str = "") ->
     job = _locked_for(access, user, job)
     if job.state in FINAL_STATES:
         raise ValidationError(f"The job already ended ({job.state}).")
+    audit.record(
+        "workload.stop", actor=user, project=job.project, target=job, name=job.name, reason=reason
+    )
     if job.launched_run < job.run:
         # Never handed to the backend: nothing to stop there.
         said = f"{reason} before it started" if reason else None
@@ -79,6 +84,9 @@ def job_rerun(*, access: ProjectAccess, user: Any, job: Job) -> Job:
     job.log_cursor, job.log_lines, job.logs_archived = "", 0, False
     job.save()
     record_state(job, S.QUEUED, f"run {job.run} requested by {user.username}")
+    audit.record(
+        "workload.start", actor=user, project=job.project, target=job, name=job.name, run=job.run
+    )
     tasks.admit_soon(job.project_id)
     return job
 
@@ -107,6 +115,7 @@ def job_delete(*, access: ProjectAccess, user: Any, job: Job) -> None:
     refs = [
         (job.project.slug, job.project.namespace, str(job.pk), run) for run in range(1, job.run + 1)
     ]
+    audit.record("workload.delete", actor=user, project=job.project, target=job, name=job.name)
     JobLogLine.objects.filter(job=job).delete()
     job.delete()
     tasks.job_cleanup.delay_on_commit(refs)

@@ -378,6 +378,9 @@ PERSONAL = {
     "billing-run-csv",
     "billing-invoice",
     "billing-invoice-csv",
+    # the audit log: site admins only (others 404; tests/controlpanel/audit/test_audit.py)
+    "audit",
+    "audit-csv",
 }
 
 
