@@ -60,7 +60,8 @@ def test_create_upload_folder_browse_and_download(
     # htmx pushes the URL before it swaps: wait for the folder's own listing.
     page.locator("#listing[data-prefix='corpus/']").wait_for()
     assert page.locator("[data-testid=object]").all_inner_texts() == ["big.bin", "small <b>.txt"]
-    page.locator("#listing[data-prefix='corpus/'] #filter-q").type("sm")  # filtering as one types: an htmx swap of the listing
+    # Filtering as one types: an htmx swap of the listing.
+    page.locator("#listing[data-prefix='corpus/'] #filter-q").type("sm")
     page.locator("[data-testid=object]", has_text="big.bin").wait_for(state="detached")
     assert page.locator("[data-testid=object]").all_inner_texts() == ["small <b>.txt"]
     with page.expect_download() as download:
