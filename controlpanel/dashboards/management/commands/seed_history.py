@@ -49,7 +49,9 @@ class Command(BaseCommand):
     def handle(self, *args: Any, jobs: int, days: int, project: str, seed: int, **_: Any) -> None:
         if jobs < 1 or days < 1 or days > 3660:
             raise CommandError("--jobs must be at least 1 and --days from 1 to 3660.")
-        target, _made = Project.objects.get_or_create(slug=project, defaults={"name": project.title()})
+        target, _made = Project.objects.get_or_create(
+            slug=project, defaults={"name": project.title()}
+        )
         users = _demo_users(target)
         flavors = list(Flavor.objects.filter(enabled=True))
         if not flavors:
