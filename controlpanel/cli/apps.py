@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 from controlpanel.cli.client import Api, state
-from controlpanel.cli.jobs import EXIT_NOT_DONE, flag_of, pairs, print_log, resolve_id, run_outcome
+from controlpanel.cli.jobs import flag_of, follow_served_log, pairs, resolve_id, workload_action
 from controlpanel.cli.output import emit, output_option, wants_json
 
 COLUMNS = [
@@ -259,28 +259,11 @@ def logs(ref: str, follow: bool, after: int) -> None:
 
     With --follow, the exit status is 3 when the run ends otherwise than STOPPED."""
     api = state().api()
-    key = app_id(api, ref)
-    page = print_log(api, f"apps/{key}/", after=after, follow=follow)
-    if follow:
-        ended, summary = run_outcome(api.get(f"apps/{key}/"), page["run"], "app")
-        click.echo(summary, err=True)
-        if ended != "STOPPED":
-            raise SystemExit(EXIT_NOT_DONE)
+    follow_served_log(api, f"apps/{app_id(api, ref)}/", after=after, follow=follow, noun="app")
 
 
 def _action(path: str, message: str) -> Any:
-    @click.argument("ref")
-    @output_option
-    def command(ref: str) -> None:
-        api = state().api()
-        key = app_id(api, ref)
-        body = api.call("DELETE" if path == "" else "POST", f"apps/{key}/{path}")
-        if body:
-            show(body)
-        else:
-            emit({"id": key, "deleted": True}, message=message.format(key=key[:8]))
-
-    return command
+    return workload_action("apps", app_id, show, path, message)
 
 
 app.command("start", help="Start a stopped app (a new run, the same URL).")(

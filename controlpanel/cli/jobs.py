@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -318,3 +319,38 @@ def list_flavors() -> None:
     for row in rows:
         row["gpu"] = f"{row['gpus_per_unit']}x {row['gpu_model']}" if row["gpus_per_unit"] else "-"
     emit(rows, FLAVOR_COLUMNS)
+
+
+def follow_served_log(api: Api, base: str, *, after: int, follow: bool, noun: str) -> None:
+    """A notebook's or an app's log (`base`: its API path); with `follow`, exit EXIT_NOT_DONE
+    when the run ends otherwise than STOPPED."""
+    page = print_log(api, base, after=after, follow=follow)
+    if follow:
+        ended, summary = run_outcome(api.get(base), page["run"], noun)
+        click.echo(summary, err=True)
+        if ended != "STOPPED":
+            raise SystemExit(EXIT_NOT_DONE)
+
+
+def workload_action(
+    collection: str,
+    resolve: Callable[[Api, str], str],
+    show: Callable[[dict[str, Any]], None],
+    path: str,
+    message: str,
+) -> Callable[[str], None]:
+    """A `<kind> start|stop|delete REF` command: POST `<collection>/<id>/<path>` (DELETE when
+    `path` is empty), then the workload as it now is, or `message` when it is gone."""
+
+    @click.argument("ref")
+    @output_option
+    def command(ref: str) -> None:
+        api = state().api()
+        key = resolve(api, ref)
+        body = api.call("DELETE" if path == "" else "POST", f"{collection}/{key}/{path}")
+        if body:
+            show(body)
+        else:
+            emit({"id": key, "deleted": True}, message=message.format(key=key[:8]))
+
+    return command

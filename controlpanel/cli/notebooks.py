@@ -13,12 +13,11 @@ import click
 
 from controlpanel.cli.client import Api, state
 from controlpanel.cli.jobs import (
-    EXIT_NOT_DONE,
     flag_of,
+    follow_served_log,
     pairs,
-    print_log,
     resolve_id,
-    run_outcome,
+    workload_action,
 )
 from controlpanel.cli.output import emit, output_option, wants_json
 
@@ -163,28 +162,13 @@ def logs(ref: str, follow: bool, after: int) -> None:
       3    it ended otherwise (FAILED, ERROR)
       1    an API or network error; 2 a usage error; 130 interrupted (Ctrl-C)"""
     api = state().api()
-    key = notebook_id(api, ref)
-    page = print_log(api, f"notebooks/{key}/", after=after, follow=follow)
-    if follow:
-        ended, summary = run_outcome(api.get(f"notebooks/{key}/"), page["run"], "notebook")
-        click.echo(summary, err=True)
-        if ended != "STOPPED":
-            raise SystemExit(EXIT_NOT_DONE)
+    follow_served_log(
+        api, f"notebooks/{notebook_id(api, ref)}/", after=after, follow=follow, noun="notebook"
+    )
 
 
 def _action(path: str, message: str) -> Any:
-    @click.argument("ref")
-    @output_option
-    def command(ref: str) -> None:
-        api = state().api()
-        key = notebook_id(api, ref)
-        body = api.call("DELETE" if path == "" else "POST", f"notebooks/{key}/{path}")
-        if body:
-            show(body)
-        else:
-            emit({"id": key, "deleted": True}, message=message.format(key=key[:8]))
-
-    return command
+    return workload_action("notebooks", notebook_id, show, path, message)
 
 
 notebook.command("start", help="Start a stopped notebook (same address, same workspace).")(
