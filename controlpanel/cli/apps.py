@@ -15,8 +15,22 @@ from typing import Any
 import click
 
 from controlpanel.cli.client import Api, state
-from controlpanel.cli.jobs import flag_of, follow_served_log, pairs, resolve_id, workload_action
+from controlpanel.cli.jobs import flag_of
 from controlpanel.cli.output import emit, output_option, wants_json
+from controlpanel.cli.workloads import (
+    action_command,
+    emit_workload,
+    env_option,
+    flavor_option,
+    get_command,
+    label_option,
+    logs_command,
+    pairs,
+    resolve_id,
+    short,
+    state_option,
+    volume_option,
+)
 
 COLUMNS = [
     ("ID", "short_id"),
@@ -73,8 +87,7 @@ def app_flag_of(key: str) -> str:
 def row(app: dict[str, Any]) -> dict[str, Any]:
     """The app with the columns the table shows."""
     replicas, config = app.get("replicas") or {}, app.get("config") or {}
-    return app | {
-        "short_id": app["id"][:8],
+    return short(app) | {
         "model_name": config.get("model_name"),
         "replicas_text": f"{replicas.get('ready', 0)}/{replicas.get('wanted', 0)}",
         "access": "public" if config.get("public") else "token",
@@ -82,10 +95,6 @@ def row(app: dict[str, Any]) -> dict[str, Any]:
 
 
 def show(app: dict[str, Any]) -> None:
-    if wants_json():
-        emit(app)
-        return
-    emit(row(app), COLUMNS)
     config = app.get("config") or {}
     scaling = config.get("scaling")
     if scaling == "fixed":
@@ -97,16 +106,15 @@ def show(app: dict[str, Any]) -> None:
             f"{config.get('min_replicas')} to {config.get('max_replicas')} replicas "
             f"at {target}{unit} each"
         )
-    for label, value in [
+    details = [
         ("reason", app.get("state_reason")),
         ("url", app.get("url")),
         ("model", config.get("model")),
         ("adapter", config.get("adapter")),
         ("scaling", scaling),
         ("cost", app.get("cost")),
-    ]:
-        if value:
-            click.echo(f"{label}: {value}")
+    ]
+    emit_workload(app, row(app), COLUMNS, details)
 
 
 @click.group("app")
@@ -119,7 +127,7 @@ def app() -> None:
 @click.option("--adapter", default=None, metavar="BUCKET@ALIAS/FOLDER", help="A LoRA adapter.")
 @click.option("--name", default=None, help="Default: app.")
 @click.option("--model-name", default=None, help="The model's id in the API (default: the name).")
-@click.option("--flavor", envvar="AJUSTE_FLAVOR", default="ai1-1-cpu", show_default=True)
+@flavor_option
 @click.option(
     "--units", "--gpu", "units", type=int, default=1, show_default=True, help="Units per replica."
 )
@@ -130,24 +138,12 @@ def app() -> None:
 @click.option("--target-rps", type=int, default=None, help="Autoscale at requests/s per replica.")
 @click.option("--public", is_flag=True, help="Anyone with the URL may call it (no token).")
 @click.option("--image", default=None, help="The server's image (Kubernetes backend only).")
-@click.option(
-    "--volume",
-    "volumes",
-    multiple=True,
-    metavar="SPEC",
-    help="More data: bucket@ALIAS[/prefix]:/workspace/path:ro (repeatable).",
-)
-@click.option(
-    "--env",
-    "env",
-    multiple=True,
-    metavar="K=V",
-    help="Environment (repeatable); V = secret:NAME reads the project secret NAME.",
-)
+@volume_option("More data: bucket@ALIAS[/prefix]:/workspace/path:ro (repeatable).")
+@env_option("Environment (repeatable); V = secret:NAME reads the project secret NAME.")
 @click.option(
     "--secret", "secrets", multiple=True, metavar="K=NAME", help="Same as --env K=secret:NAME."
 )
-@click.option("--label", "labels", multiple=True, metavar="K=V", help="Label (repeatable).")
+@label_option
 @click.option("--probe-path", default=None, help="The path that answers once ready (/health).")
 @click.option("--port", type=int, default=None, help="The server's port (8000).")
 @output_option
@@ -200,33 +196,19 @@ def scaling_body(options: dict[str, Any]) -> dict[str, Any]:
 
 
 @app.command("list")
-@click.option(
-    "--state",
-    "app_state",
-    type=click.Choice(APP_STATES, case_sensitive=False),
-    default=None,
-    help="Only apps in this state (any case).",
-)
+@state_option(APP_STATES, "app")
 @output_option
-def list_apps(app_state: str | None) -> None:
+def list_apps(wanted_state: str | None) -> None:
     """Apps of the project, newest first."""
     rows = state().api().paginate("apps/")
-    if app_state:
-        rows = [a for a in rows if a["state"] == app_state.upper()]
+    if wanted_state:
+        rows = [a for a in rows if a["state"] == wanted_state.upper()]
     emit(rows if wants_json() else [row(a) for a in rows], COLUMNS)
 
 
-@app.command("show")
-@click.argument("ref")
-@output_option
-def show_app(ref: str) -> None:
-    """One app: its URL, model, scaling, cost and state history."""
-    api = state().api()
-    body = api.get(f"apps/{app_id(api, ref)}/")
-    show(body)
-    if not wants_json():
-        for event in body.get("history", []):
-            click.echo(f"  {event['at']}  {event['state']:<12} {event['reason']}")
+show_app = app.command("show", help="One app: its URL, model, scaling, cost and state history.")(
+    get_command("apps", app_id, show)
+)
 
 
 # `get`, as `ajuste job get` and `ajuste notebook get`: the same command, not listed twice.
@@ -244,26 +226,16 @@ def url(ref: str) -> None:
     emit({"id": body["id"], "url": body["url"]}, message=body["url"])
 
 
-@app.command("logs")
-@click.argument("ref")
-@click.option(
-    "-f",
-    "--follow",
-    is_flag=True,
-    help="Keep printing new lines until the run ends, then its final state on stderr.",
-)
-@click.option("--after", type=int, default=0, help="Start after this line number.")
-@output_option
-def logs(ref: str, follow: bool, after: int) -> None:
-    """The server's log (the current run's).
+app.command(
+    "logs",
+    help="""The server's log (the current run's).
 
-    With --follow, the exit status is 3 when the run ends otherwise than STOPPED."""
-    api = state().api()
-    follow_served_log(api, f"apps/{app_id(api, ref)}/", after=after, follow=follow, noun="app")
+    With --follow, the exit status is 3 when the run ends otherwise than STOPPED.""",
+)(logs_command("apps", app_id, "app", "STOPPED"))
 
 
 def _action(path: str, message: str) -> Any:
-    return workload_action("apps", app_id, show, path, message)
+    return action_command("apps", app_id, show, path, message)
 
 
 app.command("start", help="Start a stopped app (a new run, the same URL).")(

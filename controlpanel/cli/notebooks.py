@@ -12,14 +12,20 @@ from typing import Any
 import click
 
 from controlpanel.cli.client import Api, state
-from controlpanel.cli.jobs import (
-    flag_of,
-    follow_served_log,
-    pairs,
+from controlpanel.cli.jobs import flag_of
+from controlpanel.cli.output import emit, output_option
+from controlpanel.cli.workloads import (
+    action_command,
+    emit_workload,
+    get_command,
+    list_options,
+    logs_command,
+    logs_help,
     resolve_id,
-    workload_action,
+    run_body,
+    run_options,
+    short,
 )
-from controlpanel.cli.output import emit, output_option, wants_json
 
 COLUMNS = [
     ("ID", "short_id"),
@@ -50,20 +56,15 @@ def notebook_flag_of(key: str) -> str:
 
 
 def show(notebook: dict[str, Any]) -> None:
-    notebook = notebook | {"short_id": notebook["id"][:8]}
-    if wants_json():
-        emit(notebook)
-        return
-    emit(notebook, COLUMNS)
-    for label, key in [
+    notebook = short(notebook)
+    details = [
         ("reason", "state_reason"),
         ("url", "url"),
         ("open", "open_url"),
         ("idle stop at", "idle_deadline"),
         ("cost", "cost"),
-    ]:
-        if notebook.get(key):
-            click.echo(f"{label}: {notebook[key]}")
+    ]
+    emit_workload(notebook, notebook, COLUMNS, [(lb, notebook.get(k)) for lb, k in details])
 
 
 @click.group("notebook")
@@ -74,17 +75,7 @@ def notebook() -> None:
 @notebook.command("run")
 @click.option("--image", default=None, help="A notebook image's name (default: python).")
 @click.option("--editor", type=click.Choice(EDITORS), default=None, help="Default: jupyterlab.")
-@click.option("--gpu", "gpu", type=int, default=1, show_default=True, help="Units of the flavor.")
-@click.option("--flavor", envvar="AJUSTE_FLAVOR", default="ai1-1-cpu", show_default=True)
-@click.option(
-    "--volume",
-    "volumes",
-    multiple=True,
-    metavar="SPEC",
-    help="bucket@ALIAS[/prefix]:/workspace/path[:ro|rw|rwd] (repeatable).",
-)
-@click.option("--env", "env", multiple=True, metavar="K=V", help="Environment (repeatable).")
-@click.option("--label", "labels", multiple=True, metavar="K=V", help="Label (repeatable).")
+@run_options
 @click.option("--name", default=None)
 @output_option
 def run(
@@ -98,77 +89,30 @@ def run(
     name: str | None,
 ) -> None:
     """Create a notebook and start it (STARTING, then RUNNING at its url)."""
-    body: dict[str, Any] = {
-        "flavor": flavor,
-        "gpu": gpu,
-        "volumes": list(volumes),
-        "env": pairs(env, "--env"),
-        "labels": pairs(labels, "--label"),
-        "name": name or "",
-        "image": image or "",
-        "editor": editor or "",
-    }
+    body = run_body(gpu, flavor, volumes, env, labels, name)
+    body |= {"image": image or "", "editor": editor or ""}
     show(state().api().post("notebooks/", body, name=notebook_flag_of))
 
 
 @notebook.command("list")
-@click.option(
-    "--state",
-    "notebook_state",
-    type=click.Choice(NOTEBOOK_STATES, case_sensitive=False),
-    default=None,
-    help="Only notebooks in this state (any case).",
-)
-@click.option("--label", default=None, metavar="K[=V]")
-@click.option("--owner", default=None)
-@output_option
-def list_notebooks(notebook_state: str | None, label: str | None, owner: str | None) -> None:
+@list_options(NOTEBOOK_STATES, "notebook")
+def list_notebooks(wanted_state: str | None, label: str | None, owner: str | None) -> None:
     """Notebooks of the project, newest first."""
-    rows = state().api().paginate("notebooks/", state=notebook_state, label=label, owner=owner)
-    emit([n | {"short_id": n["id"][:8]} for n in rows], COLUMNS)
+    rows = state().api().paginate("notebooks/", state=wanted_state, label=label, owner=owner)
+    emit([short(n) for n in rows], COLUMNS)
 
 
-@notebook.command("get")
-@click.argument("ref")
-@output_option
-def get(ref: str) -> None:
-    """One notebook: its address, idle deadline, cost and state history."""
-    api = state().api()
-    body = api.get(f"notebooks/{notebook_id(api, ref)}/")
-    show(body)
-    if not wants_json():
-        for event in body.get("history", []):
-            click.echo(f"  {event['at']}  {event['state']:<12} {event['reason']}")
-
-
-@notebook.command("logs")
-@click.argument("ref")
-@click.option(
-    "-f",
-    "--follow",
-    is_flag=True,
-    help="Keep printing new lines until the run ends, then its final state on stderr.",
+notebook.command("get", help="One notebook: its address, idle deadline, cost and state history.")(
+    get_command("notebooks", notebook_id, show)
 )
-@click.option("--after", type=int, default=0, help="Start after this line number.")
-@output_option
-def logs(ref: str, follow: bool, after: int) -> None:
-    """The editor's log (the current run's).
-
-    With `-o json`, one `{"seq": N, "text": "..."}` object per line, as the lines come.
-
-    \b
-    With --follow, the exit status says how the run ended:
-      0    STOPPED
-      3    it ended otherwise (FAILED, ERROR)
-      1    an API or network error; 2 a usage error; 130 interrupted (Ctrl-C)"""
-    api = state().api()
-    follow_served_log(
-        api, f"notebooks/{notebook_id(api, ref)}/", after=after, follow=follow, noun="notebook"
-    )
+notebook.command(
+    "logs",
+    help=logs_help("The editor's log (the current run's).", "STOPPED", "FAILED, ERROR"),
+)(logs_command("notebooks", notebook_id, "notebook", "STOPPED"))
 
 
 def _action(path: str, message: str) -> Any:
-    return workload_action("notebooks", notebook_id, show, path, message)
+    return action_command("notebooks", notebook_id, show, path, message)
 
 
 notebook.command("start", help="Start a stopped notebook (same address, same workspace).")(

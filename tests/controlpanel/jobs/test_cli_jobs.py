@@ -6,32 +6,19 @@ import json
 from typing import Any
 
 import pytest
-from click.testing import CliRunner, Result
 
-from controlpanel.accounts.services import token_create
 from controlpanel.buckets.models import Bucket
 from controlpanel.cli.jobs import JOB_STATES
-from controlpanel.cli.main import cli
 from controlpanel.flavors.models import Flavor
 from controlpanel.workloads.models import Job, JobLogLine, JobState
+from tests.fixtures.cli import cli_as, ok_json
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
 def run(live_server: Any, owner: Any, panel_s3: Any) -> Any:
-    _, token = token_create(user=owner, name="cli")
-    env = {"AJUSTE_URL": live_server.url, "AJUSTE_TOKEN": token, "AJUSTE_PROJECT": "alpha"}
-
-    def invoke(*args: str) -> Result:
-        return CliRunner().invoke(cli, list(args), env=env)
-
-    return invoke
-
-
-def ok_json(result: Result) -> Any:
-    assert result.exit_code == 0, (result.output, result.exception)
-    return json.loads(result.stdout)
+    return cli_as(owner, live_server.url)
 
 
 def test_job_run_takes_the_ovhai_flags(run: Any, data_bucket: Bucket, k8s_jobs: Any) -> None:
@@ -160,7 +147,7 @@ def test_logs_follow_ends_with_the_final_state_and_its_exit_status(
 
 
 def test_logs_follow_reports_an_earlier_run_from_the_history() -> None:
-    from controlpanel.cli.jobs import run_outcome
+    from controlpanel.cli.workloads import run_outcome
 
     job = {
         "id": "0123456789",
