@@ -3,18 +3,16 @@ scaling and env flags, errors that name the flag, list/show/url, the lifecycle c
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
-from click.testing import CliRunner, Result
 
-from controlpanel.accounts.services import token_create
 from controlpanel.buckets.models import Bucket
 from controlpanel.cli.apps import APP_STATES
 from controlpanel.flavors.models import Flavor
 from controlpanel.projects.models import Project, ProjectSecret
 from controlpanel.workloads.models import App, AppState, JobLogLine
+from tests.fixtures.cli import cli_as, ok_json
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -23,20 +21,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def run(live_server: Any, owner: Any, panel_s3: Any, settings: Any) -> Any:
     settings.COMPUTE_BACKEND = "kubernetes"  # rows only: nothing here reaches a backend
     settings.APP_KEDA = True
-    _, token = token_create(user=owner, name="cli")
-    env = {"AJUSTE_URL": live_server.url, "AJUSTE_TOKEN": token, "AJUSTE_PROJECT": "alpha"}
-
-    def invoke(*args: str) -> Result:
-        from controlpanel.cli.main import cli
-
-        return CliRunner().invoke(cli, list(args), env=env)
-
-    return invoke
-
-
-def ok_json(result: Result) -> Any:
-    assert result.exit_code == 0, (result.output, result.exception)
-    return json.loads(result.stdout)
+    return cli_as(owner, live_server.url)
 
 
 def make(project: Project, owner: Any, name: str = "chat", **fields: Any) -> App:

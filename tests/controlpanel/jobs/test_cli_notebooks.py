@@ -7,14 +7,13 @@ import json
 from typing import Any
 
 import pytest
-from click.testing import CliRunner, Result
 
-from controlpanel.accounts.services import token_create
 from controlpanel.buckets.models import Bucket
 from controlpanel.cli.notebooks import NOTEBOOK_STATES
 from controlpanel.flavors.models import Flavor
 from controlpanel.workloads.models import JobLogLine, Notebook, NotebookState
 from controlpanel.workloads.notebook_auth import notebook_token
+from tests.fixtures.cli import cli_as, ok_json
 
 pytestmark = pytest.mark.django_db(transaction=True)
 N = NotebookState
@@ -23,24 +22,7 @@ N = NotebookState
 @pytest.fixture
 def run(live_server: Any, owner: Any, panel_s3: Any, settings: Any) -> Any:
     settings.COMPUTE_BACKEND = "kubernetes"  # rows only: nothing here reaches a backend
-    _, token = token_create(user=owner, name="cli")
-    env = {"AJUSTE_URL": live_server.url, "AJUSTE_TOKEN": token, "AJUSTE_PROJECT": "alpha"}
-
-    def invoke(*args: str) -> Result:
-        return CliRunner().invoke(cli_main(), list(args), env=env)
-
-    return invoke
-
-
-def cli_main() -> Any:
-    from controlpanel.cli.main import cli
-
-    return cli
-
-
-def ok_json(result: Result) -> Any:
-    assert result.exit_code == 0, (result.output, result.exception)
-    return json.loads(result.stdout)
+    return cli_as(owner, live_server.url)
 
 
 def make(project: Any, owner: Any, name: str = "nb", **fields: Any) -> Notebook:
