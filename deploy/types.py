@@ -127,13 +127,16 @@ class Capacity:
 class GpuPool:
     """The GPUs of one model: `total` on every node, `in_use` by running or bound pods (the
     local backend: by its live runs), `unavailable` the rest of those on nodes that take no
-    new work (cordoned or not ready); `free` is what a new workload could get now."""
+    new work (cordoned or not ready); `free` is what a new workload could get now. `resource`
+    is what is counted: whole GPUs, or the slices of one MIG profile (`nvidia.com/mig-1g.10gb`),
+    a pool of its own beside the model's whole GPUs."""
 
     model: str
     total: int
     in_use: int
     unavailable: int = 0
     nodes: int = 0
+    resource: str = GPU_RESOURCE_KEY
 
     @property
     def free(self) -> int:
@@ -142,7 +145,8 @@ class GpuPool:
 
 @dataclass(frozen=True)
 class NodeIssue:
-    """A node that takes no new work: cordoned (spec.unschedulable) and/or not Ready."""
+    """A node that takes no new work: cordoned (spec.unschedulable) and/or not Ready.
+    `gpus` counts its whole GPUs, `mig_slices` its MIG slices of every profile."""
 
     name: str
     model: str
@@ -150,6 +154,7 @@ class NodeIssue:
     cordoned: bool
     ready: bool
     reason: str = ""
+    mig_slices: int = 0
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import asdict
 from datetime import datetime
 from typing import Any
@@ -22,6 +23,7 @@ from controlpanel.flavors.models import Flavor
 from controlpanel.workloads.admission import WAITING_STATES
 from controlpanel.workloads.backend import get_backend
 from controlpanel.workloads.models import LIVE_STATES, Workload
+from deploy.gpu_resources import mig_profile
 from deploy.local.gpus import gpu_matches
 from deploy.types import ClusterCapacity, GpuPool, NodeIssue
 
@@ -67,10 +69,38 @@ def capacity_reading() -> tuple[ClusterCapacity | None, datetime | None, str]:
     return capacity, read_at, kept.get("error", "")
 
 
+def capacity_figures() -> dict[str, Any]:
+    """What the capacity page and `/api/v1/capacity/` show: the kept reading and its age, GPU
+    pools (whole GPUs and MIG slices apart, each with totals), the flavors' rows, CPU in use."""
+    reading, read_at, error = capacity_reading()
+    cpu_in_use = None
+    if reading is not None:
+        cpu_in_use = reading.millicpu_in_use if reading.backend != "local" else admitted_millicpu()
+    pools = pool_rows(reading)
+    return {
+        "capacity": reading,
+        "read_at": read_at,
+        "error": error,
+        "pools": pools,
+        "totals": _totals(p for p in pools if not p["mig_profile"]),
+        "mig_totals": _totals(p for p in pools if p["mig_profile"]),
+        "flavors": flavor_rows(reading),
+        "cpu_in_use": cpu_in_use,
+    }
+
+
+def _totals(pools: Iterable[dict[str, Any]]) -> dict[str, int]:
+    totals = dict.fromkeys(("total", "in_use", "unavailable", "free"), 0)
+    for pool in pools:
+        for key in totals:
+            totals[key] += pool[key]
+    return totals
+
+
 def flavor_rows(capacity: ClusterCapacity | None) -> list[dict[str, Any]]:
-    """Each enabled flavor: GPUs per unit, units running and waiting (from the workload rows),
-    the oldest wait, and the units that would fit in the free GPUs of its model now (None
-    without a reading; a CPU flavor has no GPU figure)."""
+    """Each enabled flavor: GPUs (or MIG slices) per unit, units running and waiting (from the
+    workload rows), the oldest wait, and the units that would fit in the free GPUs (or slices)
+    of its model now (None without a reading; a CPU flavor has no GPU figure)."""
     now = timezone.now()
     running: dict[int, int] = defaultdict(int)
     for flavor_id, units in _holding().values_list("flavor_id", "gpu"):
@@ -89,6 +119,8 @@ def flavor_rows(capacity: ClusterCapacity | None) -> list[dict[str, Any]]:
             {
                 "name": flavor.name,
                 "gpu_model": flavor.gpu_model,
+                "resource": flavor.resource_key,
+                "mig_profile": mig_profile(flavor.resource_key),
                 "gpus_per_unit": flavor.gpus_per_unit,
                 "running_units": running.get(flavor.pk, 0),
                 "running_gpus": running.get(flavor.pk, 0) * flavor.gpus_per_unit,
@@ -108,13 +140,18 @@ def _holding() -> QuerySet[Workload]:
 def _free_units(flavor: Flavor, capacity: ClusterCapacity | None) -> int | None:
     if capacity is None or not flavor.is_gpu:
         return None
-    spec = flavor.to_spec()
-    free = sum(pool.free for pool in capacity.pools if gpu_matches(spec, pool.model))
+    free = sum(pool.free for pool in capacity.pools if runs_on(flavor, pool))
     return free // flavor.gpus_per_unit
 
 
+def runs_on(flavor: Flavor, pool: GpuPool) -> bool:
+    """Whether the flavor's units take GPUs of this pool: its model, and the resource it
+    asks for (whole GPUs, or one MIG profile's slices)."""
+    return flavor.resource_key == pool.resource and gpu_matches(flavor.to_spec(), pool.model)
+
+
 def pool_rows(capacity: ClusterCapacity | None) -> list[dict[str, Any]]:
-    """GPU models with their numbers and the flavors that run on them."""
+    """GPU models (and MIG profiles) with their numbers and the flavors that run on them."""
     if capacity is None:
         return []
     flavors = [f for f in Flavor.objects.filter(enabled=True) if f.is_gpu]
@@ -122,7 +159,8 @@ def pool_rows(capacity: ClusterCapacity | None) -> list[dict[str, Any]]:
         asdict(pool)
         | {
             "free": pool.free,
-            "flavors": [f.name for f in flavors if gpu_matches(f.to_spec(), pool.model)],
+            "mig_profile": mig_profile(pool.resource),
+            "flavors": [f.name for f in flavors if runs_on(f, pool)],
         }
         for pool in capacity.pools
     ]

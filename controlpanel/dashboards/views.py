@@ -104,23 +104,7 @@ def all_dashboard(request: HttpRequest) -> HttpResponseBase:
 @_admin_only
 def capacity_view(request: HttpRequest) -> HttpResponseBase:
     """GPUs by model and flavor, the queue per flavor, nodes taking no work (site admins)."""
-    reading, read_at, error = capacity.capacity_reading()
-    cpu_in_use = None
-    if reading is not None:
-        cpu_in_use = (
-            reading.millicpu_in_use if reading.backend != "local" else capacity.admitted_millicpu()
-        )
-    pools = capacity.pool_rows(reading)
-    context = {
-        "capacity": reading,
-        "totals": {key: sum(p[key] for p in pools) for key in ("total", "in_use", "free")},
-        "read_at": read_at,
-        "error": error,
-        "pools": pools,
-        "flavors": capacity.flavor_rows(reading),
-        "cpu_in_use": cpu_in_use,
-        "backend": get_backend().name,
-    }
+    context = capacity.capacity_figures() | {"backend": get_backend().name}
     return render(request, "dashboards/capacity.html", context)
 
 

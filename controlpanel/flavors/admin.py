@@ -16,6 +16,7 @@ class FlavorAdmin(admin.ModelAdmin):
         "gpu_model",
         "compute_capability",
         "gpus_per_unit",
+        "resource_key",
         "vcpu_per_unit",
         "memory_gib_per_unit",
         "max_units",

@@ -3,10 +3,12 @@ from __future__ import annotations
 from datetime import datetime
 from decimal import Decimal
 
+from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models
 from django.utils import timezone
 
+from deploy.gpu_resources import RESOURCE_RULE, is_gpu_resource, mig_profile
 from deploy.types import GPU_RESOURCE_KEY, FlavorSpec, Toleration
 
 FLAVOR_NAME = RegexValidator(
@@ -16,6 +18,12 @@ FLAVOR_NAME = RegexValidator(
 
 
 COMPUTE_CAPABILITY = RegexValidator(r"^[0-9]{1,2}\.[0-9]$", "Write it as major.minor, e.g. 8.9.")
+
+
+def validate_resource_key(value: str) -> None:
+    """Whole GPUs or one MIG profile's slices: nothing else reaches a pod's limits."""
+    if not is_gpu_resource(value):
+        raise ValidationError(f"{value!r} is not a GPU resource. {RESOURCE_RULE}", code="invalid")
 
 
 class Flavor(models.Model):
@@ -38,7 +46,14 @@ class Flavor(models.Model):
     )
     node_selector = models.JSONField(default=dict, blank=True)
     tolerations = models.JSONField(default=list, blank=True)
-    resource_key = models.CharField(max_length=60, default=GPU_RESOURCE_KEY)
+    resource_key = models.CharField(
+        max_length=60,
+        default=GPU_RESOURCE_KEY,
+        validators=[validate_resource_key],
+        help_text="What one GPU of a unit is on the nodes: nvidia.com/gpu (whole GPUs), or a "
+        "MIG profile's slices where the NVIDIA GPU operator runs the mixed strategy, e.g. "
+        "nvidia.com/mig-1g.10gb (GPUs per unit then counts slices).",
+    )
     max_units = models.PositiveSmallIntegerField(
         default=4, validators=[MinValueValidator(1)], help_text="Most units one job may ask for."
     )
@@ -50,6 +65,13 @@ class Flavor(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    def clean(self) -> None:
+        # A CUDA process enumerates one MIG device, whatever the container is given.
+        if mig_profile(self.resource_key) and self.gpus_per_unit != 1:
+            raise ValidationError(
+                {"gpus_per_unit": "A MIG flavor's unit is one slice: set GPUs per unit to 1."}
+            )
 
     @property
     def is_gpu(self) -> bool:

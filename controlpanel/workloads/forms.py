@@ -20,6 +20,7 @@ from controlpanel.workloads.durations import (
 )
 from controlpanel.workloads.models import DEFAULT_TIMEOUT_S
 from controlpanel.workloads.presets import DATA_PATH, MAIN_PARAMS, MODEL_PATH, OUTPUT_PATH
+from deploy.gpu_resources import mig_profile
 
 
 def unit_of(flavor: Flavor) -> str:
@@ -27,6 +28,9 @@ def unit_of(flavor: Flavor) -> str:
     cpu = f"{flavor.vcpu_per_unit} vCPU, {flavor.memory_gib_per_unit} GiB"
     if not flavor.is_gpu:
         return cpu
+    profile = mig_profile(flavor.resource_key)
+    if profile:  # a MIG slice: its memory is in the profile's name
+        return f"{flavor.gpus_per_unit}× {flavor.gpu_model} MIG {profile}, {cpu}"
     return f"{flavor.gpus_per_unit}× {flavor.gpu_model} {flavor.gpu_memory_gib} GB, {cpu}"
 
 

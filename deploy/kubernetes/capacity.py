@@ -1,5 +1,7 @@
 """What the cluster has to run on: GPUs by model from the nodes' allocatable `nvidia.com/gpu`
-(the model from GPU feature discovery's `nvidia.com/gpu.product` label), in use from the
+(the model from GPU feature discovery's `nvidia.com/gpu.product` label), and MIG slices by
+model and profile where the GPU operator advertises them (`nvidia.com/mig-1g.10gb`, the
+"mixed" strategy; under the "single" one they are `nvidia.com/gpu` already), in use from the
 requests of the pods bound to them and not finished (anyone's, not only Ajuste's: a GPU
 another tenant holds is not free), and the nodes that take no new work (cordoned or not
 Ready). Two list calls (nodes, pods), whatever the cluster's size."""
@@ -12,6 +14,7 @@ from decimal import Decimal
 
 from kubernetes.utils.quantity import parse_quantity
 
+from deploy.gpu_resources import mig_profile
 from deploy.kubernetes.api import KubeApi, Obj
 from deploy.types import GPU_RESOURCE_KEY, ClusterCapacity, GpuPool, NodeIssue
 
@@ -38,29 +41,33 @@ def read_capacity(api: KubeApi, *, resource_key: str = GPU_RESOURCE_KEY) -> Clus
 def _summary(
     nodes: list[Obj], requested: dict[str, dict[str, Decimal]], resource_key: str
 ) -> ClusterCapacity:
-    totals: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0, 0])
+    # (model, resource) -> [total, in use, unavailable, nodes]
+    totals: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0, 0, 0])
     issues, millicpu, millicpu_used, memory = [], 0, 0, 0
     for node in nodes:
         name = node["metadata"]["name"]
         allocatable = (node.get("status") or {}).get("allocatable") or {}
-        gpus = int(_quantity(allocatable.get(resource_key)))
+        gpus = gpu_resources(allocatable, resource_key)
         used = requested.get(name, {})
         millicpu += int(_quantity(allocatable.get("cpu")) * 1000)
         millicpu_used += int(used.get("cpu", Decimal(0)) * 1000)
         memory += int(_quantity(allocatable.get("memory")) / 2**20)
-        issue = node_issue(node, gpus)
+        slices = sum(count for resource, count in gpus.items() if resource != resource_key)
+        issue = node_issue(node, gpus.get(resource_key, 0), slices)
         if issue is not None:
             issues.append(issue)
-        if gpus == 0:
-            continue
         model = _labels(node).get(PRODUCT_LABEL) or UNKNOWN_MODEL
-        in_use = min(gpus, int(used.get(resource_key, Decimal(0))))
-        pool = totals[model]
-        pool[0] += gpus
-        pool[1] += in_use
-        pool[2] += gpus - in_use if issue is not None else 0
-        pool[3] += 1
-    pools = tuple(GpuPool(model, *numbers) for model, numbers in sorted(totals.items()))
+        for resource, count in gpus.items():
+            in_use = min(count, int(used.get(resource, Decimal(0))))
+            pool = totals[(model, resource)]
+            pool[0] += count
+            pool[1] += in_use
+            pool[2] += count - in_use if issue is not None else 0
+            pool[3] += 1
+    pools = tuple(
+        GpuPool(model, total, in_use, unavailable, count, resource)
+        for (model, resource), (total, in_use, unavailable, count) in sorted(totals.items())
+    )
     return ClusterCapacity(
         backend="kubernetes",
         pools=pools,
@@ -72,7 +79,19 @@ def _summary(
     )
 
 
-def node_issue(node: Obj, gpus: int) -> NodeIssue | None:
+def gpu_resources(allocatable: Obj, resource_key: str) -> dict[str, int]:
+    """The node's whole GPUs and, under MIG's "mixed" strategy, each profile's slices
+    (`nvidia.com/mig-1g.10gb`); resources it has none of are left out."""
+    found = {}
+    for resource, value in allocatable.items():
+        if resource == resource_key or mig_profile(resource):
+            count = int(_quantity(value))
+            if count > 0:
+                found[resource] = count
+    return found
+
+
+def node_issue(node: Obj, gpus: int, mig_slices: int = 0) -> NodeIssue | None:
     """Why this node takes no new work, or None when it does."""
     cordoned = bool((node.get("spec") or {}).get("unschedulable"))
     conditions = (node.get("status") or {}).get("conditions") or []
@@ -84,8 +103,9 @@ def node_issue(node: Obj, gpus: int) -> NodeIssue | None:
     if not ready:
         found = ready_condition or {}
         reason = found.get("message") or found.get("reason") or "no Ready condition reported"
-    model = _labels(node).get(PRODUCT_LABEL) or (UNKNOWN_MODEL if gpus else "")
-    return NodeIssue(node["metadata"]["name"], model, gpus, cordoned, ready, reason)
+    has_gpus = gpus or mig_slices
+    model = _labels(node).get(PRODUCT_LABEL) or (UNKNOWN_MODEL if has_gpus else "")
+    return NodeIssue(node["metadata"]["name"], model, gpus, cordoned, ready, reason, mig_slices)
 
 
 def pod_requests(pod: Obj) -> dict[str, Decimal]:

@@ -40,6 +40,16 @@ H100 = FlavorSpec(
 CPU = FlavorSpec(
     name="ai1-1-cpu", gpu_model="", gpus_per_unit=0, vcpu_per_unit=2, memory_gib_per_unit=4
 )
+# One 3g.40gb MIG slice of an A100 (the GPU operator's mixed strategy).
+A100_MIG = FlavorSpec(
+    name="a100-3g-40gb",
+    gpu_model="A100",
+    gpus_per_unit=1,
+    vcpu_per_unit=8,
+    memory_gib_per_unit=60,
+    node_selector={"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"},
+    resource_key="nvidia.com/mig-3g.40gb",
+)
 DATASET = VolumeSpec("corpus", "GRA", "dataset", "/workspace/data", Mode.RO)
 OUTPUT = VolumeSpec("corpus", "GRA", "output", "/workspace/output", Mode.RW)
 

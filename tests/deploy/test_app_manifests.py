@@ -20,7 +20,7 @@ from deploy.manifests import (
 from deploy.manifests.apps import quantity, requests_query
 from deploy.types import APP_ADAPTER_PATH, APP_MODEL_PATH, AppRequest, Scaling
 from storage.volumes import Mode, VolumeSpec
-from tests.deploy.conftest import CPU, DATASET, H100, validate
+from tests.deploy.conftest import A100_MIG, CPU, DATASET, H100, validate
 from tests.deploy.test_manifests_job import (
     CONTAINER_SECURITY,
     DATASTORES_VOLUME,
@@ -221,6 +221,16 @@ def test_a_merged_model_on_cpu_has_no_lora_and_no_gpu(app_request: AppRequest) -
         "pull",
         "models@GRA/llama-3-8b:/workspace/model:ro",
     ]
+
+
+def test_a_mig_app_serves_on_one_slice(app_request: AppRequest) -> None:
+    app = replace(app_request, flavor=A100_MIG, units=1)
+    manifest = make_app_deployment(app=app)
+    validate(manifest)
+    server = manifest["spec"]["template"]["spec"]["containers"][0]
+    one = {"cpu": "8", "memory": "60Gi", "nvidia.com/mig-3g.40gb": "1"}
+    assert server["resources"] == {"requests": one, "limits": one}
+    assert "--tensor-parallel-size" not in server["args"]
 
 
 def test_an_image_with_its_own_command_gets_no_vllm_arguments(app_request: AppRequest) -> None:

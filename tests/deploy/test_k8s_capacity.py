@@ -1,6 +1,7 @@
-"""The cluster's capacity read from the emulator's nodes and pods: GPUs by product, in use from
-bound, unfinished pods' requests (anyone's), cordoned and NotReady nodes listed and their idle
-GPUs not counted free; two list calls whatever the cluster's size."""
+"""The cluster's capacity read from the emulator's nodes and pods: GPUs by product (and MIG
+slices by product and profile), in use from bound, unfinished pods' requests (anyone's),
+cordoned and NotReady nodes listed and their idle GPUs not counted free; two list calls
+whatever the cluster's size."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any
 import pytest
 
 from deploy.kubernetes import KubernetesBackend
-from deploy.kubernetes.capacity import pod_requests
+from deploy.kubernetes.capacity import gpu_resources, pod_requests
 from deploy.types import ClusterCapacity, GpuPool, NodeIssue
 from tests.fixtures.k8s_emulator import EmulatedCluster
 
@@ -29,11 +30,15 @@ def node(
     cordoned: bool = False,
     cpu: str = "32",
     memory: str = "128Gi",
+    mig: dict[str, int] | None = None,
 ) -> Obj:
-    """A Node as a kubelet registers it (with GPU feature discovery's product label)."""
+    """A Node as a kubelet registers it (with GPU feature discovery's product label); `mig`
+    the slices per MIG profile the device plugin advertises under the mixed strategy."""
     allocatable = {"cpu": cpu, "memory": memory, "pods": "110"}
     if gpus:
         allocatable["nvidia.com/gpu"] = str(gpus)
+    for profile, count in (mig or {}).items():
+        allocatable[f"nvidia.com/mig-{profile}"] = str(count)
     ready_condition = {"type": "Ready", "status": "True", "reason": "KubeletReady"}
     if not ready:
         ready_condition = {
@@ -58,8 +63,15 @@ def node(
     }
 
 
-def pod(name: str, *, gpus: int, cpu: str = "4", init_cpu: str | None = None) -> Obj:
-    resources = {"requests": {"cpu": cpu}, "limits": {"nvidia.com/gpu": str(gpus)}}
+def pod(
+    name: str,
+    *,
+    gpus: int,
+    cpu: str = "4",
+    init_cpu: str | None = None,
+    resource: str = "nvidia.com/gpu",
+) -> Obj:
+    resources = {"requests": {"cpu": cpu}, "limits": {resource: str(gpus)}}
     spec: Obj = {"containers": [{"name": "main", "image": "busybox", "resources": resources}]}
     if init_cpu:
         init = {"name": "pull", "image": "busybox", "resources": {"requests": {"cpu": init_cpu}}}
@@ -145,3 +157,55 @@ def test_pod_requests_count_init_containers_as_the_scheduler_does() -> None:
     sidecar = pod("c", gpus=1, cpu="1", init_cpu="250m")
     sidecar["spec"]["initContainers"][0]["restartPolicy"] = "Always"
     assert pod_requests(sidecar) == {"cpu": 1.25, "nvidia.com/gpu": 1}
+
+
+A100 = "NVIDIA-A100-SXM4-80GB"
+MIG_1G = "nvidia.com/mig-1g.10gb"
+MIG_3G = "nvidia.com/mig-3g.40gb"
+
+
+def test_mig_slices_are_pools_of_their_own_by_model_and_profile(
+    k8s_cluster: EmulatedCluster, k8s_backend: KubernetesBackend
+) -> None:
+    """The GPU operator's mixed strategy: a node advertises its unpartitioned GPUs as
+    nvidia.com/gpu and each MIG profile's slices under a resource of its own."""
+    for manifest in (
+        node("a100-a", gpus=2, product=A100, mig={"1g.10gb": 7, "3g.40gb": 2}),
+        node("a100-b", product=A100, mig={"1g.10gb": 14}, cordoned=True),
+        node("a100-c", product=A100, mig={"3g.40gb": 0}),  # advertised, none configured
+    ):
+        k8s_cluster.create(manifest)
+    k8s_cluster.create_namespace("other-team")
+    for name, count, resource, where in (
+        ("small", 3, MIG_1G, "a100-a"),
+        ("half", 1, MIG_3G, "a100-a"),
+        ("whole", 1, "nvidia.com/gpu", "a100-a"),
+        ("left", 2, MIG_1G, "a100-b"),
+    ):
+        k8s_cluster.create(pod(name, gpus=count, resource=resource))
+        k8s_cluster.kubelet.schedule("other-team", name, where)
+    capacity = k8s_backend.cluster_capacity()
+    assert capacity.pools == (
+        GpuPool(A100, total=2, in_use=1, unavailable=0, nodes=1),
+        GpuPool(A100, total=21, in_use=5, unavailable=12, nodes=2, resource=MIG_1G),
+        GpuPool(A100, total=2, in_use=1, unavailable=0, nodes=1, resource=MIG_3G),
+    )
+    assert [pool.free for pool in capacity.pools] == [1, 4, 1]
+    assert capacity.issues == (
+        NodeIssue("a100-b", A100, 0, cordoned=True, ready=True, mig_slices=14),
+    )
+
+
+def test_gpu_resources_are_whole_gpus_and_mig_profiles_only() -> None:
+    allocatable = {
+        "cpu": "8",
+        "nvidia.com/gpu": "1",
+        "nvidia.com/mig-2g.20gb": "3",
+        "nvidia.com/mig-1g.5gb": "0",
+        "nvidia.com/mig-bogus": "4",
+        "amd.com/gpu": "2",
+    }
+    assert gpu_resources(allocatable, "nvidia.com/gpu") == {
+        "nvidia.com/gpu": 1,
+        "nvidia.com/mig-2g.20gb": 3,
+    }

@@ -9,7 +9,7 @@ import pytest
 
 from deploy.manifests import make_job, make_push_job, make_workspace_claim
 from deploy.types import JobRequest
-from tests.deploy.conftest import CPU, DATASET, OUTPUT, make_job_request, validate
+from tests.deploy.conftest import A100_MIG, CPU, DATASET, OUTPUT, make_job_request, validate
 
 LABELS = {
     "app.kubernetes.io/managed-by": "ajuste",
@@ -234,6 +234,16 @@ def test_cpu_job_without_rw_volume_has_no_claim_no_gpu_no_sidecar() -> None:
     assert main["resources"]["limits"] == {"cpu": "2", "memory": "4Gi"}
     assert "args" not in main  # no command: the image's own entrypoint and command run
     assert "nodeSelector" not in pod and "tolerations" not in pod
+
+
+def test_a_mig_flavor_asks_for_its_profile_not_whole_gpus() -> None:
+    job = make_job_request(flavor=A100_MIG, units=2)
+    manifest = make_job(job=job)
+    validate(manifest)
+    pod = manifest["spec"]["template"]["spec"]
+    slices = {"cpu": "16", "memory": "120Gi", "nvidia.com/mig-3g.40gb": "2"}
+    assert pod["containers"][0]["resources"] == {"requests": slices, "limits": slices}
+    assert pod["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}
 
 
 def test_queue_label_suspends_for_kueue_and_pull_secrets_are_used() -> None:

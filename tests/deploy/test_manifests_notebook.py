@@ -13,7 +13,7 @@ from deploy.manifests import (
     make_notebook_statefulset,
 )
 from deploy.types import Editor, NotebookRequest
-from tests.deploy.conftest import validate
+from tests.deploy.conftest import A100_MIG, validate
 from tests.deploy.test_manifests_job import (
     CONTAINER_SECURITY,
     DATASTORES_VOLUME,
@@ -284,3 +284,12 @@ def test_the_editor_token_is_a_secret_file_the_user_cannot_replace(
     assert not any("token" in arg.lower() for arg in main["command"])
     with pytest.raises(ValueError, match="editor token"):
         make_notebook_secret(notebook=replace(notebook_request, token=""))
+
+
+def test_a_mig_notebook_asks_for_one_slice(notebook_request: NotebookRequest) -> None:
+    notebook = replace(notebook_request, flavor=A100_MIG, units=1)
+    manifest = make_notebook_statefulset(notebook=notebook)
+    validate(manifest)
+    [editor] = manifest["spec"]["template"]["spec"]["containers"]
+    one = {"cpu": "8", "memory": "60Gi", "nvidia.com/mig-3g.40gb": "1"}
+    assert editor["resources"] == {"requests": one, "limits": one}

@@ -22,7 +22,7 @@ from controlpanel.projects.models import Project
 from controlpanel.workloads import backend as job_backend
 from controlpanel.workloads.models import JobState, Kind, Workload
 from deploy.local import LocalBackend
-from tests.deploy.test_k8s_capacity import H100, L4, node, pod
+from tests.deploy.test_k8s_capacity import A100, H100, L4, MIG_1G, node, pod
 from tests.fixtures.k8s_emulator import EmulatedCluster
 from tests.fixtures.panel import UserFactory, add_member, logged_in
 
@@ -112,12 +112,15 @@ def test_the_kubernetes_reading_by_model_and_flavor_with_the_queue(
         (H100, 16, 4, 8, 4, ["h100-2"]),
         (L4, 4, 0, 4, 0, ["l4-1"]),
     ]
-    assert context["totals"] == {"total": 20, "in_use": 4, "free": 4}
+    assert context["totals"] == {"total": 20, "in_use": 4, "unavailable": 12, "free": 4}
+    assert context["mig_totals"] == {"total": 0, "in_use": 0, "unavailable": 0, "free": 0}
     rows = {row["name"]: row for row in context["flavors"]}
     assert 3700 <= rows["h100-2"]["oldest_wait_s"] < 3720  # the older waiter's, read just now
     assert rows["h100-2"] | {"oldest_wait_s": 3700} == {
         "name": "h100-2",
         "gpu_model": "H100",
+        "resource": "nvidia.com/gpu",
+        "mig_profile": "",
         "gpus_per_unit": 2,
         "running_units": 2,
         "running_gpus": 4,
@@ -182,3 +185,53 @@ def test_only_site_admins_see_it(project: Project, admin_user: Any) -> None:
     assert logged_in(admin_user).get("/dashboard/capacity/").status_code == 200
     link = logged_in(admin_user).get("/dashboard/").content.decode()
     assert 'href="/dashboard/capacity/"' in link
+
+
+def test_mig_slices_by_model_and_profile_and_the_flavors_that_ask_for_them(
+    k8s_jobs: Any, k8s_cluster: EmulatedCluster, admin_user: Any, flavors: dict[str, Flavor]
+) -> None:
+    """Nodes partitioned with MIG (the GPU operator's mixed strategy): each profile is a row
+    of its own beside the model's whole GPUs, and a flavor asking for a profile counts its
+    free units in that row only."""
+    a100 = {"nvidia.com/gpu.product": A100}
+    slice_1g = Flavor.objects.create(
+        name="a100-1g",
+        gpu_model="A100",
+        gpus_per_unit=1,
+        vcpu_per_unit=2,
+        memory_gib_per_unit=8,
+        node_selector=a100,
+        resource_key=MIG_1G,
+    )
+    whole = Flavor.objects.create(
+        name="a100-1", gpu_model="A100", vcpu_per_unit=8, memory_gib_per_unit=64, node_selector=a100
+    )
+    for manifest in (
+        node("a100-a", gpus=1, product=A100, mig={"1g.10gb": 7, "3g.40gb": 2}),
+        node("a100-b", product=A100, mig={"1g.10gb": 7}, ready=False),
+    ):
+        k8s_cluster.create(manifest)
+    k8s_cluster.create_namespace("other-team")
+    k8s_cluster.create(pod("small", gpus=3, resource=MIG_1G))
+    k8s_cluster.kubelet.schedule("other-team", "small", "a100-a")
+    dashboards_rollup()
+    response = logged_in(admin_user).get("/dashboard/capacity/")
+    context = response.context
+    assert [
+        (p["model"], p["mig_profile"], p["total"], p["in_use"], p["free"], p["flavors"])
+        for p in context["pools"]
+    ] == [
+        (A100, "", 1, 0, 1, ["a100-1"]),
+        (A100, "1g.10gb", 14, 3, 4, ["a100-1g"]),
+        (A100, "3g.40gb", 2, 0, 2, []),
+    ]
+    assert context["totals"] == {"total": 1, "in_use": 0, "unavailable": 0, "free": 1}
+    assert context["mig_totals"] == {"total": 16, "in_use": 3, "unavailable": 7, "free": 6}
+    rows = {row["name"]: row for row in context["flavors"]}
+    assert (rows["a100-1g"]["mig_profile"], rows["a100-1g"]["free_units"]) == ("1g.10gb", 4)
+    assert (rows["a100-1"]["mig_profile"], rows["a100-1"]["free_units"]) == ("", 1)
+    assert whole.resource_key == "nvidia.com/gpu" and slice_1g.pk
+    body = response.content.decode()
+    assert 'title="nvidia.com/mig-1g.10gb">MIG 1g.10gb</span>' in body
+    assert "+ 7 MIG slices" in body  # the not-ready node's
+    assert "MIG slices</dt>" in body
