@@ -442,14 +442,28 @@ class ProjectRequest:
 
 
 @dataclass(frozen=True)
+class ReplicaRun:
+    """One replica of an app as billing sees it: a pod (`uid` its UID) or, locally, one
+    start of the server (the supervisor's run id), from its server's first start to its end
+    (`finished_at` None while it runs or may run again)."""
+
+    uid: str
+    started_at: datetime
+    finished_at: datetime | None = None
+    exit_code: int | None = None
+    node: str | None = None
+
+
+@dataclass(frozen=True)
 class ObservedWorkload:
     """What a backend saw of one workload run, as plain values.
 
     `started_at`/`finished_at` are the user container's own start and end (billing meters
     from them); `run_uid` is the pod UID (one usage interval per pod run) or, locally, the
-    supervisor's run id. `reason` is a human sentence for the state history.
-    `push_attempt` counts final pushes started (retries included). `push_note` is what the
-    final push has to say besides success (the keys it left alone as conflicts).
+    supervisor's run id; an app's replicas are billed from `replica_runs` instead. `reason`
+    is a human sentence for the state history. `push_attempt` counts final pushes started
+    (retries included). `push_note` is what the final push has to say besides success (the
+    keys it left alone as conflicts).
     `created_at` is when the newest object of the run was made (from `observe_all`, where
     the sweep's orphan collector counts its grace period from it; None when unknown).
     """
@@ -477,6 +491,10 @@ class ObservedWorkload:
     last_activity: datetime | None = None
     # An app's replicas: (ready, wanted); None where the kind has none.
     replicas: tuple[int, int] | None = None
+    # An app's replicas whose server has started, each billed as a run of its own: every one
+    # the backend has, so a run missing from it has ended. None where the kind bills one run
+    # per observation (`run_uid`).
+    replica_runs: tuple[ReplicaRun, ...] | None = None
 
     @property
     def ref(self) -> WorkloadRef:

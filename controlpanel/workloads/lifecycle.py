@@ -24,6 +24,7 @@ from controlpanel.workloads.models import (
     NotebookState,
     Workload,
 )
+from controlpanel.workloads.replicas import REPLICA_UIDS, record_replicas, serving_replicas
 from deploy.types import ObservedWorkload, Phase
 from training.protocol import parse_line
 
@@ -382,9 +383,16 @@ def _record_times(job: Workload, observed: ObservedWorkload) -> None:
     if observed.replicas is not None and job.progress.get("replicas") != list(observed.replicas):
         job.progress = {**job.progress, "replicas": list(observed.replicas)}
         changed.append("progress")
+    if observed.replica_runs is not None:
+        uids = serving_replicas(observed)
+        if job.progress.get(REPLICA_UIDS) != uids:
+            job.progress = {**job.progress, REPLICA_UIDS: uids}
+            changed.append("progress")
     if changed:
-        job.save(update_fields=[*changed, "updated_at"])
-    if observed.run_uid and observed.started_at:
+        job.save(update_fields=[*dict.fromkeys(changed), "updated_at"])
+    if observed.replica_runs is not None:
+        record_replicas(job, observed.replica_runs)
+    elif observed.run_uid and observed.started_at:
         JobRun.objects.update_or_create(
             uid=observed.run_uid,
             defaults={

@@ -28,6 +28,7 @@ from controlpanel.workloads.models import (
 )
 from controlpanel.workloads.notebooks import stop_idle_notebooks
 from controlpanel.workloads.reconcile import observe
+from controlpanel.workloads.replicas import REPLICA_UIDS, serving_replicas
 from deploy.types import ObservedWorkload, Phase, WorkloadKind
 
 log = logging.getLogger(__name__)
@@ -45,9 +46,7 @@ def sweep() -> dict[str, int]:
     # object elsewhere claims with our labels (the backend drops those as well).
     listed_at = timezone.now()
     observed = {(o.kind.value, o.namespace, o.id, o.run): o for o in get_backend().observe_all()}
-    alive = [
-        o.run_uid for o in observed.values() if o.run_uid and o.started_at and not o.finished_at
-    ]
+    alive = [uid for o in observed.values() for uid in _alive(o)]
     runs_seen.send(sender=Workload, uids=alive, at=listed_at)
     counts = {"live": 0, "changed": 0, "relaunched": 0, "missing": 0, "orphans": 0}
     jobs = _live_jobs()
@@ -71,6 +70,13 @@ def sweep() -> dict[str, int]:
     counts["idle_stopped"] = stop_idle_notebooks()
     tasks.notices_resend()  # end notices claimed, then lost before they were sent
     return counts
+
+
+def _alive(seen: ObservedWorkload) -> list[str]:
+    """The run uids an observation shows alive: an app's replicas, or the one pod run."""
+    if seen.replica_runs is not None:
+        return serving_replicas(seen)
+    return [seen.run_uid] if seen.run_uid and seen.started_at and not seen.finished_at else []
 
 
 def record_observation(observed: ObservedWorkload) -> bool:
@@ -108,6 +114,7 @@ def _live_jobs() -> list[Workload]:
             "timeout",
             "started_at",
             "finished_at",
+            "progress",
             "project_id",
         )
     )
@@ -137,6 +144,8 @@ def _differs(job: Workload, seen: ObservedWorkload) -> bool:
         return False  # older than the row (observe() reads a QUEUED one again, fresh)
     if seen.started_at != job.started_at or seen.finished_at != job.finished_at:
         return True
+    if seen.replica_runs is not None and serving_replicas(seen) != job.progress.get(REPLICA_UIDS):
+        return True  # a replica started or ended: its run opens or closes
     if not targets:
         return False
     state, reason = targets[-1]

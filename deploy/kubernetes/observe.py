@@ -26,7 +26,7 @@ from deploy.kubernetes.pods import (
     unscheduled_reason,
     waiting_reason,
 )
-from deploy.types import ObservedWorkload, Phase, WorkloadKind, WorkloadRef
+from deploy.types import ObservedWorkload, Phase, ReplicaRun, WorkloadKind, WorkloadRef
 from storage.sync.stats import conflict_note
 
 
@@ -344,9 +344,13 @@ def observe_app(
         namespace=ref.namespace,
     )
     if deployment is None:
-        return replace(base, reason="no object of this app exists")
+        return replace(base, reason="no object of this app exists", replica_runs=())
     meta = deployment["metadata"]
-    base = replace(base, url=(meta.get("annotations") or {}).get(names.URL))
+    base = replace(
+        base,
+        url=(meta.get("annotations") or {}).get(names.URL),
+        replica_runs=tuple(run for run in map(replica_run, pods) if run is not None),
+    )
     spec = deployment.get("spec") or {}
     wanted = int(spec.get("replicas", 1))
     live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
@@ -371,6 +375,32 @@ def observe_app(
     if pod is None:
         return _no_pod(observed, deployment, replica_sets)
     return _app_progress(pod, _with_pod_facts(observed, pod), events)
+
+
+def replica_run(pod: Obj) -> ReplicaRun | None:
+    """A replica as billing sees it, once its server has started: a pod stopping (deleted,
+    scaled down) is billed until it is gone, a crash-looping one while it holds its GPUs
+    (from its earliest start the panel saw); it ends with its pod (Succeeded or Failed), at
+    its server's end."""
+    status = container_status(pod, "main") or {}
+    main = container_run(status)
+    started = main.started_at or container_run({"state": status.get("lastState") or {}}).started_at
+    uid = pod["metadata"].get("uid")
+    if started is None or not uid:
+        return None
+    if ((pod.get("status") or {}).get("phase")) not in ("Succeeded", "Failed"):
+        return ReplicaRun(
+            uid=str(uid), started_at=started, node=(pod.get("spec") or {}).get("nodeName")
+        )
+    if main.finished_at is None:
+        return None  # ended without saying when (evicted): the panel ends it as it notices
+    return ReplicaRun(
+        uid=str(uid),
+        started_at=started,
+        finished_at=main.finished_at,
+        exit_code=main.exit_code,
+        node=(pod.get("spec") or {}).get("nodeName"),
+    )
 
 
 def _current_pods(template: Obj, replica_sets: list[Obj], pods: list[Obj]) -> list[Obj]:

@@ -23,7 +23,14 @@ from deploy.local.state import (
     parse_iso,
     write_json,
 )
-from deploy.types import LogChunk, ObservedWorkload, Phase, WorkloadKind, WorkloadRef
+from deploy.types import (
+    LogChunk,
+    ObservedWorkload,
+    Phase,
+    ReplicaRun,
+    WorkloadKind,
+    WorkloadRef,
+)
 
 # A supervisor that has not announced itself this long after launch is taken for lost.
 LAUNCH_GRACE = timedelta(seconds=60)
@@ -166,6 +173,7 @@ def _observed(ref: WorkloadRef, state: State, phase: Phase, reason: str) -> Obse
         # What the editor last did, as its supervisor last read it (every few seconds).
         last_activity=parse_iso(state.get("last_activity")) if phase is Phase.RUNNING else None,
         replicas=_replicas(ref, phase),
+        replica_runs=_replica_runs(ref, state),
     )
 
 
@@ -176,6 +184,23 @@ def _replicas(ref: WorkloadRef, phase: Phase) -> tuple[int, int] | None:
     if phase is Phase.RUNNING:
         return (1, 1)
     return (0, 1) if phase in (Phase.INITIALIZING, Phase.PENDING) else (0, 0)
+
+
+def _replica_runs(ref: WorkloadRef, state: State) -> tuple[ReplicaRun, ...] | None:
+    """A local app's one replica: each start of its server is a run (its own run id)."""
+    if ref.kind is not WorkloadKind.APP:
+        return None
+    started = parse_iso(state.get("started_at"))
+    if started is None or not state.get("run_uid"):
+        return ()
+    run = ReplicaRun(
+        uid=str(state["run_uid"]),
+        started_at=started,
+        finished_at=parse_iso(state.get("finished_at")),
+        exit_code=state.get("exit_code"),
+        node=os.uname().nodename,
+    )
+    return (run,)
 
 
 def read_log(run: Path, state: State | None, cursor: str | None, limit: int) -> LogChunk:
