@@ -25,10 +25,9 @@ from controlpanel.workloads.app_try import MAX_MESSAGE
 from controlpanel.workloads.backend import job_ref
 from controlpanel.workloads.models import App
 from tests.controlpanel.apps.test_app_access import make_app
-from tests.controlpanel.apps.test_app_e2e import tiny_model_and_adapter, upload, wait_state
+from tests.fixtures.apps import tiny_model_and_adapter, wait_state
 from tests.fixtures.browser import browser_login, console_errors
 from tests.fixtures.faults import free_port
-from tests.fixtures.jobs import project_bucket
 from tests.fixtures.panel import PASSWORD, api_client_for
 
 
@@ -84,50 +83,16 @@ def test_a_cluster_app_is_not_reached_and_get_is_refused(
 @pytest.mark.e2e
 @pytest.mark.slow
 def test_try_it_streams_the_apps_answer_to_a_signed_in_member_only(
-    live_server: Any,
-    processes: Any,
+    local_processes: Any,
+    deploy_tiny_app: Any,
     owner: Any,
     member: Any,
     outsider: Any,
-    project: Project,
-    panel_s3: Any,
     local_jobs: Any,
-    settings: Any,
-    tmp_path: Path,
 ) -> None:
-    settings.COMPUTE_BACKEND = "local"
-    settings.SITE_URL = live_server.url
-    bucket = project_bucket(project, panel_s3, "try-weights").name
-    model_dir, adapter_dir = tiny_model_and_adapter(tmp_path / "assets")
-    upload(panel_s3, bucket, "tiny-llama", model_dir)
-    upload(panel_s3, bucket, "adapter", adapter_dir)
-    procs = processes(
-        {
-            "COMPUTE_BACKEND": "local",
-            "AJUSTE_VAR_DIR": str(settings.VAR_DIR),
-            "S3_ENDPOINT_URL": panel_s3.endpoint_url,
-            "S3_ALIAS": "LOCAL",
-            "S3_ACCESS_KEY": panel_s3.access_key,
-            "S3_SECRET_KEY": panel_s3.secret_key,
-        }
-    )
-    procs.worker()
-    procs.beat()
-    procs.watcher()
+    procs = local_processes
     api = api_client_for(owner)
-    created = api.post(
-        "/api/v1/apps/",
-        {
-            "project": "alpha",
-            "name": "try me",
-            "model": f"{bucket}@LOCAL/tiny-llama",
-            "adapter": f"{bucket}@LOCAL/adapter",
-            "flavor": "ai1-1-cpu",
-        },
-        format="json",
-    )
-    assert created.status_code == 201, created.json()
-    app = App.objects.get(pk=created.json()["id"])
+    app, _ = deploy_tiny_app("try me")
     try:
         wait_state(app, {"RUNNING"}, procs)
         browser = Client(enforce_csrf_checks=True)  # a browser: the CSRF check is on
