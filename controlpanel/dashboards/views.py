@@ -103,8 +103,14 @@ def all_dashboard(request: HttpRequest) -> HttpResponseBase:
 
 @_admin_only
 def capacity_view(request: HttpRequest) -> HttpResponseBase:
-    """GPUs by model and flavor, the queue per flavor, nodes taking no work (site admins)."""
-    context = capacity.capacity_figures() | {"backend": get_backend().name}
+    """GPUs by model and flavor, the queue per flavor, nodes taking no work (site admins);
+    an htmx poll gets the figures alone, every REFRESH_SECONDS while the tab is visible."""
+    context = capacity.capacity_figures() | {
+        "backend": get_backend().name,
+        "refresh_s": REFRESH_SECONDS,
+    }
+    if wants_fragment(request):
+        return render(request, "dashboards/capacity.html#figures", context)
     return render(request, "dashboards/capacity.html", context)
 
 

@@ -1,5 +1,6 @@
 """The dashboard and the job page's training curve in Chromium under the strict CSP: Chart.js
-(from static) draws every chart, with no console error; the numbers refresh through htmx."""
+(from static) draws every chart, with no console error; the numbers (and the capacity page's
+figures) refresh through htmx."""
 
 from __future__ import annotations
 
@@ -104,4 +105,23 @@ def test_dashboard_and_training_curve_draw_under_the_csp(
         ".map((d) => [d.label, d.data.length])"
     )
     assert datasets == [["loss", 12], ["tokens/s", 12], ["learning rate", 12]]
+    assert console_errors(page) == []
+
+
+@pytest.mark.browser
+@pytest.mark.django_db(transaction=True)
+def test_the_capacity_figures_refresh_under_the_csp(
+    page: Any, live_server: Any, admin_user: Any, owner: Any, project: Project
+) -> None:
+    base = live_server.url
+    browser_login(page, base, "admin", PASSWORD)
+    page.wait_for_url(f"{base}/**")
+    page.goto(f"{base}/dashboard/capacity/")
+    row = page.locator("[data-testid=table-flavors] tr", has_text="h100-1-gpu")
+    expect(row.locator("td").nth(6)).to_have_text("0")
+    # A job starts waiting; the figures part swaps itself in (htmx), no reload.
+    _job(project, owner, "waits", state=JobState.QUEUED, queued_at=timezone.now())
+    page.evaluate("document.dispatchEvent(new Event('visibilitychange'))")
+    expect(row.locator("td").nth(6)).to_have_text("1")
+    assert page.evaluate("performance.getEntriesByType('navigation').length") == 1
     assert console_errors(page) == []

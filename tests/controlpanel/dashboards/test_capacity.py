@@ -5,6 +5,7 @@ keeps the last good one; only site admins see it."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -180,6 +181,9 @@ def test_only_site_admins_see_it(project: Project, admin_user: Any) -> None:
     add_member(project, manager, role="manager")
     assert logged_in(member).get("/dashboard/capacity/").status_code == 404
     assert logged_in(manager).get("/dashboard/capacity/").status_code == 404
+    for user in (member, manager):  # the figures' poll too
+        poll = logged_in(user).get("/dashboard/capacity/", HTTP_HX_REQUEST="true")
+        assert poll.status_code == 404 and b"capacity-figures" not in poll.content
     anonymous = Client().get("/dashboard/capacity/")
     assert anonymous.status_code == 302 and "/login" in anonymous["Location"]
     assert logged_in(admin_user).get("/dashboard/capacity/").status_code == 200
@@ -235,3 +239,41 @@ def test_mig_slices_by_model_and_profile_and_the_flavors_that_ask_for_them(
     assert 'title="nvidia.com/mig-1g.10gb">MIG 1g.10gb</span>' in body
     assert "+ 7 MIG slices" in body  # the not-ready node's
     assert "MIG slices</dt>" in body
+
+
+def test_the_figures_refresh_through_htmx_and_stay_escaped(
+    cluster: EmulatedCluster, work: None, admin_user: Any
+) -> None:
+    """The page polls its figures every 30 s (paused while the tab is hidden, by app.js, since
+    the strict CSP allows no hx-trigger filter); a poll gets the figures alone, and they move
+    when the reading or the queue does."""
+    client = logged_in(admin_user)
+    page = client.get("/dashboard/capacity/").content.decode()
+    assert (
+        '<div id="capacity-figures" hx-get="/dashboard/capacity/" hx-trigger="every 30s, '
+        'visibilitychange from:document" data-poll hx-swap="outerHTML"'
+    ) in page
+    before = client.get("/dashboard/capacity/", HTTP_HX_REQUEST="true").content.decode()
+    assert before.lstrip().startswith('<div id="capacity-figures"') and "<html" not in before
+    assert "Not read yet" in before and 'data-testid="gpus-total"' not in before
+    hostile = node("h100-c", gpus=8, product=H100, ready=False)
+    hostile["status"]["conditions"][0]["message"] = '<img src=x onerror="alert(1)">'
+    cluster.create(hostile)
+    dashboards_rollup()
+    body = client.get("/dashboard/capacity/", HTTP_HX_REQUEST="true").content.decode()
+    assert 'data-testid="gpus-total">28 <small class="muted">4 in use, 4 free</small>' in body
+    assert "&lt;img src=x onerror=&quot;alert(1)&quot;&gt;" in body and "<img src=x" not in body
+    assert flavor_cells(body, "h100-2")[-2:] == ["2", "1 h 01 min"]
+    Workload.objects.filter(state=JobState.QUEUED).delete()
+    emptied = client.get("/dashboard/capacity/", HTTP_HX_REQUEST="true").content.decode()
+    assert flavor_cells(emptied, "h100-2")[-2:] == ["0", "—"]
+
+
+def flavor_cells(body: str, name: str) -> list[str]:
+    """The cells of a flavor's row in the page's flavor table, as text."""
+    table = body.split('data-testid="table-flavors"', 1)[1].split("</table>", 1)[0]
+    row = re.search(rf"<tr><td>{re.escape(name)}</td>(.*?)</tr>", table, re.S)
+    assert row is not None, name
+    return [
+        re.sub(r"<[^>]+>", "", cell).strip() for cell in re.findall(r"<td[^>]*>(.*?)</td>", row[1])
+    ]
