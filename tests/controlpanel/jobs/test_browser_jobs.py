@@ -27,32 +27,18 @@ SCREENSHOTS = Path(__file__).resolve().parents[3] / "var" / "screenshots"
 def test_finetune_through_the_form(
     page: Any,
     live_server: Any,
-    processes: Any,
+    local_processes: Any,
     owner: Any,
     project: Project,
     panel_s3: Any,
     local_jobs: Any,
     tmp_path: Path,
-    settings: Any,
 ) -> None:
     assets = make_demo_assets(tmp_path / "demo", examples=24)
     models = project_bucket(project, panel_s3, "models").name
     out = project_bucket(project, panel_s3, "results").name
     upload_dir(panel_s3, models, "tiny-llama", assets.model_dir)
     upload_dir(panel_s3, models, "chat", assets.data_file.parent)
-    procs = processes(
-        {
-            "COMPUTE_BACKEND": "local",
-            "AJUSTE_VAR_DIR": str(settings.VAR_DIR),
-            "S3_ENDPOINT_URL": panel_s3.endpoint_url,
-            "S3_ALIAS": "LOCAL",
-            "S3_ACCESS_KEY": panel_s3.access_key,
-            "S3_SECRET_KEY": panel_s3.secret_key,
-        }
-    )
-    procs.worker()
-    procs.beat()
-    procs.watcher()
 
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     browser_login(page, live_server.url, "owner", PASSWORD)

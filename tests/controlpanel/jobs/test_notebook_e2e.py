@@ -61,30 +61,16 @@ def test_a_notebook_opens_lists_its_bucket_and_keeps_its_files_across_stop_and_s
     page: Any,
     browser: Any,
     live_server: Any,
-    processes: Any,
+    local_processes: Any,
     owner: Any,
     outsider: Any,
     project: Project,
     panel_s3: Any,
     local_jobs: Any,
-    settings: Any,
 ) -> None:
-    settings.COMPUTE_BACKEND = "local"
     bucket = project_bucket(project, panel_s3, "nb-data").name
     put_object(panel_s3, bucket=bucket, key="data/hello.txt", data=b"hello from the bucket")
-    procs = processes(
-        {
-            "COMPUTE_BACKEND": "local",
-            "AJUSTE_VAR_DIR": str(settings.VAR_DIR),
-            "S3_ENDPOINT_URL": panel_s3.endpoint_url,
-            "S3_ALIAS": "LOCAL",
-            "S3_ACCESS_KEY": panel_s3.access_key,
-            "S3_SECRET_KEY": panel_s3.secret_key,
-        }
-    )
-    procs.worker()
-    procs.beat()
-    procs.watcher()
+    procs = local_processes
     notebook: Notebook | None = None
     sent: list[str] = []
     page.context.on(
