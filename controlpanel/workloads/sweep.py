@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from dataclasses import replace
 from datetime import datetime, timedelta
 
 from django.conf import settings
@@ -16,7 +17,7 @@ from django.utils import timezone
 from controlpanel.projects.models import Project
 from controlpanel.workloads import tasks
 from controlpanel.workloads.admission import CLAIM_KEPT_STATES, WAITING_STATES
-from controlpanel.workloads.backend import get_backend, job_request
+from controlpanel.workloads.backend import app_request, get_backend, job_request
 from controlpanel.workloads.lifecycle import is_behind, target_states
 from controlpanel.workloads.models import (
     FINAL_STATES,
@@ -65,6 +66,7 @@ def sweep() -> dict[str, int]:
     counts["orphans"] += _notebook_orphans(
         [o for o in leftovers if o.kind is WorkloadKind.NOTEBOOK]
     )
+    counts["orphans"] += _app_orphans([o for o in leftovers if o.kind is WorkloadKind.APP])
     _admit_waiting()
     _refinalize()
     counts["idle_stopped"] = stop_idle_notebooks()
@@ -225,6 +227,40 @@ def _notebook_orphans(notebooks: list[ObservedWorkload]) -> int:
             get_backend().delete_notebook(ref=seen.ref)
             acted += 1
     return acted
+
+
+def _app_orphans(apps: list[ObservedWorkload]) -> int:
+    """An app's objects (Deployment, Service, Ingress, autoscaler; locally its server) outlive
+    its stops, not its row: those of a deleted app go. Those of an app that ended (FAILED,
+    ERROR) yet still has replicas, which would hold their GPUs unbilled, are stopped, its
+    address kept for a start. Both after the same grace as a job's."""
+    if not apps:
+        return 0
+    before = timezone.now() - timedelta(seconds=settings.JOB_ORPHAN_GRACE_SECONDS)
+    apps = [a for a in apps if a.created_at is None or a.created_at <= before]
+    rows = _rows_of(apps)
+    backend, acted = get_backend(), 0
+    for seen in apps:
+        row = rows.get(seen.id)
+        if row is None or row.project.namespace != seen.namespace or row.kind != Kind.APP:
+            log.warning("orphan app %s in %s: delete", seen.id, seen.namespace)
+            backend.delete_app(ref=seen.ref)
+        elif _app_left_running(row, seen, before):
+            log.warning("app %s ended %s with replicas left: stop", seen.id, row.state)
+            backend.apply_app(app=replace(app_request(row), running=False))
+        else:
+            continue
+        acted += 1
+        if acted == ORPHANS_PER_SWEEP:
+            break
+    return acted
+
+
+def _app_left_running(row: Workload, seen: ObservedWorkload, before: datetime) -> bool:
+    """An ended app whose backend still runs (or restarts) its replicas."""
+    if row.state not in FINAL_STATES or row.state_changed_at > before:
+        return False
+    return seen.phase not in (Phase.STOPPED, Phase.STOPPING)
 
 
 def _admit_waiting() -> None:

@@ -7,6 +7,7 @@ import gc
 from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import datetime
 
 from kubernetes.client.exceptions import ApiException
@@ -267,7 +268,9 @@ def _observe_group(api: KubeApi, ref: WorkloadRef, group: dict[str, list[Obj]]) 
     if ref.kind is WorkloadKind.APP:
         app = names.app_name(ref)
         found = (d for d in group["deployments"] if d["metadata"].get("name") == app)
-        return map_app(api, ref, next(found, None), group["replica_sets"], group["pods"])
+        observed = map_app(api, ref, next(found, None), group["replica_sets"], group["pods"])
+        created = _newest_creation([*group["deployments"], *group["replica_sets"]])
+        return replace(observed, created_at=created)
     objects = group_job(api, ref, group["jobs"], group["pods"])
     created = _newest_creation([*group["jobs"], *group["pods"]])
     return observe_job(ref, objects, created_at=created)

@@ -174,6 +174,8 @@ def _observed(ref: WorkloadRef, state: State, phase: Phase, reason: str) -> Obse
         last_activity=parse_iso(state.get("last_activity")) if phase is Phase.RUNNING else None,
         replicas=_replicas(ref, phase),
         replica_runs=_replica_runs(ref, state),
+        # When this run was launched (or decided): the sweep's orphan grace counts from it.
+        created_at=parse_iso(state.get("created_at")),
     )
 
 
