@@ -8,7 +8,7 @@ token), and `open_url` is the panel page that sends a member on to the editor.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import replace
 from datetime import datetime
 
@@ -17,42 +17,37 @@ from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
 from django.urls import reverse
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
-from rest_framework import serializers, status, viewsets
+from rest_framework import serializers
 from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from controlpanel.api.pagination import Pagination
 from controlpanel.api.scoping import api_project
-from controlpanel.projects.access import ProjectAccess
 from controlpanel.workloads import notebooks, selectors
 from controlpanel.workloads.api import (
     LOG_PARAMETERS,
     PROJECT_PARAM,
     SUBMISSION_ERRORS,
     LogPageSerializer,
-    _contract_field,
-    log_answer,
 )
-from controlpanel.workloads.models import JobEvent, Notebook, NotebookState
+from controlpanel.workloads.models import Notebook, NotebookState
+from controlpanel.workloads.served_api import (
+    ServedEventSerializer,
+    ServedSerializer,
+    ServedViewSet,
+    create_serializer,
+)
 
 
-class NotebookEventSerializer(serializers.ModelSerializer):
+class NotebookEventSerializer(ServedEventSerializer):
     state = serializers.ChoiceField(choices=NotebookState.choices, read_only=True)
 
-    class Meta:
-        model = JobEvent
-        fields = ["run", "state", "reason", "at"]
 
-
-class NotebookSerializer(serializers.ModelSerializer):
+class NotebookSerializer(ServedSerializer):
     """A notebook as read back; writes go through NotebookCreateSerializer and the services."""
 
-    project = serializers.CharField(source="project.slug", read_only=True)
-    owner = serializers.CharField(source="owner.username", read_only=True)
     image = serializers.SerializerMethodField(help_text="The notebook image's name.")
     container_image = serializers.CharField(source="image", read_only=True)
-    flavor = serializers.CharField(source="flavor.name", read_only=True)
     state = serializers.ChoiceField(choices=NotebookState.choices, read_only=True)
     url = serializers.SerializerMethodField(
         help_text="Where the editor is served once RUNNING (empty before)."
@@ -64,7 +59,6 @@ class NotebookSerializer(serializers.ModelSerializer):
         help_text="When it stops if it stays idle (null: no limit, or not running)."
     )
     history = NotebookEventSerializer(source="events", many=True, read_only=True)
-    cost = serializers.SerializerMethodField(help_text="Every run so far, estimated.")
 
     class Meta:
         model = Notebook
@@ -109,19 +103,9 @@ class NotebookSerializer(serializers.ModelSerializer):
     def get_idle_deadline(self, notebook: Notebook) -> datetime | None:
         return notebooks.idle_deadline(notebook)
 
-    def get_cost(self, notebook: Notebook) -> str | None:
-        cost = selectors.workload_cost_estimate(workload=notebook)
-        return None if cost is None else str(cost)
 
-
-NotebookCreateSerializer = type(
-    "NotebookCreateSerializer",
-    (serializers.Serializer,),
-    {
-        "__doc__": "A new notebook: the fields of notebooks.FIELDS.",
-        "project": serializers.CharField(required=False, help_text="Project slug (or ?project=)."),
-        **{spec.name: _contract_field(spec) for spec in notebooks.FIELDS},
-    },
+NotebookCreateSerializer = create_serializer(
+    "NotebookCreateSerializer", "A new notebook: the fields of notebooks.FIELDS.", notebooks.FIELDS
 )
 
 
@@ -149,21 +133,14 @@ def notebooks_filtered(
     return notebooks_
 
 
-Service = Callable[..., Notebook]
-
-
 @extend_schema(parameters=[PROJECT_PARAM])
-class NotebookViewSet(viewsets.ViewSet):
+class NotebookViewSet(ServedViewSet):
     """Notebooks of a project: an editor in the browser, stopped and started at will."""
 
     serializer_class = NotebookSerializer
     queryset = Notebook.objects.none()  # tells the schema the id type
-    pagination_class = Pagination
-    lookup_value_regex = "[0-9a-fA-F-]{1,36}"
-
-    def _notebook(self, request: Request, pk: str) -> tuple[ProjectAccess, Notebook]:
-        access = api_project(request)
-        return access, selectors.notebook_get(project=access.project, notebook_id=pk)
+    noun = "notebook"
+    get_row = staticmethod(selectors.notebook_get)
 
     @extend_schema(
         parameters=[
@@ -178,9 +155,7 @@ class NotebookViewSet(viewsets.ViewSet):
         access = api_project(request)
         rows = selectors.notebooks_for_project(project=access.project).defer(None)
         rows = notebooks_filtered(notebooks_=rows, query=request.query_params)
-        paginator = self.pagination_class()
-        page = paginator.paginate_queryset(rows.prefetch_related("events"), request, view=self)
-        return paginator.get_paginated_response(NotebookSerializer(page, many=True).data)
+        return self._page(request, rows.prefetch_related("events"))
 
     @extend_schema(
         request=NotebookCreateSerializer,
@@ -190,26 +165,11 @@ class NotebookViewSet(viewsets.ViewSet):
         },
     )
     def create(self, request: Request) -> Response:
-        access = api_project(request)
-        data = request.data if isinstance(request.data, dict) else {}
-        notebook = notebooks.notebook_create(access=access, user=request.user, data=data)
-        notebook = selectors.notebook_get(project=access.project, notebook_id=notebook.pk)
-        return Response(NotebookSerializer(notebook).data, status=status.HTTP_201_CREATED)
-
-    def retrieve(self, request: Request, pk: str) -> Response:
-        return Response(NotebookSerializer(self._notebook(request, pk)[1]).data)
+        return self._create(request, notebooks.notebook_create)
 
     def destroy(self, request: Request, pk: str) -> Response:
         """Delete: its objects and workspace go, then its row (its billed runs stay)."""
-        access, notebook = self._notebook(request, pk)
-        notebooks.notebook_delete(access=access, user=request.user, notebook=notebook)
-        return Response(status=status.HTTP_204_NO_CONTENT)
-
-    def _act(self, request: Request, pk: str, service: Service) -> Response:
-        access, notebook = self._notebook(request, pk)
-        service(access=access, user=request.user, notebook=notebook)
-        fresh = selectors.notebook_get(project=access.project, notebook_id=notebook.pk)
-        return Response(NotebookSerializer(fresh).data)
+        return self._delete(request, pk, notebooks.notebook_delete)
 
     @extend_schema(request=None, responses=NotebookSerializer)
     @action(detail=True, methods=["post"])
@@ -233,4 +193,4 @@ class NotebookViewSet(viewsets.ViewSet):
     @action(detail=True, methods=["get"])
     def logs(self, request: Request, pk: str) -> Response:
         """The editor's log lines after `?after=` (0 = the start), up to `limit`."""
-        return log_answer(request, self._notebook(request, pk)[1])
+        return self._logs(request, pk)
