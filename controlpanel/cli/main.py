@@ -11,7 +11,7 @@ import sys
 
 import click
 
-from controlpanel.cli import apps, buckets, jobs, notebooks, usage
+from controlpanel.cli import apps, buckets, capacity, jobs, notebooks, usage
 from controlpanel.cli.client import DEFAULT_URL, State
 from controlpanel.cli.output import FORMATS
 
@@ -22,6 +22,7 @@ GROUPS: list[click.Command] = [
     apps.app,
     jobs.flavor,
     usage.usage,
+    capacity.capacity,
 ]
 
 

@@ -1,8 +1,10 @@
-"""Dashboards: a project's (its managers, admins) and every project's (admins)."""
+"""Dashboards: a project's (its managers, admins) and every project's (admins); the capacity
+view and `/api/v1/capacity/` (admins)."""
 
 from django.urls import path
 
-from controlpanel.dashboards import views
+from controlpanel.api.routes import ApiRoutes
+from controlpanel.dashboards import api, views
 
 urlpatterns = [
     path("p/<slug:slug>/dashboard/", views.project_dashboard, name="dashboard"),
@@ -15,3 +17,7 @@ urlpatterns = [
     path("dashboard/capacity/", views.capacity_view, name="dashboard-capacity"),
     path("dashboard/<slug:table>.csv", views.all_dashboard_csv, name="dashboard-all-csv"),
 ]
+
+
+def api_routes(routes: ApiRoutes) -> None:
+    routes.view("capacity/", api.CapacityView.as_view(), name="api-capacity")

@@ -357,8 +357,10 @@ PERSONAL = {
     # every project's dashboard: site admins only (others 404; tests/controlpanel/dashboards)
     "dashboard-all",
     "dashboard-all-csv",
-    # the capacity view: site admins only (others 404; dashboards/test_capacity.py)
+    # the capacity view: site admins only (others 404; dashboards/test_capacity.py), and its
+    # API: others 403, anonymous 401 (dashboards/test_capacity_api.py)
     "dashboard-capacity",
+    "api-capacity",
     # Prometheus: the METRICS_TOKEN bearer or a site admin's session (test_metrics.py)
     "metrics",
     # accounts: site admins only (others 404; tests/controlpanel/people/test_people.py)
