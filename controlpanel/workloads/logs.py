@@ -17,6 +17,7 @@ from django.db.models import Max
 
 from controlpanel.workloads.backend import get_backend, job_ref
 from controlpanel.workloads.models import JobLogLine, Workload
+from controlpanel.workloads.replicas import OBSERVED_PROGRESS
 from training.protocol import Snapshot, clean_text, curve_point, read_event
 
 # Every logged step up to this many (a 10,000-step run logging every 10 steps fits whole).
@@ -101,7 +102,9 @@ def _note_progress(job: Workload, lines: tuple[str, ...] | list[str]) -> None:
         point = curve_point(event)
         if point is not None:
             curve = _append_point(curve, point)
-    job.progress, job.loss_curve = snapshot.to_json(), curve
+    stored = job.progress if isinstance(job.progress, dict) else {}
+    observed = {key: stored[key] for key in OBSERVED_PROGRESS if key in stored}
+    job.progress, job.loss_curve = {**observed, **snapshot.to_json()}, curve
 
 
 def _append_point(curve: list[list[Any]], point: list[Any]) -> list[list[Any]]:

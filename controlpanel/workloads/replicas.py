@@ -12,6 +12,9 @@ from deploy.types import ObservedWorkload, ReplicaRun
 # Where an app's row keeps the replicas it bills now (their run uids, sorted): an observation
 # whose replicas differ is recorded even when the app's state is the same (sweep._differs).
 REPLICA_UIDS = "replica_uids"
+# The keys of `progress` written from observations (an app's replicas), not from the log:
+# the log collector's snapshot keeps them.
+OBSERVED_PROGRESS = ("replicas", REPLICA_UIDS)
 
 
 def serving_replicas(observed: ObservedWorkload) -> list[str]:

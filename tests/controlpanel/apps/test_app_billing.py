@@ -27,6 +27,7 @@ from controlpanel.projects.models import Project
 from controlpanel.workloads.admission import admit_jobs
 from controlpanel.workloads.app_services import app_create, app_stop
 from controlpanel.workloads.lifecycle import apply_observation
+from controlpanel.workloads.logs import collect_logs
 from controlpanel.workloads.models import App, AppState, JobRun, Kind, Workload
 from controlpanel.workloads.reconcile import reconcile
 from controlpanel.workloads.sweep import sweep
@@ -313,6 +314,11 @@ def test_replicas_scaled_up_down_and_rolled_bill_their_minutes_on_the_cluster(
     step(0, lambda: None)
     app.refresh_from_db()
     assert (app.state, app.progress["replicas"]) == (A.RUNNING, [1, 1])
+    k8s_cluster.kubelet.log(NS, next(iter(started)), "INFO: Uvicorn running")
+    collect_logs(job_id=str(app.pk))  # the replicas the row keeps survive a log collection
+    app.refresh_from_db()
+    assert app.log_lines == 1 and app.progress["replicas"] == [1, 1]
+    assert sweep()["changed"] == 0  # so a steady app is not observed again
     step(10, scale(3))
     app.refresh_from_db()
     assert app.progress["replicas"] == [3, 3] and len(open_uids(app)) == 3
