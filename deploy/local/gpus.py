@@ -8,6 +8,7 @@ import subprocess
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from deploy.gpu_resources import mig_profile
 from deploy.types import FlavorSpec
 
 # GPU feature discovery's node label: the NVML product name with spaces turned into '-'
@@ -74,6 +75,12 @@ def pick_gpus(
     wanted = flavor.gpus_per_unit * units
     if wanted == 0:
         return [], ""
+    if mig_profile(flavor.resource_key):
+        # Whole GPUs only here: a MIG slice is a device the GPU operator's plugin hands out.
+        return None, (
+            f"{flavor.name} asks for MIG slices ({flavor.resource_key}): they run on the "
+            "Kubernetes backend only, this machine hands out whole GPUs"
+        )
     matching = [gpu for gpu in gpus if gpu_matches(flavor, gpu.name)]
     free = [gpu.index for gpu in matching if gpu.index not in busy]
     if len(free) >= wanted:

@@ -57,6 +57,17 @@ def test_pick_gpus_skips_other_models_and_busy_ones() -> None:
     assert missing is None and why.startswith("this machine has no H100 GPU (h100-1-gpu needs 1)")
 
 
+def test_a_mig_flavor_is_not_given_whole_gpus() -> None:
+    mig = replace(H100, resource_key="nvidia.com/mig-1g.10gb")
+    machine = [Gpu(0, "NVIDIA H100 80GB HBM3")]
+    assert pick_gpus(replace(mig, resource_key="nvidia.com/gpu"), 1, machine, set()) == ([0], "")
+    assert pick_gpus(mig, 1, machine, busy=set()) == (
+        None,
+        "h100-1-gpu asks for MIG slices (nvidia.com/mig-1g.10gb): they run on the Kubernetes "
+        "backend only, this machine hands out whole GPUs",
+    )
+
+
 @pytest.fixture
 def no_nvml(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "pynvml", None)  # `import pynvml` raises ImportError
