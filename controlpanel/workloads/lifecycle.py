@@ -75,6 +75,15 @@ def record_state(
     return True
 
 
+def end_runs(job: Workload) -> None:
+    """Its objects are all gone (deleted): the workload's open runs end now, each saved so the
+    ledger records it (billing/receivers.py); they outlive the row, for billing."""
+    now = timezone.now()
+    for run in JobRun.objects.filter(job=job, finished_at=None).exclude(started_at=None):
+        run.finished_at = max(now, run.started_at or now)
+        run.save()
+
+
 # Reason events one run may add within one state: a reason that flips back and forth (a
 # queue position between two quotas, a scheduler's changing verdict) stops being recorded
 # there; the row keeps the latest reason all the same.

@@ -22,7 +22,7 @@ from controlpanel.workloads.backend import (
     notebook_request,
 )
 from controlpanel.workloads.datastores import launch_refusal
-from controlpanel.workloads.lifecycle import apply_observation, is_behind, record_state
+from controlpanel.workloads.lifecycle import apply_observation, end_runs, is_behind, record_state
 from controlpanel.workloads.models import (
     FINAL_STATES,
     AppState,
@@ -124,6 +124,7 @@ def _drive_notebook(notebook: Workload) -> ObservedWorkload | None:
     if notebook.state == NotebookState.DELETING:
         backend.delete_notebook(ref=job_ref(notebook))
         if backend.observe_notebook(ref=job_ref(notebook)).phase is Phase.GONE:
+            end_runs(notebook)
             notebook.delete()  # its runs stay, for billing
         return None
     ensure_project(notebook.project)
@@ -140,6 +141,7 @@ def _drive_app(app: Workload) -> ObservedWorkload | None:
     if app.state == AppState.DELETING:
         backend.delete_app(ref=job_ref(app))
         if backend.observe_app(ref=job_ref(app)).phase is Phase.GONE:
+            end_runs(app)
             app.delete()  # its runs stay, for billing
         return None
     ensure_project(app.project)

@@ -25,7 +25,7 @@ from controlpanel.buckets.models import Bucket
 from controlpanel.flavors.models import Flavor
 from controlpanel.projects.models import Project
 from controlpanel.workloads.admission import admit_jobs
-from controlpanel.workloads.app_services import app_create, app_stop
+from controlpanel.workloads.app_services import app_create, app_delete, app_stop
 from controlpanel.workloads.lifecycle import apply_observation
 from controlpanel.workloads.logs import collect_logs
 from controlpanel.workloads.models import App, AppState, JobRun, Kind, Workload
@@ -341,3 +341,40 @@ def test_replicas_scaled_up_down_and_rolled_bill_their_minutes_on_the_cluster(
     assert sorted(expected.values()) == [10, 10, 10, 30]
     timeline = [(0, 1), (10, 3), (20, 1), (40, 0)]
     assert sum(billed(app).values()) == replica_minutes(timeline, end=40) == 60
+
+
+@pytest.mark.k8s
+@pytest.mark.django_db(transaction=True)
+def test_a_deleted_app_stops_billing_when_its_replicas_go(
+    k8s_cluster: Any,
+    k8s_jobs: Any,
+    project: Project,
+    owner: Any,
+    data_bucket: Bucket,
+    clock: Clock,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(k8s_cluster.store, "now", clock)
+    access = access_for(project)
+    data = {
+        "name": "bot",
+        "flavor": "ai1-1-cpu",
+        "model": f"{data_bucket.name}@LOCAL/tiny-llama",
+        "model_name": "bot",
+        "replicas": 2,
+    }
+    app = app_create(access=access, user=owner, data=data)
+    admit_jobs(project_id=project.pk)
+    reconcile(str(app.pk))
+    run_all(k8s_cluster, app)
+    sweep()
+    assert len(open_uids(app)) == 2
+
+    clock.to(15)
+    app_delete(access=access, user=owner, app=app)
+    reconcile(str(app.pk))
+    assert not App.objects.filter(pk=app.pk).exists()
+    runs = JobRun.objects.filter(project=project)
+    assert [run.finished_at for run in runs] == [clock(), clock()]  # not billed on and on
+    clock.to(60)
+    assert sorted(Line.objects.filter(run__in=runs).values_list("minutes", flat=True)) == [15, 15]
