@@ -21,10 +21,8 @@ from __future__ import annotations
 
 import argparse
 import logging
-import math
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -35,25 +33,29 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-DB_NAME = "ajuste_bench_apps"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _panel import (
+    CELERY,
+    WATCHER,
+    configure,
+    free_port,
+    fresh_database,
+    gunicorn,
+    start,
+    stop,
+    thread_worker,
+    wait_http,
+)
+from _panel import nearest_rank as percentile
+
 WORK = Path(tempfile.mkdtemp(prefix="bench-apps-"))
-os.environ.update(
-    {
-        "DATABASE_URL": f"postgres://postgres@127.0.0.1:5432/{DB_NAME}",
-        "REDIS_URL": "redis://127.0.0.1:6379/10",
-        "REDIS_KEY_PREFIX": f"ajuste-bench-apps-{os.getpid()}",
-        "DEBUG": "0",
-        "HTTPS": "0",
-        "SECRET_KEY": "bench-only-secret-key-0123456789-abcdefghijklmnopqrstuvwxyz",
-        "ALLOWED_HOSTS": "127.0.0.1,localhost",
-        "STATIC_MANIFEST": "0",
-        "COMPUTE_BACKEND": "local",
-        "AJUSTE_VAR_DIR": str(WORK / "var"),
-        "DJANGO_SETTINGS_MODULE": "controlpanel.settings",
-        "DJANGO_ALLOW_ASYNC_UNSAFE": "true",
-    }
+configure(
+    "ajuste_bench_apps",
+    10,
+    REDIS_KEY_PREFIX=f"ajuste-bench-apps-{os.getpid()}",
+    COMPUTE_BACKEND="local",
+    AJUSTE_VAR_DIR=str(WORK / "var"),
+    DJANGO_ALLOW_ASYNC_UNSAFE="true",
 )
 PROMPTS = [
     "Hello",
@@ -67,40 +69,6 @@ PROMPTS = [
 ]
 MAX_TOKENS = 8
 POLL_S = 0.1
-
-
-def percentile(values: list[float], pct: float) -> float:
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(pct / 100 * len(ordered)) - 1)]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def fresh_database() -> None:
-    import psycopg
-
-    with psycopg.connect("postgres://postgres@127.0.0.1:5432/postgres", autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {DB_NAME} WITH (FORCE)")
-        conn.execute(f"CREATE DATABASE {DB_NAME}")
-    subprocess.run([sys.executable, "manage.py", "migrate", "-v", "0"], cwd=REPO, check=True)
-
-
-def tiny_model_and_adapter(root: Path) -> tuple[Path, Path]:
-    """The demo's tiny Llama and a fresh LoRA adapter on it (as tests/.../test_app_e2e.py)."""
-    from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM
-
-    from training.demo import make_demo_assets
-
-    assets = make_demo_assets(root, examples=8)
-    model = AutoModelForCausalLM.from_pretrained(assets.model_dir)
-    lora = get_peft_model(model, LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
-    lora.save_pretrained(str(root / "adapter"))
-    return assets.model_dir, root / "adapter"
 
 
 def setup_panel(s3: Any) -> tuple[str, str]:
@@ -123,6 +91,8 @@ def setup_panel(s3: Any) -> tuple[str, str]:
     Membership.objects.create(project=project, user=owner, role="manager")
     create_bucket(s3, bucket="weights")
     Bucket.objects.create(project=project, datastore="LOCAL", name="weights")
+    from tests.fixtures.apps import tiny_model_and_adapter
+
     model_dir, adapter_dir = tiny_model_and_adapter(WORK / "assets")
     for prefix, directory in (("tiny-llama", model_dir), ("runs/1/adapter", adapter_dir)):
         spec = VolumeSpec("weights", "LOCAL", prefix, "/workspace/x", Mode.RW)
@@ -131,76 +101,13 @@ def setup_panel(s3: Any) -> tuple[str, str]:
 
 
 def start_panel(port: int, logs: Path) -> list[subprocess.Popen[bytes]]:
-    bindir = Path(sys.executable).parent
     commands = {
-        "web": [
-            str(bindir / "gunicorn"),
-            "controlpanel.wsgi:application",
-            "--bind",
-            f"127.0.0.1:{port}",
-            "--workers",
-            "2",
-            "--threads",
-            "8",
-            "--keep-alive",
-            "75",
-        ],
-        "worker": [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "controlpanel",
-            "worker",
-            "--pool=threads",
-            "--concurrency=4",
-            "--without-gossip",
-            "--without-mingle",
-            "-l",
-            "WARNING",
-        ],
-        "beat": [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "controlpanel",
-            "beat",
-            "-l",
-            "WARNING",
-            "--schedule",
-            str(logs / "beat-schedule"),
-        ],
-        "watcher": [sys.executable, "manage.py", "watch_workloads"],
+        "web": gunicorn(port, 2),
+        "worker": thread_worker(4),
+        "beat": [*CELERY, "beat", "-l", "WARNING", "--schedule", str(logs / "beat-schedule")],
+        "watcher": WATCHER,
     }
-    procs = []
-    for name, argv in commands.items():
-        out = (logs / f"{name}.log").open("wb")
-        procs.append(
-            subprocess.Popen(
-                argv,
-                cwd=REPO,
-                env=os.environ | {"PYTHONUNBUFFERED": "1"},
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        )
-    return procs
-
-
-def wait_http(url: str, seconds: float = 60) -> None:
-    import httpx
-
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(url, timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise SystemExit(f"{url} did not answer")
+    return start(commands, logs)
 
 
 def deploy_to_first_answer(api: Any, token: str, bucket: str, index: int) -> tuple[str, float]:
@@ -390,13 +297,7 @@ def main() -> None:
             row = App.objects.filter(pk=app_id).first()
             if row is not None:
                 backend.delete_app(ref=job_ref(row))
-        for proc in procs:
-            os.killpg(proc.pid, signal.SIGTERM)
-        for proc in procs:
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
+        stop(procs, grace=15, group=True)
         s3.stop()
         print(f"(process logs in {logs})")
 

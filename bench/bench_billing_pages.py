@@ -15,10 +15,8 @@ Uses the database `ajuste_bench_billing_pages` (recreated) on loopback.
 from __future__ import annotations
 
 import argparse
-import os
 import random
 import statistics
-import subprocess
 import sys
 import time
 from datetime import UTC, date, datetime, timedelta
@@ -26,33 +24,12 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-DB_NAME = "ajuste_bench_billing_pages"
-os.environ.update(
-    {
-        "DATABASE_URL": f"postgres://postgres@127.0.0.1:5432/{DB_NAME}",
-        "REDIS_URL": "redis://127.0.0.1:6379/13",
-        "DEBUG": "0",
-        "HTTPS": "0",
-        "SECRET_KEY": "bench-only-secret-key-0123456789-abcdefghijklmnopqrstuvwxyz",
-        "ALLOWED_HOSTS": "127.0.0.1,localhost",
-        "STATIC_MANIFEST": "0",
-        "DJANGO_SETTINGS_MODULE": "controlpanel.settings",
-    }
-)
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _panel import configure, fresh_database
+
+configure("ajuste_bench_billing_pages", 13)
 MONTH = date(2025, 3, 1)
 START = datetime(2025, 3, 1, tzinfo=UTC)
-
-
-def fresh_database() -> None:
-    for sql in (f"DROP DATABASE IF EXISTS {DB_NAME} WITH (FORCE)", f"CREATE DATABASE {DB_NAME}"):
-        subprocess.run(
-            ["psql", "-h", "127.0.0.1", "-U", "postgres", "-qc", sql], check=True, cwd=REPO
-        )
-    subprocess.run(
-        [sys.executable, "manage.py", "migrate", "-v", "0"], check=True, cwd=REPO, env=os.environ
-    )
 
 
 def fill(args: argparse.Namespace) -> dict[str, Any]:

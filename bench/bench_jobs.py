@@ -16,9 +16,7 @@ Uses PostgreSQL (database `ajuste_bench`, recreated) and Redis database 14 on lo
 from __future__ import annotations
 
 import argparse
-import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -28,24 +26,27 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _panel
+from _panel import (
+    WATCHER,
+    configure,
+    free_port,
+    gunicorn,
+    stop,
+    thread_worker,
+    wait_http,
+)
+from _panel import start as start_processes
+
 DB_NAME = "ajuste_bench"
 NS = "ajuste-alpha"
-os.environ.update(
-    {
-        "DATABASE_URL": f"postgres://postgres@127.0.0.1:5432/{DB_NAME}",
-        "REDIS_URL": "redis://127.0.0.1:6379/14",
-        "DEBUG": "0",
-        "HTTPS": "0",
-        "SECRET_KEY": "bench-only-secret-key-0123456789-abcdefghijklmnopqrstuvwxyz",
-        "ALLOWED_HOSTS": "127.0.0.1,localhost",
-        "STATIC_MANIFEST": "0",
-        "COMPUTE_BACKEND": "kubernetes",
-        "DJANGO_SETTINGS_MODULE": "controlpanel.settings",
-        "DJANGO_ALLOW_ASYNC_UNSAFE": "true",
-        "JOB_SWEEP_SECONDS": "5",
-    }
+configure(
+    DB_NAME,
+    14,
+    COMPUTE_BACKEND="kubernetes",
+    DJANGO_ALLOW_ASYNC_UNSAFE="true",
+    JOB_SWEEP_SECONDS="5",
 )
 
 
@@ -54,26 +55,8 @@ def percentile(values: list[float], share: float) -> float:
     return ordered[min(len(ordered) - 1, round(share * (len(ordered) - 1)))]
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def fresh_database() -> None:
-    import psycopg
-
-    with psycopg.connect("postgres://postgres@127.0.0.1:5432/postgres", autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {DB_NAME} WITH (FORCE)")
-        conn.execute(f"CREATE DATABASE {DB_NAME}")
-    subprocess.run([sys.executable, "manage.py", "migrate", "-v", "0"], cwd=REPO, check=True)
-    # The web process runs with DEBUG=0: without collected assets the page has no htmx to poll.
-    subprocess.run(
-        [sys.executable, "manage.py", "collectstatic", "--noinput", "-v", "0"], cwd=REPO, check=True
-    )
-    import redis
-
-    redis.Redis.from_url(os.environ["REDIS_URL"]).flushdb()
+    _panel.fresh_database(static=True, flush_redis=True)
 
 
 def setup_panel() -> tuple[Any, str]:
@@ -100,65 +83,8 @@ def setup_panel() -> tuple[Any, str]:
 
 
 def start_panel(cluster_url: str, port: int, logs: Path) -> list[subprocess.Popen[bytes]]:
-    env = os.environ | {"KUBERNETES_API_HOST": cluster_url, "PYTHONUNBUFFERED": "1"}
-    commands = {
-        "web": [
-            "gunicorn",
-            "controlpanel.wsgi:application",
-            "--bind",
-            f"127.0.0.1:{port}",
-            "--workers",
-            "2",
-            "--threads",
-            "8",
-            "--keep-alive",
-            "75",
-        ],
-        "worker": [
-            "celery",
-            "-A",
-            "controlpanel",
-            "worker",
-            "--pool=threads",
-            "--concurrency=8",
-            "--without-gossip",
-            "--without-mingle",
-            "-l",
-            "WARNING",
-        ],
-        "watcher": [sys.executable, "manage.py", "watch_workloads"],
-    }
-    bindir = Path(sys.executable).parent
-    procs = []
-    for name, argv in commands.items():
-        if not argv[0].startswith("/"):
-            argv = [str(bindir / argv[0]), *argv[1:]]
-        out = (logs / f"{name}.log").open("wb")
-        procs.append(
-            subprocess.Popen(
-                argv,
-                cwd=REPO,
-                env=env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        )
-    return procs
-
-
-def wait_http(url: str, seconds: float = 60) -> None:
-    import httpx
-
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(url, timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise SystemExit(f"{url} did not answer")
+    commands = {"web": gunicorn(port, 2), "worker": thread_worker(8), "watcher": WATCHER}
+    return start_processes(commands, logs, KUBERNETES_API_HOST=cluster_url)
 
 
 class PodClock:
@@ -422,13 +348,7 @@ def main() -> None:
             bench_log_latency(base, http, cluster, clock, args.log_lines)
     finally:
         clock.stop.set()
-        for proc in procs:
-            proc.terminate()
-        for proc in procs:
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        stop(procs)
     bench_sweep(cluster, project, [int(s) for s in args.sweep_sizes.split(",")])
     cluster.close()
     print(f"(process logs in {logs})")

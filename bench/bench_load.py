@@ -34,16 +34,21 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_jobs
-
-bench_jobs.DB_NAME = "ajuste_bench_load"  # the other benchmarks may run at the same time
-os.environ.update(
-    {
-        "DATABASE_URL": f"postgres://postgres@127.0.0.1:5432/{bench_jobs.DB_NAME}",
-        "REDIS_URL": "redis://127.0.0.1:6379/11",
-        "JOB_SWEEP_SECONDS": "10",  # the default
-    }
+from _panel import (
+    CELERY,
+    REPO,
+    WATCHER,
+    configure,
+    free_port,
+    fresh_database,
+    gunicorn,
+    start,
+    stop,
+    wait_http,
 )
-REPO = bench_jobs.REPO
+
+# The other benchmarks may run at the same time: a database and a Redis database of its own.
+configure("ajuste_bench_load", 11, JOB_SWEEP_SECONDS="10")  # 10: the default
 PROJECTS = 4
 FINISHED_JOBS = 300  # per project, with LOG_LINES lines each
 LOG_LINES = 200
@@ -194,74 +199,38 @@ def feed(cluster: Any, pods: list[tuple[str, str]], stop: threading.Event) -> No
             cluster.kubelet.log(namespace, pod, f"step {step} loss {1.0 / step:.5f}")
 
 
+def queue_worker(queue: str, concurrency: int, *more: str) -> list[str]:
+    """A Celery worker of `queue`, as k8s/worker.yaml runs it."""
+    return [
+        *CELERY,
+        "worker",
+        "-Q",
+        queue,
+        *more,
+        "--loglevel=INFO",
+        f"--concurrency={concurrency}",
+        "--without-gossip",
+        "--without-mingle",
+    ]
+
+
 def start_processes(cluster_url: str, port: int, logs: Path) -> list[subprocess.Popen[bytes]]:
     """The panel's processes as the manifests run them (k8s/web.yaml, worker.yaml, beat.yaml,
     watcher.yaml), bound to loopback."""
-    env = os.environ | {"KUBERNETES_API_HOST": cluster_url, "PYTHONUNBUFFERED": "1"}
-    bindir = Path(sys.executable).parent
-    celery = [str(bindir / "celery"), "-A", "controlpanel"]
     commands = {
-        "web": [
-            str(bindir / "gunicorn"),
-            "controlpanel.wsgi:application",
-            "--bind",
-            f"127.0.0.1:{port}",
-            "--workers",
-            "3",
-            "--threads",
-            "8",
-            "--access-logfile",
-            "-",
-            "--timeout",
-            "120",
-            "--keep-alive",
-            "75",
-        ],
-        "worker": [
-            *celery,
-            "worker",
-            "-Q",
-            "celery",
-            "--loglevel=INFO",
-            "--concurrency=4",
-            "--without-gossip",
-            "--without-mingle",
-        ],
-        "notifier": [
-            *celery,
-            "worker",
-            "-Q",
-            "notifications",
-            "-n",
-            "notifier@%h",
-            "--loglevel=INFO",
-            "--concurrency=2",
-            "--without-gossip",
-            "--without-mingle",
-        ],
+        "web": gunicorn(port, 3, "--access-logfile", "-", "--timeout", "120"),
+        "worker": queue_worker("celery", 4),
+        "notifier": queue_worker("notifications", 2, "-n", "notifier@%h"),
         "beat": [
-            *celery,
+            *CELERY,
             "beat",
             "--loglevel=INFO",
             "--schedule",
             str(logs / "celerybeat-schedule"),
         ],
-        "watcher": [sys.executable, "manage.py", "watch_workloads"],
+        "watcher": WATCHER,
     }
-    procs = []
-    for name, argv in commands.items():
-        out = (logs / f"{name}.log").open("wb")
-        procs.append(
-            subprocess.Popen(
-                argv,
-                cwd=REPO,
-                env=env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        )
-    return procs
+    return start(commands, logs, KUBERNETES_API_HOST=cluster_url)
 
 
 def cpu_seconds(procs: dict[str, Any]) -> dict[str, float]:
@@ -317,19 +286,19 @@ def main() -> None:
     # SIGTERM must stop the panel's processes too (a worker left behind takes the next run's tasks).
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     started = time.monotonic()
-    bench_jobs.fresh_database()
+    fresh_database(static=True, flush_redis=True)
     members, tokens, _ = seed(args.users)
     print(f"seeded in {time.monotonic() - started:.0f} s", flush=True)
     cluster = EmulatedCluster()
-    port = bench_jobs.free_port()
+    port = free_port()
     base = f"http://127.0.0.1:{port}"
     logs = Path(tempfile.mkdtemp(prefix="bench-load-"))
     procs = start_processes(cluster.url, port, logs)
-    stop = threading.Event()
+    feeding = threading.Event()
     try:
-        bench_jobs.wait_http(f"{base}/healthz")
+        wait_http(f"{base}/healthz")
         pods = start_live_jobs(base, tokens, cluster, members)
-        threading.Thread(target=feed, args=(cluster, pods, stop), daemon=True).start()
+        threading.Thread(target=feed, args=(cluster, pods, feeding), daemon=True).start()
         config = logs / "load.json"
         config.write_text(
             json.dumps(
@@ -411,14 +380,8 @@ def main() -> None:
             f"launched: {Job.objects.filter(name__startswith='load-', launched_run=1).count()}"
         )
     finally:
-        stop.set()
-        for proc in procs:
-            proc.terminate()
-        for proc in procs:
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        feeding.set()
+        stop(procs)
         cluster.close()
     print(f"(process logs and locust CSVs in {logs})")
     page_costs()

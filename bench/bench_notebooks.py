@@ -20,7 +20,6 @@ JupyterHub 5's local process spawner, median 8.4 s on this kind of machine; goal
 from __future__ import annotations
 
 import argparse
-import math
 import socket
 import statistics
 import subprocess
@@ -32,23 +31,18 @@ from pathlib import Path
 
 import httpx
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _panel import nearest_rank as percentile
 
-from deploy.local import LocalBackend  # noqa: E402
-from deploy.local.paths import run_dir  # noqa: E402
-from deploy.local.state import read_state  # noqa: E402
-from deploy.types import FlavorSpec, NotebookRequest, Phase, ProjectRequest  # noqa: E402
-from storage.volumes import Mode, VolumeSpec  # noqa: E402
+from deploy.local import LocalBackend
+from deploy.local.paths import run_dir
+from deploy.local.state import read_state
+from deploy.types import FlavorSpec, NotebookRequest, Phase, ProjectRequest
+from storage.volumes import Mode, VolumeSpec
 
 NS = "ajuste-bench"
 CPU = FlavorSpec(name="cpu", gpu_model="", gpus_per_unit=0, vcpu_per_unit=1, memory_gib_per_unit=2)
 POLL_S = 0.02
-
-
-def percentile(values: list[float], pct: float) -> float:
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(pct / 100 * len(ordered)) - 1)]
 
 
 def line(name: str, values: list[float]) -> str:
