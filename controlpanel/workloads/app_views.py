@@ -9,11 +9,9 @@ from typing import Any
 from django import forms
 from django.conf import settings
 from django.contrib import messages
-from django.core.exceptions import PermissionDenied, ValidationError
-from django.core.paginator import Paginator
+from django.core.exceptions import ValidationError
 from django.http import Http404, HttpResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
-from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from controlpanel.core.htmx import wants_fragment
@@ -21,12 +19,11 @@ from controlpanel.flavors.models import Flavor
 from controlpanel.projects.access import ProjectRequest, project_view
 from controlpanel.workloads import app_services as apps
 from controlpanel.workloads import app_stats, app_try, selectors
-from controlpanel.workloads.logpage import log_tail
 from controlpanel.workloads.models import App, AppState, Job, JobState
-from controlpanel.workloads.views import LOG_TAIL, log_context, log_download, log_lines
+from controlpanel.workloads.served_views import act, gone, list_page, log_section
+from controlpanel.workloads.views import log_download, log_lines
 from storage.volumes import parse_volume_spec, render_volume_spec
 
-PAGE_SIZE = 50
 CHANGING = frozenset(
     {AppState.QUEUED, AppState.INITIALIZING, AppState.SCALING, AppState.STOPPING, "DELETING"}
 )
@@ -89,9 +86,7 @@ class AppForm(forms.Form):
 @project_view()
 def app_list(request: ProjectRequest) -> HttpResponse:
     project = request.access.project
-    page = Paginator(apps.apps_for_project(project=project), PAGE_SIZE).get_page(
-        request.GET.get("page")
-    )
+    page = list_page(request, apps.apps_for_project(project=project))
     rows = [(app, apps.AppConfig.of(app), apps.replicas(app)) for app in page]
     context = {
         "project": project,
@@ -167,9 +162,7 @@ def _get(request: ProjectRequest, app_id: str) -> App:
 @project_view()
 def app_detail(request: ProjectRequest, app_id: str) -> HttpResponse:
     app = _get(request, app_id)
-    page = log_tail(job=app, count=LOG_TAIL)
-    context = _detail_context(app) | log_context(app, page)
-    context["earlier_runs"] = range(app.run - 1, 0, -1)
+    context = _detail_context(app) | log_section(app)
     context["try_it"] = settings.COMPUTE_BACKEND == "local"  # see app_try's docstring
     context["try_limits"] = {"message": app_try.MAX_MESSAGE, "tokens": app_try.MAX_TOKENS}
     return render(request, "apps/detail.html", context)
@@ -179,12 +172,8 @@ def app_detail(request: ProjectRequest, app_id: str) -> HttpResponse:
 def app_status(request: ProjectRequest, app_id: str) -> HttpResponse:
     try:
         app = _get(request, app_id)
-    except Http404:
-        if not wants_fragment(request):
-            raise
-        response = HttpResponse("No such app.", status=404)
-        response["HX-Redirect"] = reverse("app-list", kwargs={"slug": request.access.project.slug})
-        return response
+    except Http404 as missing:
+        return gone(request, missing, "app")
     return render(request, "apps/detail.html#app-status", _detail_context(app))
 
 
@@ -227,18 +216,4 @@ ACTIONS = {
 @require_POST
 @project_view()
 def app_action(request: ProjectRequest, app_id: str, action: str) -> HttpResponse:
-    access = request.access
-    app = _get(request, app_id)
-    if action not in ACTIONS:
-        return HttpResponse("Unknown action.", status=404)
-    service, done = ACTIONS[action]
-    try:
-        service(access=access, user=request.user, app=app)
-    except (ValidationError, PermissionDenied) as exc:
-        text = " ".join(exc.messages) if isinstance(exc, ValidationError) else str(exc)
-        messages.error(request, text)
-    else:
-        messages.success(request, done)
-        if action == "delete":
-            return redirect("app-list", slug=access.project.slug)
-    return redirect("app-detail", slug=access.project.slug, app_id=app.pk)
+    return act(request, _get(request, app_id), action, ACTIONS, "app")

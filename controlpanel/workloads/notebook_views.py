@@ -12,11 +12,9 @@ from decimal import Decimal
 from typing import Any
 
 from django.contrib import messages
-from django.core.exceptions import PermissionDenied, ValidationError
-from django.core.paginator import Paginator
+from django.core.exceptions import ValidationError
 from django.http import Http404, HttpResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
-from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
@@ -26,12 +24,11 @@ from controlpanel.dashboards.utilisation import workload_utilisation
 from controlpanel.flavors.models import Flavor
 from controlpanel.projects.access import ProjectRequest, project_view
 from controlpanel.workloads import notebooks, selectors
-from controlpanel.workloads.logpage import log_tail
 from controlpanel.workloads.models import Notebook, NotebookImage, NotebookState
 from controlpanel.workloads.notebook_forms import EDITOR_LABELS, NotebookForm
-from controlpanel.workloads.views import LOG_TAIL, log_context, log_download, log_lines
+from controlpanel.workloads.served_views import act, gone, list_page, log_section
+from controlpanel.workloads.views import log_download, log_lines
 
-PAGE_SIZE = 50
 IDLE_WARNING_MINUTES = 10
 # States that change on their own soon: the pages poll fast while one is shown.
 CHANGING = frozenset({NotebookState.STARTING, NotebookState.STOPPING, NotebookState.DELETING})
@@ -50,9 +47,7 @@ class NotebookRow:
 @project_view()
 def notebook_list(request: ProjectRequest) -> HttpResponse:
     project = request.access.project
-    page = Paginator(selectors.notebooks_for_project(project=project), PAGE_SIZE).get_page(
-        request.GET.get("page")
-    )
+    page = list_page(request, selectors.notebooks_for_project(project=project))
     images = selectors.notebook_images()
     rows = [
         NotebookRow(
@@ -173,9 +168,7 @@ def _get(request: ProjectRequest, notebook_id: str) -> Notebook:
 @project_view()
 def notebook_detail(request: ProjectRequest, notebook_id: str) -> HttpResponse:
     notebook = _get(request, notebook_id)
-    page = log_tail(job=notebook, count=LOG_TAIL)
-    context = _detail_context(notebook) | log_context(notebook, page)
-    context["earlier_runs"] = range(notebook.run - 1, 0, -1)
+    context = _detail_context(notebook) | log_section(notebook)
     return render(request, "notebooks/detail.html", context)
 
 
@@ -183,15 +176,8 @@ def notebook_detail(request: ProjectRequest, notebook_id: str) -> HttpResponse:
 def notebook_status(request: ProjectRequest, notebook_id: str) -> HttpResponse:
     try:
         notebook = _get(request, notebook_id)
-    except Http404:
-        if not wants_fragment(request):
-            raise
-        # Deleted while its page was open: the poll takes the browser to the list.
-        response = HttpResponse("No such notebook.", status=404)
-        response["HX-Redirect"] = reverse(
-            "notebook-list", kwargs={"slug": request.access.project.slug}
-        )
-        return response
+    except Http404 as missing:
+        return gone(request, missing, "notebook")
     return render(request, "notebooks/detail.html#notebook-status", _detail_context(notebook))
 
 
@@ -230,19 +216,4 @@ ACTIONS = {
 @require_POST
 @project_view()
 def notebook_action(request: ProjectRequest, notebook_id: str, action: str) -> HttpResponse:
-    access = request.access
-    notebook = _get(request, notebook_id)
-    if action not in ACTIONS:
-        return HttpResponse("Unknown action.", status=404)
-    service, done = ACTIONS[action]
-    try:
-        service(access=access, user=request.user, notebook=notebook)
-    except (ValidationError, PermissionDenied) as exc:
-        messages.error(
-            request, " ".join(exc.messages) if isinstance(exc, ValidationError) else str(exc)
-        )
-    else:
-        messages.success(request, done)
-        if action == "delete":
-            return redirect("notebook-list", slug=access.project.slug)
-    return redirect("notebook-detail", slug=access.project.slug, notebook_id=notebook.pk)
+    return act(request, _get(request, notebook_id), action, ACTIONS, "notebook")
