@@ -414,8 +414,10 @@ class ProjectRequest:
     link-local blocks a wide egress rule may still reach (see `deploy.egress`).
     `ingress_namespace` is where the ingress controller runs (let through to notebooks).
     `gpu_quota` GPUs at most; the CPU (vCPU), memory (GiB), pod and storage (GiB) quotas
-    likewise, 0 meaning no limit. `secrets` (name → value, set by the project's managers)
-    become the Secret `project_secrets`, which jobs reference by key; never in a repr.
+    likewise, 0 meaning no limit. `mig_resources` are the MIG profiles flavors ask for
+    (`nvidia.com/mig-1g.10gb`): each is held to `gpu_quota` slices too. `secrets` (name →
+    value, set by the project's managers) become the Secret `project_secrets`, which jobs
+    reference by key; never in a repr.
     """
 
     slug: str
@@ -436,9 +438,10 @@ class ProjectRequest:
     storage_gib_quota: int = 0
     secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
     project_secrets: str = PROJECT_SECRETS_NAME
+    mig_resources: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        _tuplify(self, "datastores", "egress", "dns", "private_allowed")
+        _tuplify(self, "datastores", "egress", "dns", "private_allowed", "mig_resources")
 
 
 @dataclass(frozen=True)

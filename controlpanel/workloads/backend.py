@@ -13,10 +13,12 @@ from django.conf import settings
 from django.core.cache import cache
 from django.urls import reverse
 
+from controlpanel.flavors.models import Flavor
 from controlpanel.projects.models import Project
 from controlpanel.workloads.models import Workload
 from deploy.backend import ComputeBackend
 from deploy.egress import egress_for_endpoint
+from deploy.gpu_resources import mig_profile
 from deploy.types import (
     AppRequest,
     Editor,
@@ -242,4 +244,11 @@ def project_request(project: Project) -> ProjectRequest:
         dns=(*settings.KUBERNETES_DNS, *settings.KUBERNETES_NODE_LOCAL_DNS),
         private_allowed=settings.KUBERNETES_EGRESS_ALLOW_PRIVATE,
         secrets=secret_values(project=project),
+        mig_resources=mig_resources(),
     )
+
+
+def mig_resources() -> tuple[str, ...]:
+    """The MIG profiles enabled flavors ask for (each gets a line in every project's quota)."""
+    keys = Flavor.objects.filter(enabled=True).values_list("resource_key", flat=True)
+    return tuple(sorted({key for key in keys if mig_profile(key)}))

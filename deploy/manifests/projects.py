@@ -59,10 +59,13 @@ def make_role_binding(
 
 
 def make_resource_quota(*, project: ProjectRequest) -> Manifest:
-    """At most `gpu_quota` GPUs requested at once in the namespace, and the CPU, memory, pod
-    and claim-storage quotas that are set (0: no limit). The panel queues jobs before these
-    are reached; this is the cluster's own guarantee."""
+    """At most `gpu_quota` GPUs requested at once in the namespace (and as many slices of each
+    MIG profile a flavor asks for: an extended resource left out of a quota is unlimited), and
+    the CPU, memory, pod and claim-storage quotas that are set (0: no limit). The panel queues
+    jobs before these are reached; this is the cluster's own guarantee."""
     hard = {f"requests.{project.gpu_resource_key}": str(project.gpu_quota)}
+    for resource in project.mig_resources:
+        hard[f"requests.{resource}"] = str(project.gpu_quota)
     if project.cpu_quota:
         hard["requests.cpu"] = str(project.cpu_quota)
     if project.memory_gib_quota:

@@ -89,6 +89,27 @@ def test_cpu_memory_pod_and_storage_quotas(project_request: ProjectRequest) -> N
     }
 
 
+def test_each_mig_profile_a_flavor_asks_for_is_held_to_the_gpu_quota(
+    project_request: ProjectRequest,
+) -> None:
+    """An extended resource a quota leaves out is unlimited: a project with no GPU would get
+    MIG slices from the cluster if only nvidia.com/gpu were listed."""
+    mig = replace(
+        project_request,
+        gpu_quota=0,
+        mig_resources=("nvidia.com/mig-1g.10gb", "nvidia.com/mig-3g.40gb"),
+    )
+    quota = make_resource_quota(project=mig)
+    validate(quota)
+    assert quota["spec"] == {
+        "hard": {
+            "requests.nvidia.com/gpu": "0",
+            "requests.nvidia.com/mig-1g.10gb": "0",
+            "requests.nvidia.com/mig-3g.40gb": "0",
+        }
+    }
+
+
 def test_default_deny_with_dns_ingress_controller_and_s3(project_request: ProjectRequest) -> None:
     def policy(name: str, spec: dict[str, object]) -> dict[str, object]:
         return {

@@ -5,8 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
+from controlpanel.flavors.models import Flavor
 from controlpanel.projects.models import Project
-from controlpanel.workloads.backend import job_request, project_request
+from controlpanel.workloads.admission import admit_jobs
+from controlpanel.workloads.backend import job_ref, job_request, project_request
+from controlpanel.workloads.reconcile import reconcile
+from deploy import names
 from deploy.egress import parse_egress
 from deploy.types import EgressRule
 from tests.fixtures.jobs import submit
@@ -52,3 +58,38 @@ def test_project_pods_ask_only_the_named_resolvers(project: Project, settings: A
         EgressRule(cidr="169.254.20.10/32"),
     )
     assert request.private_allowed == ("10.20.0.0/16",)
+
+
+@pytest.mark.k8s
+def test_a_mig_job_asks_for_its_slices_and_the_quota_holds_them(
+    k8s_cluster: Any, k8s_jobs: Any, project: Project, owner: Any
+) -> None:
+    """The enabled flavors' MIG profiles each get a quota line (an extended resource a quota
+    leaves out is unlimited); a disabled flavor's profile does not."""
+    for name, resource, enabled in (
+        ("a100-1g", "nvidia.com/mig-1g.10gb", True),
+        ("a100-3g", "nvidia.com/mig-3g.40gb", False),
+    ):
+        Flavor.objects.create(
+            name=name,
+            gpu_model="A100",
+            vcpu_per_unit=2,
+            memory_gib_per_unit=8,
+            resource_key=resource,
+            enabled=enabled,
+        )
+    assert project_request(project).mig_resources == ("nvidia.com/mig-1g.10gb",)
+    job = submit(project, owner, flavor="a100-1g", gpu=1)
+    assert admit_jobs(project_id=project.pk) == [str(job.pk)]
+    reconcile(str(job.pk))
+    hard = k8s_cluster.get("resourcequotas", "ajuste-alpha", "ajuste-quota")["spec"]["hard"]
+    gpus = {key: value for key, value in hard.items() if key.startswith("requests.nvidia")}
+    assert gpus == {
+        "requests.nvidia.com/gpu": str(project.gpu_quota),
+        "requests.nvidia.com/mig-1g.10gb": str(project.gpu_quota),
+    }
+    job.refresh_from_db()
+    manifest = k8s_cluster.get("jobs", "ajuste-alpha", names.job_name(job_ref(job)))
+    [main] = manifest["spec"]["template"]["spec"]["containers"]
+    one = {"cpu": "2", "memory": "8Gi", "nvidia.com/mig-1g.10gb": "1"}
+    assert main["resources"] == {"requests": one, "limits": one}
