@@ -31,6 +31,7 @@ from controlpanel.workloads.models import (
     NotebookState,
     Workload,
 )
+from controlpanel.workloads.replicas import ends_replicas
 from deploy.types import DeployError, ObservedWorkload, Phase, TransientError
 
 log = logging.getLogger(__name__)
@@ -173,6 +174,8 @@ def observe(job_id: str, observed: ObservedWorkload | None = None) -> Workload |
         return job
     if observed is not None and observed.phase is Phase.QUEUED and is_behind(job, observed):
         observed = None  # back in Kueue's queue, or a stale listing: only a fresh read tells
+    if observed is not None and ends_replicas(job, observed):
+        observed = None  # a replica gone, or made after the listing: only a fresh read tells
     fresh = observed is None
     if observed is None:
         observed = _observe(job)

@@ -22,6 +22,17 @@ def serving_replicas(observed: ObservedWorkload) -> list[str]:
     return sorted(r.uid for r in observed.replica_runs or () if r.finished_at is None)
 
 
+def ends_replicas(job: Workload, observed: ObservedWorkload) -> bool:
+    """Whether recording the observation would end a replica's run: one the row bills is
+    missing from it. A listing may be older than what opened that run (a watch saw a new pod
+    after the sweep listed), and an ended run is never opened again: only a fresh read may
+    end one."""
+    if observed.replica_runs is None:
+        return False
+    billed = (job.progress or {}).get(REPLICA_UIDS) or []
+    return bool(set(billed) - set(serving_replicas(observed)))
+
+
 def record_replicas(job: Workload, replicas: tuple[ReplicaRun, ...]) -> None:
     """Each replica of an app is a run of its own (billing: replica-minutes): opened when its
     server has started, ended with the backend's end time, or now when the backend no longer

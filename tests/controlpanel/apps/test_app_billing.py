@@ -30,7 +30,7 @@ from controlpanel.workloads.lifecycle import apply_observation
 from controlpanel.workloads.logs import collect_logs
 from controlpanel.workloads.models import App, AppState, JobRun, Kind, Workload
 from controlpanel.workloads.reconcile import reconcile
-from controlpanel.workloads.sweep import sweep
+from controlpanel.workloads.sweep import record_observation, sweep
 from deploy.kubernetes.observe import replica_run
 from deploy.local import runs as local_runs
 from deploy.types import ObservedWorkload, Phase, ReplicaRun, WorkloadKind, WorkloadRef
@@ -378,3 +378,44 @@ def test_a_deleted_app_stops_billing_when_its_replicas_go(
     assert [run.finished_at for run in runs] == [clock(), clock()]  # not billed on and on
     clock.to(60)
     assert sorted(Line.objects.filter(run__in=runs).values_list("minutes", flat=True)) == [15, 15]
+
+
+@pytest.mark.k8s
+@pytest.mark.django_db(transaction=True)
+def test_a_listing_older_than_a_new_replica_does_not_end_its_run(
+    k8s_cluster: Any,
+    k8s_jobs: Any,
+    project: Project,
+    owner: Any,
+    data_bucket: Bucket,
+    clock: Clock,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The sweep lists, a watch then records a second replica, then the sweep applies its
+    listing (which lacks it): the panel reads the app again rather than end that run."""
+    monkeypatch.setattr(k8s_cluster.store, "now", clock)
+    data = {
+        "name": "bot",
+        "flavor": "ai1-1-cpu",
+        "model": f"{data_bucket.name}@LOCAL/tiny-llama",
+        "model_name": "bot",
+        "scaling": "cpu",
+        "max_replicas": 2,
+        "target_cpu": 70,
+    }
+    app = app_create(access=access_for(project), user=owner, data=data)
+    admit_jobs(project_id=project.pk)
+    reconcile(str(app.pk))
+    run_all(k8s_cluster, app)
+    sweep()
+    [listed] = k8s_jobs.observe_all(namespace=NS)  # the sweep's listing: one replica
+
+    clock.to(5)
+    k8s_cluster.store.patch("deployments", NS, f"app-{app.pk}", {"spec": {"replicas": 2}})
+    k8s_cluster.reconcile()
+    run_all(k8s_cluster, app)
+    assert record_observation(k8s_jobs.observe_app(ref=listed.ref))  # the watch
+    assert len(open_uids(app)) == 2
+    clock.to(6)
+    record_observation(listed)  # the older listing, applied late
+    assert len(open_uids(app)) == 2
