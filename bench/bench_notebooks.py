@@ -130,6 +130,21 @@ def baseline(runs: int, workdir: Path) -> list[float]:
     return times
 
 
+def bench_notebook(key: str, volumes: tuple[VolumeSpec, ...]) -> NotebookRequest:
+    """The notebook `key` of project `bench` on the local image, at /notebooks/bench/<key>/."""
+    return NotebookRequest(
+        id=key,
+        project="bench",
+        namespace=NS,
+        name="bench",
+        image="local",
+        flavor=CPU,
+        path=f"/notebooks/bench/{key}/",
+        volumes=volumes,
+        push_every_s=0,
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=10)
@@ -158,17 +173,7 @@ def main() -> None:
         try:
             answered, running = [], []
             for index in range(args.runs):
-                notebook = NotebookRequest(
-                    id=f"c{index}",
-                    project="bench",
-                    namespace=NS,
-                    name="bench",
-                    image="local",
-                    flavor=CPU,
-                    path=f"/notebooks/bench/c{index}/",
-                    volumes=volumes,
-                    push_every_s=0,
-                )
+                notebook = bench_notebook(f"c{index}", volumes)
                 status_s, running_s = start(backend, notebook)
                 answered.append(status_s)
                 running.append(running_s)
@@ -176,17 +181,7 @@ def main() -> None:
             print(line("create → /api/status 200", answered))
             print(line("create → RUNNING observed", running))
 
-            notebook = NotebookRequest(
-                id="restart",
-                project="bench",
-                namespace=NS,
-                name="bench",
-                image="local",
-                flavor=CPU,
-                path="/notebooks/bench/restart/",
-                volumes=volumes,
-                push_every_s=0,
-            )
+            notebook = bench_notebook("restart", volumes)
             start(backend, notebook)
             stops, restarts, restarts_running = [], [], []
             for _ in range(args.runs):
