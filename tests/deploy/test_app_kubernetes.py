@@ -48,6 +48,10 @@ def serve_all(cluster: EmulatedCluster) -> None:
     raise AssertionError("the rollout did not settle")
 
 
+def uids(cluster: EmulatedCluster) -> set[str]:
+    return {p["metadata"]["uid"] for p in pods(cluster)}
+
+
 def template(cluster: EmulatedCluster) -> Obj:
     deployment = cluster.get("deployments", NS, NAME)
     assert deployment is not None
@@ -82,12 +86,17 @@ def test_app_journey_scale_rolling_update_stop_start_delete(
     assert (scaling.phase, scaling.replicas) == (Phase.RUNNING, (1, 3))
     assert len(pods(k8s_cluster)) == 3
     serve_all(k8s_cluster)
-    assert k8s_backend.observe_app(ref=app.ref).replicas == (3, 3)
+    three_up = k8s_backend.observe_app(ref=app.ref)
+    assert three_up.replicas == (3, 3)
+    # Each replica is billed apart: its pod's UID, from its server's start.
+    assert {r.uid for r in three_up.replica_runs or ()} == uids(k8s_cluster)
+    assert all(r.started_at and r.finished_at is None for r in three_up.replica_runs or ())
 
     # Back down to one: the first pod keeps serving.
     down = k8s_backend.apply_app(app=app)
     assert down.replicas == (1, 1)
     assert [p["metadata"]["name"] for p in pods(k8s_cluster)] == [name]
+    assert [r.uid for r in down.replica_runs or ()] == [pod["metadata"]["uid"]]
 
     # A new adapter: a rolling update of the same Deployment (new template, same uid), one
     # new pod at a time, the old one serving until the new one is ready.
@@ -110,6 +119,7 @@ def test_app_journey_scale_rolling_update_stop_start_delete(
     done = k8s_backend.observe_app(ref=app.ref)
     assert (done.phase, done.replicas) == (Phase.RUNNING, (1, 1))
     assert done.run_uid == new_pod["metadata"]["uid"]
+    assert [r.uid for r in done.replica_runs or ()] == [new_pod["metadata"]["uid"]]
     assert len(k8s_cluster.list("replicasets", NS)) == 2  # the old one kept at zero
 
     # Re-applying the same request changes nothing.
@@ -119,7 +129,7 @@ def test_app_journey_scale_rolling_update_stop_start_delete(
 
     # Stop: no pod, the address kept; start again at the same URL.
     stopped = k8s_backend.apply_app(app=replace(updated, running=False))
-    assert (stopped.phase, stopped.url) == (Phase.STOPPED, URL)
+    assert (stopped.phase, stopped.url, stopped.replica_runs) == (Phase.STOPPED, URL, ())
     assert pods(k8s_cluster) == []
     assert k8s_cluster.get("ingresses", NS, NAME) is not None
     again = k8s_backend.apply_app(app=updated)
