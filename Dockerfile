@@ -25,7 +25,7 @@ RUN groupadd --gid 10001 ajuste && useradd --uid 10001 --gid ajuste --home /app 
 # (verified against its integrity hashes; no Node.js toolchain needed).
 COPY requirements/panel.lock ./requirements/panel.lock
 RUN pip install --require-hashes --no-deps -r requirements/panel.lock
-COPY package-lock.json ./
+COPY package.json package-lock.json ./
 COPY scripts/fetch_assets.py ./scripts/
 RUN python scripts/fetch_assets.py
 COPY manage.py Procfile ./

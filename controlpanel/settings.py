@@ -214,10 +214,18 @@ USE_TZ = True
 
 STATIC_URL = "/static/"
 STATIC_ROOT = BASE_DIR / "var" / "staticfiles"
-STATICFILES_DIRS = [
-    BASE_DIR / "static",
-    ("vendor/htmx", BASE_DIR / "node_modules" / "htmx.org" / "dist"),
-    ("vendor/chartjs", BASE_DIR / "node_modules" / "chart.js" / "dist"),
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATICFILES_FINDERS = [
+    "django.contrib.staticfiles.finders.FileSystemFinder",
+    "django.contrib.staticfiles.finders.AppDirectoriesFinder",
+    "controlpanel.core.staticfinders.VendorFinder",  # htmx and Chart.js from node_modules/
+]
+# Source maps are for the browser's developer tools only: serving them uncompressed saves every
+# collectstatic (each `make run`) compressing several MiB of them with brotli and gzip.
+WHITENOISE_SKIP_COMPRESS_EXTENSIONS = [
+    *("jpg", "jpeg", "png", "gif", "webp", "zip", "gz", "tgz", "bz2", "tbz", "xz", "br"),
+    *("swf", "flv", "woff", "woff2", "3gp", "3gpp", "asf", "avi", "m4v", "mov", "mp4"),
+    *("mpeg", "mpg", "webm", "wmv", "map"),
 ]
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},

@@ -1,5 +1,6 @@
-"""Fetch the browser assets the panel serves (htmx...) from the npm registry into
-node_modules/<package>/, at the versions and integrity hashes package-lock.json records.
+"""Fetch the browser assets the panel serves (package.json's `served`: htmx, Chart.js) from the
+npm registry into node_modules/<package>/, at the versions and integrity hashes
+package-lock.json records.
 
 The panel image uses this instead of a Node.js stage: it needs a few files of a few packages,
 not a Node toolchain (and not s3rver, which only `make run` and the tests use).
@@ -19,8 +20,18 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-# What the browser loads (settings.STATICFILES_DIRS), by package: the folder it needs.
-ASSETS = {"htmx.org": "dist"}
+
+
+def served_by_package(package_json: dict) -> dict[str, set[str]]:
+    """package.json's `served` files (controlpanel/core/staticfinders.py) by npm package."""
+    files: dict[str, set[str]] = {}
+    for url_path, source in package_json["served"].items():
+        if url_path == "//":
+            continue
+        parts = source.split("/")
+        cut = 2 if source.startswith("@") else 1  # a scoped package's name has two parts
+        files.setdefault("/".join(parts[:cut]), set()).add("/".join(parts[cut:]))
+    return files
 
 
 def _verified(data: bytes, integrity: str) -> bytes:
@@ -31,8 +42,8 @@ def _verified(data: bytes, integrity: str) -> bytes:
     return data
 
 
-def fetch(package: str, folder: str, *, lock: dict, registry: str, dest: Path) -> int:
-    """Download, verify and unpack `package/folder`; return the number of files written."""
+def fetch(package: str, wanted: set[str], *, lock: dict, registry: str, dest: Path) -> int:
+    """Download, verify and unpack the `wanted` files of `package`; return how many."""
     entry = lock["packages"][f"node_modules/{package}"]
     version = entry["version"]
     url = f"{registry}/{package}/-/{package.rsplit('/', 1)[-1]}-{version}.tgz"
@@ -42,7 +53,7 @@ def fetch(package: str, folder: str, *, lock: dict, registry: str, dest: Path) -
     with tarfile.open(fileobj=io.BytesIO(data)) as archive:
         for member in archive.getmembers():
             relative = member.name.removeprefix("package/")
-            if not member.isfile() or not relative.startswith(f"{folder}/") or ".." in relative:
+            if not member.isfile() or relative not in wanted:
                 continue
             target = dest / package / relative
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -50,6 +61,8 @@ def fetch(package: str, folder: str, *, lock: dict, registry: str, dest: Path) -
             assert source is not None
             target.write_bytes(source.read())
             written += 1
+    if written != len(wanted):
+        raise SystemExit(f"{package}@{version} lacks some of {sorted(wanted)}")
     return written
 
 
@@ -59,8 +72,9 @@ def main() -> None:
     parser.add_argument("--dest", type=Path, default=ROOT / "node_modules")
     args = parser.parse_args()
     lock = json.loads((ROOT / "package-lock.json").read_text())
-    for package, folder in ASSETS.items():
-        count = fetch(package, folder, lock=lock, registry=args.registry, dest=args.dest)
+    served = served_by_package(json.loads((ROOT / "package.json").read_text()))
+    for package, wanted in served.items():
+        count = fetch(package, wanted, lock=lock, registry=args.registry, dest=args.dest)
         print(f"{package}: {count} files")
 
 

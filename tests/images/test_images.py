@@ -150,6 +150,10 @@ def test_panel_image_migrates_serves_and_runs_a_job(
             return False
 
     wait_for(ready, 90, "/readyz from the image", procs)
+    # The browser assets the pages load were fetched into the image and collected.
+    for asset in ("vendor/htmx/htmx.min.js", "vendor/chartjs/chart.umd.min.js"):
+        served = httpx.get(f"{url}/static/{asset}", timeout=10)
+        assert served.status_code == 200 and len(served.content) > 10_000, asset
     _, token = token_create(user=owner, name="image test")
     api = httpx.Client(
         base_url=url, headers={"Authorization": f"Bearer {token}", "X-Ajuste-Project": "alpha"}
