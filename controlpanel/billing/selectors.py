@@ -6,6 +6,7 @@ that sum divided by 60 once and rounded to the cent (`rules.amount`), per invoic
 
 from __future__ import annotations
 
+from collections import defaultdict
 from dataclasses import dataclass
 from datetime import date, datetime
 from decimal import Decimal
@@ -107,13 +108,13 @@ def open_runs_since_recorded(
     if project is not None:
         runs = runs.filter(project=project)
     meters = {m.pk: m for m in Meter.objects.filter(run__in=runs)}
-    prices: dict[int, list[FlavorPrice]] = {}
+    prices: dict[int, list[FlavorPrice]] = defaultdict(list)
+    for version in FlavorPrice.objects.filter(flavor__in=runs.values("flavor_id")):
+        prices[version.flavor_id].append(version)
     unit_minutes, price_minutes, minutes = 0, Decimal(0), 0
     for run in runs:
         assert run.started_at is not None
-        versions = prices.setdefault(
-            run.flavor_id, list(FlavorPrice.objects.filter(flavor_id=run.flavor_id))
-        )
+        versions = prices[run.flavor_id]
         meter = meters.get(run.pk)
         billed = meter.minutes if meter and meter.started_at == run.started_at else 0
         total = billed_minutes(run.started_at, now)
