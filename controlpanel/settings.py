@@ -442,7 +442,9 @@ LOGGING = {
         }
     },
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL") or "INFO"},
-    "loggers": {"axes": {"level": "WARNING"}},
+    # httpx and httpcore say every request's URL at INFO/DEBUG: a webhook's secret path, every
+    # call an app's proxy relays. Their warnings still show.
+    "loggers": {name: {"level": "WARNING"} for name in ("axes", "httpx", "httpcore")},
 }
 
 # /metrics for Prometheus: `Authorization: Bearer <METRICS_TOKEN>` (or a site admin's
