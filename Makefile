@@ -40,7 +40,7 @@ test-images: $(STAMP) services
 
 # Ajuste's images, tagged with deploy/version.py's VERSION (docs/images.md: releasing).
 images:
-	scripts/build-images panel finetune
+	scripts/build-images panel finetune serving
 
 test-fast: $(STAMP) services
 	$(VENV)/bin/pytest -m "not slow and not browser and not e2e and not images" $(PYTEST_ARGS)
