@@ -5,10 +5,15 @@ A run's day share follows the billing rule (billing/rules.py): its minute k (sta
 then; GPU-seconds are its exact RUNNING time in the day × GPUs. An open run counts up to
 `now`. `usage_rows()` computes rows for any set of runs (the rebuild writes them; a label filter
 computes them in memory from the matching runs), so both paths count the same way.
+
+Queue waits are counted per day of admission in log buckets (`wait_bucket`): exact percentiles
+over every admitted workload of a range do not scale, the buckets' are within ±2.5 %.
+Each workload's span (first and last day with usage, and its totals) follows its days.
 """
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -17,12 +22,18 @@ from decimal import Decimal
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Count, Q, QuerySet
+from django.db.models import Count, F, Max, Min, Q, QuerySet, Sum
 from django.db.models.functions import TruncDate
 from django.utils import timezone
 
 from controlpanel.billing.rules import billed_minutes, minutes_until, segments
-from controlpanel.dashboards.models import RollupMark, UsageDay, WorkloadDay
+from controlpanel.dashboards.models import (
+    RollupMark,
+    UsageDay,
+    WaitDay,
+    WorkloadDay,
+    WorkloadSpan,
+)
 from controlpanel.flavors.models import FlavorPrice
 from controlpanel.workloads.models import JobRun, JobState, NotebookState, Workload
 
@@ -37,6 +48,51 @@ ENDED_COLUMNS: dict[str, str] = {
     NotebookState.STOPPED: "ended_stopped",
 }
 Key = tuple[int, str, int | None, int]  # project, kind, owner, flavor
+# Wait buckets: 0 under a second, i from GAMMA^(i-1) to GAMMA^i seconds; a bucket's middle
+# (geometric) is within GAMMA^0.5 (±2.5 %) of every wait in it.
+GAMMA = 1.05
+WAIT_ERROR = math.sqrt(GAMMA) - 1
+_LOG_GAMMA = math.log(GAMMA)
+
+
+def wait_bucket(seconds: float) -> int:
+    """The bucket of a wait of `seconds`."""
+    if seconds < 1:
+        return 0
+    bucket = int(math.log(seconds) / _LOG_GAMMA) + 1
+    # The logarithm's rounding can put a wait on a boundary one bucket off: check the bounds.
+    if seconds < GAMMA ** (bucket - 1):
+        bucket -= 1
+    elif seconds >= GAMMA**bucket:
+        bucket += 1
+    return bucket
+
+
+def bucket_middle(bucket: int) -> float:
+    """What a bucket's waits count as: the geometric middle of its bounds (half a second for
+    bucket 0)."""
+    return 0.5 if bucket == 0 else GAMMA ** (bucket - 0.5)
+
+
+def bucket_percentile(counts: dict[int, int], fraction: float) -> float | None:
+    """percentile_cont's definition (linear between the closest ranks) over waits counted by
+    bucket, each wait taken as its bucket's middle."""
+    total = sum(counts.values())
+    if not total:
+        return None
+    rank = fraction * (total - 1)
+    low, high = math.floor(rank), math.ceil(rank)
+    at: dict[int, float] = {}
+    seen = 0
+    for bucket in sorted(counts):
+        n = counts[bucket]
+        for wanted in (low, high):
+            if wanted not in at and seen <= wanted < seen + n:
+                at[wanted] = bucket_middle(bucket)
+        seen += n
+        if high in at:
+            break
+    return at[low] + (at[high] - at[low]) * (rank - low)
 
 
 @dataclass
@@ -169,22 +225,94 @@ def days_rebuild(days: Iterable[date], *, now: datetime | None = None) -> int:
         workloads=Workload.objects.all(),
         now=now,
     )
+    waits = wait_rows(first=wanted[0], last=wanted[-1])
     written = 0
+    touched: set[str] = set()
     for day in wanted:
         rows, per_workload = spans[day]
-        written += _write_day(day, rows, per_workload, now)
+        touched |= {
+            str(w)
+            for w in WorkloadDay.objects.filter(day=day).values_list("workload_id", flat=True)
+        }
+        touched |= {w for w, _ in per_workload}
+        written += _write_day(day, rows, per_workload, waits.get(day, {}), now)
+    spans_refresh(touched)
     return written
+
+
+def wait_rows(*, first: date, last: date) -> dict[date, dict[tuple[int, int], int]]:
+    """Workloads admitted each day from `first` to `last`, by (project, wait bucket)."""
+    result: dict[date, dict[tuple[int, int], int]] = defaultdict(lambda: defaultdict(int))
+    admitted = Workload.objects.filter(
+        admitted_at__gte=day_start(first),
+        admitted_at__lt=day_start(last) + DAY,
+        queued_at__lte=F("admitted_at"),
+    )
+    for project_id, queued, admitted_at in admitted.values_list(
+        "project_id", "queued_at", "admitted_at"
+    ).iterator(chunk_size=5000):
+        if admitted_at is None or queued is None:  # not so: the filter needs both
+            continue
+        bucket = wait_bucket((admitted_at - queued).total_seconds())
+        result[admitted_at.astimezone(UTC).date()][(project_id, bucket)] += 1
+    return result
+
+
+SPAN_CHUNK = 2000
+
+
+def spans_refresh(workload_ids: Iterable[str]) -> None:
+    """Recompute the spans of these workloads from their WorkloadDay rows (none: no span)."""
+    ids = sorted(workload_ids)
+    for n in range(0, len(ids), SPAN_CHUNK):
+        chunk = ids[n : n + SPAN_CHUNK]
+        found = (
+            WorkloadDay.objects.filter(workload_id__in=chunk)
+            .values("workload_id", "project_id", "workload__owner_id", "workload__flavor_id")
+            .annotate(
+                first=Min("day"), last=Max("day"), g=Sum("gpu_seconds"), p=Sum("price_minutes")
+            )
+            .order_by()
+        )
+        with transaction.atomic():
+            WorkloadSpan.objects.filter(workload_id__in=chunk).delete()
+            WorkloadSpan.objects.bulk_create(
+                [
+                    WorkloadSpan(
+                        workload_id=row["workload_id"],
+                        project_id=row["project_id"],
+                        owner_id=row["workload__owner_id"],
+                        flavor_id=row["workload__flavor_id"],
+                        first_day=row["first"],
+                        last_day=row["last"],
+                        multi_day=row["first"] < row["last"],
+                        gpu_seconds=row["g"],
+                        price_minutes=row["p"],
+                    )
+                    for row in found
+                ],
+                batch_size=SPAN_CHUNK,
+            )
 
 
 def _write_day(
     day: date,
     rows: dict[Key, Usage],
     per_workload: dict[tuple[str, int], tuple[float, Decimal]],
+    waits: dict[tuple[int, int], int],
     now: datetime,
 ) -> int:
     with transaction.atomic():
         UsageDay.objects.filter(day=day).delete()
         WorkloadDay.objects.filter(day=day).delete()
+        WaitDay.objects.filter(day=day).delete()
+        WaitDay.objects.bulk_create(
+            [
+                WaitDay(project_id=project_id, day=day, bucket=bucket, count=count)
+                for (project_id, bucket), count in waits.items()
+            ],
+            batch_size=5000,
+        )
         UsageDay.objects.bulk_create(
             [
                 UsageDay(

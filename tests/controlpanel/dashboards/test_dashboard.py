@@ -6,6 +6,7 @@ what waits now and where, idle notebooks, failures, top workloads by cost; range
 from __future__ import annotations
 
 import csv
+import importlib
 import io
 import statistics
 from datetime import UTC, datetime, timedelta
@@ -16,7 +17,7 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from controlpanel.dashboards.rollups import days_rebuild
+from controlpanel.dashboards.rollups import bucket_middle, days_rebuild, wait_bucket
 from controlpanel.flavors.models import Flavor, FlavorPrice
 from controlpanel.projects.models import Project, Role
 from controlpanel.workloads.models import JobRun, Kind, Workload
@@ -179,6 +180,23 @@ def history(
             admitted_at=NOW - timedelta(days=1, hours=1, minutes=1),
             last_activity_at=NOW - timedelta(minutes=50),
         ),
+        # Ran on the 12th, and again on the 16th: its days straddle a 7-day range's start
+        # with nothing on its first day.
+        "restarted": make(
+            project,
+            member,
+            cpu_flavor,
+            name="restarted",
+            kind=Kind.NOTEBOOK,
+            state="STOPPED",
+            runs=[
+                (datetime(2025, 3, 12, 10, tzinfo=UTC), datetime(2025, 3, 12, 23, 30, tzinfo=UTC)),
+                (datetime(2025, 3, 16, 9, tzinfo=UTC), datetime(2025, 3, 16, 11, 0, 5, tzinfo=UTC)),
+            ],
+            queued_at=datetime(2025, 3, 16, 8, 50, tzinfo=UTC),
+            admitted_at=datetime(2025, 3, 16, 8, 59, 59, tzinfo=UTC),
+            finished_at=datetime(2025, 3, 16, 11, 1, tzinfo=UTC),
+        ),
         # Another project's: never counted here.
         "other": make(
             other_project,
@@ -230,6 +248,27 @@ def reference_usage(
     return seconds / 3600, (money / 60).quantize(Decimal("0.01"), ROUND_HALF_UP)
 
 
+def bucketed(wait: float) -> float:
+    """What the dashboard counts a wait as: waits under a second as half a second, others as
+    the geometric middle of the power-of-1.05 seconds around them (found by counting up)."""
+    if wait < 1:
+        return 0.5
+    bucket = 1
+    while wait >= 1.05**bucket:
+        bucket += 1
+    return float(1.05 ** (bucket - 0.5))
+
+
+def wait_percentiles(waits: list[float]) -> dict[str, float]:
+    """p50 and p95 as percentile_cont computes them."""
+    if len(waits) == 1:
+        return {"p50": waits[0], "p95": waits[0]}
+    return {
+        "p50": statistics.median(waits),
+        "p95": statistics.quantiles(waits, n=100, method="inclusive")[94],
+    }
+
+
 def page(client: Client, url: str) -> Any:
     response = client.get(url)
     assert response.status_code == 200, response.content[:500]
@@ -249,18 +288,40 @@ def test_headline_equals_independent_counts(history: dict[str, Any], owner: Any)
     assert head["queued"] == 2
     assert head["failed"] == 1 and head["done"] == 2
     assert head["success_rate"] == pytest.approx(2 / 3)
-    waits = [
+    admitted = [w for w in mine if w.admitted_at and start <= w.admitted_at < end]
+    waits = [(w.admitted_at - w.queued_at).total_seconds() for w in admitted]
+    # From the day histograms: the percentiles of the waits taken as their buckets' middles,
+    # within ±2.5 % of the exact ones.
+    expected = wait_percentiles([bucketed(w) for w in waits])
+    exact = wait_percentiles(waits)
+    for name in ("p50", "p95"):
+        assert head["waits"][name] == pytest.approx(expected[name], rel=1e-9)
+        assert abs(head["waits"][name] / exact[name] - 1) <= 0.025
+    # Per day of admission (the chart is in minutes, to 0.01).
+    chart = response.context["charts"]["queue-wait"]
+    for day in {w.admitted_at.date() for w in admitted}:
+        of_day = [
+            bucketed((w.admitted_at - w.queued_at).total_seconds())
+            for w in admitted
+            if w.admitted_at.date() == day
+        ]
+        n = chart["labels"].index(day.isoformat())
+        for series, name in zip(chart["series"], ("p50", "p95"), strict=True):
+            assert series["data"][n] == round(wait_percentiles(of_day)[name] / 60, 2)
+    # A filter reads fewer workloads, exactly.
+    member = page(logged_in(owner), "/p/alpha/dashboard/?range=7d&user=member")
+    theirs = [
         (w.admitted_at - w.queued_at).total_seconds()
-        for w in mine
-        if w.admitted_at and start <= w.admitted_at < end
+        for w in admitted
+        if w.owner.username == "member"
     ]
-    assert head["waits"]["p50"] == pytest.approx(statistics.median(waits))
-    assert head["waits"]["p95"] == pytest.approx(
-        statistics.quantiles(waits, n=100, method="inclusive")[94]
-    )
+    assert member.context["headline"]["waits"]["p50"] == pytest.approx(statistics.median(theirs))
+    assert "±2.5 %" not in member.content.decode()
     body = response.content.decode()
     assert "&lt;b&gt;wait two&lt;/b&gt;" in body and "<b>wait two</b>" not in body
     assert "no data" in body  # no utilisation source: never 0
+    assert "±2.5 %, from waits counted by day in log buckets" in body
+    assert chart["title"] == "Queue wait per day (±2.5 %)"
 
 
 def test_ranges_and_filters(history: dict[str, Any], owner: Any) -> None:
@@ -347,17 +408,68 @@ def test_tables(history: dict[str, Any], owner: Any, settings: Any) -> None:
     assert idle[0]["stops_in_s"] == pytest.approx(70 * 60)
     assert [w["name"] for w in tables["failures"]] == ["failed"]
     assert tables["failures"][0]["reason"] == "exit code 1: CUDA error"
-    # Top by cost: each workload's money in the range, independently; highest first.
-    start, end = datetime(2025, 3, 14, tzinfo=UTC), datetime(2025, 3, 21, tzinfo=UTC)
-    expected = []
-    for key in ("old", "done", "failed", "running", "notebook"):
-        _, money = reference_usage([history[key]], start, end)
-        expected.append((money, history[key].name))
-    expected.sort(reverse=True)
-    assert [(w["cost"], w["name"]) for w in tables["top"]] == expected
     body = response.content.decode()
     assert f"/p/alpha/jobs/{history['running'].pk}/" in body
     assert f"/p/alpha/notebooks/{history['notebook'].pk}/" in body
+
+
+def test_top_by_cost(history: dict[str, Any], owner: Any, admin_user: Any) -> None:
+    """Each workload's money in the range, independently, highest first: in ranges that cut
+    workloads at their start (old: from the 13th to the 14th; restarted: on the 12th and the
+    16th) and at their end (done: from the 17th to the 19th), for one project and for all."""
+    days = {
+        "range=7d": ("2025-03-14", "2025-03-20"),
+        "range=today": ("2025-03-20", "2025-03-20"),
+        "range=30d": ("2025-02-19", "2025-03-20"),
+        "range=custom&from=2025-03-13&to=2025-03-17": ("2025-03-13", "2025-03-17"),
+        "range=custom&from=2025-03-15&to=2025-03-18": ("2025-03-15", "2025-03-18"),
+        "range=custom&from=2025-03-14&to=2025-03-14": ("2025-03-14", "2025-03-14"),
+        "range=7d&user=member": ("2025-03-14", "2025-03-20"),
+        "range=7d&flavor=test-cpu": ("2025-03-14", "2025-03-20"),
+        "range=30d&user=member&flavor=test-cpu": ("2025-02-19", "2025-03-20"),
+        "range=7d&user=nobody": ("2025-03-14", "2025-03-20"),
+        "range=7d&flavor=none-such": ("2025-03-14", "2025-03-20"),
+    }
+    for base, client, scope in (
+        (
+            "/p/alpha/dashboard/",
+            logged_in(owner),
+            [w for k, w in history.items() if "other" not in k],
+        ),
+        ("/dashboard/", logged_in(admin_user), list(history.values())),
+    ):
+        for query, (first, last) in days.items():
+            start = datetime.fromisoformat(first).replace(tzinfo=UTC)
+            end = datetime.fromisoformat(last).replace(tzinfo=UTC) + timedelta(days=1)
+            chosen = [
+                w
+                for w in scope
+                if ("user=" not in query or f"user={w.owner.username}" in query)
+                and ("flavor=" not in query or f"flavor={w.flavor.name}" in query)
+                and any(
+                    r.started_at < end and (r.finished_at is None or r.finished_at > start)
+                    for r in JobRun.objects.filter(job=w)
+                )
+            ]
+            expected = sorted(
+                ((reference_usage([w], start, end)[1], w.name) for w in chosen),
+                key=lambda t: (-t[0], t[1]),
+            )
+            top = page(client, f"{base}?{query}").context["tables"]["top"]
+            got = [(w["cost"], w["name"]) for w in top]
+            assert [c for c, _ in got] == sorted((c for c, _ in got), reverse=True), query
+            assert sorted(got, key=lambda t: (-t[0], t[1])) == expected, (base, query)
+
+
+def test_spans_follow_a_rebuilt_day(history: dict[str, Any], owner: Any) -> None:
+    """A run removed from a day leaves the workload's span once that day is rebuilt."""
+    JobRun.objects.filter(job=history["restarted"], run=2).delete()
+    days_rebuild([datetime(2025, 3, 16, tzinfo=UTC).date()], now=NOW)
+    top = page(logged_in(owner), "/p/alpha/dashboard/?range=7d").context["tables"]["top"]
+    assert "restarted" not in [w["name"] for w in top]
+    month = page(logged_in(owner), "/p/alpha/dashboard/?range=30d").context["tables"]["top"]
+    _, money = reference_usage([history["restarted"]], NOW - timedelta(days=30), NOW)
+    assert [w["cost"] for w in month if w["name"] == "restarted"] == [money]
 
 
 def test_csv_exports(history: dict[str, Any], owner: Any, settings: Any) -> None:
@@ -449,3 +561,41 @@ def test_manager_of_one_project_only(history: dict[str, Any], other_project: Pro
     assert client.get("/p/alpha/dashboard/").status_code == 404
     ctx = page(client, "/p/beta/dashboard/?range=7d").context
     assert ctx["headline"]["running"] == 1 and ctx["headline"]["queued"] == 1
+
+
+def test_wait_buckets_on_their_bounds() -> None:
+    """A wait on a bucket's lower bound (a power of 1.05, as Python computes it) falls in that
+    bucket, whatever the logarithm's rounding; every bucket's middle is within 2.5 %."""
+    waits = [0.0, 0.4, 0.999, 1.0, 59.9, 60.0, 86_400.0, 3_000_000.0]
+    waits += [1.05**k for k in range(1, 400)] + [1.05**k * (1 - 1e-12) for k in range(1, 400)]
+    for wait in waits:
+        assert bucket_middle(wait_bucket(wait)) == bucketed(wait), wait
+        if wait >= 1:
+            assert abs(bucketed(wait) / wait - 1) <= 0.025
+
+
+def test_the_migration_fills_what_the_rollup_writes(history: dict[str, Any]) -> None:
+    """Upgrading fills the wait histograms and the spans of the days already rolled up with
+    what `days_rebuild` writes (the beat rebuilds only today and yesterday)."""
+    from django.apps import apps
+
+    from controlpanel.dashboards.models import WaitDay, WorkloadSpan
+
+    fill = importlib.import_module(
+        "controlpanel.dashboards.migrations.0003_wait_histogram_and_spans"
+    ).fill
+
+    def rows() -> tuple[list[Any], list[Any]]:
+        waits = WaitDay.objects.order_by("project", "day", "bucket")
+        spans = WorkloadSpan.objects.order_by("workload_id")
+        return (
+            list(waits.values_list("project", "day", "bucket", "count")),
+            list(spans.values_list(*(f.attname for f in WorkloadSpan._meta.fields))),
+        )
+
+    written = rows()
+    assert len(written[0]) >= 4 and len(written[1]) == 7  # the workloads with runs
+    WaitDay.objects.all().delete()
+    WorkloadSpan.objects.all().delete()
+    fill(apps, None)
+    assert rows() == written
