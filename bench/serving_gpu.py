@@ -101,7 +101,7 @@ def write_model(root: Path, hidden: int, layers: int) -> tuple[Path, Path]:
         num_hidden_layers=layers, num_attention_heads=8, num_key_value_heads=2,
         max_position_embeddings=4096, bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
-        tie_word_embeddings=False, torch_dtype="bfloat16",
+        tie_word_embeddings=False,
     )  # fmt: skip
     torch.manual_seed(0)
     model = LlamaForCausalLM(config).to(torch.bfloat16)
@@ -113,7 +113,7 @@ def write_model(root: Path, hidden: int, layers: int) -> tuple[Path, Path]:
         for name, param in lora.named_parameters():
             if "lora_B" in name:
                 param.normal_(std=0.02)
-    lora.save_pretrained(root / "adapter")
+    lora.save_pretrained(str(root / "adapter"))
     return root / "model", root / "adapter"
 
 
