@@ -31,6 +31,7 @@ from controlpanel.dashboards.models import (
     RollupMark,
     UsageDay,
     WaitDay,
+    WaitDayBy,
     WorkloadDay,
     WorkloadSpan,
 )
@@ -240,21 +241,25 @@ def days_rebuild(days: Iterable[date], *, now: datetime | None = None) -> int:
     return written
 
 
-def wait_rows(*, first: date, last: date) -> dict[date, dict[tuple[int, int], int]]:
-    """Workloads admitted each day from `first` to `last`, by (project, wait bucket)."""
-    result: dict[date, dict[tuple[int, int], int]] = defaultdict(lambda: defaultdict(int))
+WaitKey = tuple[int, int, int, int]  # project, owner, flavor, bucket
+
+
+def wait_rows(*, first: date, last: date) -> dict[date, dict[WaitKey, int]]:
+    """Workloads admitted each day from `first` to `last`, by (project, owner, flavor, wait
+    bucket)."""
+    result: dict[date, dict[WaitKey, int]] = defaultdict(lambda: defaultdict(int))
     admitted = Workload.objects.filter(
         admitted_at__gte=day_start(first),
         admitted_at__lt=day_start(last) + DAY,
         queued_at__lte=F("admitted_at"),
     )
-    for project_id, queued, admitted_at in admitted.values_list(
-        "project_id", "queued_at", "admitted_at"
+    for project_id, owner_id, flavor_id, queued, admitted_at in admitted.values_list(
+        "project_id", "owner_id", "flavor_id", "queued_at", "admitted_at"
     ).iterator(chunk_size=5000):
         if admitted_at is None or queued is None:  # not so: the filter needs both
             continue
         bucket = wait_bucket((admitted_at - queued).total_seconds())
-        result[admitted_at.astimezone(UTC).date()][(project_id, bucket)] += 1
+        result[admitted_at.astimezone(UTC).date()][(project_id, owner_id, flavor_id, bucket)] += 1
     return result
 
 
@@ -299,17 +304,35 @@ def _write_day(
     day: date,
     rows: dict[Key, Usage],
     per_workload: dict[tuple[str, int], tuple[float, Decimal]],
-    waits: dict[tuple[int, int], int],
+    waits: dict[WaitKey, int],
     now: datetime,
 ) -> int:
     with transaction.atomic():
         UsageDay.objects.filter(day=day).delete()
         WorkloadDay.objects.filter(day=day).delete()
         WaitDay.objects.filter(day=day).delete()
+        WaitDayBy.objects.filter(day=day).delete()
+        per_project: dict[tuple[int, int], int] = defaultdict(int)
+        for (project_id, _, _, bucket), count in waits.items():
+            per_project[(project_id, bucket)] += count
         WaitDay.objects.bulk_create(
             [
                 WaitDay(project_id=project_id, day=day, bucket=bucket, count=count)
-                for (project_id, bucket), count in waits.items()
+                for (project_id, bucket), count in per_project.items()
+            ],
+            batch_size=5000,
+        )
+        WaitDayBy.objects.bulk_create(
+            [
+                WaitDayBy(
+                    project_id=project_id,
+                    day=day,
+                    owner_id=owner_id,
+                    flavor_id=flavor_id,
+                    bucket=bucket,
+                    count=count,
+                )
+                for (project_id, owner_id, flavor_id, bucket), count in waits.items()
             ],
             batch_size=5000,
         )

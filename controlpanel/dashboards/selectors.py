@@ -7,10 +7,10 @@ from the matching runs, with the same function. What is live (running, waiting, 
 notebooks) and the queue waits are read from the workload rows, through the indexes the
 dashboards' migration adds.
 
-Queue wait percentiles come from the day histograms of waits (WaitDay: ±2.5 %) unless a filter
-by user, flavor or label asks for fewer workloads, which are read exactly. "Top by cost" reads
-the workloads whose span lies inside the range by their total, and sums the days of those that
-straddle its ends.
+Queue wait percentiles come from the day histograms of waits (WaitDay, or WaitDayBy for a filter
+by user or flavor: ±2.5 %); a label filter reads the matching workloads' waits exactly. "Top by
+cost" reads the workloads whose span lies inside the range by their total, and sums the days of
+those that straddle its ends.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from controlpanel.dashboards.models import (
     RollupMark,
     UsageDay,
     WaitDay,
+    WaitDayBy,
     WorkloadDay,
     WorkloadSpan,
 )
@@ -143,8 +144,9 @@ class Usage:
 
     @property
     def waits_exact(self) -> bool:
-        """Whether the waits are read exactly (a filter) or from the day histograms (±2.5 %)."""
-        return bool(self.f.user or self.f.flavor or self.f.label)
+        """Whether the waits are read exactly (a label filter) or from the day histograms
+        (±2.5 %)."""
+        return bool(self.f.label)
 
     def waits(self) -> tuple[dict[str, float | None], list[dict[str, Any]]]:
         """Queue wait p50/p95 over the range, and per day (read once for the page)."""
@@ -214,9 +216,14 @@ def wait_percentiles(scope: Scope, f: DashboardFilters) -> dict[str, float | Non
 def bucketed_waits(
     scope: Scope, f: DashboardFilters
 ) -> tuple[dict[str, float | None], list[dict[str, Any]]]:
-    """wait_percentiles and waits_by_day from the day histograms (within ±2.5 %)."""
+    """wait_percentiles and waits_by_day from the day histograms (within ±2.5 %): by owner and
+    flavor too for a filter by user or flavor."""
+    ids = _filter_ids(f)
+    if ids is None:
+        return {"p50": None, "p95": None}, []
+    table = WaitDayBy if ids else WaitDay
     rows = (
-        scope.of(WaitDay.objects.filter(day__gte=f.first, day__lte=f.last))
+        scope.of(table.objects.filter(day__gte=f.first, day__lte=f.last, **ids))
         .values_list("day", "bucket")
         .annotate(n=Sum("count"))
         .order_by()
@@ -370,27 +377,32 @@ def top_by_cost(scope: Scope, f: DashboardFilters, usage: Usage) -> list[dict[st
     ]
 
 
+def _filter_ids(f: DashboardFilters) -> dict[str, int] | None:
+    """The user and flavor filters as ids, to filter the rollups that carry them without a
+    join (None: a name nobody has, nothing matches)."""
+    ids: dict[str, int | None] = {}
+    if f.user:
+        from django.contrib.auth import get_user_model
+
+        users = get_user_model().objects.filter(username=f.user)
+        ids["owner_id"] = users.values_list("pk", flat=True).first()
+    if f.flavor:
+        from controlpanel.flavors.models import Flavor
+
+        flavors = Flavor.objects.filter(name=f.flavor)
+        ids["flavor_id"] = flavors.values_list("pk", flat=True).first()
+    return {k: v for k, v in ids.items() if v is not None} if None not in ids.values() else None
+
+
 def _span_top(scope: Scope, f: DashboardFilters) -> list[tuple[Any, Decimal, float]]:
     """The costliest workloads of the range: those whose span lies inside it (their totals,
     by the spans' index), merged with those straddling its first or last day (their days in
     the range summed); a workload with no day in the range costs nothing in it."""
     spans = scope.of(WorkloadSpan.objects.all())
-    # By id, found first: a name nobody has reads no span.
-    if f.user:
-        from django.contrib.auth import get_user_model
-
-        users = get_user_model().objects.filter(username=f.user)
-        owner_id = users.values_list("pk", flat=True).first()
-        if owner_id is None:
-            return []
-        spans = spans.filter(owner_id=owner_id)
-    if f.flavor:
-        from controlpanel.flavors.models import Flavor
-
-        flavor_id = Flavor.objects.filter(name=f.flavor).values_list("pk", flat=True).first()
-        if flavor_id is None:
-            return []
-        spans = spans.filter(flavor_id=flavor_id)
+    ids = _filter_ids(f)
+    if ids is None:
+        return []
+    spans = spans.filter(**ids)
     inside = spans.filter(first_day__gte=f.first, last_day__lte=f.last).order_by(
         "-price_minutes", "-gpu_seconds", "workload_id"
     )[:TABLE_ROWS]
