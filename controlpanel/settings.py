@@ -514,6 +514,20 @@ APP_AUTH_URL = (
 APP_TLS_SECRET = env_str("APP_TLS_SECRET") or ""
 APP_INGRESS_CLASS = env_str("APP_INGRESS_CLASS") or "nginx"
 APP_KEDA = env_bool("APP_KEDA", False)
+# Where the panel's "Try it" reaches an app on a cluster: its Service, inside the cluster
+# ({service}, {namespace} and {port} are filled in; the project's network policy lets the
+# panel's web pods through to app pods).
+APP_SERVICE_URL = (
+    env_str("APP_SERVICE_URL") or "http://{service}.{namespace}.svc.cluster.local:{port}"
+).rstrip("/")
+try:
+    _service_url = urlsplit(APP_SERVICE_URL.format(service="s", namespace="n", port=80))
+except (KeyError, IndexError, ValueError) as exc:
+    raise ImproperlyConfigured(
+        f"APP_SERVICE_URL: only {{service}}, {{namespace}} and {{port}} may be filled in ({exc!r})"
+    ) from None
+if _service_url.scheme not in ("http", "https") or not _service_url.hostname:
+    raise ImproperlyConfigured("APP_SERVICE_URL: an http:// or https:// URL with a host")
 APP_MODEL_GIB = env_int("APP_MODEL_GIB", 20, minimum=1)
 # Where KEDA reads an app's request rate (ingress-nginx's metrics in Prometheus).
 APP_PROMETHEUS_URL = (

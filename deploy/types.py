@@ -413,6 +413,7 @@ class ProjectRequest:
     resolvers they may ask (port 53 nowhere else); `private_allowed` the private and
     link-local blocks a wide egress rule may still reach (see `deploy.egress`).
     `ingress_namespace` is where the ingress controller runs (let through to notebooks).
+    `panel_namespace` is where the panel runs: its web pods may reach apps ("Try it").
     `gpu_quota` GPUs at most; the CPU (vCPU), memory (GiB), pod and storage (GiB) quotas
     likewise, 0 meaning no limit. `mig_resources` are the MIG profiles flavors ask for
     (`nvidia.com/mig-1g.10gb`): each is held to `gpu_quota` slices too. `secrets` (name →
@@ -427,6 +428,7 @@ class ProjectRequest:
     egress: tuple[EgressRule, ...] = ()
     datastore_secret: str = DATASTORE_SECRET_NAME
     ingress_namespace: str = "ingress-nginx"
+    panel_namespace: str = "ajuste"
     gpu_resource_key: str = GPU_RESOURCE_KEY
     default_cpu: str = "500m"
     default_memory: str = "1Gi"

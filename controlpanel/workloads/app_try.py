@@ -3,9 +3,11 @@ panel to the app's server as the local proxy would (app_auth.app_proxy), the ans
 back as plain text. The browser never holds an API token: the session and the CSRF token are
 the caller's credentials, checked by the view (`project_view`) before anything here runs.
 
-Only the local backend's servers (on 127.0.0.1) are reached this way: on a cluster the app's
-pods take traffic from the ingress controller only (the project's network policy), behind the
-token check, so there the page shows the snippets instead.
+On the local backend the panel reaches the app's server on 127.0.0.1; on a cluster, the app's
+Service inside the cluster (`APP_SERVICE_URL`: `http://app-<id>.<namespace>.svc.cluster.local:80`),
+which the project's network policy opens to the panel's web pods besides the ingress
+controller. Either way the request carries no credential: the server sits behind the token
+check (the proxy or forward-auth), and the member's session was checked here instead.
 """
 
 from __future__ import annotations
@@ -16,10 +18,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
+from django.conf import settings
 
 from controlpanel.workloads.app_auth import _loopback, upstream_client
 from controlpanel.workloads.app_services import SERVING, AppConfig
+from controlpanel.workloads.backend import job_ref
 from controlpanel.workloads.models import App
+from deploy import names
+from deploy.manifests.apps import SERVICE_PORT
 
 MAX_MESSAGE = 4000
 MAX_TOKENS = 1024
@@ -60,17 +66,24 @@ def try_validate(data: Any) -> TryRequest:
     return TryRequest(message=message, max_tokens=max_tokens)
 
 
+def server_url(app: App) -> str:
+    """Where the panel reaches the app's server: its local process's loopback URL, or on a
+    cluster its Service (APP_SERVICE_URL with the Service's name, namespace and port)."""
+    if settings.COMPUTE_BACKEND == "local":
+        if not _loopback(app.url):
+            raise TryRefused(503, "The app's local server has no address yet: try again shortly.")
+        return app.url
+    service = names.app_name(job_ref(app))
+    namespace = app.project.namespace
+    return settings.APP_SERVICE_URL.format(service=service, namespace=namespace, port=SERVICE_PORT)
+
+
 def try_open(*, app: App, ask: TryRequest) -> httpx.Response:
     """Send one streamed chat completion to the app's server; its open answer (2xx), or
-    TryRefused saying why not (the app not serving, no local server, the server's refusal)."""
+    TryRefused saying why not (the app not serving, no server address, the server's refusal)."""
     if app.state not in SERVING:
         raise TryRefused(409, f"The app is {app.state}: start it, then try again once RUNNING.")
-    if not _loopback(app.url):
-        raise TryRefused(
-            501,
-            "Try it reaches apps of the local backend only: call this app's URL with a "
-            "project API token (the snippets on this page).",
-        )
+    base = server_url(app)
     body = {
         "model": AppConfig.of(app).model_name,
         "messages": [{"role": "user", "content": ask.message}],
@@ -78,7 +91,7 @@ def try_open(*, app: App, ask: TryRequest) -> httpx.Response:
         "stream": True,
     }
     client = upstream_client()
-    request = client.build_request("POST", f"{app.url}/v1/chat/completions", json=body)
+    request = client.build_request("POST", f"{base}/v1/chat/completions", json=body)
     try:
         answer = client.send(request, stream=True)
     except httpx.HTTPError:

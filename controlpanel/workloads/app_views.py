@@ -7,7 +7,6 @@ from __future__ import annotations
 from typing import Any
 
 from django import forms
-from django.conf import settings
 from django.contrib import messages
 from django.core.exceptions import ValidationError
 from django.http import Http404, HttpResponse, StreamingHttpResponse
@@ -163,7 +162,6 @@ def _get(request: ProjectRequest, app_id: str) -> App:
 def app_detail(request: ProjectRequest, app_id: str) -> HttpResponse:
     app = _get(request, app_id)
     context = _detail_context(app) | log_section(app)
-    context["try_it"] = settings.COMPUTE_BACKEND == "local"  # see app_try's docstring
     context["try_limits"] = {"message": app_try.MAX_MESSAGE, "tokens": app_try.MAX_TOKENS}
     return render(request, "apps/detail.html", context)
 

@@ -65,6 +65,8 @@ KEDA_COOLDOWN_S = 300
 # while requests come: its threshold is far above any real rate per replica.
 WAKE_THRESHOLD = "1000000"
 SCALE_DOWN_WINDOW_S = 300
+# The Service's port (to the server's `http` port): the ingress and the panel's "Try it" use it.
+SERVICE_PORT = 80
 
 
 def server_args(app: AppRequest) -> list[str]:
@@ -149,7 +151,9 @@ def make_app_service(*, app: AppRequest) -> Manifest:
         "spec": {
             "type": "ClusterIP",
             "selector": names.selector_labels(ref),
-            "ports": [{"name": "http", "port": 80, "targetPort": "http", "protocol": "TCP"}],
+            "ports": [
+                {"name": "http", "port": SERVICE_PORT, "targetPort": "http", "protocol": "TCP"}
+            ],
         },
     }
 

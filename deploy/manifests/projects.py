@@ -14,6 +14,8 @@ PROJECT_ROLE = "ajuste-project"
 QUOTA_NAME = "ajuste-quota"
 LIMITS_NAME = "ajuste-defaults"
 NOTEBOOK_PORT = 8888
+# The panel's web pods (k8s/web.yaml): "Try it" reaches apps through their Service.
+PANEL_WEB_LABELS = {"app.kubernetes.io/name": "ajuste", "app.kubernetes.io/component": "web"}
 
 
 def make_namespace(*, project: ProjectRequest) -> Manifest:
@@ -98,8 +100,9 @@ def make_limit_range(*, project: ProjectRequest) -> Manifest:
 
 def make_network_policies(*, project: ProjectRequest) -> list[Manifest]:
     """Default deny both ways, then DNS, the ingress controller (to notebooks' editor port and
-    to apps, whose server's port each app chooses: app pods listen on nothing else) and the
-    project's egress rules (the S3 endpoints)."""
+    to apps, whose server's port each app chooses: app pods listen on nothing else), the
+    panel's web pods to apps (its "Try it" box) and the project's egress rules (the S3
+    endpoints)."""
     policies = [
         _policy(project, "ajuste-default-deny", {}, ingress=[], egress=[]),
         _policy(project, "ajuste-allow-dns", {}, egress=_dns_rules(project)),
@@ -114,6 +117,12 @@ def make_network_policies(*, project: ProjectRequest) -> list[Manifest]:
             "ajuste-allow-ingress-controller-apps",
             {names.KIND: "app"},
             ingress=[{"from": _ingress_controller_rule(project.ingress_namespace)["from"]}],
+        ),
+        _policy(
+            project,
+            "ajuste-allow-panel-apps",
+            {names.KIND: "app"},
+            ingress=[{"from": [_panel_web_peer(project.panel_namespace)]}],
         ),
     ]
     if project.egress:
@@ -223,6 +232,13 @@ def _ingress_controller_rule(namespace: str) -> Manifest:
             {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}}
         ],
         "ports": [{"protocol": "TCP", "port": NOTEBOOK_PORT}],
+    }
+
+
+def _panel_web_peer(namespace: str) -> Manifest:
+    return {
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
+        "podSelector": {"matchLabels": dict(PANEL_WEB_LABELS)},
     }
 
 

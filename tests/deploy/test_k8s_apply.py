@@ -142,7 +142,7 @@ def test_ensure_project_is_idempotent_and_follows_quota_changes(
     k8s_backend.ensure_project(project=project_request)
     k8s_backend.ensure_project(project=project_request)
     assert [n["metadata"]["name"] for n in k8s_cluster.list("namespaces")] == ["ajuste-vision"]
-    assert len(k8s_cluster.list("networkpolicies", "ajuste-vision")) == 5
+    assert len(k8s_cluster.list("networkpolicies", "ajuste-vision")) == 6
     binding = k8s_cluster.get("rolebindings", "ajuste-vision", "ajuste-controller")
     assert binding is not None and binding["subjects"][0]["namespace"] == "ajuste"
 

@@ -184,6 +184,30 @@ def test_default_deny_with_dns_ingress_controller_and_s3(project_request: Projec
             },
         ),
         policy(
+            "ajuste-allow-panel-apps",
+            {
+                "podSelector": {"matchLabels": {"ajuste.io/kind": "app"}},
+                "ingress": [
+                    {
+                        "from": [
+                            {
+                                "namespaceSelector": {
+                                    "matchLabels": {"kubernetes.io/metadata.name": "ajuste"}
+                                },
+                                "podSelector": {
+                                    "matchLabels": {
+                                        "app.kubernetes.io/name": "ajuste",
+                                        "app.kubernetes.io/component": "web",
+                                    }
+                                },
+                            }
+                        ]
+                    }
+                ],
+                "policyTypes": ["Ingress"],
+            },
+        ),
+        policy(
             "ajuste-allow-egress",
             {
                 "podSelector": {},
@@ -258,7 +282,7 @@ def test_every_project_object_is_valid_and_in_apply_order(project_request: Proje
         validate(manifest)
     kinds = [o["kind"] for o in objects]
     assert kinds[:2] == ["Namespace", "RoleBinding"]  # the rest needs the binding
-    assert kinds.count("NetworkPolicy") == 5 and kinds[-2:] == ["Secret", "Secret"]
+    assert kinds.count("NetworkPolicy") == 6 and kinds[-2:] == ["Secret", "Secret"]
     assert [o["metadata"]["name"] for o in objects[-2:]] == [
         "ajuste-datastores",
         "ajuste-project-secrets",

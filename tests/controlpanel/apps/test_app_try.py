@@ -1,8 +1,9 @@
 """ "Try it" on an app's page: a signed-in member's message goes through the panel (session and
 CSRF token, no API token in the page) to the app's server, and the answer streams back as
-text. Refusals are precise: bad input (400), an app that is not serving (409), a cluster app
-the panel cannot reach (501); another project's member gets 404 and an anonymous caller the
-log-in page (tests/controlpanel/test_isolation.py covers the route like every other)."""
+text, from the local server or, on a cluster, the app's Service. Refusals are precise: bad
+input (400), an app that is not serving (409), a server that does not answer (502); another
+project's member gets 404 and an anonymous caller the log-in page
+(tests/controlpanel/test_isolation.py covers the route like every other)."""
 
 from __future__ import annotations
 
@@ -21,10 +22,12 @@ from django.test import Client
 from playwright.sync_api import expect
 
 from controlpanel.projects.models import Project
-from controlpanel.workloads.app_try import MAX_MESSAGE
+from controlpanel.workloads.app_try import MAX_MESSAGE, server_url
 from controlpanel.workloads.backend import job_ref
 from controlpanel.workloads.models import App
+from deploy.manifests import make_app_service
 from tests.controlpanel.apps.test_app_access import make_app
+from tests.deploy.test_app_manifests import make_app_request
 from tests.fixtures.apps import tiny_model_and_adapter, wait_state
 from tests.fixtures.browser import browser_login, console_errors
 from tests.fixtures.faults import free_port
@@ -67,17 +70,61 @@ def test_refusals_are_one_precise_line(
 
 
 @pytest.mark.django_db
-def test_a_cluster_app_is_not_reached_and_get_is_refused(
-    project: Project, owner: Any, owner_client: Client, settings: Any
+def test_on_a_cluster_the_apps_service_is_the_address(
+    project: Project, owner: Any, settings: Any
 ) -> None:
+    """APP_SERVICE_URL's default: the Service deploy/manifests/apps.py makes, by its DNS name."""
     settings.COMPUTE_BACKEND = "kubernetes"
     app = make_app(project, owner)
     App.objects.filter(pk=app.pk).update(url="https://apps.example.com/a/alpha/x/")
-    answer = owner_client.post(try_url(app), {"message": "Hi"})
-    assert answer.status_code == 501 and b"local backend only" in answer.content
+    app.refresh_from_db()
+    built = make_app_request(id=str(app.pk), project="alpha", namespace=project.namespace)
+    service = make_app_service(app=built)["metadata"]
+    assert (service["name"], service["namespace"]) == (f"app-{app.pk}", "ajuste-alpha")
+    expected = f"http://app-{app.pk}.ajuste-alpha.svc.cluster.local:80"
+    assert server_url(app) == expected
+
+
+@pytest.mark.slow
+@pytest.mark.django_db
+def test_on_a_cluster_try_it_streams_from_the_apps_service_to_members_only(
+    project: Project,
+    owner: Any,
+    member: Any,
+    outsider: Any,
+    owner_client: Client,
+    settings: Any,
+    tiny_server: str,
+) -> None:
+    """The Kubernetes backend: the panel reaches the app through APP_SERVICE_URL (here a real
+    OpenAI-compatible server on loopback stands for the Service), never the public URL, with
+    no credential of the member's; another project's member gets 404, anonymous the log-in."""
+    settings.COMPUTE_BACKEND = "kubernetes"
+    settings.APP_SERVICE_URL = tiny_server  # the placeholders are optional
+    app = make_app(project, owner)
+    App.objects.filter(pk=app.pk).update(url="https://apps.example.invalid/a/alpha/x/")
+    browser = Client(enforce_csrf_checks=True)
+    browser.force_login(member)
+    page = browser.get(f"/p/alpha/apps/{app.pk}/").content.decode()
+    assert "data-try-answer" in page and "ajt_" not in page
+    answer = browser.post(
+        try_url(app), {"message": "Hello", "max_tokens": "8"}, HTTP_X_CSRFTOKEN=csrf_of(page)
+    )
+    assert answer.status_code == 200 and answer.streaming
+    text = "".join(piece.decode() for piece in cast(Any, answer).streaming_content)
+    assert text.strip() and "[the answer was cut off" not in text and "data:" not in text
+
+    stranger = Client()
+    stranger.force_login(outsider)
+    assert stranger.post(try_url(app), {"message": "Hello"}).status_code == 404
+    anonymous = Client().post(try_url(app), {"message": "Hello"})
+    assert anonymous.status_code == 302 and anonymous["Location"].startswith("/login/")
     assert owner_client.get(try_url(app)).status_code == 405
-    page = owner_client.get(f"/p/alpha/apps/{app.pk}/").content.decode()
-    assert "data-try" not in page and "call the app with a project API token" in page
+
+    # The Service not answering: one line, 502.
+    settings.APP_SERVICE_URL = f"http://127.0.0.1:{free_port()}"
+    refused = owner_client.post(try_url(app), {"message": "Hello"})
+    assert (refused.status_code, refused.content) == (502, b"The app's server did not answer.")
 
 
 @pytest.mark.e2e
