@@ -38,7 +38,7 @@ PRINTING_STATES = (
     NotebookState.STOPPING,
     "SCALING",  # an app's (RUNNING and STOPPING are the same words)
 )
-# A poll marks its log followed for this long: a page polls every 500 ms while visible, so a
+# A poll marks its log followed for this long: a page polls every second while visible, so a
 # hidden or closed tab lets the log fall back to the quiet back-off within a few seconds.
 FOLLOWED_S = 3
 

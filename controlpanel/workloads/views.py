@@ -5,13 +5,17 @@ does), so a page costs the same whether one person watches a job or fifty."""
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import time
+import uuid
 from typing import Any, cast
 
 from django import forms
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
+from django.db.models import Exists, OuterRef
 from django.http import HttpResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -29,7 +33,14 @@ from controlpanel.workloads.collector import note_followed
 from controlpanel.workloads.demo import demo_form_initial
 from controlpanel.workloads.forms import CustomJobForm, FinetuneForm
 from controlpanel.workloads.logpage import LogPage, log_page, log_tail
-from controlpanel.workloads.models import Job, JobState, Kind, Workload
+from controlpanel.workloads.models import (
+    FINAL_STATES,
+    Job,
+    JobLogLine,
+    JobState,
+    Kind,
+    Workload,
+)
 from controlpanel.workloads.validation import (
     LOCAL_BACKEND_NOTE,
     runs_only_the_finetune_image,
@@ -146,7 +157,22 @@ def job_new(request: ProjectRequest) -> HttpResponse:
     return render(request, "jobs/new.html", context, status=status)
 
 
-def _detail_context(job: Job) -> dict[str, Any]:
+# The status block's running time, cost and utilisation move on their own: a poll shows them
+# anew at least this often even when nothing else changed.
+STATUS_REFRESH_S = 10
+
+
+def status_version(job: Job, queue_position: int | None) -> str:
+    """What the status block shows, in 16 hex digits. Its poll carries the version the page
+    holds and is answered 204 (htmx swaps nothing) while it is still this one: no template,
+    no cost or utilisation lookups, one answer of a few bytes each second per open page."""
+    step = int(time.time() // STATUS_REFRESH_S)
+    shown = (job.state, job.state_reason, job.state_changed_at, job.run, job.exit_code)
+    key = repr((*shown, job.progress, queue_position, step)).encode()
+    return hashlib.blake2s(key, digest_size=8).hexdigest()
+
+
+def _detail_context(job: Job, queue_position: int | None) -> dict[str, Any]:
     return {
         "job": job,
         "project": job.project,
@@ -154,7 +180,8 @@ def _detail_context(job: Job) -> dict[str, Any]:
         "events": job.events.order_by("at", "pk"),
         "cost": selectors.job_cost_estimate(job=job),
         "hourly": selectors.hourly_price(flavor=job.flavor, units=job.gpu),
-        "queue_position": selectors.queue_position(job=job),
+        "queue_position": queue_position,
+        "status_version": status_version(job, queue_position),
         "utilisation": workload_utilisation(job) if job.flavor.is_gpu else None,
     }
 
@@ -162,15 +189,21 @@ def _detail_context(job: Job) -> dict[str, Any]:
 @project_view()
 def job_detail(request: ProjectRequest, job_id: str) -> HttpResponse:
     job = selectors.job_get(project=request.access.project, job_id=job_id)
-    context = _detail_context(job) | log_context(job, log_tail(job=job, count=LOG_TAIL))
+    position = selectors.queue_position(job=job)
+    context = _detail_context(job, position) | log_context(job, log_tail(job=job, count=LOG_TAIL))
     context["earlier_runs"] = range(job.run - 1, 0, -1)
     return render(request, "jobs/detail.html", context)
 
 
 @project_view()
 def job_status(request: ProjectRequest, job_id: str) -> HttpResponse:
+    """The status block (htmx, every second while the job is live); 204 while `?v=` is what
+    it would show (status_version)."""
     job = selectors.job_get(project=request.access.project, job_id=job_id)
-    return render(request, "jobs/detail.html#job-status", _detail_context(job))
+    position = selectors.queue_position(job=job)
+    if request.GET.get("v") == status_version(job, position):
+        return HttpResponse(status=204)
+    return render(request, "jobs/detail.html#job-status", _detail_context(job, position))
 
 
 def log_context(workload: Workload, page: LogPage) -> dict[str, Any]:
@@ -196,8 +229,40 @@ def log_context(workload: Workload, page: LogPage) -> dict[str, Any]:
 @project_view()
 def job_logs(request: ProjectRequest, job_id: str) -> HttpResponse:
     """Lines after `?after=` of `?run=` (htmx: appended out of band, with the next poller)."""
+    if idle_log_poll(request, Kind.JOB, job_id):
+        return HttpResponse(status=204)
     job = selectors.job_get(project=request.access.project, job_id=job_id)
     return log_lines(request, job)
+
+
+def idle_log_poll(request: ProjectRequest, kind: Kind, workload_id: str) -> bool:
+    """Whether a log poller's question (htmx, `?run=N&after=S`) has nothing new to answer: N is
+    the workload's current run, its log is still followed and no line of N comes after S. One
+    indexed query, nothing else loaded; any other case (another project's or a missing workload
+    included) goes the whole way, which answers it (404, the end of the log, the lines)."""
+    if not wants_fragment(request):
+        return False
+    try:
+        key = uuid.UUID(workload_id)
+        run, after = int(request.GET["run"]), int(request.GET["after"])
+    except (KeyError, ValueError):
+        return False
+    if after < 0 or after > MAX_OFFSET:
+        return False
+    newer = JobLogLine.objects.filter(job=OuterRef("pk"), run=run, seq__gt=after)
+    found = (
+        Workload.objects.filter(pk=key, kind=kind, project=request.access.project)
+        .annotate(newer=Exists(newer))
+        .values_list("run", "state", "logs_archived", "newer")
+        .first()
+    )
+    if found is None:
+        return False
+    current, state, archived, has_newer = found
+    if current != run or has_newer or (state in FINAL_STATES and archived):
+        return False
+    note_followed(key)  # read every collector round while someone follows
+    return True
 
 
 def log_lines(request: ProjectRequest, workload: Workload) -> HttpResponse:
@@ -212,6 +277,11 @@ def log_lines(request: ProjectRequest, workload: Workload) -> HttpResponse:
         after = 0
     note_followed(workload.pk)  # read every collector round while someone follows
     page = log_page(job=workload, after=after, limit=LOG_TAIL, run=run)
+    polled = wants_fragment(request) and request.GET.get("run") == str(page.run)
+    if polled and page.following and not page.lines:
+        # Nothing new: the poller the page holds is the one this would render (204: htmx
+        # swaps nothing and the poller asks again).
+        return HttpResponse(status=204)
     context = {"project": workload.project} | log_context(workload, page)
     if wants_fragment(request):
         return render(request, "jobs/detail.html#log-append", context)
