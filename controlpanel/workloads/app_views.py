@@ -18,9 +18,9 @@ from controlpanel.flavors.models import Flavor
 from controlpanel.projects.access import ProjectRequest, project_view
 from controlpanel.workloads import app_services as apps
 from controlpanel.workloads import app_stats, app_try, selectors
-from controlpanel.workloads.models import App, AppState, Job, JobState
+from controlpanel.workloads.models import App, AppState, Job, JobState, Kind
 from controlpanel.workloads.served_views import act, gone, list_page, log_section
-from controlpanel.workloads.views import log_download, log_lines
+from controlpanel.workloads.views import idle_log_poll, log_download, log_lines
 from storage.volumes import parse_volume_spec, render_volume_spec
 
 CHANGING = frozenset(
@@ -177,6 +177,8 @@ def app_status(request: ProjectRequest, app_id: str) -> HttpResponse:
 
 @project_view()
 def app_logs(request: ProjectRequest, app_id: str) -> HttpResponse:
+    if idle_log_poll(request, Kind.APP, app_id):
+        return HttpResponse(status=204)
     return log_lines(request, _get(request, app_id))
 
 

@@ -24,10 +24,10 @@ from controlpanel.dashboards.utilisation import workload_utilisation
 from controlpanel.flavors.models import Flavor
 from controlpanel.projects.access import ProjectRequest, project_view
 from controlpanel.workloads import notebooks, selectors
-from controlpanel.workloads.models import Notebook, NotebookImage, NotebookState
+from controlpanel.workloads.models import Kind, Notebook, NotebookImage, NotebookState
 from controlpanel.workloads.notebook_forms import EDITOR_LABELS, NotebookForm
 from controlpanel.workloads.served_views import act, gone, list_page, log_section
-from controlpanel.workloads.views import log_download, log_lines
+from controlpanel.workloads.views import idle_log_poll, log_download, log_lines
 
 IDLE_WARNING_MINUTES = 10
 # States that change on their own soon: the pages poll fast while one is shown.
@@ -184,6 +184,8 @@ def notebook_status(request: ProjectRequest, notebook_id: str) -> HttpResponse:
 @project_view()
 def notebook_logs(request: ProjectRequest, notebook_id: str) -> HttpResponse:
     """Lines after `?after=` of `?run=` (htmx: appended out of band, with the next poller)."""
+    if idle_log_poll(request, Kind.NOTEBOOK, notebook_id):
+        return HttpResponse(status=204)
     return log_lines(request, _get(request, notebook_id))
 
 
