@@ -26,13 +26,11 @@ from deploy.manifests.common import (
     env_list,
     flavor_resources,
     metadata,
-    pod_security_context,
-    pull_secrets,
+    pod_base,
     secret_env_list,
     shm_volume,
     sync_container,
     sync_state_volume,
-    tolerations,
     workload_annotations,
 )
 from deploy.types import APP_ADAPTER_PATH, APP_MODEL_PATH, AppRequest
@@ -312,18 +310,7 @@ def _target(app: AppRequest) -> Manifest:
 
 
 def _pod_spec(app: AppRequest) -> Manifest:
-    pod: Manifest = {
-        "automountServiceAccountToken": False,
-        "enableServiceLinks": False,
-        "terminationGracePeriodSeconds": 60,
-        "securityContext": pod_security_context(),
-    }
-    if app.flavor.node_selector:
-        pod["nodeSelector"] = dict(app.flavor.node_selector)
-    if app.flavor.tolerations:
-        pod["tolerations"] = tolerations(app.flavor.tolerations)
-    if app.image_pull_secrets:
-        pod["imagePullSecrets"] = pull_secrets(app.image_pull_secrets)
+    pod = pod_base(app.flavor, app.image_pull_secrets, 60)
     pod["initContainers"] = [
         sync_container(
             name="pull",

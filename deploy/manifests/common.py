@@ -69,6 +69,26 @@ def pod_security_context() -> Manifest:
     }
 
 
+def pod_base(flavor: FlavorSpec, image_pull_secrets: Iterable[str], grace_s: int) -> Manifest:
+    """What every workload's pod spec starts from: no service account token nor service links,
+    the restricted security context, the flavor's node selector and tolerations, the pull
+    secrets, and how long the pod may take to stop."""
+    pod: Manifest = {
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "terminationGracePeriodSeconds": grace_s,
+        "securityContext": pod_security_context(),
+    }
+    if flavor.node_selector:
+        pod["nodeSelector"] = dict(flavor.node_selector)
+    if flavor.tolerations:
+        pod["tolerations"] = tolerations(flavor.tolerations)
+    secrets = pull_secrets(image_pull_secrets)
+    if secrets:
+        pod["imagePullSecrets"] = secrets
+    return pod
+
+
 def container_security_context() -> Manifest:
     """The `restricted` Pod Security Standard at container level."""
     return {

@@ -36,12 +36,11 @@ from deploy.manifests.common import (
     flavor_resources,
     main_mounts,
     metadata,
+    pod_base,
     pod_security_context,
-    pull_secrets,
     secret_env_list,
     shm_volume,
     sync_container,
-    tolerations,
     workload_annotations,
 )
 from deploy.types import JobRequest
@@ -141,17 +140,8 @@ def _meta(job: JobRequest, name: str, component: str) -> Manifest:
 def _pod_spec(job: JobRequest) -> Manifest:
     pod: Manifest = {
         "restartPolicy": "Never",
-        "automountServiceAccountToken": False,
-        "enableServiceLinks": False,
-        "terminationGracePeriodSeconds": TERMINATION_GRACE_S,
-        "securityContext": pod_security_context(),
+        **pod_base(job.flavor, job.image_pull_secrets, TERMINATION_GRACE_S),
     }
-    if job.flavor.node_selector:
-        pod["nodeSelector"] = dict(job.flavor.node_selector)
-    if job.flavor.tolerations:
-        pod["tolerations"] = tolerations(job.flavor.tolerations)
-    if job.image_pull_secrets:
-        pod["imagePullSecrets"] = pull_secrets(job.image_pull_secrets)
     init = _init_containers(job)
     if init:
         pod["initContainers"] = init

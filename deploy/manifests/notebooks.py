@@ -22,13 +22,11 @@ from deploy.manifests.common import (
     flavor_resources,
     main_mounts,
     metadata,
-    pod_security_context,
-    pull_secrets,
+    pod_base,
     secret_env_list,
     shm_volume,
     sync_container,
     sync_state_volume,
-    tolerations,
     workload_annotations,
 )
 from deploy.types import Editor, NotebookRequest
@@ -217,18 +215,7 @@ def _claim_spec(notebook: NotebookRequest) -> Manifest:
 
 
 def _pod_spec(notebook: NotebookRequest) -> Manifest:
-    pod: Manifest = {
-        "automountServiceAccountToken": False,
-        "enableServiceLinks": False,
-        "terminationGracePeriodSeconds": 300,
-        "securityContext": pod_security_context(),
-    }
-    if notebook.flavor.node_selector:
-        pod["nodeSelector"] = dict(notebook.flavor.node_selector)
-    if notebook.flavor.tolerations:
-        pod["tolerations"] = tolerations(notebook.flavor.tolerations)
-    if notebook.image_pull_secrets:
-        pod["imagePullSecrets"] = pull_secrets(notebook.image_pull_secrets)
+    pod = pod_base(notebook.flavor, notebook.image_pull_secrets, 300)
     init = _sync_containers(notebook)
     if init:
         pod["initContainers"] = init
