@@ -140,12 +140,7 @@ def make_app_service(*, app: AppRequest) -> Manifest:
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": metadata(
-            name=names.app_name(ref),
-            namespace=app.namespace,
-            labels=names.workload_labels(ref, component=COMPONENT),
-            annotations=workload_annotations(ref, {}),
-        ),
+        "metadata": _meta(app),
         "spec": {
             "type": "ClusterIP",
             "selector": names.selector_labels(ref),

@@ -111,16 +111,10 @@ def make_notebook_secret(*, notebook: NotebookRequest) -> Manifest:
     an empty token file would leave JupyterLab open to anyone who reaches its Service."""
     if not notebook.token:
         raise ValueError("a notebook needs its editor token")
-    ref = notebook.ref
     return {
         "apiVersion": "v1",
         "kind": "Secret",
-        "metadata": metadata(
-            name=names.notebook_name(ref),
-            namespace=notebook.namespace,
-            labels=names.workload_labels(ref, component="notebook"),
-            annotations=workload_annotations(ref, {}),
-        ),
+        "metadata": _meta(notebook),
         "type": "Opaque",
         "stringData": {TOKEN_KEY: notebook.token},
     }
@@ -132,12 +126,7 @@ def make_notebook_service(*, notebook: NotebookRequest) -> Manifest:
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": metadata(
-            name=names.notebook_name(ref),
-            namespace=notebook.namespace,
-            labels=names.workload_labels(ref, component="notebook"),
-            annotations=workload_annotations(ref, {}),
-        ),
+        "metadata": _meta(notebook),
         "spec": {
             "type": "ClusterIP",
             "selector": names.selector_labels(ref),
@@ -290,3 +279,12 @@ def _token_volume(notebook: NotebookRequest) -> Manifest:
         "defaultMode": SECRET_FILE_MODE,
     }
     return {"name": TOKEN_VOLUME, "secret": secret}
+
+
+def _meta(notebook: NotebookRequest) -> Manifest:
+    return metadata(
+        name=names.notebook_name(notebook.ref),
+        namespace=notebook.namespace,
+        labels=names.workload_labels(notebook.ref, component="notebook"),
+        annotations=workload_annotations(notebook.ref, {}),
+    )
