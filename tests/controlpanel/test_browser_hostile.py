@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
+from controlpanel.audit.log import record
 from controlpanel.flavors.models import Flavor
 from controlpanel.projects.models import Project
 from controlpanel.workloads.models import (
@@ -119,6 +120,16 @@ def test_hostile_text_is_shown_as_text_everywhere(
     for key in (f"{SCRIPT}.txt", svg, f"{BIDI}.txt"):  # '/' makes a folder: `<script>pwned()<`
         objects.put_object(panel_s3, bucket=bucket.name, key=key, data=b"x")
 
+    # The audit log keeps names and details as they were given, and a username as it was typed.
+    record(
+        "workload.stop",
+        actor=SCRIPT,
+        project=project,
+        target=("job", IMG),
+        details={"name": f"{IMG}{BIDI}", HTMX: LINK, "reason": CSS, "command": [SCRIPT, HTMX]},
+    )
+    record("auth.login_failed", actor=None, project=None, target=None, details={"who": HTMX})
+
     fetched: list[str] = []
     page.on("request", lambda request: _note_pwned(request.url, fetched))
     base = live_server.url
@@ -143,6 +154,12 @@ def test_hostile_text_is_shown_as_text_everywhere(
         ),
         "settings": ("/settings/", [IMG]),
         "people": ("/people/", [SCRIPT]),
+        "audit log": ("/audit/", [f"job {IMG}", f"name={IMG}", f"{HTMX}={LINK}", CSS, SCRIPT]),
+        "audit log filtered": (  # the filters echoed in their fields, as values
+            f"/audit/?user={_quote(SCRIPT)}&project={_quote(HTMX)}",
+            ["No event matches."],
+        ),
+        "audit log by user": (f"/audit/?user={_quote(SCRIPT)}", [SCRIPT, f"job {IMG}"]),
     }
     for name, (path, shown) in pages.items():
         page.goto(base + path)
@@ -154,6 +171,8 @@ def test_hostile_text_is_shown_as_text_everywhere(
             assert page.locator(selector).count() == 0, f"{name}: {selector} made from user text"
         assert fetched == [], (name, fetched)
         assert console_errors(page) == [], (name, console_errors(page))
+    # The last page, the audit log by user: the filter keeps the hostile username as its value.
+    assert page.locator("#user").input_value() == SCRIPT
 
 
 def _note_pwned(url: str, fetched: list[str]) -> None:
