@@ -23,6 +23,7 @@ import csv
 import json
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -410,26 +411,33 @@ def page_costs(tries: int = 30) -> None:
     live = Job.objects.filter(project__slug="load-0", name__startswith="bench-").first()
     assert done is not None and live is not None
     htmx = {"HTTP_HX_REQUEST": "true"}
-    pages = {
-        "job list": (f"{project}/jobs/", {}),
-        "job detail": (f"{project}/jobs/{done.pk}/", {}),
-        "job detail (running)": (f"{project}/jobs/{live.pk}/", {}),
-        "log poll (htmx)": (f"{project}/jobs/{live.pk}/logs/?after={live.log_lines}", htmx),
-        "job status poll (htmx)": (f"{project}/jobs/{live.pk}/status/", htmx),
-        "bucket list": (f"{project}/buckets/", {}),
-        "notebook list": (f"{project}/notebooks/", {}),
-        "project dashboard": (f"{project}/dashboard/", {}),
-        "project home": (f"{project}/", {}),
+    running = f"{project}/jobs/{live.pk}/"
+    page = client.get(running).content.decode()
+    status_url = re.search(r'id="job-status"[^>]* hx-get="([^"]+)"', page)
+    assert status_url, "the running job's page has no status poller"
+    logs = f"{running}logs/?run={live.run}&after="
+    pages = {  # name: (url, headers, the answer expected)
+        "job list": (f"{project}/jobs/", {}, 200),
+        "job detail": (f"{project}/jobs/{done.pk}/", {}, 200),
+        "job detail (running)": (running, {}, 200),
+        "log poll, nothing new (204)": (f"{logs}{live.log_lines}", htmx, 204),
+        "log poll, 5 new lines": (f"{logs}{max(live.log_lines - 5, 0)}", htmx, 200),
+        "status poll, unchanged (204)": (status_url.group(1).replace("&amp;", "&"), htmx, 204),
+        "status poll, changed": (f"{running}status/", htmx, 200),
+        "bucket list": (f"{project}/buckets/", {}, 200),
+        "notebook list": (f"{project}/notebooks/", {}, 200),
+        "project dashboard": (f"{project}/dashboard/", {}, 200),
+        "project home": (f"{project}/", {}, 200),
     }
     print(f"{'page':<28} {'CPU ms':>7} {'queries':>8} {'KiB':>6}")
-    for name, (url, headers) in pages.items():
+    for name, (url, headers, expected) in pages.items():
         spent = []
         for _ in range(tries):
             started = time.process_time()
             with CaptureQueriesContext(connection) as queries:
                 response = client.get(url, **headers)
             spent.append((time.process_time() - started) * 1000)
-            assert response.status_code == 200, (url, response.status_code)
+            assert response.status_code == expected, (url, response.status_code)
         print(
             f"{name:<28} {statistics.median(spent):>7.1f} {len(queries):>8} "
             f"{len(response.content) / 1024:>6.1f}"

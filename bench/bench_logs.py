@@ -6,8 +6,8 @@ Kubernetes API requests per second the emulator answered during each phase (they
 grow with the viewers: pages read stored rows, one collector in the watcher reads the pod).
 
 The 49 extra viewers are HTTP clients in a separate process that poll as the job page does
-(`logs/?after=N` 500 ms after each answer, the status block every second, with the session of
-the Chromium viewer), or with `--tabs` 49 more Chromium tabs.
+(the log poller's and the status block's URLs each once a second, answered 204 while nothing
+changed, with the session of the Chromium viewer), or with `--tabs` 49 more Chromium tabs.
 
     .venv/bin/python bench/bench_logs.py [--lines 40] [--viewers 50] [--tabs]
 
@@ -45,30 +45,38 @@ os.environ.update(
 )
 NS = bench_jobs.NS
 percentile = bench_jobs.percentile
-AFTER = re.compile(rb'data-after="(\d+)"')
 
 
-async def _viewer(http: Any, logs_url: str, status_url: str, after: int, stats: dict) -> None:
-    """One job page: the log poller (500 ms after each answer) and the status block (1 s)."""
+def _poll_url(html: bytes, element: str) -> str | None:
+    """The URL the page's (or a fragment's) htmx poller `#element` asks; None once it stops."""
+    found = re.search(rf'id="{element}"[^>]* hx-get="([^"]+)"'.encode(), html)
+    return found.group(1).decode().replace("&amp;", "&") if found else None
 
-    async def poll(url: str, period: float, follow: bool) -> None:
-        nonlocal after
-        await asyncio.sleep(random.uniform(0, period))  # pages opened at different moments
-        while True:
+
+async def _viewer(http: Any, page: str, stats: dict) -> None:
+    """One job page, polled as the browser does: the log poller and the status block each ask
+    their URL every second; a 204 (nothing new) keeps it, a 200 brings the next one."""
+    async with http.get(page) as response:
+        html = await response.read()
+
+    async def poll(element: str) -> None:
+        url = _poll_url(html, element)
+        await asyncio.sleep(random.uniform(0, 1.0))  # pages opened at different moments
+        while url:
             started = time.perf_counter()
             try:
-                async with http.get(f"{url}?after={after}" if follow else url) as response:
+                async with http.get(url) as response:
                     body = await response.read()
-                if response.status != 200:
+                if response.status == 200:
+                    url = _poll_url(body, element)
+                elif response.status != 204:
                     stats["errors"] += 1
-                elif follow and (found := AFTER.search(body)):
-                    after = int(found.group(1))
             except Exception:
                 stats["errors"] += 1
             stats["times"].append(time.perf_counter() - started)
-            await asyncio.sleep(period)
+            await asyncio.sleep(1.0)
 
-    await asyncio.gather(poll(logs_url, 0.5, True), poll(status_url, 1.0, False))
+    await asyncio.gather(poll("log-poller"), poll("job-status"))
 
 
 async def _pollers(args: argparse.Namespace) -> None:
@@ -82,12 +90,7 @@ async def _pollers(args: argparse.Namespace) -> None:
         timeout=aiohttp.ClientTimeout(total=30),
         connector=aiohttp.TCPConnector(limit=2 * args.pollers),
     ) as http:
-        tasks = [
-            asyncio.create_task(
-                _viewer(http, args.page + "logs/", args.page + "status/", args.after, stats)
-            )
-            for _ in range(args.pollers)
-        ]
+        tasks = [asyncio.create_task(_viewer(http, args.page, stats)) for _ in range(args.pollers)]
         loop = asyncio.get_running_loop()
         stop = asyncio.Event()
         loop.add_signal_handler(signal.SIGTERM, stop.set)
@@ -118,7 +121,8 @@ def wait_for(predicate: Any, seconds: float, what: str) -> Any:
 
 
 def queries_per_poll(job_id: str, page: str) -> int:
-    """Database queries one `logs/?after=N` poll makes (Django's test client, in process)."""
+    """Database queries one idle log poll makes (`logs/?run=R&after=N`, nothing new: 204;
+    Django's test client, in process)."""
     from django.contrib.auth import get_user_model
     from django.db import connection
     from django.test import Client
@@ -128,10 +132,11 @@ def queries_per_poll(job_id: str, page: str) -> int:
 
     client = Client(HTTP_HOST="127.0.0.1", HTTP_HX_REQUEST="true")
     client.force_login(get_user_model().objects.get(username="owner"))
-    after = Job.objects.get(pk=job_id).log_lines
-    client.get(f"{page}logs/?after={after}")  # the session is read once, then as a poll is
+    job = Job.objects.get(pk=job_id)
+    url = f"{page}logs/?run={job.run}&after={job.log_lines}"
+    client.get(url)  # the session is read once, then as a poll is
     with CaptureQueriesContext(connection) as captured:
-        assert client.get(f"{page}logs/?after={after}").status_code == 200
+        assert client.get(url).status_code == 204
     return len(captured.captured_queries)
 
 
@@ -198,9 +203,8 @@ def main() -> None:
     parser.add_argument("--base", help=argparse.SUPPRESS)
     parser.add_argument("--page", help=argparse.SUPPRESS)
     parser.add_argument("--session", help=argparse.SUPPRESS)
-    parser.add_argument("--after", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.pollers:
+    if args.pollers is not None:
         return asyncio.run(_pollers(args))
 
     import httpx
@@ -267,6 +271,7 @@ def main() -> None:
             time.sleep(3)
             alone = measure(page, cluster, pod, gaps, "one")
             extra = args.viewers - 1
+            how = "1 Chromium tab alone"
             if args.tabs:
                 how = f"1 measuring tab + {extra} more Chromium tabs, one browser"
                 tabs = [context.new_page() for _ in range(extra)]
@@ -275,7 +280,7 @@ def main() -> None:
                 hidden = sum(tab.evaluate("document.visibilityState") != "visible" for tab in tabs)
                 if hidden:
                     how += f" ({hidden} hidden: they do not poll)"
-            else:
+            elif extra:
                 how = f"1 Chromium tab + {extra} HTTP viewers polling at the page's rate"
                 session = next(c["value"] for c in context.cookies() if c["name"] == "sessionid")
                 pollers = subprocess.Popen(
@@ -286,7 +291,6 @@ def main() -> None:
                         f"--base={base}",
                         f"--page={page_path}",
                         f"--session={session}",
-                        f"--after={Job.objects.get(pk=job_id).log_lines}",
                     ],
                     stdout=subprocess.PIPE,
                     text=True,

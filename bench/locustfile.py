@@ -4,7 +4,9 @@ file named by $AJUSTE_LOAD_CONFIG:
 
 - `Browser`: a signed-in member (a session made beforehand) who browses their project's pages
   with 1-4 s of thought between them, and now and then follows a running job's log as the job
-  page does (the log poller 500 ms after each answer, the status block every second, ~10 s).
+  page does (~10 s): the log poller and the status block each once a second, each asking the URL
+  the page's poller holds (`?run=&after=`, `?v=`), answered 204 with no body while nothing
+  changed; a poller stops once its answer no longer carries one.
 - `Submitter`: an API client (a Bearer token) submitting a job every 3 s (wait included); the
   benchmark runs 30 of them (`fixed_count`), so 10 submissions per second in total as long as
   a submission answers within 3 s (a closed loop: slower answers lower the rate).
@@ -28,11 +30,20 @@ from locust import FastHttpUser, between, constant_throughput, task
 CONFIG: dict[str, Any] = json.loads(open(os.environ["AJUSTE_LOAD_CONFIG"]).read())  # noqa: SIM115
 SESSIONS = itertools.cycle(CONFIG["sessions"])
 TOKENS = itertools.cycle(CONFIG["tokens"])
-AFTER = re.compile(r'data-after="(\d+)"')
 HTMX = {"HX-Request": "true"}
+POLLER = {
+    name: re.compile(rf'id="{name}"[^>]* hx-get="([^"]+)"') for name in ("log-poller", "job-status")
+}
+
+
+def poll_url(html: str, element: str) -> str:
+    """The URL an htmx poller (`#element`) of a page or fragment asks ("" once it stops)."""
+    found = POLLER[element].search(html)
+    return found.group(1).replace("&amp;", "&") if found else ""
 
 
 def fetch(user: Browser, url: str, name: str, headers: dict[str, str] | None = None) -> str:
+    """The answer's text ("" for a poll's 204: nothing new)."""
     with user.client.get(
         url,
         name=name,
@@ -40,7 +51,8 @@ def fetch(user: Browser, url: str, name: str, headers: dict[str, str] | None = N
         allow_redirects=False,
         catch_response=True,
     ) as response:
-        if response.status_code != 200:
+        # A poll's 204: nothing new, the poller asks the same again.
+        if response.status_code != 200 and not (headers and response.status_code == 204):
             response.failure(f"{response.status_code} for {url}: {response.error or ''}")
             return ""
         response.success()
@@ -87,21 +99,21 @@ class Browser(FastHttpUser):
 
     @task(3)
     def follow_log(self) -> None:
-        """Open a running job's page and stay ~10 s while its log grows."""
+        """Open a running job's page and stay ~10 s while its log grows, polling as the page
+        does: its log poller's and status block's URLs, each once a second; a 204 (nothing
+        new) leaves the URL as it is, a 200 brings the next one."""
         page = f"{self.project}/jobs/{random.choice(self.live)}/"
         html = fetch(self, page, "job detail (running)")
-        found = AFTER.search(html)
-        after = int(found.group(1)) if found else 0
-        next_status = time.monotonic() + 1
+        log_url, status_url = poll_url(html, "log-poller"), poll_url(html, "job-status")
         until = time.monotonic() + 10
-        while time.monotonic() < until:
-            time.sleep(0.5)
-            fragment = fetch(self, f"{page}logs/?after={after}", "log poll (htmx)", HTMX)
-            found = AFTER.search(fragment)
-            after = int(found.group(1)) if found else after
-            if time.monotonic() >= next_status:
-                fetch(self, f"{page}status/", "job status poll (htmx)", HTMX)
-                next_status += 1
+        while time.monotonic() < until and (log_url or status_url):
+            time.sleep(1)
+            if log_url:
+                fragment = fetch(self, log_url, "log poll (htmx)", HTMX)
+                log_url = poll_url(fragment, "log-poller") if fragment else log_url
+            if status_url:
+                fragment = fetch(self, status_url, "job status poll (htmx)", HTMX)
+                status_url = poll_url(fragment, "job-status") if fragment else status_url
 
 
 class Submitter(FastHttpUser):
