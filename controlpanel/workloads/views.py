@@ -29,6 +29,7 @@ from controlpanel.dashboards.utilisation import workload_utilisation
 from controlpanel.flavors.models import Flavor
 from controlpanel.projects.access import ProjectRequest, project_view
 from controlpanel.workloads import logs, selectors, services
+from controlpanel.workloads.admission import WAITING_STATES
 from controlpanel.workloads.collector import note_followed
 from controlpanel.workloads.demo import demo_form_initial
 from controlpanel.workloads.forms import CustomJobForm, FinetuneForm
@@ -162,14 +163,40 @@ def job_new(request: ProjectRequest) -> HttpResponse:
 STATUS_REFRESH_S = 10
 
 
+# The job's fields the status block's version covers (with its queue position and the clock).
+VERSIONED = ("state", "state_reason", "state_changed_at", "run", "exit_code", "progress")
+
+
 def status_version(job: Job, queue_position: int | None) -> str:
     """What the status block shows, in 16 hex digits. Its poll carries the version the page
     holds and is answered 204 (htmx swaps nothing) while it is still this one: no template,
     no cost or utilisation lookups, one answer of a few bytes each second per open page."""
+    return _version(tuple(getattr(job, name) for name in VERSIONED), queue_position)
+
+
+def _version(fields: tuple[Any, ...], queue_position: int | None) -> str:
     step = int(time.time() // STATUS_REFRESH_S)
-    shown = (job.state, job.state_reason, job.state_changed_at, job.run, job.exit_code)
-    key = repr((*shown, job.progress, queue_position, step)).encode()
+    key = repr((*fields, queue_position, step)).encode()
     return hashlib.blake2s(key, digest_size=8).hexdigest()
+
+
+def unchanged_status(request: ProjectRequest, job_id: str) -> bool:
+    """Whether a status poll's `?v=` is still what the block shows, from one query of the
+    versioned fields (a waiting job's queue position needs the whole path; so does any other
+    case, which answers it: 404, the block)."""
+    shown = request.GET.get("v")
+    if not shown or not wants_fragment(request):
+        return False
+    try:
+        key = uuid.UUID(job_id)
+    except ValueError:
+        return False
+    found = (
+        Job.objects.filter(pk=key, project=request.access.project).values_list(*VERSIONED).first()
+    )
+    if found is None or found[0] in WAITING_STATES:
+        return False
+    return shown == _version(tuple(found), None)
 
 
 def _detail_context(job: Job, queue_position: int | None) -> dict[str, Any]:
@@ -199,6 +226,8 @@ def job_detail(request: ProjectRequest, job_id: str) -> HttpResponse:
 def job_status(request: ProjectRequest, job_id: str) -> HttpResponse:
     """The status block (htmx, every second while the job is live); 204 while `?v=` is what
     it would show (status_version)."""
+    if unchanged_status(request, job_id):
+        return HttpResponse(status=204)
     job = selectors.job_get(project=request.access.project, job_id=job_id)
     position = selectors.queue_position(job=job)
     if request.GET.get("v") == status_version(job, position):

@@ -5,9 +5,13 @@ they would render, and the new content as soon as something changed."""
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 from typing import Any
 
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
 from controlpanel.projects.models import Project
 from controlpanel.workloads.models import JobLogLine, JobState
@@ -76,3 +80,31 @@ def test_the_status_poll_is_204_while_the_page_shows_the_same(
     assert owner_client.get(poll.split("?")[0], **HTMX).status_code == 200
     assert outsider_client.get(poll, **HTMX).status_code == 404
     assert client.get(poll, **HTMX).status_code in (302, 401, 403)
+
+
+def test_an_unchanged_status_costs_one_read_of_the_job(
+    owner_client: Client, project: Project, owner: Any
+) -> None:
+    job = make_job(project, owner, state=JobState.RUNNING, launched_run=1)
+    page = owner_client.get(f"/p/alpha/jobs/{job.pk}/").content.decode()
+    poll = _poll_url(page, "job-status")
+    with CaptureQueriesContext(connection) as queries:
+        assert owner_client.get(poll, **HTMX).status_code == 204
+    touched = [q["sql"] for q in queries.captured_queries if "workloads_" in q["sql"]]
+    assert len(touched) == 1 and "workloads_joblogline" not in touched[0], touched
+
+
+def test_a_waiting_jobs_status_follows_its_place_in_the_queue(
+    owner_client: Client, project: Project, owner: Any
+) -> None:
+    now = timezone.now()
+    first = make_job(project, owner, (), state=JobState.QUEUED, queued_at=now - timedelta(2))
+    second = make_job(project, owner, (), state=JobState.QUEUED, queued_at=now - timedelta(1))
+    page = owner_client.get(f"/p/alpha/jobs/{second.pk}/").content.decode()
+    assert "position 2 in the queue" in page
+    poll = _poll_url(page, "job-status")
+    assert owner_client.get(poll, **HTMX).status_code == 204
+    first.state, first.admitted_at = JobState.RUNNING, now
+    first.save()
+    moved = owner_client.get(poll, **HTMX)
+    assert moved.status_code == 200 and "position 1 in the queue" in moved.content.decode()
