@@ -12,7 +12,7 @@ import json
 from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, overload
 
 from django.conf import settings
 from django.contrib.staticfiles.finders import BaseFinder
@@ -30,16 +30,21 @@ class VendorFinder(BaseFinder):
         super().__init__(*args, **kwargs)
         self.root = Path(settings.BASE_DIR) / "node_modules"
 
-    def find(self, path: str, find_all: bool = False, **kwargs: Any) -> str | list[str]:
+    @overload
+    def find(self, path: str, find_all: Literal[False] = False) -> str | None: ...
+    @overload
+    def find(self, path: str, find_all: Literal[True]) -> list[str]: ...
+    def find(self, path: str, find_all: bool = False, **kwargs: Any) -> str | list[str] | None:
         source = vendor_files().get(path)
         found = str(self.root / source) if source and (self.root / source).is_file() else None
         if find_all:
             return [found] if found else []
-        return found or []
+        return found or []  # what Django's own finders answer for "not here" (its stubs say None)
 
     def list(self, ignore_patterns: Any) -> Iterator[tuple[str, FileSystemStorage]]:
         for path, source in vendor_files().items():
             folder = path.rsplit("/", 1)[0]
             storage = FileSystemStorage(location=(self.root / source).parent)
-            storage.prefix = folder  # type: ignore[attr-defined]  (what collectstatic reads)
+            # The prefix collectstatic puts before the file's name, as FileSystemFinder sets it.
+            storage.prefix = folder  # type: ignore[attr-defined]
             yield Path(source).name, storage
