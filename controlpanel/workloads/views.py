@@ -306,11 +306,6 @@ def log_lines(request: ProjectRequest, workload: Workload) -> HttpResponse:
         after = 0
     note_followed(workload.pk)  # read every collector round while someone follows
     page = log_page(job=workload, after=after, limit=LOG_TAIL, run=run)
-    polled = wants_fragment(request) and request.GET.get("run") == str(page.run)
-    if polled and page.following and not page.lines:
-        # Nothing new: the poller the page holds is the one this would render (204: htmx
-        # swaps nothing and the poller asks again).
-        return HttpResponse(status=204)
     context = {"project": workload.project} | log_context(workload, page)
     if wants_fragment(request):
         return render(request, "jobs/detail.html#log-append", context)
