@@ -3,33 +3,19 @@ table or JSON, with the same filters; a bad filter is the API's own words."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
-from click.testing import CliRunner, Result
 
-from controlpanel.accounts.services import token_create
-from controlpanel.cli.main import cli
 from controlpanel.workloads.models import Workload
+from tests.fixtures.cli import cli_as, ok_json
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
 def run(live_server: Any, owner: Any) -> Any:
-    _, token = token_create(user=owner, name="cli")
-    env = {"AJUSTE_URL": live_server.url, "AJUSTE_TOKEN": token, "AJUSTE_PROJECT": "alpha"}
-
-    def invoke(*args: str) -> Result:
-        return CliRunner().invoke(cli, list(args), env=env)
-
-    return invoke
-
-
-def ok_json(result: Result) -> Any:
-    assert result.exit_code == 0, (result.output, result.exception)
-    return json.loads(result.stdout)
+    return cli_as(owner, live_server.url)
 
 
 def test_usage_by_month_as_json_and_table(run: Any, january: dict[str, Workload]) -> None:
