@@ -447,8 +447,8 @@ LOGGING = {
     "loggers": {name: {"level": "WARNING"} for name in ("axes", "httpx", "httpcore")},
 }
 
-# /metrics for Prometheus: `Authorization: Bearer <METRICS_TOKEN>` (or a site admin's
-# session); empty: /metrics answers 404 (controlpanel/core/metrics).
+# /metrics for Prometheus: `Authorization: Bearer <METRICS_TOKEN>`; a site admin's session
+# always reads it; empty: 404 to everyone else (controlpanel/core/metrics).
 METRICS_TOKEN = env_str("METRICS_TOKEN") or ""
 
 # Workloads. The Kubernetes backend uses in-cluster config, else KUBECONFIG; KUBERNETES_API_HOST

@@ -63,12 +63,26 @@ def scrape(client: Client | None = None, token: str = TOKEN) -> dict[tuple[str, 
     }
 
 
-def test_off_without_a_token(db: Any, settings: Any, admin_user: Any) -> None:
+def test_off_for_scrapers_without_a_token(db: Any, settings: Any, owner: Any) -> None:
     settings.METRICS_TOKEN = ""
     assert Client().get("/metrics").status_code == 404
     assert Client().get("/metrics", HTTP_AUTHORIZATION="Bearer ").status_code == 404
     assert Client().get("/metrics", HTTP_AUTHORIZATION="Bearer x").status_code == 404
-    assert logged_in(admin_user).get("/metrics").status_code == 404
+    assert logged_in(owner).get("/metrics").status_code == 404  # a manager is no site admin
+
+
+def test_a_site_admin_reads_it_without_a_token(
+    db: Any, settings: Any, admin_user: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`make run` sets no METRICS_TOKEN: its admin still sees what the panel measures."""
+    settings.METRICS_TOKEN = ""
+    monkeypatch.setattr(store, "_paused_until", 0.0)
+    samples = scrape(logged_in(admin_user))
+    assert samples[("ajuste_metrics_database_up", ())] == 1
+    admin = logged_in(admin_user)
+    assert admin.post("/metrics").status_code == 405
+    # a bearer is Prometheus's way in, and it is off: an admin's session does not open it
+    assert admin.get("/metrics", HTTP_AUTHORIZATION="Bearer x").status_code == 404
 
 
 def test_refuses_anonymous_a_wrong_token_and_non_admins(metrics_on: None, owner: Any) -> None:

@@ -1,9 +1,11 @@
 """The web side of metrics: every request timed, and /metrics itself.
 
-/metrics is off (404) while METRICS_TOKEN is empty. Prometheus reads it with
-`Authorization: Bearer <METRICS_TOKEN>` (compared in constant time); site admins may read it
-with their session. A scrape with a bearer token is answered at the top of the middleware stack,
-as the health probes are, so Prometheus can scrape a pod at its IP over plain http without a
+Site admins read /metrics with their session, always (`make run` sets no token, and an admin
+still wants to see what the panel measures). Prometheus reads it with
+`Authorization: Bearer <METRICS_TOKEN>` (compared in constant time); while METRICS_TOKEN is
+empty, everyone but a site admin gets 404, as if the page did not exist.
+A scrape with a bearer token is answered at the top of the middleware stack, as the health
+probes are, so Prometheus can scrape a pod at its IP over plain http without a
 host name from ALLOWED_HOSTS; a session read goes through the whole stack like any page.
 """
 
@@ -83,20 +85,28 @@ def _unauthorized() -> HttpResponse:
     return response
 
 
+def _site_admin(request: HttpRequest) -> bool:
+    user = getattr(request, "user", None)
+    return bool(user and user.is_authenticated and user.is_active and user.is_staff)
+
+
+def _allowed(request: HttpRequest, token: str) -> bool:
+    """The bearer when one is sent (a session does not make a wrong token right), else the
+    session of a site admin."""
+    bearer = _bearer(request)
+    if bearer is not None:
+        return bool(token) and constant_time_compare(bearer, token)
+    return _site_admin(request)
+
+
 @never_cache
 def metrics(request: HttpRequest) -> HttpResponse:
     """The Prometheus text format, for the METRICS_TOKEN bearer or a site admin's session."""
     token = settings.METRICS_TOKEN
-    if not token:
-        raise Http404("metrics are off (METRICS_TOKEN is not set)")
+    if not token and (_bearer(request) is not None or not _site_admin(request)):
+        raise Http404("metrics are off for scrapers (METRICS_TOKEN is not set)")
     if request.method not in ("GET", "HEAD"):
         return HttpResponse(status=405, headers={"Allow": "GET, HEAD"})
-    bearer = _bearer(request)
-    if bearer is not None:
-        if not constant_time_compare(bearer, token):
-            return _unauthorized()
-    else:
-        user = getattr(request, "user", None)
-        if not (user and user.is_authenticated and user.is_active and user.is_staff):
-            return _unauthorized()
+    if not _allowed(request, token):
+        return _unauthorized()
     return HttpResponse(generate_latest(registry()), content_type=CONTENT_TYPE_LATEST)
