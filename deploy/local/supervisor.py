@@ -223,6 +223,7 @@ class Supervisor:
         argv = [self.plan["python"], "-m", "storage.sync", action, *specs]
         # The manifests (the base of the three-way push) stay beside the root, outside it.
         argv += ["--root", self.plan["root"], "--state-dir", str(sync_state_dir(self.run))]
+        argv.append("--allow-conflicts")  # the run's note (push_note), not a failed push
         with open(log_path, "ab") as log:
             return subprocess.Popen(
                 argv,

@@ -160,7 +160,8 @@ def sync_container(
     `deploy.finalize`, which pushes only after a complete pull, and writes the push's summary
     as the termination message."""
     command = [*SYNC_MODULE, action, *(render_volume_spec(v) for v in volumes), "--root", "/"]
-    command += ["--state-dir", SYNC_STATE]
+    # Conflicts are the run's note (the summary), not a failed push: the panel keeps going.
+    command += ["--state-dir", SYNC_STATE, "--allow-conflicts"]
     if every_s is not None:
         command += ["--every", str(every_s)]
     if progress_file is not None:

@@ -6,9 +6,11 @@
 - Credentials: AJUSTE_DATASTORE_<ALIAS>_{ENDPOINT_URL,REGION,ACCESS_KEY,SECRET_KEY}.
 - pull pulls every spec; push pushes rw/rwd specs and skips ro ones.
 - --state-dir D: where the pull records each volume's manifest, the base of the three-way
-  push (storage/sync/manifest.py); each push reads it and moves it forward. Without it a
-  push starts from an empty base (nothing deleted, nothing overwritten with other content),
-  kept in a private temporary directory for the life of the process.
+  push (storage/sync/manifest.py); each push reads it and moves it forward. Default:
+  ROOT/.ajuste-sync (outside every volume, which are under ROOT/workspace), so a pull and a
+  later push of the same --root share their base without naming it.
+- --allow-conflicts: conflicts alone exit 0 (the panel's pods and local runs pass it: the
+  panel records them as a note on the run); without it they exit 3.
 - --every S (push only): push every S seconds until SIGTERM/SIGINT, then push once more, exit.
 - stdout: one JSON object per line: {"event": "progress"|"result"|"skip", "direction", "spec",
   "local_dir", "total", "processed", "failed", "skipped", "deleted", "transferred",
@@ -24,7 +26,9 @@
 - --state-dir, --progress-file and --summary-file are refused inside a volume's directory: a
   volume's bucket must never see nor rewrite them.
 - Exit status: 0 everything transferred; 1 some files failed; 2 bad usage, bad spec or missing
-  credentials (message on stderr). Conflicts alone are not a failure.
+  credentials; 3 (push) pushed, but files changed on both sides were left behind, their
+  remote copy kept (conflicts, unless --allow-conflicts). 1 and 3 name the files on stderr
+  (at most MAX_NAMED), as 2 says what is wrong.
 """
 
 from __future__ import annotations
@@ -34,7 +38,6 @@ import json
 import os
 import signal
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Sequence
@@ -57,7 +60,9 @@ from storage.volumes import (
     render_volume_spec,
 )
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_CONFLICTS = 0, 1, 2, 3
+DEFAULT_STATE_DIR = ".ajuste-sync"  # under --root
+MAX_NAMED = 20  # files named on stderr; the JSON lines have them all
 PROGRESS_LINE_INTERVAL_S = 1.0
 MAX_FAILURES_SHOWN = 100  # a result line stays readable even when thousands of files fail
 MAX_SUMMARY_BYTES = 4096  # what Kubernetes keeps of a termination message
@@ -129,6 +134,11 @@ class Reporter:
             self.out.flush()
             self._latest[volume.text] = line
             self._write_progress_file()
+
+    def results(self) -> list[dict[str, Any]]:
+        """The last round's result line of each volume."""
+        with self._lock:
+            return [line for line in self._latest.values() if line["event"] == "result"]
 
     def summary(self, results: Sequence[SyncStats], *, final: bool) -> None:
         """The push's summary line, and the summary file (a termination message)."""
@@ -216,7 +226,13 @@ def build_parser() -> argparse.ArgumentParser:
         type=Path,
         default=None,
         metavar="DIR",
-        help="where the pull records each volume's manifest (the base of later pushes)",
+        help="where the pull records each volume's manifest (the base of later pushes); "
+        f"default ROOT/{DEFAULT_STATE_DIR}",
+    )
+    parser.add_argument(
+        "--allow-conflicts",
+        action="store_true",
+        help="push: exit 0 when files changed on both sides were kept remotely (default: 3)",
     )
     parser.add_argument(
         "--summary-file",
@@ -369,10 +385,11 @@ def main(
     try:
         _check_arguments(args)
         variables = os.environ if environ is None else environ
-        volumes = resolve_volumes(args.specs, args.root, variables, args.state_dir)
+        state_dir = args.state_dir or args.root / DEFAULT_STATE_DIR
+        volumes = resolve_volumes(args.specs, args.root, variables, state_dir)
         check_outside_volumes(
             volumes,
-            state_dir=args.state_dir,
+            state_dir=state_dir,
             progress_file=args.progress_file,
             summary_file=args.summary_file,
         )
@@ -380,26 +397,37 @@ def main(
         print(f"python -m storage.sync: {error}", file=sys.stderr)
         return EXIT_USAGE
     reporter = Reporter(args.direction, args.progress_file, sys.stdout, args.summary_file)
-    if args.state_dir is not None or args.direction == "pull":
-        return _run_command(args, volumes, reporter, stop)
-    # No state dir: the pushes of this process share a private base, empty at first.
-    with tempfile.TemporaryDirectory(prefix="ajuste-sync-") as private:
-        volumes = [
-            replace(volume, manifest=manifest_path(Path(private), volume.spec))
-            for volume in volumes
-        ]
-        return _run_command(args, volumes, reporter, stop)
-
-
-def _run_command(
-    args: argparse.Namespace,
-    volumes: list[Volume],
-    reporter: Reporter,
-    stop: threading.Event | None,
-) -> int:
     if args.every is not None:
-        return push_every(volumes, reporter, args.workers, args.every, stop)
-    return sync_once(volumes, args.direction, reporter, args.workers)
+        status = push_every(volumes, reporter, args.workers, args.every, stop)
+    else:
+        status = sync_once(volumes, args.direction, reporter, args.workers)
+    return _left_behind(reporter, status, allow_conflicts=args.allow_conflicts)
+
+
+def _left_behind(reporter: Reporter, status: int, *, allow_conflicts: bool) -> int:
+    """The exit status once what the last round left behind is named on stderr: a person who
+    runs a push must not read 'done' when their changes are not in the bucket."""
+    results = reporter.results()
+    failures = [f"{f['key']}: {f['error']}" for line in results for f in line["failures"]]
+    conflicts = [key for line in results for key in line["conflicts"]]
+    if failures:
+        total = sum(line["failed"] for line in results)
+        _name(f"{total} file(s) not transferred", failures, total)
+    if conflicts and not allow_conflicts:
+        total = len(conflicts) + sum(line["conflicts_omitted"] for line in results)
+        what = (
+            f"{total} file(s) changed both here and in the bucket since the pull were not "
+            "pushed (the bucket's copy was kept: compare, then push again)"
+        )
+        _name(what, conflicts, total)
+        return status if status != EXIT_OK else EXIT_CONFLICTS
+    return status
+
+
+def _name(what: str, items: Sequence[str], total: int) -> None:
+    shown = "".join(f"\n  {item}" for item in items[:MAX_NAMED])
+    more = f"\n  ... and {total - min(len(items), MAX_NAMED)} more" if total > MAX_NAMED else ""
+    print(f"python -m storage.sync: {what}:{shown}{more}", file=sys.stderr)
 
 
 def _check_arguments(args: argparse.Namespace) -> None:

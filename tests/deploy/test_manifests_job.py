@@ -42,7 +42,7 @@ WORKSPACE_MOUNT = {"name": "workspace", "mountPath": "/workspace"}
 # progress) for the sync containers only, outside /workspace.
 JOB_WORKSPACE_MOUNT = {**WORKSPACE_MOUNT, "subPath": "workspace"}
 STATE_MOUNT = {"name": "workspace", "mountPath": "/ajuste-sync", "subPath": "sync"}
-STATE = ["--state-dir", "/ajuste-sync"]
+STATE = ["--state-dir", "/ajuste-sync", "--allow-conflicts"]
 # The project Secret, as files, for the sync containers only.
 DATASTORES_MOUNT = {
     "name": "datastores",

@@ -130,6 +130,9 @@ def test_failed_files_exit_1_and_are_listed(
     [result] = lines(pushed.stdout)
     assert (result["transferred"], result["failed"]) == (1, 1)
     assert "S3 allows 1024" in result["failures"][0]["error"]
+    named = pushed.stderr.splitlines()
+    assert named[0] == "python -m storage.sync: 1 file(s) not transferred:"
+    assert named[1].startswith("  " + "d" * 200 + "/") and "S3 allows 1024" in named[1]
     document = json.loads(progress_file.read_text())
     assert document["direction"] == "push"
     assert [volume["event"] for volume in document["volumes"]] == ["result"]
@@ -236,7 +239,10 @@ def test_state_dir_carries_the_base_from_pull_to_push_and_conflicts_are_summariz
     put_object(s3_server, bucket=bucket, key="out/a.txt", data=b"changed there")
     put_object(s3_server, bucket=bucket, key="out/theirs.txt", data=b"after the pull")
     summary_file = tmp_path / "termination-log"
-    pushed = run_sync(s3_server, "push", spec, *state, "--summary-file", str(summary_file))
+    # as the panel's pods push: the conflict is the run's note, not a failure
+    pushed = run_sync(
+        s3_server, "push", spec, *state, "--summary-file", str(summary_file), "--allow-conflicts"
+    )
     assert pushed.returncode == 0, pushed.stderr
     [result] = lines(pushed.stdout)
     assert (result["conflicts"], result["deleted"]) == (["out/a.txt"], 1)
@@ -253,6 +259,58 @@ def test_state_dir_carries_the_base_from_pull_to_push_and_conflicts_are_summariz
     assert json.loads(summary_file.read_text()) == summary
     keys = [info.key for info in iter_objects(s3_server, bucket=bucket)]
     assert keys == ["out/a.txt", "out/theirs.txt"]
+
+
+def test_pull_then_push_without_state_dir_share_a_base_under_the_root(
+    s3_server: DatastoreConfig, bucket: str, tmp_path: Path
+) -> None:
+    """The README's pull then push with --state-dir dropped: the push still knows what was
+    pulled, so the files the user changed are sent, not reported as conflicts."""
+    put_object(s3_server, bucket=bucket, key="out/a.txt", data=b"pulled")
+    put_object(s3_server, bucket=bucket, key="out/gone.txt", data=b"pulled")
+    spec = f"{bucket}@LOCAL/out:/workspace/out:rwd"
+    root = ["--root", str(tmp_path / "sandbox")]
+    assert run_sync(s3_server, "pull", spec, *root).returncode == 0
+    assert list((tmp_path / "sandbox/.ajuste-sync").glob("manifest-*.json"))
+    (tmp_path / "sandbox/workspace/out/a.txt").write_bytes(b"changed by me")
+    (tmp_path / "sandbox/workspace/out/gone.txt").unlink()
+    pushed = run_sync(s3_server, "push", spec, *root)
+    assert pushed.returncode == 0, pushed.stderr
+    [summary] = summaries(pushed.stdout)
+    assert (summary["uploaded"], summary["deleted"], summary["conflicts"]) == (1, 1, [])
+    assert read_object(s3_server, bucket=bucket, key="out/a.txt", max_bytes=100) == b"changed by me"
+    assert [info.key for info in iter_objects(s3_server, bucket=bucket)] == ["out/a.txt"]
+
+
+def test_a_push_that_keeps_what_changed_remotely_exits_3_naming_the_files(
+    s3_server: DatastoreConfig, bucket: str, tmp_path: Path
+) -> None:
+    """Three-way push at the command's layer: a file changed both here and in the bucket since
+    the pull keeps the bucket's copy, the local one stays, and the person is told (exit 3)."""
+    put_object(s3_server, bucket=bucket, key="out/both.txt", data=b"base")
+    put_object(s3_server, bucket=bucket, key="out/mine.txt", data=b"base")
+    spec = f"{bucket}@LOCAL/out:/workspace/out:rw"
+    root = ["--root", str(tmp_path)]
+    assert run_sync(s3_server, "pull", spec, *root).returncode == 0
+    (tmp_path / "workspace/out/both.txt").write_bytes(b"changed here")
+    (tmp_path / "workspace/out/mine.txt").write_bytes(b"only here")
+    put_object(s3_server, bucket=bucket, key="out/both.txt", data=b"changed there")
+    pushed = run_sync(s3_server, "push", spec, *root)
+    assert pushed.returncode == 3
+    assert "1 file(s) changed both here and in the bucket" in pushed.stderr
+    assert pushed.stderr.splitlines()[1:] == ["  out/both.txt"]
+    assert (
+        read_object(s3_server, bucket=bucket, key="out/both.txt", max_bytes=100) == b"changed there"
+    )
+    assert read_object(s3_server, bucket=bucket, key="out/mine.txt", max_bytes=100) == b"only here"
+    assert (tmp_path / "workspace/out/both.txt").read_bytes() == b"changed here"
+    again = run_sync(s3_server, "push", spec, *root)  # still there: still said
+    assert (again.returncode, lines(again.stdout)[0]["conflicts"]) == (3, ["out/both.txt"])
+    allowed = run_sync(s3_server, "push", spec, *root, "--allow-conflicts")
+    assert (allowed.returncode, allowed.stderr) == (0, "")
+    assert (
+        read_object(s3_server, bucket=bucket, key="out/both.txt", max_bytes=100) == b"changed there"
+    )
 
 
 @pytest.mark.parametrize("option", ["--state-dir", "--progress-file", "--summary-file"])
