@@ -5,13 +5,19 @@ Label keys (stable; selectors and RBAC-free lookups rely on them):
 - `ajuste.io/project`: the project slug; `ajuste.io/kind`: `job`, `notebook`, `app` or `project`;
 - `ajuste.io/id`: the panel's id of the workload; `ajuste.io/run`: the job run number;
 - `ajuste.io/component`: which part of a workload (`main`, `push`, `workspace`, `notebook`,
-  `app`).
+  `app`);
+- `ajuste.io/install`: the install that made the object (a stable id kept in its database).
+  Objects made before the label existed carry none: the install whose database has their row
+  adopts them (and labels them as it applies them again); no install ever deletes them as
+  orphans, since nothing says whose they are.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Mapping
+from typing import Any
 
 from deploy.types import WorkloadKind, WorkloadRef
 
@@ -28,6 +34,7 @@ STOP_REQUESTED = "ajuste.io/stop-requested"
 URL = "ajuste.io/url"
 # On an app's Deployment: "true" at zero replicas because it was stopped (not scaled to zero).
 STOPPED = "ajuste.io/stopped"
+INSTALL = "ajuste.io/install"
 
 _INVALID = re.compile(r"[^a-z0-9-]+")
 _LABEL_INVALID = re.compile(r"[^A-Za-z0-9_.-]+")
@@ -91,13 +98,34 @@ def selector_labels(ref: WorkloadRef) -> dict[str, str]:
 
 
 def workload_labels(ref: WorkloadRef, *, component: str) -> dict[str, str]:
-    """Selector labels plus the component."""
-    return {**selector_labels(ref), COMPONENT: component}
+    """Selector labels plus the component and the install. The install stays out of
+    `selector_labels`: a Deployment's or StatefulSet's selector cannot change, and objects
+    made before install ids must still be found by their run."""
+    return {**selector_labels(ref), COMPONENT: component, **install_labels(ref.install)}
 
 
-def project_labels(slug: str) -> dict[str, str]:
+def project_labels(slug: str, install: str = "") -> dict[str, str]:
     """Labels of a project's own objects (namespace, quota, policies, Secret)."""
-    return {MANAGED_BY: MANAGER, PROJECT: label_value(slug), KIND: "project"}
+    return {MANAGED_BY: MANAGER, PROJECT: label_value(slug), KIND: "project"} | install_labels(
+        install
+    )
+
+
+def install_labels(install: str) -> dict[str, str]:
+    """`ajuste.io/install: <id>`, or nothing where no install id is known (tests, local)."""
+    return {INSTALL: install} if install else {}
+
+
+def install_of(obj: Mapping[str, Any]) -> str:
+    """The install an object says it belongs to; "" when it carries no such label."""
+    return str(((obj.get("metadata") or {}).get("labels") or {}).get(INSTALL) or "")
+
+
+def belongs(obj: Mapping[str, Any], install: str) -> bool:
+    """Whether `install` may treat `obj` as its own: it carries that install's label, or none
+    (made before install ids: adopted by the install that has its row). Anything goes where
+    `install` is empty (a backend without an identity: tests, the local backend)."""
+    return not install or install_of(obj) in ("", install)
 
 
 def selector(labels: dict[str, str]) -> str:

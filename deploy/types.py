@@ -4,6 +4,10 @@ The panel builds requests (`JobRequest`, `NotebookRequest`, `ProjectRequest`) fr
 hands them to a `ComputeBackend`; the backend answers with `ObservedWorkload`s and `LogChunk`s.
 Everything here is frozen, hashable where it can be, and free of Django and of the Kubernetes
 client, so the panel, the tests and the code running inside pods can all import it.
+
+Every request and `WorkloadRef` carries an `install`: the id of the install the objects belong
+to, which the manifests write as the `ajuste.io/install` label. The Kubernetes backend gives
+each request it receives its own id, so the panel need not fill it in.
 """
 
 from __future__ import annotations
@@ -184,6 +188,9 @@ class WorkloadRef:
     namespace: str
     id: str
     run: int = 1
+    # The install whose objects these are (`ajuste.io/install`); "" where none is known. The
+    # Kubernetes backend fills in its own.
+    install: str = ""
 
 
 @dataclass(frozen=True)
@@ -221,13 +228,16 @@ class JobRequest:
     sync_image: str | None = None
     secret_env: Mapping[str, str] = field(default_factory=dict)
     project_secrets: str = PROJECT_SECRETS_NAME
+    install: str = ""
 
     def __post_init__(self) -> None:
         _tuplify(self, "command", "volumes", "image_pull_secrets")
 
     @property
     def ref(self) -> WorkloadRef:
-        return WorkloadRef(WorkloadKind.JOB, self.project, self.namespace, self.id, self.run)
+        return WorkloadRef(
+            WorkloadKind.JOB, self.project, self.namespace, self.id, self.run, self.install
+        )
 
     @property
     def pushed_volumes(self) -> tuple[VolumeSpec, ...]:
@@ -275,6 +285,7 @@ class NotebookRequest:
     push_every_s: int = 300
     sync_image: str | None = None
     token: str = ""
+    install: str = ""
 
     def __post_init__(self) -> None:
         _tuplify(self, "volumes", "image_pull_secrets")
@@ -283,7 +294,9 @@ class NotebookRequest:
 
     @property
     def ref(self) -> WorkloadRef:
-        return WorkloadRef(WorkloadKind.NOTEBOOK, self.project, self.namespace, self.id, 1)
+        return WorkloadRef(
+            WorkloadKind.NOTEBOOK, self.project, self.namespace, self.id, 1, self.install
+        )
 
     @property
     def url(self) -> str:
@@ -365,6 +378,7 @@ class AppRequest:
     sync_image: str | None = None
     model_gib: int = 20
     prometheus_url: str = DEFAULT_PROMETHEUS_URL
+    install: str = ""
 
     def __post_init__(self) -> None:
         _tuplify(self, "volumes", "image_pull_secrets")
@@ -373,7 +387,7 @@ class AppRequest:
 
     @property
     def ref(self) -> WorkloadRef:
-        return WorkloadRef(WorkloadKind.APP, self.project, self.namespace, self.id, 1)
+        return WorkloadRef(WorkloadKind.APP, self.project, self.namespace, self.id, 1, self.install)
 
     @property
     def url(self) -> str:
@@ -441,6 +455,7 @@ class ProjectRequest:
     secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
     project_secrets: str = PROJECT_SECRETS_NAME
     mig_resources: tuple[str, ...] = ()
+    install: str = ""
 
     def __post_init__(self) -> None:
         _tuplify(self, "datastores", "egress", "dns", "private_allowed", "mig_resources")
@@ -500,6 +515,9 @@ class ObservedWorkload:
     # the backend has, so a run missing from it has ended. None where the kind bills one run
     # per observation (`run_uid`).
     replica_runs: tuple[ReplicaRun, ...] | None = None
+    # None of the run's objects carries an install label: made before install ids, so the
+    # install whose database has its row adopts it, and no orphan sweep may delete it.
+    unlabelled: bool = False
 
     @property
     def ref(self) -> WorkloadRef:

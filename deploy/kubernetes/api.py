@@ -73,6 +73,7 @@ KINDS: dict[str, Kind] = {
     "Ingress": Kind("networking.k8s.io/v1", "ingresses"),
     "NetworkPolicy": Kind("networking.k8s.io/v1", "networkpolicies"),
     "RoleBinding": Kind("rbac.authorization.k8s.io/v1", "rolebindings"),
+    "Lease": Kind("coordination.k8s.io/v1", "leases"),
 }
 
 
@@ -101,8 +102,14 @@ class KubeApi:
         path = KINDS[kind].path(namespace, name)
         return self._json("PATCH", path, body=patch, content_type=MERGE_PATCH)
 
-    def delete(self, kind: str, namespace: str | None, name: str) -> None:
-        body = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Background"}
+    def delete(
+        self, kind: str, namespace: str | None, name: str, *, uid: str | None = None
+    ) -> None:
+        """Delete (in the background); with `uid`, only that object (409 if the name now
+        holds another)."""
+        body: Obj = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Background"}
+        if uid:
+            body["preconditions"] = {"uid": uid}
         self._json("DELETE", KINDS[kind].path(namespace, name), body=body)
 
     def list(

@@ -2,8 +2,9 @@
 
 Create first; on 409 read the existing object and compare the `ajuste.io/spec-hash` annotation
 (a hash of the manifest we built, so server-side defaults never look like drift): equal means
-adopt as is, different means patch what may change. Objects not labelled as ours are never
-touched (`ConflictError`), and a 404 on delete means the work is already done.
+adopt as is, different means patch what may change. Objects not labelled as ours, or labelled
+as another install's (`ajuste.io/install`), are never touched (`ConflictError`); one made before
+install ids is adopted and labelled. A 404 on delete means the work is already done.
 """
 
 from __future__ import annotations
@@ -86,32 +87,78 @@ def adopt(api: KubeApi, current: Obj, desired: Obj) -> Obj:
     current_meta = current.get("metadata") or {}
     if (current_meta.get("labels") or {}).get(names.MANAGED_BY) != names.MANAGER:
         raise ConflictError(f"{where} already exists and is not managed by Ajuste")
+    owner, ours = names.install_of(current), names.install_of(desired)
+    if owner and owner != ours:
+        raise ConflictError(
+            f"{where} already exists and belongs to another Ajuste install ({owner})"
+        )
     if current_meta.get("deletionTimestamp"):
         raise TransientError(f"{where} is still being deleted; try again shortly")
     wanted = meta["annotations"][names.SPEC_HASH]
     if (current_meta.get("annotations") or {}).get(names.SPEC_HASH) == wanted:
         return current
     if kind in IMMUTABLE_KINDS:
+        if ours and not owner:  # made before install ids: its labels may change, not its spec
+            return label_install(api, kind, current, ours)
         log.warning("%s differs from the request but cannot change; keeping it", where)
         return current
     return api.patch(kind, meta.get("namespace"), meta["name"], _patch_body(desired, current))
 
 
-def delete(api: KubeApi, kind: str, namespace: str | None, name: str) -> bool:
-    """Delete one object; False when it was already gone."""
+def label_install(api: KubeApi, kind: str, obj: Obj, install: str) -> Obj:
+    """Adopt an object made before install ids: label it as `install`'s (only if it still is
+    the version read: a 409 leaves it to the next apply). `kind` apart: listed items carry
+    none."""
+    meta = obj["metadata"]
+    labels = {names.INSTALL: install}
+    patch = {"metadata": {"labels": labels, "resourceVersion": meta.get("resourceVersion")}}
     try:
-        api.delete(kind, namespace, name)
+        return api.patch(kind, meta.get("namespace"), meta["name"], patch)
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
+        return obj
+
+
+def delete(api: KubeApi, kind: str, namespace: str | None, name: str, *, install: str = "") -> bool:
+    """Delete one object; False when it was already gone, or is another install's (it is
+    read first, then deleted on the condition that it is still the object read)."""
+    try:
+        if not install:
+            api.delete(kind, namespace, name)
+            return True
+        found = api.read(kind, namespace, name)
+        if not names.belongs(found, install):
+            log.warning("%s %s/%s is another install's: not deleted", kind, namespace, name)
+            return False
+        return _delete_found(api, found, kind)
     except ApiException as exc:
         if exc.status == 404:
             return False
         raise
-    return True
 
 
-def delete_labelled(api: KubeApi, kind: str, namespace: str, selector: str) -> int:
-    """Delete every object of `kind` matching `selector` in `namespace`; how many went."""
+def delete_labelled(
+    api: KubeApi, kind: str, namespace: str, selector: str, *, install: str = ""
+) -> int:
+    """Delete every object of `kind` matching `selector` in `namespace` that `install` may
+    treat as its own (`names.belongs`); how many went."""
     items, _ = api.list(kind, namespace, label_selector=selector)
-    return sum(delete(api, kind, namespace, item["metadata"]["name"]) for item in items)
+    mine = [item for item in items if names.belongs(item, install)]
+    return sum(_delete_found(api, item, kind) for item in mine)
+
+
+def _delete_found(api: KubeApi, found: Obj, kind: str) -> bool:
+    """Delete the object as listed or read: a 409 (it was replaced since, by a new object of
+    the same name) or a 404 leaves it alone."""
+    meta = found["metadata"]
+    try:
+        api.delete(kind, meta.get("namespace"), meta["name"], uid=meta.get("uid"))
+    except ApiException as exc:
+        if exc.status in (404, 409):
+            return False
+        raise
+    return True
 
 
 def _patch_body(desired: Obj, current: Obj) -> Obj:

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from dataclasses import replace
 from datetime import UTC, datetime
+from typing import TypeVar
 
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
 from deploy import manifests, names
 from deploy.kubernetes.api import KubeApi, Obj
-from deploy.kubernetes.apply import apply, delete, delete_labelled
+from deploy.kubernetes.apply import apply, delete, delete_labelled, label_install
 from deploy.kubernetes.capacity import read_capacity
 from deploy.kubernetes.client import make_api_client
 from deploy.kubernetes.listing import (
@@ -21,6 +23,9 @@ from deploy.kubernetes.listing import (
     job_objects,
     notebook_state,
     observe_everything,
+    observe_namespaces,
+    owned,
+    project_namespaces,
 )
 from deploy.kubernetes.logs import read_pod_log
 from deploy.kubernetes.observe import JobObjects, observe_job
@@ -41,6 +46,8 @@ from deploy.types import (
     WorkloadRef,
 )
 
+Request = TypeVar("Request", JobRequest, NotebookRequest, AppRequest, ProjectRequest)
+
 STOPPABLE = frozenset({Phase.QUEUED, Phase.PENDING, Phase.INITIALIZING, Phase.RUNNING})
 STOP_ATTEMPTS = 3
 # How long a pod seen running is read without checking it again (a replaced or finished pod
@@ -54,6 +61,13 @@ class KubernetesBackend:
 
     `service_account`/`service_account_namespace` name the panel's own identity, bound to the
     `ajuste-project` ClusterRole inside each project namespace by `ensure_project`.
+
+    `install_id` is this install's identity: every request and ref is given it, so every
+    object made carries `ajuste.io/install: <id>`, and no object labelled with another id is
+    read, adopted, patched or deleted. `namespaced` sweeps one project namespace at a time
+    (clusters that grant no cluster-wide reads of pods and workloads). `images` moves images
+    the way an overlay's kustomize `images:` moved the panel's: a request's image named as a
+    key runs as its value (a mirror of the serving and editor images).
     """
 
     name = "kubernetes"
@@ -66,11 +80,17 @@ class KubernetesBackend:
         service_account_namespace: str = "ajuste",
         watch_timeout_s: int = 30,
         request_timeout_s: float = 30.0,
+        install_id: str = "",
+        namespaced: bool = False,
+        images: Mapping[str, str] | None = None,
     ) -> None:
         self.api = KubeApi(api_client or make_api_client(), request_timeout_s=request_timeout_s)
         self.service_account = service_account
         self.service_account_namespace = service_account_namespace
         self.watch_timeout_s = watch_timeout_s
+        self.install_id = names.label_value(install_id) if install_id else ""
+        self.namespaced = namespaced
+        self.images = dict(images or {})
         # The pod whose container was last seen running, per run: the log collector reads it
         # again without listing pods and reading its owner (1 request a read instead of 3).
         self._running_pods: dict[WorkloadRef, tuple[Obj, float]] = {}
@@ -80,9 +100,27 @@ class KubernetesBackend:
         return None
 
     def cluster_capacity(self) -> ClusterCapacity:
+        if self.namespaced:
+            return read_capacity(self.api, namespaces=project_namespaces(self.api))
         return read_capacity(self.api)
 
+    def _ref(self, ref: WorkloadRef) -> WorkloadRef:
+        """`ref` as this install's (as it is, where this backend has no install id)."""
+        if not self.install_id or ref.install == self.install_id:
+            return ref
+        return replace(ref, install=self.install_id)
+
+    def _own(self, request: Request) -> Request:
+        """`request` as this install's, its image moved where `images` says."""
+        if self.install_id:
+            request = replace(request, install=self.install_id)
+        image = getattr(request, "image", None)
+        if image in self.images:
+            request = replace(request, image=self.images[image])  # type: ignore[call-arg]
+        return request
+
     def ensure_project(self, *, project: ProjectRequest) -> None:
+        project = self._own(project)
         for manifest in manifests.make_project_objects(
             project=project,
             service_account=self.service_account,
@@ -91,6 +129,7 @@ class KubernetesBackend:
             apply(self.api, manifest)
 
     def apply_job(self, *, job: JobRequest) -> ObservedWorkload:
+        job = self._own(job)
         objects = job_objects(self.api, job.ref)
         if objects.job is None:
             claim = manifests.make_workspace_claim(job=job)
@@ -98,6 +137,8 @@ class KubernetesBackend:
                 apply(self.api, claim)  # first: the pod must find its claim
             created = apply(self.api, manifests.make_job(job=job))
             objects = JobObjects(job=created)
+        elif self.install_id and not names.install_of(objects.job):
+            label_install(self.api, "Job", objects.job, self.install_id)  # from before install ids
         observed = observe_job(job.ref, objects)
         if observed.needs_apply:
             apply(self.api, manifests.make_push_job(job=job, attempt=1))
@@ -108,6 +149,7 @@ class KubernetesBackend:
         """A running Job gets a deadline of one second: the Job controller ends the pod
         gracefully now. A Job still suspended by Kueue gets parallelism 0 as well, so no pod
         can start when Kueue admits it later. The annotation tells a stop from a timeout."""
+        job = self._own(job)
         name = names.job_name(job.ref)
         for _ in range(STOP_ATTEMPTS):
             objects = job_objects(self.api, job.ref)
@@ -125,6 +167,7 @@ class KubernetesBackend:
         raise TransientError(f"the Job {job.namespace}/{name} kept changing while being stopped")
 
     def retry_push(self, *, job: JobRequest) -> None:
+        job = self._own(job)
         observed = self.observe_job(ref=job.ref)
         if observed.phase is Phase.SYNC_FAILED:
             attempt = observed.push_attempt + 1
@@ -133,19 +176,22 @@ class KubernetesBackend:
     def delete_job(self, *, ref: WorkloadRef) -> None:
         selector = names.selector(names.selector_labels(ref))
         for kind in ("Job", "Pod", "PersistentVolumeClaim"):
-            delete_labelled(self.api, kind, ref.namespace, selector)
+            delete_labelled(self.api, kind, ref.namespace, selector, install=self.install_id)
 
     def release_workspace(self, *, ref: WorkloadRef) -> None:
         """The run's workspace claim goes once the run ended cleanly (a failed push keeps it
         for `retry_push`); 404 means it is gone already, or the run never had one."""
-        delete(self.api, "PersistentVolumeClaim", ref.namespace, names.workspace_claim_name(ref))
+        claim = names.workspace_claim_name(ref)
+        delete(self.api, "PersistentVolumeClaim", ref.namespace, claim, install=self.install_id)
 
     def observe_job(self, *, ref: WorkloadRef) -> ObservedWorkload:
+        ref = self._ref(ref)
         return observe_job(ref, job_objects(self.api, ref))
 
     def read_logs(
         self, *, ref: WorkloadRef, cursor: str | None, limit: int = 1000, fresh: bool = False
     ) -> LogChunk:
+        ref = self._ref(ref)
         remembered, until = self._running_pods.get(ref, (None, 0.0))
         if remembered is not None and not fresh and time.monotonic() < until:
             chunk = self._read_pod(remembered, cursor, limit, finished=False)
@@ -166,6 +212,7 @@ class KubernetesBackend:
         return self._read_pod(pod, cursor, limit, finished=run.state == "terminated")
 
     def apply_notebook(self, *, notebook: NotebookRequest) -> ObservedWorkload:
+        notebook = self._own(notebook)
         # The token first: a pod the StatefulSet starts reads it as it is.
         apply(self.api, manifests.make_notebook_secret(notebook=notebook))
         apply(self.api, manifests.make_notebook_service(notebook=notebook))
@@ -176,13 +223,13 @@ class KubernetesBackend:
     def delete_notebook(self, *, ref: WorkloadRef) -> None:
         name = names.notebook_name(ref)
         for kind in ("Ingress", "Service", "StatefulSet", "Secret"):
-            delete(self.api, kind, ref.namespace, name)
+            delete(self.api, kind, ref.namespace, name, install=self.install_id)
         selector = names.selector(names.selector_labels(ref))
         for kind in ("Pod", "PersistentVolumeClaim"):
-            delete_labelled(self.api, kind, ref.namespace, selector)
+            delete_labelled(self.api, kind, ref.namespace, selector, install=self.install_id)
 
     def observe_notebook(self, *, ref: WorkloadRef) -> ObservedWorkload:
-        return notebook_state(self.api, ref)
+        return notebook_state(self.api, self._ref(ref))
 
     def apply_app(self, *, app: AppRequest) -> ObservedWorkload:
         """Service and Ingress first (the URL answers as soon as a replica serves), then the
@@ -190,12 +237,16 @@ class KubernetesBackend:
         a stop, KEDA switched) goes before the Deployment takes its count, so it cannot scale
         the app back meanwhile. A changed template is a rolling update of the same
         Deployment; while an autoscaler owns the count, applying leaves it alone."""
+        app = self._own(app)
         name = names.app_name(app.ref)
         current = self._read("Deployment", app.namespace, name)
+        if current is not None and not names.belongs(current, self.install_id):
+            current = None  # another install's: apply refuses it below (ConflictError)
         autoscaler = manifests.make_app_autoscaler(app=app)
         for kind in ("HorizontalPodAutoscaler", "ScaledObject"):
             if autoscaler is None or autoscaler["kind"] != kind:
-                delete(self.api, kind, app.namespace, name)  # 404: none, or no KEDA
+                # 404: none, or no KEDA
+                delete(self.api, kind, app.namespace, name, install=self.install_id)
         apply(self.api, manifests.make_app_service(app=app))
         apply(self.api, manifests.make_app_ingress(app=app))
         annotations = ((current or {}).get("metadata") or {}).get("annotations") or {}
@@ -208,16 +259,14 @@ class KubernetesBackend:
 
     def delete_app(self, *, ref: WorkloadRef) -> None:
         name = names.app_name(ref)
-        for kind in ("HorizontalPodAutoscaler", "ScaledObject"):
-            delete(self.api, kind, ref.namespace, name)
-        for kind in ("Ingress", "Service", "Deployment"):
-            delete(self.api, kind, ref.namespace, name)
+        for kind in ("HorizontalPodAutoscaler", "ScaledObject", "Ingress", "Service", "Deployment"):
+            delete(self.api, kind, ref.namespace, name, install=self.install_id)
         selector = names.selector(names.selector_labels(ref))
         for kind in ("ReplicaSet", "Pod"):
-            delete_labelled(self.api, kind, ref.namespace, selector)
+            delete_labelled(self.api, kind, ref.namespace, selector, install=self.install_id)
 
     def observe_app(self, *, ref: WorkloadRef) -> ObservedWorkload:
-        return app_state(self.api, ref)
+        return app_state(self.api, self._ref(ref))
 
     def _read(self, kind: str, namespace: str, name: str) -> Obj | None:
         try:
@@ -228,7 +277,11 @@ class KubernetesBackend:
             raise
 
     def observe_all(self, *, namespace: str | None = None) -> list[ObservedWorkload]:
-        observations, _ = observe_everything(self.api, namespace)
+        """Every run of this install (and those made before install ids); one project
+        namespace at a time when `namespaced` (unless one is named)."""
+        if self.namespaced and namespace is None:
+            return observe_namespaces(self.api, install=self.install_id)[0]
+        observations, _ = observe_everything(self.api, namespace, install=self.install_id)
         return observations
 
     def watch(
@@ -245,6 +298,7 @@ class KubernetesBackend:
 
     def _observe_after_event(self, ref: WorkloadRef, deleted_pod: Obj | None) -> ObservedWorkload:
         """Observe one run; a job pod that just went away still tells how its run ended."""
+        ref = self._ref(ref)
         if ref.kind is WorkloadKind.NOTEBOOK:
             return self.observe_notebook(ref=ref)
         if ref.kind is WorkloadKind.APP:
@@ -266,6 +320,7 @@ class KubernetesBackend:
         pod that only carries the labels must not feed this run's log)."""
         selector = names.selector({**names.selector_labels(ref), names.COMPONENT: _main(ref)})
         pods, _ = self.api.list("Pod", ref.namespace, label_selector=selector)
+        pods = owned(pods, ref.install)
         if ref.kind is WorkloadKind.APP:
             deployment = self._read("Deployment", ref.namespace, names.app_name(ref))
             sets, _ = self.api.list(
@@ -273,7 +328,7 @@ class KubernetesBackend:
                 ref.namespace,
                 label_selector=names.selector(names.selector_labels(ref)),
             )
-            return app_pods(deployment, sets, pods)[1]
+            return app_pods(deployment, owned(sets, ref.install), pods)[1]
         if ref.kind is WorkloadKind.NOTEBOOK:
             kind, name = "StatefulSet", names.notebook_name(ref)
         else:
@@ -283,6 +338,8 @@ class KubernetesBackend:
         except ApiException as exc:
             if exc.status != 404:
                 raise
+            owner = None
+        if owner is not None and not names.belongs(owner, ref.install):
             owner = None
         return [pod for pod in pods if controlled_by(pod, owner)]
 

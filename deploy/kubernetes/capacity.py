@@ -25,10 +25,17 @@ UNKNOWN_MODEL = "unknown"
 PRODUCT_LABEL = "nvidia.com/gpu.product"
 
 
-def read_capacity(api: KubeApi, *, resource_key: str = GPU_RESOURCE_KEY) -> ClusterCapacity:
-    """One reading of the cluster (raises `TransientError` when the API does not answer)."""
+def read_capacity(
+    api: KubeApi, *, resource_key: str = GPU_RESOURCE_KEY, namespaces: list[str] | None = None
+) -> ClusterCapacity:
+    """One reading of the cluster (raises `TransientError` when the API does not answer).
+    `namespaces` reads pods in those only (the namespaced mode, where pods cannot be listed
+    cluster-wide): GPUs other tenants hold then count as free."""
     nodes, _ = api.list("Node")
-    pods, _ = api.list("Pod", field_selector=LIVE_PODS)
+    if namespaces is None:
+        pods, _ = api.list("Pod", field_selector=LIVE_PODS)
+    else:
+        pods = [p for ns in namespaces for p in api.list("Pod", ns, field_selector=LIVE_PODS)[0]]
     requested: dict[str, dict[str, Decimal]] = defaultdict(lambda: defaultdict(Decimal))
     for pod in pods:
         node = (pod.get("spec") or {}).get("nodeName")

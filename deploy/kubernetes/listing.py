@@ -1,5 +1,10 @@
 """Fetch and group our objects so `observe` can map them: per run, or everything at once.
-Only objects `trust` vouches for are grouped: labels alone prove nothing."""
+Only objects `trust` vouches for are grouped: labels alone prove nothing.
+
+Another install's objects (`ajuste.io/install`) are left out wherever an install is given:
+per run (`WorkloadRef.install`) and in the sweep's listing. `list_installed` lists exactly one
+install's objects by label selector (what an orphan collector may delete); `list_unlabelled`
+those made before install ids (adopted by the install that has their row, deleted by none)."""
 
 from __future__ import annotations
 
@@ -20,6 +25,32 @@ from deploy.kubernetes.trust import ProjectNamespaces, controlled_by, is_main_jo
 from deploy.types import ObservedWorkload, WorkloadKind, WorkloadRef
 
 MANAGED = names.selector({names.MANAGED_BY: names.MANAGER})
+
+
+def install_selector(install: str) -> str:
+    """The label selector of one install's objects."""
+    return names.selector({names.MANAGED_BY: names.MANAGER, names.INSTALL: install})
+
+
+def list_installed(api: KubeApi, kind: str, namespace: str | None, *, install: str) -> list[Obj]:
+    """This install's objects of `kind` (all namespaces with None), by label selector: an
+    object of another install, or of none, is never among them."""
+    if not install:
+        raise ValueError("list_installed needs an install id")
+    items, _ = api.list(kind, namespace, label_selector=install_selector(install))
+    return items
+
+
+def list_unlabelled(api: KubeApi, kind: str, namespace: str | None) -> list[Obj]:
+    """Ajuste's objects of `kind` that carry no install label (made before install ids)."""
+    selector = f"{MANAGED},!{names.INSTALL}"
+    items, _ = api.list(kind, namespace, label_selector=selector)
+    return items
+
+
+def owned(objects: list[Obj], install: str) -> list[Obj]:
+    """The objects `install` may treat as its own (`names.belongs`)."""
+    return objects if not install else [o for o in objects if names.belongs(o, install)]
 
 
 def ref_of(obj: Obj) -> WorkloadRef | None:
@@ -72,7 +103,7 @@ def job_objects(api: KubeApi, ref: WorkloadRef) -> JobObjects:
     selector = names.selector(names.selector_labels(ref))
     jobs, _ = api.list("Job", ref.namespace, label_selector=selector)
     pods, _ = api.list("Pod", ref.namespace, label_selector=selector)
-    return group_job(api, ref, jobs, pods)
+    return group_job(api, ref, owned(jobs, ref.install), owned(pods, ref.install))
 
 
 def group_job(api: KubeApi, ref: WorkloadRef, jobs: list[Obj], pods: list[Obj]) -> JobObjects:
@@ -110,9 +141,11 @@ def notebook_state(api: KubeApi, ref: WorkloadRef) -> ObservedWorkload:
         if exc.status != 404:
             raise
         statefulset = None
+    if statefulset is not None and not names.belongs(statefulset, ref.install):
+        statefulset = None  # another install's notebook of that name: nothing of ours
     selector = names.selector(names.selector_labels(ref))
     pods, _ = api.list("Pod", ref.namespace, label_selector=selector)
-    return map_notebook(api, ref, statefulset, pods)
+    return map_notebook(api, ref, statefulset, owned(pods, ref.install))
 
 
 def map_notebook(
@@ -136,10 +169,12 @@ def app_state(api: KubeApi, ref: WorkloadRef) -> ObservedWorkload:
         if exc.status != 404:
             raise
         deployment = None
+    if deployment is not None and not names.belongs(deployment, ref.install):
+        deployment = None  # another install's app of that name: nothing of ours
     selector = names.selector(names.selector_labels(ref))
     sets, _ = api.list("ReplicaSet", ref.namespace, label_selector=selector)
     pods, _ = api.list("Pod", ref.namespace, label_selector=selector)
-    return map_app(api, ref, deployment, sets, pods)
+    return map_app(api, ref, deployment, owned(sets, ref.install), owned(pods, ref.install))
 
 
 def app_pods(
@@ -189,22 +224,65 @@ def observe_everything(
     namespace: str | None,
     projects: ProjectNamespaces | None = None,
     cache: ObservationCache = _CACHE,
+    *,
+    install: str = "",
 ) -> tuple[list[ObservedWorkload], str]:
     """The sweep: five list calls (six with apps), then one observation per run (events only
-    when needed), for runs in Ajuste's project namespaces only (`projects` is refreshed here).
-    Also returns the pod list's resourceVersion, where a watch can start."""
+    when needed), for runs in Ajuste's project namespaces only (`projects` is refreshed here)
+    and, given an `install`, of that install or of none (`unlabelled` observations: made
+    before install ids). Also returns the pod list's resourceVersion, where a watch can start.
+    The lists select `managed-by` only, not the install: one selector cannot also take the
+    unlabelled objects an upgrade finds, so another install's are dropped here, unread."""
     projects = projects or ProjectNamespaces(api)
     projects.refresh()
     with _gc_paused():
         # The listed objects are freed when `_observe_listed` returns, before the collector
         # is back: kept alive past it, they would all be scanned by its next pass instead.
-        observations, kept, pods_version = _observe_listed(api, namespace, projects, cache)
+        observations, kept, pods_version = _observe_listed(api, namespace, projects, cache, install)
     cache.keep(kept)
     return observations, pods_version
 
 
+def observe_namespaces(
+    api: KubeApi,
+    projects: ProjectNamespaces | None = None,
+    cache: ObservationCache = _CACHE,
+    *,
+    install: str = "",
+) -> tuple[list[ObservedWorkload], dict[str, str]]:
+    """`observe_everything` one project namespace at a time, for clusters that grant the
+    panel no cluster-wide reads of workloads (KUBERNETES_NAMESPACED): the project namespaces
+    are listed once (namespaces stay a cluster-wide read), then each is swept with its own
+    list calls. Returns the observations and each namespace's pod list resourceVersion: a
+    watcher then watches each namespace from its own (`project_namespaces` names them)."""
+    projects = projects or ProjectNamespaces(api)
+    projects.refresh()
+    observations: list[ObservedWorkload] = []
+    kept: dict[tuple[object, ...], ObservedWorkload] = {}
+    versions: dict[str, str] = {}
+    with _gc_paused():
+        for namespace in sorted(projects.projects):
+            found, keep, version = _observe_listed(api, namespace, projects, cache, install)
+            observations += found
+            kept.update(keep)
+            versions[namespace] = version
+    cache.keep(kept)
+    return observations, versions
+
+
+def project_namespaces(api: KubeApi, projects: ProjectNamespaces | None = None) -> list[str]:
+    """Ajuste's project namespaces, as `trust` vouches for them (listed now), sorted."""
+    projects = projects or ProjectNamespaces(api)
+    projects.refresh()
+    return sorted(projects.projects)
+
+
 def _observe_listed(
-    api: KubeApi, namespace: str | None, projects: ProjectNamespaces, cache: ObservationCache
+    api: KubeApi,
+    namespace: str | None,
+    projects: ProjectNamespaces,
+    cache: ObservationCache,
+    install: str,
 ) -> tuple[list[ObservedWorkload], dict[tuple[object, ...], ObservedWorkload], str]:
     jobs, _ = api.list("Job", namespace, label_selector=MANAGED)
     pods, pods_version = api.list("Pod", namespace, label_selector=MANAGED)
@@ -224,7 +302,7 @@ def _observe_listed(
         ("replica_sets", replica_sets),
     )
     for key, objects in listed:
-        for obj in objects:
+        for obj in owned(objects, install):
             ref = ref_of(obj)
             if ref is not None and projects.holds(ref, look_up=False):
                 by_ref[ref][key].append(obj)
@@ -232,13 +310,22 @@ def _observe_listed(
     kept: dict[tuple[object, ...], ObservedWorkload] = {}
     for ref, group in sorted(by_ref.items(), key=_order):
         if ref.kind is not WorkloadKind.JOB:
-            observations.append(_observe_group(api, ref, group))
+            observations.append(_labelled(_observe_group(api, ref, group), group))
             continue
         cached, observed = cache.observe(api, ref, group)
+        observed = _labelled(observed, group)
         if not _asks_events(group["jobs"], group["pods"]):
             kept[cached] = observed
         observations.append(observed)
     return observations, kept, pods_version
+
+
+def _labelled(observed: ObservedWorkload, group: dict[str, list[Obj]]) -> ObservedWorkload:
+    """`unlabelled` when no object of the run carries an install label."""
+    unlabelled = not any(names.install_of(o) for objects in group.values() for o in objects)
+    return (
+        observed if observed.unlabelled == unlabelled else replace(observed, unlabelled=unlabelled)
+    )
 
 
 @contextmanager

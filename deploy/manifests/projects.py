@@ -20,7 +20,7 @@ PANEL_WEB_LABELS = {"app.kubernetes.io/name": "ajuste", "app.kubernetes.io/compo
 
 def make_namespace(*, project: ProjectRequest) -> Manifest:
     """The namespace, enforcing the `restricted` Pod Security Standard."""
-    labels = names.project_labels(project.slug)
+    labels = names.project_labels(project.slug, project.install)
     for mode in ("enforce", "audit", "warn"):
         labels[f"pod-security.kubernetes.io/{mode}"] = "restricted"
         labels[f"pod-security.kubernetes.io/{mode}-version"] = "latest"
@@ -184,7 +184,7 @@ def _meta(project: ProjectRequest, name: str) -> Manifest:
     return metadata(
         name=name,
         namespace=project.namespace,
-        labels=names.project_labels(project.slug),
+        labels=names.project_labels(project.slug, project.install),
         annotations={},
     )
 

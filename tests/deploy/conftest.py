@@ -50,6 +50,8 @@ A100_MIG = FlavorSpec(
     node_selector={"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"},
     resource_key="nvidia.com/mig-3g.40gb",
 )
+# The install every request of these tests belongs to (`ajuste.io/install` on its objects).
+INSTALL = "4f1c2a9e8b7d6c05"
 DATASET = VolumeSpec("corpus", "GRA", "dataset", "/workspace/data", Mode.RO)
 OUTPUT = VolumeSpec("corpus", "GRA", "output", "/workspace/output", Mode.RW)
 
@@ -67,6 +69,7 @@ def make_job_request(**changes: Any) -> JobRequest:
         "env": {"EPOCHS": "3"},
         "volumes": (DATASET, OUTPUT),
         "timeout_s": 3600,
+        "install": INSTALL,
     }
     values.update(changes)
     return JobRequest(**values)
@@ -94,6 +97,7 @@ def notebook_request() -> NotebookRequest:
         signin_url="https://ajuste.example/login/",
         tls_secret="nb-tls",
         token="editor-token-7",
+        install=INSTALL,
     )
 
 
@@ -107,6 +111,7 @@ def project_request() -> ProjectRequest:
             DatastoreConfig("GRA", "https://s3.gra.example", "gra", "AKIA-GRA", "gra-secret"),
         ),
         egress=(EgressRule(cidr="203.0.113.0/24", ports=(443,)),),
+        install=INSTALL,
     )
 
 

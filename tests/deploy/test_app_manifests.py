@@ -20,7 +20,7 @@ from deploy.manifests import (
 from deploy.manifests.apps import quantity, requests_query
 from deploy.types import APP_ADAPTER_PATH, APP_MODEL_PATH, AppRequest, Scaling
 from storage.volumes import Mode, VolumeSpec
-from tests.deploy.conftest import A100_MIG, CPU, DATASET, H100, validate
+from tests.deploy.conftest import A100_MIG, CPU, DATASET, H100, INSTALL, validate
 from tests.deploy.test_manifests_job import (
     CONTAINER_SECURITY,
     DATASTORES_VOLUME,
@@ -41,7 +41,8 @@ SELECTOR = {
     "ajuste.io/kind": "app",
     "ajuste.io/id": APP_ID,
 }
-LABELS = {**SELECTOR, "ajuste.io/component": "app"}
+# The selector leaves the install out (a Deployment's selector never changes); labels carry it.
+LABELS = {**SELECTOR, "ajuste.io/component": "app", "ajuste.io/install": INSTALL}
 ANNOTATIONS = {"ajuste.io/project": "vision", "ajuste.io/id": APP_ID}
 URL = "https://apps.ajuste.example/a/vision/5f0c/"
 NGINX = "nginx.ingress.kubernetes.io/"
@@ -71,6 +72,7 @@ def make_app_request(**changes: Any) -> AppRequest:
         "auth_url": "http://ajuste-web.ajuste.svc/auth/app/5f0c",
         "tls_secret": "apps-tls",
         "model_gib": 40,
+        "install": INSTALL,
     }
     values.update(changes)
     return AppRequest(**values)

@@ -9,7 +9,15 @@ import pytest
 
 from deploy.manifests import make_job, make_push_job, make_workspace_claim
 from deploy.types import JobRequest
-from tests.deploy.conftest import A100_MIG, CPU, DATASET, OUTPUT, make_job_request, validate
+from tests.deploy.conftest import (
+    A100_MIG,
+    CPU,
+    DATASET,
+    INSTALL,
+    OUTPUT,
+    make_job_request,
+    validate,
+)
 
 LABELS = {
     "app.kubernetes.io/managed-by": "ajuste",
@@ -17,6 +25,7 @@ LABELS = {
     "ajuste.io/kind": "job",
     "ajuste.io/id": "42",
     "ajuste.io/run": "1",
+    "ajuste.io/install": INSTALL,
 }
 ANNOTATIONS = {"ajuste.io/project": "vision", "ajuste.io/id": "42"}
 POD_SECURITY = {

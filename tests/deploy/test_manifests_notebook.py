@@ -13,7 +13,7 @@ from deploy.manifests import (
     make_notebook_statefulset,
 )
 from deploy.types import Editor, NotebookRequest
-from tests.deploy.conftest import A100_MIG, validate
+from tests.deploy.conftest import A100_MIG, INSTALL, validate
 from tests.deploy.test_manifests_job import (
     CONTAINER_SECURITY,
     DATASTORES_VOLUME,
@@ -30,7 +30,8 @@ SELECTOR = {
     "ajuste.io/kind": "notebook",
     "ajuste.io/id": "7",
 }
-LABELS = {**SELECTOR, "ajuste.io/component": "notebook"}
+# The selector leaves the install out (a StatefulSet's selector never changes); labels carry it.
+LABELS = {**SELECTOR, "ajuste.io/component": "notebook", "ajuste.io/install": INSTALL}
 ANNOTATIONS = {"ajuste.io/project": "vision", "ajuste.io/id": "7"}
 NGINX = "nginx.ingress.kubernetes.io/"
 TOKEN_MOUNT = {"name": "editor-token", "mountPath": "/ajuste-editor", "readOnly": True}

@@ -15,12 +15,13 @@ from deploy.manifests import (
     make_role_binding,
 )
 from deploy.types import EgressRule, ProjectRequest
-from tests.deploy.conftest import validate
+from tests.deploy.conftest import INSTALL, validate
 
 LABELS = {
     "app.kubernetes.io/managed-by": "ajuste",
     "ajuste.io/project": "vision",
     "ajuste.io/kind": "project",
+    "ajuste.io/install": INSTALL,
 }
 
 
@@ -305,6 +306,7 @@ def test_the_managers_secrets_are_one_secret_with_a_key_each(
                 "app.kubernetes.io/managed-by": "ajuste",
                 "ajuste.io/project": "vision",
                 "ajuste.io/kind": "project",
+                "ajuste.io/install": INSTALL,
             },
         },
         "type": "Opaque",
