@@ -90,6 +90,8 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "axes.middleware.AxesMiddleware",
+    # A view's bare 400/403/404/405 becomes the styled page for a browser (core/errorpages.py).
+    "controlpanel.core.errorpages.ErrorPageMiddleware",
 ]
 
 ROOT_URLCONF = "controlpanel.urls"

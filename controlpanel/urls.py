@@ -1,6 +1,7 @@
 from django.contrib import admin
 from django.urls import include, path
 
+from controlpanel.core import errorpages
 from controlpanel.core import views as core_views
 from controlpanel.core.metrics.http import metrics
 from controlpanel.workloads.notebook_auth import notebook_auth
@@ -23,3 +24,7 @@ urlpatterns = [
     path("", include("controlpanel.audit.urls")),
     path("", include("controlpanel.api.urls")),
 ]
+
+# The styled error pages, rendered with the request (the shell, the way back).
+handler400 = errorpages.bad_request
+handler403 = errorpages.permission_denied
