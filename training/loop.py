@@ -9,6 +9,7 @@ Trainer + peft loop by bench/bench_finetune_cpu.py.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import math
 import time
 from collections.abc import Callable, Iterator
@@ -18,7 +19,7 @@ from typing import Any
 
 import torch
 
-from training import checkpoint
+from training import checkpoint, sharding
 from training.checkpoint import TrainState
 from training.data.batches import RowData
 from training.data.packing import Layout, group_by_length
@@ -68,7 +69,7 @@ class Run:
     reporter: Reporter
     output: Path
     model: Any  # the peft model (saved, evaluated)
-    module: Any  # CausalLMLoss, wrapped in DDP when distributed (trained)
+    module: Any  # CausalLMLoss, in DDP or sharded by FSDP when distributed (trained)
     optimizer: torch.optim.Optimizer
     scheduler: Any
     train: RowData
@@ -79,6 +80,8 @@ class Run:
     window: Window = field(default_factory=Window)
     last_lr: float = 0.0
     clock: float = field(default_factory=time.perf_counter)
+    parallel: str = "none"  # or "ddp", "fsdp" (sharding.strategy)
+    last_checkpoint: Path | None = None
 
     def autocast(self) -> contextlib.AbstractContextManager[Any]:
         if not self.where.autocast:
@@ -89,25 +92,36 @@ class Run:
         return {k: v.to(self.where.device, non_blocking=True) for k, v in batch.items()}
 
 
-def _no_sync(run: Run, last: bool) -> contextlib.AbstractContextManager[Any]:
-    """Skip DDP's gradient all-reduce on all but the step's last micro-batch."""
-    if run.ranks.distributed and not last:
-        return run.module.no_sync()
-    return contextlib.nullcontext()
+def seed_micro_batch(seed: int, step: int, index: int, device: torch.device) -> None:
+    """Seed the dropout masks of micro-batch `index` (of all ranks) of `step`.
+
+    The masks then depend on the data alone, not on which rank computes the micro-batch nor
+    on what ran before: a run on 2 ranks sees the masks a run on 1 rank with twice the
+    accumulation sees, and a resumed run needs no saved RNG state."""
+    digest = hashlib.blake2b(f"{seed}:{step}:{index}".encode(), digest_size=8).digest()
+    value = int.from_bytes(digest, "little") >> 1
+    torch.default_generator.manual_seed(value)
+    if device.type == "cuda":
+        torch.cuda.manual_seed(value)  # this rank's GPU only
 
 
-def train_step(run: Run, micro: list[list[int]], learned: int) -> tuple[torch.Tensor, torch.Tensor]:
+def train_step(
+    run: Run, micro: list[list[int]], learned: int, step: int = 0
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Forward and backward over this rank's micro-batches, then one optimizer step.
 
     Each micro-batch's summed loss is divided by the learned tokens of the whole step (all
-    ranks), times the world size that DDP's gradient averaging divides by again: the gradient
-    is then exactly that of the mean loss per learned token of the step.
+    ranks), times the world size that DDP's (and FSDP's) gradient averaging divides by again:
+    the gradient is then exactly that of the mean loss per learned token of the step.
     """
-    scale = run.ranks.world_size / max(1, learned)
+    ranks = run.ranks
+    scale = ranks.world_size / max(1, learned)
     total = torch.zeros((), device=run.where.device)
     for k, rows in enumerate(micro):
         batch = run.to_device(run.train.collate(rows))
-        with _no_sync(run, k == len(micro) - 1), run.autocast():
+        # this rank's k-th micro-batch is the step's (k * world + rank)-th (Layout.step_batches)
+        seed_micro_batch(run.opts.seed, step, k * ranks.world_size + ranks.rank, run.where.device)
+        with sharding.no_sync(run.module, run.parallel, k == len(micro) - 1), run.autocast():
             loss_sum = run.module(**batch)
         (loss_sum * scale).backward()
         total += loss_sum.detach()
@@ -116,7 +130,7 @@ def train_step(run: Run, micro: list[list[int]], learned: int) -> tuple[torch.Te
     run.optimizer.step()
     run.scheduler.step()
     run.optimizer.zero_grad(set_to_none=True)
-    return total, norm
+    return total, sharding.full_norm(norm)
 
 
 def steps(run: Run) -> Iterator[tuple[int, list[list[int]], int, int]]:
@@ -143,7 +157,7 @@ def report_progress(run: Run, grad_norm: torch.Tensor) -> None:
     w, state = run.window, run.state
     assert w.loss_sum is not None
     local_loss, norm = torch.stack([w.loss_sum.float(), grad_norm.float()]).tolist()
-    loss_sum = run.ranks.all_sum([local_loss], run.where.device)[0]
+    loss_sum = run.ranks.all_sum([local_loss])[0]
     seconds = max(1e-9, time.perf_counter() - w.started - w.paused)
     state.loss_sum += loss_sum
     state.loss_tokens += w.learned
@@ -171,23 +185,36 @@ def report_progress(run: Run, grad_norm: torch.Tensor) -> None:
     w.reset()
 
 
+def _eval_share(run: Run, batches: list[list[int]]) -> list[tuple[list[int], bool]]:
+    """This rank's eval micro-batches, each with whether it counts. With FSDP every forward
+    is a collective, so a rank with fewer batches repeats one that does not count."""
+    ranks = run.ranks
+    mine = [(rows, True) for rows in batches[ranks.rank :: ranks.world_size]]
+    if run.parallel == "fsdp":
+        rounds = -(-len(batches) // ranks.world_size)
+        mine += [(batches[0], False)] * (rounds - len(mine))
+    return mine
+
+
 @torch.no_grad()
 def evaluate(run: Run) -> None:
     """Mean loss per learned token on the eval rows, shared out over the ranks."""
     if not run.evalset or not len(run.evalset):
         return
     started = time.perf_counter()
-    inner = run.module.module if run.ranks.distributed else run.module  # no DDP collectives
+    inner = sharding.for_eval(run.module, run.parallel)
     inner.eval()
     lengths = [run.evalset.row_tokens(r) for r in range(len(run.evalset))]
     batches = group_by_length(lengths, run.opts.batch_size * run.opts.max_length)
     loss_sum, learned = 0.0, 0
-    for rows in batches[run.ranks.rank :: run.ranks.world_size]:
+    for rows, counted in _eval_share(run, batches):
         with run.autocast():
-            loss_sum += inner(**run.to_device(run.evalset.collate(rows))).item()
-        learned += run.evalset.count(rows)[1]
+            value = inner(**run.to_device(run.evalset.collate(rows))).item()
+        if counted:
+            loss_sum += value
+            learned += run.evalset.count(rows)[1]
     inner.train()
-    loss_sum, learned_f = run.ranks.all_sum([loss_sum, float(learned)], run.where.device)
+    loss_sum, learned_f = run.ranks.all_sum([loss_sum, float(learned)])
     loss = loss_sum / max(1.0, learned_f)
     perplexity = math.exp(loss) if loss < 50 else None
     run.reporter.emit(
@@ -211,6 +238,7 @@ def save_checkpoint(run: Run) -> None:
         run.ranks,
         run.opts.save_total_limit,
     )
+    run.last_checkpoint = path
     run.reporter.emit("checkpoint", step=run.state.step, path=str(path))
     run.window.paused += time.perf_counter() - started
 
@@ -237,9 +265,9 @@ def _tick(run: Run) -> None:
 def train(run: Run, stop_requested: Callable[[], bool]) -> bool:
     """Train up to max_steps; False when stopped early by a signal (after a checkpoint)."""
     run.window, run.clock = Window(), time.perf_counter()
-    for _step, micro, learned, tokens in steps(run):
+    for step, micro, learned, tokens in steps(run):
         run.last_lr = run.optimizer.param_groups[0]["lr"]
-        loss_sum, grad_norm = train_step(run, micro, learned)
+        loss_sum, grad_norm = train_step(run, micro, learned, step)
         run.window.add(loss_sum, learned, tokens)
         run.state.step += 1
         run.state.tokens_seen += tokens

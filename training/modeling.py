@@ -88,7 +88,8 @@ def place(opts: Options, local_rank: int) -> Placement:
     """Pick device, dtype, attention kernel and checkpointing from the options and hardware."""
     cuda = torch.cuda.is_available()
     if not cuda and "OMP_NUM_THREADS" not in os.environ:
-        torch.set_num_threads(cpu_budget())
+        # the pod's CPUs are shared by its local ranks
+        torch.set_num_threads(max(1, cpu_budget() // int(os.environ.get("LOCAL_WORLD_SIZE", "1"))))
     device = torch.device("cuda", local_rank) if cuda else torch.device("cpu")
     # Native bf16 only: a V100 merely emulates it, more slowly than float32.
     bf16_ok = cuda and torch.cuda.is_bf16_supported(including_emulation=False)
@@ -126,8 +127,9 @@ def _quantization(opts: Options) -> Any:
     )
 
 
-def load_model(opts: Options, where: Placement) -> Any:
-    """The frozen base model on its device, with gradient checkpointing if asked."""
+def load_model(opts: Options, where: Placement, on_cpu: bool = False) -> Any:
+    """The frozen base model on its device (or on the CPU, for FSDP to shard), with gradient
+    checkpointing if asked."""
     from transformers import AutoModelForCausalLM
 
     quant = _quantization(opts)
@@ -140,7 +142,7 @@ def load_model(opts: Options, where: Placement) -> Any:
         device_map={"": where.device.index or 0} if quant is not None else None,
         trust_remote_code=opts.trust_remote_code,
     )
-    if quant is None:
+    if quant is None and not on_cpu:
         model.to(where.device)
     model.config.use_cache = False  # a KV cache during training only costs memory
     model.requires_grad_(False)
@@ -184,9 +186,12 @@ def count_params(model: Any) -> tuple[int, int]:
     return trainable, total
 
 
-def merge_adapter(opts: Options, adapter_dir: Path, out_dir: Path, where: Placement) -> None:
-    """Write base + adapter as one plain model, reloading the base unquantized (a 4-bit base
-    cannot be merged exactly)."""
+def merge_adapter(
+    opts: Options, adapter_dir: Path, out_dir: Path, where: Placement, device: torch.device
+) -> None:
+    """Write base + adapter as one plain model on `device` (the CPU for a model sharded
+    because one GPU cannot hold it), reloading the base unquantized (a 4-bit base cannot be
+    merged exactly)."""
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
@@ -194,5 +199,5 @@ def merge_adapter(opts: Options, adapter_dir: Path, out_dir: Path, where: Placem
     base: Any = AutoModelForCausalLM.from_pretrained(
         opts.model, dtype=dtype, trust_remote_code=opts.trust_remote_code
     )
-    merged = PeftModel.from_pretrained(base.to(where.device), str(adapter_dir)).merge_and_unload()
+    merged = PeftModel.from_pretrained(base.to(device), str(adapter_dir)).merge_and_unload()
     merged.save_pretrained(out_dir)

@@ -54,6 +54,7 @@ class Options:
     resume: bool = True
     trust_remote_code: bool = False
     distributed: bool = True
+    fsdp: str = "auto"
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -205,6 +206,14 @@ def _add_speed(p: argparse.ArgumentParser) -> None:
         action="store_false",
         help="stay one process when several GPUs are visible (default: relaunch under torchrun, "
         "one process per GPU)",
+    )
+    g.add_argument(
+        "--fsdp",
+        choices=["auto", "on", "off"],
+        default="auto",
+        help="with several processes, shard weights, gradients and optimizer state over them "
+        "(FSDP) instead of a whole model per process (DDP); auto = on when the model's weights "
+        "would fill more than 60%% of one GPU",
     )
 
 

@@ -38,7 +38,6 @@ FINGERPRINT_OPTIONS = (
     "max_length",
     "packing",
     "batch_size",
-    "grad_accum",
     "seed",
 )
 
@@ -158,7 +157,8 @@ def prepare_data(
     fingerprint |= {
         "model": model_identity(opts.model),
         "packing": mode,
-        "world_size": ranks.world_size,
+        # the global batch, not how it is split: 2 ranks x 1 micro-batch resume 1 x 2 exactly
+        "micro_batches_per_step": layout.batches_per_step,
         "data": data_digest(train_ex),
     }
     evalset = _layout(eval_ex, opts, mode, 1, tok.pad_token_id)[0] if eval_ex else None
@@ -177,6 +177,7 @@ class Trainable:
     module: Any
     optimizer: torch.optim.Optimizer
     scheduler: Any
+    parallel: str = "none"  # sharding.strategy
 
 
 def make_schedule(optimizer: torch.optim.Optimizer, opts: Options, max_steps: int) -> Any:
@@ -194,34 +195,35 @@ def seed_everything(seed: int) -> None:
 
 
 def build_trainable(opts: Options, where: Placement, ranks: Ranks, max_steps: int) -> Trainable:
+    from training import sharding
     from training.loss import CausalLMLoss
 
-    model = add_lora(load_model(opts, where), opts)
+    how = sharding.strategy(opts, where, ranks)
+    # FSDP loads on the CPU: only this rank's shards go to its GPU (the whole may not fit)
+    model = add_lora(load_model(opts, where, on_cpu=how == "fsdp"), opts)
     # from_pretrained leaves every layer in eval mode, and transformers checkpoints a layer
     # only while it trains: without this, gradient checkpointing would silently stay off.
     model.train()
+    module = sharding.wrap(CausalLMLoss(model), model, where, ranks, how)
+    # after wrapping: FSDP replaces the parameters by their shards
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(
         params,
         lr=opts.learning_rate,
         weight_decay=opts.weight_decay,
-        fused=where.device.type == "cuda",
+        fused=where.device.type == "cuda" and how != "fsdp",
     )
-    module: Any = CausalLMLoss(model)
-    if ranks.distributed:
-        from torch.nn.parallel import DistributedDataParallel
-
-        module = DistributedDataParallel(module, device_ids=[ranks.local_rank])
-    return Trainable(model, module, optimizer, make_schedule(optimizer, opts, max_steps))
+    return Trainable(model, module, optimizer, make_schedule(optimizer, opts, max_steps), how)
 
 
-def save_adapter(model: Any, tok: Any, target: Path) -> None:
-    """Write the adapter and tokenizer next to the final place, then swap them in."""
+def save_adapter(model: Any, tok: Any, target: Path, weights: dict[str, Any]) -> None:
+    """Write the adapter (`weights`: checkpoint.gather's, whole even when sharded) and the
+    tokenizer next to the final place, then swap them in."""
     import shutil
 
     tmp = target.with_name(target.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp)
+    model.save_pretrained(tmp, state_dict={k: v.detach().cpu() for k, v in weights.items()})
     tok.save_pretrained(tmp)
     shutil.rmtree(target, ignore_errors=True)
     tmp.rename(target)

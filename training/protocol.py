@@ -9,7 +9,8 @@ Wire format
 One JSON object per line, UTF-8, no NaN/Infinity (non-finite numbers are written as `null`).
 Every event carries:
 
-- `event`: one of `start`, `progress`, `eval`, `checkpoint`, `done`, `error`
+- `event`: one of `start`, `resumed`, `progress`, `eval`, `checkpoint`, `interrupted`, `done`,
+  `error`
 - `v`: protocol version (currently 1); fields are only ever added within a version
 - `time`: Unix time in seconds (float)
 
@@ -18,13 +19,21 @@ are never JSON objects with an `event` key. Python warnings and tracebacks go to
 
 Events, in the order they appear
 --------------------------------
-`start`, once the dataset is validated and the model is loaded::
+`start`, once the dataset is validated and the model is loaded. `world_size` processes on
+`nodes` nodes train the run, `parallel` says how: `none` (one process), `ddp` or `fsdp`::
 
     {"event": "start", "v": 1, "time": 1733130000.0, "model": "/workspace/model",
-     "method": "lora", "device": "cuda", "dtype": "bfloat16", "world_size": 1,
-     "max_steps": 1200, "epochs": 3.0, "resumed_from_step": 0,
+     "method": "lora", "device": "cuda", "dtype": "bfloat16", "world_size": 8, "nodes": 2,
+     "parallel": "ddp", "max_steps": 1200, "epochs": 3.0, "resumed_from_step": 0,
      "train_examples": 9800, "eval_examples": 200, "train_tokens": 4123456,
      "trainable_params": 41943040, "total_params": 8072204288}
+
+`resumed`, right after `start` when the run continues from a checkpoint (after a preemption,
+a restart of the group, a stop and rerun); `step` is the checkpoint's, the first step trained
+is the next one::
+
+    {"event": "resumed", "v": 1, "time": ..., "step": 400,
+     "checkpoint": "/workspace/output/checkpoints/step-000400"}
 
 `progress`, every `--log-steps` optimizer steps and at the last step. `loss` is the mean loss per
 supervised token since the previous progress event; `tokens_per_s` is measured over the same
@@ -45,6 +54,14 @@ window (all ranks); `eta_s` extrapolates the average step time of this process. 
     {"event": "checkpoint", "v": 1, "time": ..., "step": 200,
      "path": "/workspace/output/checkpoints/step-000200"}
 
+`interrupted`, when SIGTERM (a pod deleted or preempted, `job stop`; sent to torchrun, which
+passes it to every rank) stopped the run: every rank finished its step, `checkpoint` was written
+at `step`, and the next run of the same --output resumes from it. The `error` event of kind
+`interrupted` follows (exit code 143)::
+
+    {"event": "interrupted", "v": 1, "time": ..., "step": 412, "signal": "SIGTERM",
+     "checkpoint": "/workspace/output/checkpoints/step-000412"}
+
 `done`, once, after the adapter (and the merged model with `--merge`) is written; the process
 then exits 0. `merged_path` is null without `--merge`::
 
@@ -58,8 +75,9 @@ or an output dir holding another run's checkpoints), `environment` (e.g. `qlora`
 `interrupted` (SIGTERM: a checkpoint was saved first, the next run resumes from it) or
 `runtime` (anything else, e.g. out of memory). `exit_code` is the process's exit status: 2 for
 dataset/config/environment errors (found before any model is loaded), 143 when interrupted,
-1 otherwise. Every event comes from rank 0, except an `error` of another rank (with several
-GPUs), which carries that `rank`: the first error of a run says why it failed::
+1 otherwise. Every event comes from one rank, the writer (local rank 0 of node 0, see
+distributed.py), except an `error` of another rank, which carries that `rank`: the first error
+of a run says why it failed::
 
     {"event": "error", "v": 1, "time": ..., "kind": "dataset", "exit_code": 2,
      "message": "train.jsonl line 7: 'messages' must be a list of {role, content} objects",
@@ -92,7 +110,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Literal, NotRequired, TypedDict
 
 PROTOCOL_VERSION = 1
-EVENTS = ("start", "progress", "eval", "checkpoint", "done", "error")
+EVENTS = ("start", "resumed", "progress", "eval", "checkpoint", "interrupted", "done", "error")
 LOG_PREFIX = "[training]"
 
 ErrorKind = Literal["dataset", "config", "environment", "interrupted", "runtime"]
@@ -107,6 +125,8 @@ class StartEvent(TypedDict):
     device: str
     dtype: str
     world_size: int
+    nodes: NotRequired[int]
+    parallel: NotRequired[str]
     max_steps: int
     epochs: float
     resumed_from_step: int
@@ -115,6 +135,23 @@ class StartEvent(TypedDict):
     train_tokens: int
     trainable_params: int
     total_params: int
+
+
+class ResumedEvent(TypedDict):
+    event: Literal["resumed"]
+    v: int
+    time: float
+    step: int
+    checkpoint: str
+
+
+class InterruptedEvent(TypedDict):
+    event: Literal["interrupted"]
+    v: int
+    time: float
+    step: int
+    checkpoint: str
+    signal: str
 
 
 class ProgressEvent(TypedDict):
@@ -182,7 +219,16 @@ class ErrorEvent(TypedDict):
     rank: NotRequired[int]
 
 
-Event = StartEvent | ProgressEvent | EvalEvent | CheckpointEvent | DoneEvent | ErrorEvent
+Event = (
+    StartEvent
+    | ResumedEvent
+    | ProgressEvent
+    | EvalEvent
+    | CheckpointEvent
+    | InterruptedEvent
+    | DoneEvent
+    | ErrorEvent
+)
 
 
 def _finite(value: Any) -> Any:
@@ -239,9 +285,11 @@ MAX_ERRORS = 20
 MAX_NUMBER = 2**63  # beyond this a "number" is garbage, and float() of it may overflow
 _EVENT_TYPES: dict[str, Any] = {
     "start": StartEvent,
+    "resumed": ResumedEvent,
     "progress": ProgressEvent,
     "eval": EvalEvent,
     "checkpoint": CheckpointEvent,
+    "interrupted": InterruptedEvent,
     "done": DoneEvent,
     "error": ErrorEvent,
 }
@@ -375,6 +423,8 @@ class Snapshot:
     device: str | None = None
     dtype: str | None = None
     world_size: int | None = None
+    nodes: int | None = None
+    parallel: str | None = None
     epochs: float | None = None
     resumed_from_step: int | None = None
     train_examples: int | None = None

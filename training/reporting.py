@@ -10,11 +10,12 @@ from typing import Any, TextIO
 
 from training.protocol import format_event, format_log, make_event
 
-STATES = {"done": "done", "error": "failed"}
+STATES = {"done": "done", "error": "failed", "interrupted": "interrupted"}
 
 
 class Reporter:
-    """Emits protocol events; silent on ranks other than 0 (one stream per job, not per GPU)."""
+    """Emits protocol events; silent on ranks other than the writer (one stream per job, not
+    per GPU)."""
 
     def __init__(
         self, output: Path | None, enabled: bool = True, stream: TextIO | None = None

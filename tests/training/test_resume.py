@@ -4,38 +4,16 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.fixtures.llm import QUICK, FinetuneResult, TinyLLM, parse_output, start_finetune
+from tests.fixtures.llm import QUICK, TinyLLM
+from tests.training.ranks import Hold, finish, losses, read_until, start
 from training.finetune import _resume_point
 from training.options import OptionsError, parse_options
-from training.protocol import parse_line
 from training.reporting import Reporter
-
-
-def run_until(proc: subprocess.Popen[str], event: str, sig: signal.Signals) -> FinetuneResult:
-    """Read the run's output until the first `event`, then send it `sig` and collect the rest.
-
-    The run still has most of its 12 steps to go, tens of milliseconds at the least, when the
-    signal lands within a millisecond or so."""
-    assert proc.stdout is not None
-    lines = []
-    for line in proc.stdout:
-        lines.append(line)
-        parsed = parse_line(line)
-        if parsed and parsed["event"] == event:
-            proc.send_signal(sig)
-            break
-    rest, _ = proc.communicate(timeout=120)
-    return parse_output(proc.returncode, "".join(lines) + rest, "")
-
-
-def losses(result: FinetuneResult) -> dict[int, float]:
-    return {e["step"]: e["loss"] for e in result.of("progress")}
 
 
 @pytest.mark.slow
@@ -43,38 +21,54 @@ def test_a_killed_run_resumes_from_its_checkpoint_and_continues_exactly(
     tiny_llm: TinyLLM, finetune_runs: dict[str, Any], tmp_path: Path
 ) -> None:
     reference, _ = finetune_runs["text"]  # the same options, run without interruption
-    base = ("--model", tiny_llm.model_dir, "--data", tiny_llm.text, "--output", tmp_path, *QUICK)
+    out = tmp_path / "out"
+    base = ("--model", tiny_llm.model_dir, "--data", tiny_llm.text, "--output", out, *QUICK)
 
-    killed = run_until(start_finetune(*base), "checkpoint", signal.SIGKILL)
+    # Held right after its checkpoint at step 3 (no step 4 yet), then killed.
+    hold = Hold(tmp_path, "checkpoint", 3)
+    proc = start(*base, env=hold.env)
+    before = read_until(proc, "checkpoint", 3)
+    proc.send_signal(signal.SIGKILL)
+    killed = finish(proc, before)
     assert killed.returncode == -signal.SIGKILL
-    assert not killed.of("done")
-    saved = max(int(p.name.split("-")[1]) for p in (tmp_path / "checkpoints").glob("step-??????"))
-    assert saved >= 3 and saved % 3 == 0
+    assert not killed.of("done") and killed.of("progress")[-1]["step"] == 3
+    assert [p.name for p in (out / "checkpoints").glob("step-*")] == ["step-000003"]
 
-    stopped = run_until(start_finetune(*base), "progress", signal.SIGTERM)
+    # Resumed, held after its first progress event (step 4), stopped by SIGTERM meanwhile:
+    # it finishes step 4, checkpoints it and exits.
+    hold = Hold(tmp_path, "progress", 4)
+    proc = start(*base, env=hold.env)
+    before = read_until(proc, "progress", 4)
+    proc.send_signal(signal.SIGTERM)
+    hold.release()
+    stopped = finish(proc, before)
     assert stopped.returncode == 143
-    assert stopped.of("start")[0]["resumed_from_step"] == saved
-    assert stopped.of("progress")[0]["step"] == saved + 1  # continues, does not restart
+    assert stopped.of("start")[0]["resumed_from_step"] == 3
+    assert stopped.of("resumed") == [stopped.of("resumed")[0]]
+    assert stopped.of("resumed")[0]["step"] == 3
+    assert [e["step"] for e in stopped.of("progress")] == [4]  # continues, does not restart
+    [interrupted] = stopped.of("interrupted")
+    assert interrupted["step"] == 4 and interrupted["signal"] == "SIGTERM"
+    assert interrupted["checkpoint"] == str(out / "checkpoints" / "step-000004")
     [error] = stopped.of("error")
     assert error["kind"] == "interrupted" and error["exit_code"] == 143
-    at = stopped.of("checkpoint")[-1]["step"]
-    assert at == stopped.of("progress")[-1]["step"] < 12  # checkpointed where it stopped
-    assert f"at step {at}" in error["message"]
-    assert json.loads((tmp_path / "status.json").read_text())["state"] == "interrupted"
-    assert (tmp_path / "checkpoints" / f"step-{at:06d}" / "optimizer.pt").is_file()
+    assert "at step 4" in error["message"]
+    assert json.loads((out / "status.json").read_text())["state"] == "interrupted"
+    assert (out / "checkpoints" / "step-000004" / "optimizer.pt").is_file()
 
-    expected = {s: loss for s, loss in losses(reference).items() if s in losses(stopped)}
-    assert len(expected) == at - saved
-    assert losses(stopped) == pytest.approx(expected, rel=1e-5)  # same data, RNG, optimizer
-    steps = [json.loads(x)["step"] for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
-    assert steps == list(range(1, at + 1))  # the steps redone after the kill are not doubled
+    expected = {s: loss for s, loss in losses(reference).items() if s <= 4}
+    assert {**losses(killed), **losses(stopped)} == pytest.approx(expected, rel=1e-5)
+    steps = [json.loads(x)["step"] for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [1, 2, 3, 4]  # a step redone after the kill is not written twice
 
 
 def test_checkpoints_of_another_configuration_are_refused(tmp_path: Path) -> None:
     state = tmp_path / "checkpoints" / "step-000010"
     state.mkdir(parents=True)
     fingerprint: dict[str, Any] = {"rank": 16, "data": "abc", "seed": 1}
-    (state / "state.json").write_text(json.dumps({"step": 10, "fingerprint": fingerprint}))
+    (state / "state.json").write_text(
+        json.dumps({"step": 10, "fingerprint": fingerprint, "format": 2})
+    )
     (tmp_path / "checkpoints" / "step-000020.tmp").mkdir()  # what a kill mid-write leaves
     opts = parse_options(["--model", "m", "--data", "d", "--output", str(tmp_path)])
     reporter = Reporter(None, enabled=False)
