@@ -458,6 +458,17 @@ METRICS_TOKEN = env_str("METRICS_TOKEN") or ""
 KUBERNETES_API_HOST = env_str("KUBERNETES_API_HOST") or None
 KUBERNETES_SERVICE_ACCOUNT = env_str("KUBERNETES_SERVICE_ACCOUNT") or "ajuste-controller"
 KUBERNETES_NAMESPACE = env_str("KUBERNETES_NAMESPACE") or "ajuste"
+# Where the cluster reaches the panel's web Service (notebook and app forward-auth): derived
+# from the namespace the panel runs in unless given (another Service name, an external URL).
+KUBERNETES_PANEL_URL = (
+    env_str("KUBERNETES_PANEL_URL") or f"http://ajuste-web.{KUBERNETES_NAMESPACE}.svc.cluster.local"
+).rstrip("/")
+# Read pods and workloads one project namespace at a time (clusters that grant no cluster-wide
+# reads; k8s/components/namespaced gives the RBAC): the sweep lists each project namespace.
+KUBERNETES_NAMESPACED = env_bool("KUBERNETES_NAMESPACED", False)
+# Images a kustomize overlay moved (deploy.images.MOVABLE: the serving and editors' images):
+# a workload asking for the default runs the moved one.
+AJUSTE_IMAGE_MAP = images.moved_images({name: env_str(name) or "" for name in images.MOVABLE})
 # One API call (connect aside) waits this long for its answer, then is retried (deploy/kubernetes/
 # api.py): a hung API server holds a worker thread for minutes at most, not forever.
 KUBERNETES_REQUEST_TIMEOUT_SECONDS = env_int("KUBERNETES_REQUEST_TIMEOUT_SECONDS", 30, minimum=1)
@@ -500,7 +511,7 @@ JOB_WORKSPACE_GIB = env_int("JOB_WORKSPACE_GIB", 50, minimum=1)
 # before every request; the workspace claim's size.
 NOTEBOOK_HOST = env_str("NOTEBOOK_HOST") or (urlsplit(SITE_URL).hostname or "localhost")
 NOTEBOOK_AUTH_URL = (
-    env_str("NOTEBOOK_AUTH_URL") or "http://ajuste-web.ajuste.svc.cluster.local/auth/notebook"
+    env_str("NOTEBOOK_AUTH_URL") or f"{KUBERNETES_PANEL_URL}/auth/notebook"
 ).rstrip("/")
 NOTEBOOK_TLS_SECRET = env_str("NOTEBOOK_TLS_SECRET") or ""
 NOTEBOOK_INGRESS_CLASS = env_str("NOTEBOOK_INGRESS_CLASS") or "nginx"
@@ -510,9 +521,7 @@ NOTEBOOK_WORKSPACE_GIB = env_int("NOTEBOOK_WORKSPACE_GIB", 20, minimum=1)
 # APP_KEDA: KEDA is installed, so autoscaled apps use a ScaledObject (scale to zero).
 # On the local backend the panel's own /a/<project>/<id>/v1 proxies to the app's process.
 APP_HOST = env_str("APP_HOST") or NOTEBOOK_HOST
-APP_AUTH_URL = (
-    env_str("APP_AUTH_URL") or "http://ajuste-web.ajuste.svc.cluster.local/auth/app"
-).rstrip("/")
+APP_AUTH_URL = (env_str("APP_AUTH_URL") or f"{KUBERNETES_PANEL_URL}/auth/app").rstrip("/")
 APP_TLS_SECRET = env_str("APP_TLS_SECRET") or ""
 APP_INGRESS_CLASS = env_str("APP_INGRESS_CLASS") or "nginx"
 APP_KEDA = env_bool("APP_KEDA", False)

@@ -18,6 +18,7 @@ from django.utils import timezone
 from django_htmx.http import HttpResponseClientRedirect
 
 from controlpanel.core.htmx import wants_fragment
+from controlpanel.core.install import install_id
 from controlpanel.dashboards import capacity, selectors
 from controlpanel.dashboards.filters import RANGES, DashboardFilters, dashboard_filters
 from controlpanel.dashboards.selectors import Scope, Usage
@@ -108,6 +109,7 @@ def capacity_view(request: HttpRequest) -> HttpResponseBase:
     context = capacity.capacity_figures() | {
         "backend": get_backend().name,
         "refresh_s": REFRESH_SECONDS,
+        "install_id": install_id(),
     }
     if wants_fragment(request):
         return render(request, "dashboards/capacity.html#figures", context)

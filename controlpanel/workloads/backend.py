@@ -50,6 +50,7 @@ def set_backend(backend: ComputeBackend | None) -> None:
 
 def _build_backend() -> ComputeBackend:
     if settings.COMPUTE_BACKEND == "kubernetes":
+        from controlpanel.core.install import install_id
         from deploy.kubernetes.backend import KubernetesBackend
         from deploy.kubernetes.client import make_api_client
 
@@ -59,6 +60,9 @@ def _build_backend() -> ComputeBackend:
             service_account=settings.KUBERNETES_SERVICE_ACCOUNT,
             service_account_namespace=settings.KUBERNETES_NAMESPACE,
             request_timeout_s=float(settings.KUBERNETES_REQUEST_TIMEOUT_SECONDS),
+            install_id=install_id(),  # ajuste.io/install on every object (controlpanel/core)
+            namespaced=settings.KUBERNETES_NAMESPACED,
+            images=settings.AJUSTE_IMAGE_MAP,
         )
     from deploy.local import LocalBackend
 
