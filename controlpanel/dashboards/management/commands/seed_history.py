@@ -1,6 +1,12 @@
 """Demo history for the dashboards and their benchmark: `seed_history --jobs N --days D
 [--project P]`. Every row it makes carries the label `demo=seed_history` (and demo users are
-named `demo-*`), so it is never mistaken for real usage; the days are rolled up at the end."""
+named `demo-*`), so it is never mistaken for real usage; the days are rolled up at the end.
+
+History is what already happened: every workload it makes has ended before now. A "still
+running" or "still waiting" row would hold its project's quota and the machine's CPUs for ever
+(nothing runs it), and the sweep would try to launch it. It goes into a project of its own
+(`history`) unless --project says, and its demo users cannot log in (inactive, no password):
+they are not people a local `make run` would have to trust (ajuste.E001)."""
 
 from __future__ import annotations
 
@@ -34,6 +40,7 @@ REASONS: dict[str, str] = {
     JobState.SYNC_FAILED: "pushing /workspace/output failed: connection reset",
 }
 TEAMS = ["nlp", "vision", "speech", "rl"]
+PROJECT = "history"
 BATCH = 5000
 
 
@@ -43,7 +50,9 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--jobs", type=int, required=True, help="How many workloads.")
         parser.add_argument("--days", type=int, required=True, help="Spread over this many days.")
-        parser.add_argument("--project", default="demo", help="Project slug (made if missing).")
+        parser.add_argument(
+            "--project", default=PROJECT, help=f"Project slug (made if missing; {PROJECT})."
+        )
         parser.add_argument("--seed", type=int, default=0, help="Random seed (repeatable).")
 
     def handle(self, *args: Any, jobs: int, days: int, project: str, seed: int, **_: Any) -> None:
@@ -82,7 +91,9 @@ class Command(BaseCommand):
 def _demo_users(project: Project) -> list[Any]:
     users = []
     for name in ("alice", "bruno", "chloe", "dmitri", "emma"):
-        user, made = get_user_model().objects.get_or_create(username=f"demo-{name}")
+        user, made = get_user_model().objects.get_or_create(
+            username=f"demo-{name}", defaults={"is_active": False}
+        )
         if made:
             user.set_unusable_password()
             user.save()
@@ -101,6 +112,20 @@ def _state(rng: random.Random) -> str:
     return JobState.DONE
 
 
+def _times(
+    rng: random.Random, first: datetime, now: datetime
+) -> tuple[datetime, datetime, datetime]:
+    """When one workload was queued, admitted and ended, all before `now` (drawn again when
+    its run would still be going: history holds no quota)."""
+    span = (now - first).total_seconds()
+    while True:
+        queued = first + timedelta(seconds=rng.random() * span)
+        admitted = queued + timedelta(seconds=rng.expovariate(1 / 240))
+        ended = admitted + timedelta(seconds=min(rng.lognormvariate(7.5, 1.2), 5 * 86400))
+        if ended < now:
+            return queued, admitted, ended
+
+
 def _batch(
     rng: random.Random,
     project: Project,
@@ -110,24 +135,12 @@ def _batch(
     now: datetime,
     count: int,
 ) -> tuple[list[Workload], list[JobRun]]:
-    span = (now - first).total_seconds()
     workloads, runs = [], []
     for _ in range(count):
         notebook = rng.random() < 0.08
         flavor = rng.choice(flavors)
-        queued = first + timedelta(seconds=rng.random() * span)
-        admitted = queued + timedelta(seconds=rng.expovariate(1 / 240))
-        running = timedelta(seconds=min(rng.lognormvariate(7.5, 1.2), 5 * 86400))
-        ended = admitted + running
-        state = (NotebookState.STOPPED if notebook else _state(rng)) if ended < now else None
-        if state is None:  # still going, or still waiting
-            admitted_at = admitted if admitted < now else None
-            state = JobState.RUNNING if admitted_at else JobState.QUEUED
-            if notebook and admitted_at:
-                state = NotebookState.RUNNING
-            ended_at = None
-        else:
-            admitted_at, ended_at = admitted, ended
+        queued, admitted_at, ended_at = _times(rng, first, now)
+        state = NotebookState.STOPPED if notebook else _state(rng)
         finetune = not notebook and rng.random() < 0.3
         w = Workload(
             id=uuid.uuid4(),
@@ -141,8 +154,8 @@ def _batch(
             labels=DEMO_LABEL | {"team": rng.choice(TEAMS)},
             preset="finetune" if finetune else "",
             state=state,
-            state_reason=REASONS.get(state, "") if ended_at else "",
-            state_changed_at=ended_at or admitted_at or queued,
+            state_reason=REASONS.get(state, ""),
+            state_changed_at=ended_at,
             queued_at=queued,
             admitted_at=admitted_at,
             started_at=admitted_at,
@@ -150,21 +163,20 @@ def _batch(
             exit_code=0 if state == JobState.DONE else 1 if state == JobState.FAILED else None,
             progress={"tokens_per_s": round(rng.uniform(2000, 12000), 1)} if finetune else {},
             created_at=queued,
-            last_activity_at=now - timedelta(minutes=rng.randrange(200)) if notebook else None,
+            last_activity_at=ended_at if notebook else None,
         )
         workloads.append(w)
-        if admitted_at is not None:
-            runs.append(
-                JobRun(
-                    uid=f"demo-{w.id}",
-                    job=w,
-                    project=project,
-                    run=1,
-                    flavor=flavor,
-                    units=w.gpu,
-                    started_at=admitted_at,
-                    finished_at=ended_at,
-                    node="demo-node",
-                )
+        runs.append(
+            JobRun(
+                uid=f"demo-{w.id}",
+                job=w,
+                project=project,
+                run=1,
+                flavor=flavor,
+                units=w.gpu,
+                started_at=admitted_at,
+                finished_at=ended_at,
+                node="demo-node",
             )
+        )
     return workloads, runs
