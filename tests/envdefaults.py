@@ -84,6 +84,8 @@ os.environ["HTTPS"] = "0"
 os.environ["SECRET_KEY"] = "tests-only-secret-key-that-is-long-enough-for-django-checks"
 os.environ["STATIC_MANIFEST"] = "0"
 os.environ["AJUSTE_VAR_DIR"] = f"/tmp/ajuste-tests-var-{os.getpid()}"
+# What `ajuste login` stored in the user's config dir must not stand in for a test's token.
+os.environ["XDG_CONFIG_HOME"] = f"{os.environ['AJUSTE_VAR_DIR']}/config"
 
 
 def pytest_unconfigure(config: object) -> None:

@@ -10,6 +10,9 @@ import click
 import httpx
 
 DEFAULT_URL = "http://127.0.0.1:8000"
+# How the API starts its 404 when a request names no project and the caller has several or
+# none (controlpanel/api/scoping.py); the CLI says it with its own flag and variable.
+UNNAMED = "Name the project"
 TIMEOUT = httpx.Timeout(30.0, connect=10.0)
 
 
@@ -56,8 +59,9 @@ class State:
         if self._api is None:
             if not self.token:
                 raise click.UsageError(
-                    "No API token: set AJUSTE_TOKEN (or --token); create one on your settings "
-                    "page or with `python manage.py apitoken <username>`."
+                    "No API token: set AJUSTE_TOKEN (or --token), or run `ajuste login`; "
+                    "create one on your settings page or with "
+                    "`python manage.py apitoken <username>`."
                 )
             self._api = Api(
                 url=self.url, token=self.token, project=self.project, transport=self.transport
@@ -102,10 +106,27 @@ class Api:
         except httpx.TransportError as error:
             raise ApiError(0, f"cannot reach {self.url}: {error}") from None
         if response.status_code >= 400:
-            raise ApiError(response.status_code, describe(response, name))
+            detail = describe(response, name)
+            if response.status_code == 404 and not self.project and detail.startswith(UNNAMED):
+                raise click.UsageError(self._name_the_project())
+            raise ApiError(response.status_code, detail)
         if response.status_code == 204 or not response.content:
             return None
         return response.json()
+
+    def _name_the_project(self) -> str:
+        """The API's 'name the project' said in the CLI's words, with the projects to pick."""
+        try:
+            page = self.http.get("projects/").json()
+            slugs = [project["slug"] for project in page["results"]]
+        except (httpx.HTTPError, ValueError, KeyError, TypeError):
+            slugs = []
+        known = f" Yours: {', '.join(slugs)}." if slugs else " You are in no project yet."
+        example = slugs[0] if slugs else "<slug>"
+        return (
+            f"Name the project: `ajuste -p {example} ...` (--project, before the command), "
+            f"or export AJUSTE_PROJECT={example}." + known
+        )
 
     def get(self, path: str, **params: Any) -> Any:
         return self.call("GET", path, params={k: v for k, v in params.items() if v is not None})

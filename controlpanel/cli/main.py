@@ -11,7 +11,7 @@ import sys
 
 import click
 
-from controlpanel.cli import apps, buckets, capacity, jobs, notebooks, usage
+from controlpanel.cli import apps, buckets, capacity, jobs, login, notebooks, usage
 from controlpanel.cli.client import DEFAULT_URL, State
 from controlpanel.cli.output import FORMATS
 
@@ -23,6 +23,7 @@ GROUPS: list[click.Command] = [
     jobs.flavor,
     usage.usage,
     capacity.capacity,
+    login.login,
 ]
 
 
@@ -50,6 +51,7 @@ GROUPS: list[click.Command] = [
 def cli(ctx: click.Context, url: str, token: str | None, project: str | None, output: str) -> None:
     """Ajuste: GPU notebooks, training jobs and object storage from the command line."""
     current = ctx.ensure_object(State)
+    url, token = login.stored_defaults(ctx, url, token)  # what `ajuste login` kept, if unset
     current.url, current.token, current.project, current.output = url, token, project, output
     ctx.call_on_close(lambda: current._api.close() if current._api else None)
 
