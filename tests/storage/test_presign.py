@@ -26,7 +26,7 @@ from storage.presign import (
     presign_put,
     presign_upload_parts,
 )
-from tests.fixtures.s3 import S3_SERVERS, SIGNATURES_CHECKED, each_s3_server
+from tests.fixtures.s3 import S3_SERVERS, URL_SIGNATURES_CHECKED, each_s3_server
 
 MiB = 1024 * 1024
 
@@ -56,7 +56,7 @@ def test_presigned_get_with_a_chosen_name_inline(s3_server: DatastoreConfig, buc
     assert disposition.startswith('inline; filename="a _quoted_.txt"')
 
 
-@SIGNATURES_CHECKED
+@URL_SIGNATURES_CHECKED
 def test_tampered_or_expired_urls_are_refused(s3_server: DatastoreConfig, bucket: str) -> None:
     put_object(s3_server, bucket=bucket, key="secret.txt", data=b"s")
     url = presign_get(s3_server, bucket=bucket, key="secret.txt", expires_in=1)
@@ -79,7 +79,7 @@ def test_presigned_put_uploads_a_small_file(s3_server: DatastoreConfig, bucket: 
     assert (info.size, info.content_type) == (5, "text/plain")
 
 
-@SIGNATURES_CHECKED
+@URL_SIGNATURES_CHECKED
 def test_presigned_put_is_bound_to_its_content_type(
     s3_server: DatastoreConfig, bucket: str
 ) -> None:
@@ -178,7 +178,7 @@ def _public_alias(config: DatastoreConfig) -> DatastoreConfig:
     return dataclasses.replace(config, public_endpoint_url=public)
 
 
-@SIGNATURES_CHECKED
+@URL_SIGNATURES_CHECKED
 def test_presigned_urls_are_signed_for_the_public_endpoint(
     s3_server: DatastoreConfig, bucket: str
 ) -> None:
@@ -197,7 +197,7 @@ def test_presigned_urls_are_signed_for_the_public_endpoint(
     assert make_s3_client(s3_server, public=True) is make_s3_client(s3_server)
 
 
-@SIGNATURES_CHECKED
+@URL_SIGNATURES_CHECKED
 def test_multipart_parts_are_signed_for_the_public_endpoint(
     s3_server: DatastoreConfig, bucket: str
 ) -> None:

@@ -1,4 +1,4 @@
-"""pull() and push() against the embedded S3 server."""
+"""pull() and push() against two S3 servers: the embedded s3rver and moto (tests/fixtures/s3.py)."""
 
 import hashlib
 import os
@@ -13,8 +13,14 @@ from storage.embedded import EmbeddedS3
 from storage.objects import create_bucket, iter_objects, put_object, read_object
 from storage.sync import SyncStats, pull, push
 from storage.volumes import Mode, VolumeSpec
+from tests.fixtures.s3 import S3_SERVERS, each_s3_server
 
 MiB = 1024 * 1024
+
+
+@pytest.fixture(params=S3_SERVERS)
+def s3_server(request: pytest.FixtureRequest) -> DatastoreConfig:
+    return each_s3_server(request)
 
 
 def spec(bucket: str, prefix: str = "data", mode: Mode = Mode.RO) -> VolumeSpec:

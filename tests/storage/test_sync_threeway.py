@@ -1,6 +1,6 @@
-"""The push against the embedded S3 server: what it uploads is the file the scan saw (never a
-link swapped in since), and it is three-way against the pull's manifest, so nobody else's
-data is lost."""
+"""The push against two S3 servers (the embedded s3rver and moto): what it uploads is the file
+the scan saw (never a link swapped in since), and it is three-way against the pull's manifest,
+so nobody else's data is lost."""
 
 from __future__ import annotations
 
@@ -9,10 +9,19 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from storage.datastore import DatastoreConfig
 from storage.objects import iter_objects, put_object, read_object
 from storage.sync import ProgressCallback, SyncStats, pull, push
 from storage.volumes import Mode, VolumeSpec
+from tests.fixtures.s3 import S3_SERVERS, each_s3_server
+
+
+@pytest.fixture(params=S3_SERVERS)
+def s3_server(request: pytest.FixtureRequest) -> DatastoreConfig:
+    return each_s3_server(request)
+
 
 SECRET = b"AWS_SECRET_ACCESS_KEY=the-datastore-wide-key"
 
