@@ -7,4 +7,5 @@ pytest_plugins = [
     "tests.fixtures.browser",
     "tests.fixtures.faults",
     "tests.fixtures.s3",
+    "tests.fixtures.clock",
 ]

@@ -25,6 +25,7 @@ from controlpanel.flavors.models import Flavor, FlavorPrice
 from controlpanel.projects.models import Project
 from controlpanel.workloads.models import JobRun, Kind, Workload
 from tests.controlpanel.test_settings import _check
+from tests.fixtures.clock import FrozenClock
 from tests.fixtures.panel import logged_in
 
 
@@ -137,7 +138,11 @@ def _ran(
 
 
 @pytest.fixture
-def work(project: Project, owner: Any, flavor: Flavor) -> dict[str, Workload]:
+def work(
+    frozen_clock: FrozenClock, project: Project, owner: Any, flavor: Flavor
+) -> dict[str, Workload]:
+    """Three runs that ended 5 minutes ago, on a clock that stands still: the figures' cache
+    key holds the current minute, which must not turn between two views of a test."""
     items = {
         "job": _ran(project, owner, flavor, "train", Kind.JOB, 2),  # 2 GPUs x 2 h
         "nb": _ran(project, owner, flavor, "explore", Kind.NOTEBOOK, 1),  # 2 GPUs x 1 h
@@ -166,7 +171,7 @@ def test_without_a_source_the_pages_say_no_data_never_zero(
 
 
 def test_utilisation_per_workload_and_idle_gpu_hours(
-    work: dict[str, Workload], owner: Any, prometheus: FakePrometheus
+    work: dict[str, Workload], owner: Any, prometheus: FakePrometheus, frozen_clock: FrozenClock
 ) -> None:
     job, nb, quiet = work["job"].pk, work["nb"].pk, work["quiet"].pk
     prometheus.answer = (
@@ -198,10 +203,14 @@ def test_utilisation_per_workload_and_idle_gpu_hours(
         'avg by (namespace, pod) (avg_over_time(DCGM_FI_DEV_GPU_UTIL{namespace=~"ajuste-alpha",'
     )
     assert int(query["time"][0]) <= time.time()
-    # The same view again within the minute: no new query (refreshes cost one a minute).
+    # The same view again within the minute: no new query (refreshes cost one a minute);
+    # once the minute has turned, one.
     count = len(prometheus.queries)
     client.get("/p/alpha/dashboard/?range=7d", HTTP_HX_REQUEST="true")
     assert len(prometheus.queries) == count
+    frozen_clock.advance(timedelta(seconds=60))
+    client.get("/p/alpha/dashboard/?range=7d", HTTP_HX_REQUEST="true")
+    assert len(prometheus.queries) == count + 1
     rows = list(
         csv.DictReader(
             io.StringIO(client.get("/p/alpha/dashboard/top.csv?range=7d").content.decode())
