@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import urllib.request
 from dataclasses import replace
 from pathlib import Path
@@ -158,20 +159,38 @@ def test_local_notebook_stops_and_restarts_at_the_same_url(tmp_path: Path) -> No
     assert backend.observe_notebook(ref=notebook.ref).phase is Phase.GONE
 
 
-def test_local_notebook_without_its_editor_says_so(tmp_path: Path) -> None:
-    backend = LocalBackend(base_dir=tmp_path, gpus=list, any_command=True)
-    notebook = NotebookRequest(
+def _jupyter_notebook() -> NotebookRequest:
+    return NotebookRequest(
         id="6", project="local", namespace=NS, name="nb", image="jupyter", flavor=CPU
     )
-    observed = backend.apply_notebook(notebook=notebook)
-    if observed.phase is Phase.FAILED:
-        assert (
-            observed.reason
-            == "JupyterLab is not installed in this environment (pip install jupyterlab)"
-        )
-    else:
-        assert observed.phase is Phase.INITIALIZING  # jupyterlab is installed here
-        backend.delete_notebook(ref=notebook.ref)
+
+
+def test_local_notebook_without_its_editor_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """jupyterlab is locked, so it is installed wherever the tests run: the machine without it
+    is made by hiding the package from the backend's check (importlib's find_spec)."""
+    find_spec = importlib.util.find_spec
+
+    def without_jupyterlab(name: str, package: str | None = None) -> Any:
+        return None if name == "jupyterlab" else find_spec(name, package)
+
+    monkeypatch.setattr(importlib.util, "find_spec", without_jupyterlab)
+    backend = LocalBackend(base_dir=tmp_path, gpus=list, any_command=True)
+    observed = backend.apply_notebook(notebook=_jupyter_notebook())
+    assert observed.phase is Phase.FAILED
+    assert observed.reason == (
+        "JupyterLab is not installed in this environment (pip install jupyterlab)"
+    )
+
+
+def test_local_notebook_with_its_editor_starts(tmp_path: Path) -> None:
+    backend = LocalBackend(base_dir=tmp_path, gpus=list, any_command=True)
+    observed = backend.apply_notebook(notebook=_jupyter_notebook())
+    try:
+        assert observed.phase is Phase.INITIALIZING
+    finally:
+        backend.delete_notebook(ref=_jupyter_notebook().ref)
 
 
 def _get(url: str, *, attempts: int) -> int:
