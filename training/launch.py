@@ -61,6 +61,10 @@ def run_group(options: list[str], argv: list[str]) -> int:
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import parse_args, run
 
+    # The agent's shared TCPStore outlives a restart of the group, and the restarted ranks
+    # then read the dead ones' addresses from it (pytorch/pytorch#135712, #167288): each
+    # round gets a store of its own instead.
+    os.environ.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
     args = parse_args([*options, "--module", "training.finetune", *argv])
     nproc = args.nproc_per_node
     _threads_per_process(int(nproc) if str(nproc).isdigit() else 1)
