@@ -8,7 +8,9 @@ import threading
 # remember the signal now, so the final push still happens.
 stop = threading.Event()
 if "--every" in sys.argv:
-    for signum in (signal.SIGTERM, signal.SIGINT):
+    # SIGINT's first: SIGTERM's handler, which the kernel shows in /proc/<pid>/status, then
+    # tells that both are in place (tests/storage/test_sync_cli.py waits for it).
+    for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
 
 from storage.sync.cli import main  # noqa: E402 - after the handlers, on purpose

@@ -1,4 +1,5 @@
-"""`python -m storage.sync` as deploy/ runs it: subprocesses, JSON lines, exit codes."""
+"""`python -m storage.sync` as deploy/ runs it: subprocesses, JSON lines, exit codes, on two S3
+servers (the embedded s3rver and moto, tests/fixtures/s3.py)."""
 
 import json
 import os
@@ -16,8 +17,14 @@ import pytest
 from storage.datastore import DatastoreConfig
 from storage.objects import iter_objects, put_object, read_object
 from storage.sync.cli import main, summary_text
+from tests.fixtures.s3 import S3_SERVERS, SIGNATURES_CHECKED, each_s3_server
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(params=S3_SERVERS)
+def s3_server(request: pytest.FixtureRequest) -> DatastoreConfig:
+    return each_s3_server(request)
 
 
 def run_sync(
@@ -218,12 +225,32 @@ def test_sigint_while_starting_still_ends_with_a_final_push(
     with sync_process(
         s3_server, "push", spec, "--root", str(tmp_path), "--every", "3600"
     ) as process:
-        time.sleep(0.5)  # boto3 still loading: the signal is remembered until the loop starts
+        # As soon as the handlers are in place, before boto3 is loaded: the signal is
+        # remembered until the loop starts.
+        wait_for_handler(process, signal.SIGTERM)
         process.send_signal(signal.SIGINT)
         stdout, _ = process.communicate(timeout=30)
     assert process.returncode == 0
     [final] = lines(stdout)
     assert (final["final"], final["transferred"]) == (True, 1)
+
+
+def handles(pid: int, signum: int) -> bool:
+    """Whether the process has installed a handler for `signum` (the kernel's SigCgt mask)."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    caught = next(line.split()[1] for line in status.splitlines() if line.startswith("SigCgt:"))
+    return bool(int(caught, 16) >> (signum - 1) & 1)
+
+
+def wait_for_handler(process: subprocess.Popen[str], signum: int) -> None:
+    """Until `process` handles `signum`. storage/sync/__main__.py installs SIGINT's handler
+    before SIGTERM's, and Python catches SIGINT from its start (KeyboardInterrupt), so only
+    SIGTERM's bit tells that both of the sidecar's own handlers are in place."""
+    deadline = time.monotonic() + 60  # a bound, not a timing claim
+    while not handles(process.pid, signum):
+        assert process.poll() is None, "the process ended before it handled the signal"
+        assert time.monotonic() < deadline, "no handler installed within 60 s"
+        time.sleep(0.01)
 
 
 def test_state_dir_carries_the_base_from_pull_to_push_and_conflicts_are_summarized(
@@ -338,6 +365,7 @@ def test_summary_text_fits_a_termination_message() -> None:
     assert parsed["conflicts"] == keys[: len(parsed["conflicts"])]
 
 
+@SIGNATURES_CHECKED  # an expired secret must be refused
 def test_the_periodic_push_reads_renewed_credentials_from_their_files(
     tmp_path: Path, s3_server: DatastoreConfig, bucket: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
