@@ -24,10 +24,8 @@ from controlpanel.accounts.selectors import group_grants_of, memberships_of
 from controlpanel.accounts.selectors import people as people_query
 from controlpanel.accounts.views import _form_errors
 from controlpanel.projects.access import page_login_required, project_access
-from controlpanel.workloads.models import Job as JobModel
-from controlpanel.workloads.models import Kind, Notebook, Workload
-from controlpanel.workloads.notebooks import notebook_stop
-from controlpanel.workloads.services import job_stop
+from controlpanel.workloads.models import Workload
+from controlpanel.workloads.writes import workload_stop
 
 
 def staff_page(view: Callable[..., HttpResponseBase]) -> Callable[..., HttpResponseBase]:
@@ -159,13 +157,4 @@ def person_workload(request: HttpRequest, user_id: int, workload_id: str) -> Htt
 
 def _stop(request: HttpRequest, workload: Workload) -> None:
     access = project_access(user=request.user, slug=workload.project.slug)
-    if workload.kind == Kind.JOB:
-        job_stop(access=access, user=request.user, job=JobModel.objects.get(pk=workload.pk))
-    elif workload.kind == Kind.NOTEBOOK:
-        notebook_stop(
-            access=access, user=request.user, notebook=Notebook.objects.get(pk=workload.pk)
-        )
-    else:
-        raise ValidationError(
-            f"Stop this {workload.kind} from its page in {workload.project.name}."
-        )
+    workload_stop(access=access, user=request.user, workload=workload)

@@ -98,11 +98,12 @@ def _notify(alert_id: int) -> Callable[[], None]:
 
 
 def budget_stop_running(outcome: Outcome) -> int:
-    """Stop the project's admitted, live jobs and notebooks (the project opted in): the
-    panel stops them, as a site admin would, with the budget as the reason."""
-    from controlpanel.workloads.models import LIVE_STATES, Job, Kind, Notebook, Workload
-    from controlpanel.workloads.notebooks import notebook_stop
-    from controlpanel.workloads.services import job_stop
+    """Stop the project's admitted, live work, every kind (the project opted in): the panel
+    stops it, as a site admin would, with the budget as the reason."""
+    # Function-local: controlpanel.workloads imports billing (admission holds launches at the
+    # budget, its models bill runs), so billing's modules import it only where they act.
+    from controlpanel.workloads.models import LIVE_STATES, Workload
+    from controlpanel.workloads.writes import workload_stop
 
     project = outcome.status.project
     access = ProjectAccess(project=project, role=None, is_admin=True)
@@ -111,21 +112,9 @@ def budget_stop_running(outcome: Outcome) -> int:
         project=project, state__in=LIVE_STATES, stop_requested=False
     ).exclude(admitted_at=None)
     stopped = 0
-    for workload in live.only("pk", "kind"):
+    for workload in live.only("pk", "kind", "owner_id"):
         try:
-            if workload.kind == Kind.JOB:
-                job_stop(
-                    access=access, user=None, job=Job.objects.get(pk=workload.pk), reason=reason
-                )
-            elif workload.kind == Kind.NOTEBOOK:
-                notebook_stop(
-                    access=None,
-                    user=None,
-                    notebook=Notebook.objects.get(pk=workload.pk),
-                    reason=reason,
-                )
-            else:
-                continue  # apps: stopped from their page (no panel-side stop with a reason yet)
+            workload_stop(access=access, user=None, workload=workload, reason=reason)
         except (ValidationError, PermissionDenied):
             continue  # it ended meanwhile
         stopped += 1

@@ -21,20 +21,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
-from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import QuerySet
 from django.http import Http404
 from django.urls import reverse
-from django.utils import timezone
 
-from controlpanel import audit
 from controlpanel.projects.access import ProjectAccess
 from controlpanel.projects.models import Project
-from controlpanel.workloads import contract, tasks
+from controlpanel.workloads import contract
 from controlpanel.workloads.contract import JobSpecError
-from controlpanel.workloads.lifecycle import record_state
-from controlpanel.workloads.models import App, AppState, JobEvent
+from controlpanel.workloads.models import App, AppState
 from controlpanel.workloads.validation import (
     _access,
     _env,
@@ -46,6 +43,12 @@ from controlpanel.workloads.validation import (
     _labels,
     _name,
     _volumes,
+)
+from controlpanel.workloads.writes import (
+    workload_create,
+    workload_delete,
+    workload_start,
+    workload_stop,
 )
 from deploy import images
 from deploy.types import APP_ADAPTER_PATH, APP_MODEL_PATH, Scaling
@@ -331,7 +334,7 @@ def _scaling(errors: _Errors, data: Mapping[str, Any]) -> Scaling:
 def app_create(*, access: ProjectAccess, user: Any, data: Mapping[str, Any]) -> App:
     """Validate and store an app, then start it through the project's quota."""
     spec = validate_app(project=access.project, data=data)
-    app = App.objects.create(
+    app = App(
         project=access.project,
         owner=user,
         name=spec.name,
@@ -342,75 +345,24 @@ def app_create(*, access: ProjectAccess, user: Any, data: Mapping[str, Any]) -> 
         env=spec.env,
         labels=spec.labels,
         params=spec.params,
-        state=A.QUEUED,
-        state_reason="created",
     )
-    JobEvent.objects.create(job=app, run=1, state=A.QUEUED, reason="created")
-    audit.record("workload.start", actor=user, project=access.project, target=app, name=app.name)
-    tasks.admit_soon(access.project.pk)
-    return app
+    return workload_create(access=access, user=user, workload=app, reason="created")
 
 
-def _locked_for(access: ProjectAccess, user: Any, app: App) -> App:
-    """The app's row, locked, once the user may act on it (its owner or a manager)."""
-    if not (access.can_manage or app.owner_id == user.pk):
-        raise PermissionDenied("Only the app's owner or a project manager can do this.")
-    return App.objects.select_for_update(of=("self",)).get(pk=app.pk)
-
-
-@transaction.atomic
 def app_start(*, access: ProjectAccess, user: Any, app: App) -> App:
     """Start a stopped app again: a new run (billed apart), the same URL."""
-    app = _locked_for(access, user, app)
-    if app.state not in STARTABLE:
-        raise ValidationError(f"The app is {app.state}: stop it first.")
-    app.run += 1
-    app.stop_requested = False
-    app.queued_at = timezone.now()
-    app.admitted_at = app.started_at = app.finished_at = None
-    app.exit_code = None
-    app.progress = {}
-    app.log_cursor, app.log_lines, app.logs_archived = "", 0, False
-    app.save()
-    record_state(app, A.QUEUED, f"started by {user.username}")
-    audit.record(
-        "workload.start", actor=user, project=app.project, target=app, name=app.name, run=app.run
-    )
-    tasks.admit_soon(app.project_id)
-    return app
+    return workload_start(access=access, user=user, workload=app)
 
 
-@transaction.atomic
-def app_stop(*, access: ProjectAccess, user: Any, app: App) -> App:
-    """Stop an app: its replicas go, its URL stays (it answers 503 until started again)."""
-    app = _locked_for(access, user, app)
-    if app.state not in STOPPABLE:
-        raise ValidationError(f"The app is {app.state}: there is nothing to stop.")
-    audit.record("workload.stop", actor=user, project=app.project, target=app, name=app.name)
-    reason = f"stopped by {user.username}"
-    app.stop_requested = True
-    app.save(update_fields=["stop_requested", "updated_at"])
-    if app.admitted_at is None or app.launched_run < app.run:
-        record_state(app, A.STOPPED, f"{reason} before it started")
-        tasks.admit_soon(app.project_id)
-        return app
-    record_state(app, A.STOPPING, reason)
-    tasks.job_reconcile.delay_on_commit(str(app.pk))
-    return app
+def app_stop(*, access: ProjectAccess | None, user: Any, app: App, reason: str = "") -> App:
+    """Stop an app: its replicas go, its URL stays (it answers 503 until started again).
+    `reason`: why, when the panel stops it (a budget reached), instead of who asked."""
+    return workload_stop(access=access, user=user, workload=app, reason=reason)
 
 
-@transaction.atomic
 def app_delete(*, access: ProjectAccess, user: Any, app: App) -> None:
     """Delete an app: its objects, then its row. Its runs stay, for billing."""
-    app = _locked_for(access, user, app)
-    audit.record("workload.delete", actor=user, project=app.project, target=app, name=app.name)
-    if app.launched_run == 0:
-        app.delete()
-        return
-    app.stop_requested = True
-    app.save(update_fields=["stop_requested", "updated_at"])
-    record_state(app, A.DELETING, f"deleted by {user.username}")
-    tasks.job_reconcile.delay_on_commit(str(app.pk))
+    workload_delete(access=access, user=user, workload=app)
 
 
 def apps_for_project(*, project: Project) -> QuerySet[App]:

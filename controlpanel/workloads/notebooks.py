@@ -16,18 +16,16 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from controlpanel import audit
 from controlpanel.flavors.models import Flavor
 from controlpanel.projects.access import ProjectAccess
 from controlpanel.projects.models import Project
-from controlpanel.workloads import contract, tasks
+from controlpanel.workloads import contract
 from controlpanel.workloads.contract import JobSpecError
-from controlpanel.workloads.lifecycle import record_state
-from controlpanel.workloads.models import JobEvent, Notebook, NotebookImage, NotebookState
+from controlpanel.workloads.models import Notebook, NotebookImage, NotebookState
 from controlpanel.workloads.validation import (
     _env,
     _Errors,
@@ -36,6 +34,13 @@ from controlpanel.workloads.validation import (
     _labels,
     _name,
     _volumes,
+)
+from controlpanel.workloads.writes import (
+    workload_create,
+    workload_delete,
+    workload_locked,
+    workload_start,
+    workload_stop,
 )
 from deploy.types import Editor
 from storage.volumes import VolumeSpec, render_volume_spec
@@ -148,7 +153,7 @@ def _editor(value: Any, image: NotebookImage | None) -> str:
 def notebook_create(*, access: ProjectAccess, user: Any, data: Mapping[str, Any]) -> Notebook:
     """Validate and store a notebook, then start it through the project's quota."""
     spec = validate_notebook(project=access.project, data=data)
-    notebook = Notebook.objects.create(
+    notebook = Notebook(
         project=access.project,
         owner=user,
         name=spec.name,
@@ -160,102 +165,27 @@ def notebook_create(*, access: ProjectAccess, user: Any, data: Mapping[str, Any]
         env=spec.env,
         labels=spec.labels,
         params={"image": spec.image.name},
-        state=N.STARTING,
-        state_reason="created",
     )
-    JobEvent.objects.create(job=notebook, run=1, state=N.STARTING, reason="created")
-    audit.record(
-        "workload.start", actor=user, project=access.project, target=notebook, name=notebook.name
-    )
-    tasks.admit_soon(access.project.pk)
-    return notebook
+    return workload_create(access=access, user=user, workload=notebook, reason="created")
 
 
-def _locked_for(access: ProjectAccess, user: Any, notebook: Notebook) -> Notebook:
-    """The notebook's row, locked, once the user may act on it (its owner or a manager)."""
-    if not (access.can_manage or notebook.owner_id == user.pk):
-        raise PermissionDenied("Only the notebook's owner or a project manager can do this.")
-    return Notebook.objects.select_for_update(of=("self",)).get(pk=notebook.pk)
-
-
-@transaction.atomic
 def notebook_start(*, access: ProjectAccess, user: Any, notebook: Notebook) -> Notebook:
     """Start a stopped notebook again: a new run, same address, same workspace."""
-    notebook = _locked_for(access, user, notebook)
-    if notebook.state not in STARTABLE:
-        raise ValidationError(f"The notebook is {notebook.state}: stop it first.")
-    notebook.run += 1
-    notebook.stop_requested = False
-    notebook.queued_at = timezone.now()
-    notebook.admitted_at = notebook.started_at = notebook.finished_at = None
-    notebook.exit_code = None
-    notebook.log_cursor, notebook.log_lines, notebook.logs_archived = "", 0, False
-    notebook.last_activity_at = None
-    notebook.save()
-    record_state(notebook, N.STARTING, f"started by {user.username}")
-    audit.record(
-        "workload.start",
-        actor=user,
-        project=notebook.project,
-        target=notebook,
-        name=notebook.name,
-        run=notebook.run,
-    )
-    tasks.admit_soon(notebook.project_id)
-    return notebook
+    return workload_start(access=access, user=user, workload=notebook)
 
 
-@transaction.atomic
 def notebook_stop(
     *, access: ProjectAccess | None, user: Any, notebook: Notebook, reason: str = ""
 ) -> Notebook:
     """Stop a notebook (its rw volumes are pushed, its workspace kept). `access` None: the
     panel itself stops it (idle), with `reason`."""
-    if access is None:
-        notebook = Notebook.objects.select_for_update(of=("self",)).get(pk=notebook.pk)
-    else:
-        notebook = _locked_for(access, user, notebook)
-    if notebook.state not in STOPPABLE:
-        raise ValidationError(f"The notebook is {notebook.state}: there is nothing to stop.")
-    audit.record(
-        "workload.stop",
-        actor=user,
-        project=notebook.project,
-        target=notebook,
-        name=notebook.name,
-        reason=reason,
-    )
-    reason = reason or f"stopped by {user.username}"
-    if notebook.admitted_at is None or notebook.launched_run < notebook.run:
-        # Never handed to the backend in this run: nothing runs there.
-        notebook.stop_requested = True
-        notebook.save(update_fields=["stop_requested", "updated_at"])
-        record_state(notebook, N.STOPPED, f"{reason} before it started")
-        tasks.admit_soon(notebook.project_id)
-        return notebook
-    if not notebook.stop_requested:
-        notebook.stop_requested = True
-        notebook.save(update_fields=["stop_requested", "updated_at"])
-        record_state(notebook, N.STOPPING, reason)
-    tasks.job_reconcile.delay_on_commit(str(notebook.pk))
-    return notebook
+    return workload_stop(access=access, user=user, workload=notebook, reason=reason)
 
 
-@transaction.atomic
 def notebook_delete(*, access: ProjectAccess, user: Any, notebook: Notebook) -> None:
     """Delete a notebook: its objects (workspace included), then its row. Its runs stay,
     for billing. A running notebook is stopped by the deletion (nothing is pushed)."""
-    notebook = _locked_for(access, user, notebook)
-    audit.record(
-        "workload.delete", actor=user, project=notebook.project, target=notebook, name=notebook.name
-    )
-    if notebook.launched_run == 0:
-        notebook.delete()  # never reached the backend: nothing to remove there
-        return
-    notebook.stop_requested = True
-    notebook.save(update_fields=["stop_requested", "updated_at"])
-    record_state(notebook, N.DELETING, f"deleted by {user.username}")
-    tasks.job_reconcile.delay_on_commit(str(notebook.pk))
+    workload_delete(access=access, user=user, workload=notebook)
 
 
 def idle_deadline(notebook: Notebook) -> datetime | None:
@@ -270,7 +200,7 @@ def idle_deadline(notebook: Notebook) -> datetime | None:
 @transaction.atomic
 def notebook_keep_alive(*, access: ProjectAccess, user: Any, notebook: Notebook) -> Notebook:
     """ "Keep it running": counts as activity now, so the idle stop waits a full limit again."""
-    notebook = _locked_for(access, user, notebook)
+    notebook = workload_locked(access=access, user=user, workload=notebook)
     if notebook.state != N.RUNNING:
         raise ValidationError(f"The notebook is {notebook.state}, not running.")
     notebook.last_activity_at = timezone.now()
