@@ -237,7 +237,7 @@ def test_a_failed_push_is_retried_by_the_worker(
 ) -> None:
     out = project_bucket(project, panel_s3, name=f"out-{uuid.uuid4().hex[:12]}")
     env = s3_env(panel_s3) | {"COMPUTE_BACKEND": "kubernetes"}
-    procs: Processes = processes(env | {"KUBERNETES_API_HOST": k8s_cluster.url})
+    procs: Processes = processes(env | {"KUBECONFIG": k8s_cluster.kubeconfig})
     procs.worker()
     procs.beat()
     procs.watcher()

@@ -8,6 +8,7 @@ from dataclasses import replace
 import pytest
 
 from deploy.kubernetes import KubernetesBackend
+from deploy.manifests.common import container_security_context, pod_security_context
 from deploy.types import APP_ADAPTER_PATH, AppRequest, Phase, Scaling
 from storage.volumes import Mode, VolumeSpec
 from tests.deploy.test_app_manifests import make_app_request
@@ -92,10 +93,14 @@ def test_app_journey_scale_rolling_update_stop_start_delete(
     assert {r.uid for r in three_up.replica_runs or ()} == uids(k8s_cluster)
     assert all(r.started_at and r.finished_at is None for r in three_up.replica_runs or ())
 
-    # Back down to one: the first pod keeps serving.
+    # Back down to one: the first pod keeps serving; the two others run (and are billed)
+    # until their kubelet has stopped them.
     down = k8s_backend.apply_app(app=app)
     assert down.replicas == (1, 1)
     assert [p["metadata"]["name"] for p in pods(k8s_cluster)] == [name]
+    assert len(down.replica_runs or ()) == 3
+    k8s_cluster.reconcile()
+    down = k8s_backend.observe_app(ref=app.ref)
     assert [r.uid for r in down.replica_runs or ()] == [pod["metadata"]["uid"]]
 
     # A new adapter: a rolling update of the same Deployment (new template, same uid), one
@@ -127,10 +132,15 @@ def test_app_journey_scale_rolling_update_stop_start_delete(
     assert k8s_backend.apply_app(app=updated).replicas == (1, 1)
     assert k8s_cluster.get("deployments", NS, NAME)["metadata"]["resourceVersion"] == version  # type: ignore[index]
 
-    # Stop: no pod, the address kept; start again at the same URL.
-    stopped = k8s_backend.apply_app(app=replace(updated, running=False))
-    assert (stopped.phase, stopped.url, stopped.replica_runs) == (Phase.STOPPED, URL, ())
+    # Stop: STOPPING while the pod terminates, then no pod, the address kept; start again at
+    # the same URL.
+    stopping = k8s_backend.apply_app(app=replace(updated, running=False))
+    assert (stopping.phase, stopping.url) == (Phase.STOPPING, URL)
     assert pods(k8s_cluster) == []
+    k8s_cluster.reconcile()  # its kubelet stops it
+    stopped = k8s_backend.observe_app(ref=app.ref)
+    assert (stopped.phase, stopped.url, stopped.replica_runs) == (Phase.STOPPED, URL, ())
+    assert k8s_cluster.list("pods", NS) == []
     assert k8s_cluster.get("ingresses", NS, NAME) is not None
     again = k8s_backend.apply_app(app=updated)
     assert (again.phase, again.url) == (Phase.PENDING, URL)
@@ -275,7 +285,16 @@ def test_sweep_and_watch_observe_apps(
             "namespace": NS,
             "labels": dict(pods(k8s_cluster)[0]["metadata"]["labels"]),
         },
-        "spec": {"containers": [{"name": "main", "image": "busybox"}]},
+        "spec": {  # as the namespace's Pod Security `restricted` requires
+            "securityContext": pod_security_context(),
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "busybox",
+                    "securityContext": container_security_context(),
+                }
+            ],
+        },
     }
     k8s_cluster.create(forged)
     assert k8s_backend.observe_app(ref=app.ref).replicas == (1, 1)

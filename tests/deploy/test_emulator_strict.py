@@ -47,6 +47,7 @@ def causes(status: Obj) -> dict[str, str]:
 def send(cluster: EmulatedCluster, method: str, path: str, body: bytes, **headers: str) -> Any:
     """A raw request, for bodies the official client would never send."""
     headers.setdefault("Content-Type", "application/json")
+    headers.update(cluster.headers)
     return urllib3.request(method, cluster.url + path, body=body, headers=headers)
 
 
@@ -557,8 +558,11 @@ def test_a_pod_deleted_while_running_counts_as_failed(
 def test_pods_removed_by_a_suspension_do_not_count(
     k8s_cluster: EmulatedCluster, api: KubeApi
 ) -> None:
-    running(k8s_cluster, api)
+    pod = running(k8s_cluster, api)
     api.patch("Job", NS, "job-42-r1", {"spec": {"suspend": True}})
+    terminating = k8s_cluster.get("pods", NS, pod)  # stopped by its kubelet, not yet gone
+    assert terminating is not None and terminating["metadata"]["deletionTimestamp"]
+    k8s_cluster.reconcile()
     assert k8s_cluster.list("pods") == []
     api.patch("Job", NS, "job-42-r1", {"spec": {"suspend": False}})  # no back-off to wait
     job = k8s_cluster.get("jobs", NS, "job-42-r1")

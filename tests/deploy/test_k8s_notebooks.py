@@ -31,7 +31,10 @@ def test_notebook_lifecycle_keeps_workspace_and_url(
     assert running.url == "https://nb.ajuste.example/notebooks/7/"
     claim_uid = k8s_cluster.get("persistentvolumeclaims", NS, CLAIM)["metadata"]["uid"]  # type: ignore[index]
 
-    stopped = k8s_backend.apply_notebook(notebook=replace(notebook_request, running=False))
+    stopping = k8s_backend.apply_notebook(notebook=replace(notebook_request, running=False))
+    assert stopping.phase is Phase.STOPPING  # its pod terminates
+    k8s_cluster.reconcile()  # the kubelet stops it
+    stopped = k8s_backend.observe_notebook(ref=notebook_request.ref)
     assert (stopped.phase, stopped.url) == (Phase.STOPPED, "https://nb.ajuste.example/notebooks/7/")
     assert k8s_cluster.get("pods", NS, POD) is None
 
@@ -45,6 +48,7 @@ def test_notebook_lifecycle_keeps_workspace_and_url(
     k8s_backend.delete_notebook(ref=notebook_request.ref)
     k8s_backend.delete_notebook(ref=notebook_request.ref)
     assert k8s_backend.observe_notebook(ref=notebook_request.ref).phase is Phase.GONE
+    k8s_cluster.reconcile()  # the pod stops, then its claim's protection lets it go
     for plural in ("statefulsets", "services", "ingresses", "pods", "persistentvolumeclaims"):
         assert k8s_cluster.list(plural, NS) == []
 

@@ -62,6 +62,8 @@ class ContainerProcesses(Processes):
             if outside_variable(key) or key in {"PYTHONUNBUFFERED", "JOB_SWEEP_SECONDS"}
         ]
         command = ["python" if arg.endswith(("/python", "/python3")) else arg for arg in argv]
+        # The emulator's kubeconfig (its address and token), at the same path inside.
+        mounts = [f"-v={path}:{path}:ro" for path in [self.env.get("KUBECONFIG")] if path]
         self.containers.append(container)
         return super().start(
             name,
@@ -71,6 +73,7 @@ class ContainerProcesses(Processes):
             "--network=host",
             f"--name={container}",
             *settings_env,
+            *mounts,
             PANEL,
             *command,
         )
@@ -129,7 +132,7 @@ def test_panel_image_migrates_serves_and_runs_a_job(
     procs = panel(
         {
             "COMPUTE_BACKEND": "kubernetes",
-            "KUBERNETES_API_HOST": k8s_cluster.url,
+            "KUBECONFIG": k8s_cluster.kubeconfig,  # its server and bearer token
             "S3_ENDPOINT_URL": panel_s3.endpoint_url,
             "S3_ACCESS_KEY": panel_s3.access_key,
             "S3_SECRET_KEY": panel_s3.secret_key,

@@ -163,7 +163,7 @@ def test_real_worker_one_message_for_a_burst_and_every_job_admitted(
     procs: Processes = processes(
         {
             "COMPUTE_BACKEND": "kubernetes",
-            "KUBERNETES_API_HOST": k8s_cluster.url,
+            "KUBECONFIG": k8s_cluster.kubeconfig,  # its server and bearer token
             "S3_ENDPOINT_URL": panel_s3.endpoint_url,
             "S3_ACCESS_KEY": panel_s3.access_key,
             "S3_SECRET_KEY": panel_s3.secret_key,

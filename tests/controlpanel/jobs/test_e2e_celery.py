@@ -32,7 +32,7 @@ S = JobState
 def cluster_env(k8s_cluster: Any, k8s_jobs: Any, panel_s3: Any) -> dict[str, str]:
     return {
         "COMPUTE_BACKEND": "kubernetes",
-        "KUBERNETES_API_HOST": k8s_cluster.url,
+        "KUBECONFIG": k8s_cluster.kubeconfig,  # its server and bearer token
         "S3_ENDPOINT_URL": panel_s3.endpoint_url,
         "S3_ACCESS_KEY": panel_s3.access_key,
         "S3_SECRET_KEY": panel_s3.secret_key,

@@ -59,7 +59,7 @@ REQUEST_TIMEOUT_S = 2  # the processes' Kubernetes API call timeout (the time-ou
 def cluster_env(k8s_cluster: Any, k8s_jobs: Any, panel_s3: Any) -> dict[str, str]:
     return {
         "COMPUTE_BACKEND": "kubernetes",
-        "KUBERNETES_API_HOST": k8s_cluster.url,
+        "KUBECONFIG": k8s_cluster.kubeconfig,  # its server and bearer token
         "KUBERNETES_REQUEST_TIMEOUT_SECONDS": str(REQUEST_TIMEOUT_S),
         # A finalize lost with its worker or its broker is sent again by the next sweep.
         "JOB_FINALIZE_GRACE_SECONDS": "3",

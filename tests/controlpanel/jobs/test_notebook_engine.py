@@ -52,6 +52,12 @@ def started(k8s_cluster: Any, notebook: Notebook) -> Notebook:
     return notebook
 
 
+def stopped(k8s_cluster: Any) -> None:
+    """The kubelet stops the terminating pods, then the sweep sees them gone."""
+    k8s_cluster.reconcile()
+    sweep()
+
+
 def claim_uid(k8s_cluster: Any, notebook: Notebook) -> str:
     claim = k8s_cluster.get("persistentvolumeclaims", NS, f"workspace-nb-{notebook.pk}-0")
     assert claim is not None
@@ -76,6 +82,9 @@ def test_start_stop_start_keeps_the_address_and_the_workspace(
     notebook.refresh_from_db()
     assert notebook.state == N.STOPPING
     reconcile(str(notebook.pk))
+    notebook.refresh_from_db()
+    assert notebook.state == N.STOPPING  # its pod terminates
+    stopped(k8s_cluster)
     notebook.refresh_from_db()
     assert (
         notebook.state == N.STOPPED and k8s_cluster.get("pods", NS, f"nb-{notebook.pk}-0") is None
@@ -108,6 +117,10 @@ def test_a_start_over_quota_waits_in_line_with_its_position(
     started(k8s_cluster, first)
     notebook_stop(access=access_for(project), user=owner, notebook=first)
     reconcile(str(first.pk))
+    admit_jobs(project_id=project.pk)
+    second.refresh_from_db()
+    assert second.admitted_at is None  # the first's pod still terminates, holding its CPU
+    stopped(k8s_cluster)
     admit_jobs(project_id=project.pk)  # what finalizing the stop enqueues
     second.refresh_from_db()
     assert second.admitted_at is not None
@@ -138,6 +151,7 @@ def test_delete_removes_the_objects_then_the_row_and_keeps_the_runs(
     notebook_delete(access=access_for(project), user=owner, notebook=notebook)
     reconcile(str(notebook.pk))
     assert not Notebook.objects.filter(pk=notebook.pk).exists()
+    k8s_cluster.reconcile()  # the pod stops; its claim's protection lets the claim go
     for plural in ("statefulsets", "services", "ingresses", "pods", "persistentvolumeclaims"):
         assert k8s_cluster.list(plural, NS) == [], plural
     [run] = JobRun.objects.filter(project=project)
