@@ -4,15 +4,13 @@ their running work). Anyone else gets 404; a signed-out visitor is sent to log i
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from functools import wraps
 from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBase
+from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.cache import add_never_cache_headers
 from django.views.decorators.http import require_POST
@@ -23,31 +21,19 @@ from controlpanel.accounts.models import ApiToken
 from controlpanel.accounts.selectors import group_grants_of, memberships_of
 from controlpanel.accounts.selectors import people as people_query
 from controlpanel.accounts.views import _form_errors
-from controlpanel.projects.access import page_login_required, project_access
+from controlpanel.projects.access import project_access, site_admin_page
 from controlpanel.workloads.models import Workload
 from controlpanel.workloads.writes import workload_stop
 
 
-def staff_page(view: Callable[..., HttpResponseBase]) -> Callable[..., HttpResponseBase]:
-    @page_login_required
-    @wraps(view)
-    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
-        user: Any = request.user
-        if not user.is_staff:
-            raise Http404("No such page.")
-        return view(request, *args, **kwargs)
-
-    return wrapper
-
-
-@staff_page
+@site_admin_page
 def people_list(request: HttpRequest) -> HttpResponse:
     query = request.GET.get("q", "")[:100]
     page = Paginator(people_query(query=query), 50).get_page(request.GET.get("page"))
     return render(request, "accounts/people.html", {"page": page, "query": query})
 
 
-@staff_page
+@site_admin_page
 def people_create(request: HttpRequest) -> HttpResponse:
     form = UserCreateForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
@@ -96,7 +82,7 @@ def _person_page(
     return response
 
 
-@staff_page
+@site_admin_page
 def person_detail(request: HttpRequest, user_id: int) -> HttpResponse:
     person = get_object_or_404(get_user_model(), pk=user_id)
     if request.method != "POST":
@@ -129,7 +115,7 @@ def person_detail(request: HttpRequest, user_id: int) -> HttpResponse:
 
 
 @require_POST
-@staff_page
+@site_admin_page
 def person_workload(request: HttpRequest, user_id: int, workload_id: str) -> HttpResponse:
     """Stop one of the person's running workloads, or hand it over to another member."""
     person = get_object_or_404(get_user_model(), pk=user_id)

@@ -14,9 +14,9 @@ from django.shortcuts import render
 from django.utils import timezone
 from django.utils.http import urlencode
 
-from controlpanel.accounts.people_views import staff_page
 from controlpanel.audit.models import AuditEvent
 from controlpanel.audit.selectors import audit_events, audit_filters
+from controlpanel.projects.access import site_admin_page
 
 PAGE_SIZE = 50
 CSV_COLUMNS = (
@@ -38,7 +38,7 @@ def _bad(problems: dict[str, str]) -> HttpResponse:
     )
 
 
-@staff_page
+@site_admin_page
 def audit_list(request: HttpRequest) -> HttpResponse:
     filters, problems = audit_filters(request.GET)
     events = audit_events(filters)
@@ -88,7 +88,7 @@ def _csv_lines(events: Any) -> Iterator[str]:
         yield writer.writerow(csv_row(event))
 
 
-@staff_page
+@site_admin_page
 def audit_csv(request: HttpRequest) -> HttpResponse | StreamingHttpResponse:
     filters, problems = audit_filters(request.GET)
     if problems:

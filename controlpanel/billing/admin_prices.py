@@ -13,13 +13,13 @@ from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from django.shortcuts import redirect, render
 from django.utils import timezone
 
-from controlpanel.accounts.people_views import staff_page
 from controlpanel.accounts.views import _form_errors
 from controlpanel.billing import admin_selectors as reads
 from controlpanel.billing import admin_tables as tables
 from controlpanel.billing.admin_views import common_context
 from controlpanel.billing.prices import price_add
 from controlpanel.flavors.models import Flavor
+from controlpanel.projects.access import site_admin_page
 
 DATE_FORMATS = ("%Y-%m-%d %H:%M", "%Y-%m-%dT%H:%M", "%Y-%m-%d")
 
@@ -64,7 +64,7 @@ class PriceForm(forms.Form):
         )
 
 
-@staff_page
+@site_admin_page
 def billing_prices(request: HttpRequest) -> HttpResponse:
     form = PriceForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
@@ -93,7 +93,7 @@ def billing_prices(request: HttpRequest) -> HttpResponse:
     return render(request, "billing/admin/prices.html", context, status=400 if form.errors else 200)
 
 
-@staff_page
+@site_admin_page
 def billing_prices_csv(request: HttpRequest) -> HttpResponseBase:
     return tables.csv_response(
         tables.prices_table(reads.price_history(), timezone.now()), "flavor-prices.csv"

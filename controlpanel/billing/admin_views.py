@@ -21,7 +21,6 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
 
-from controlpanel.accounts.people_views import staff_page
 from controlpanel.billing import admin_selectors as reads
 from controlpanel.billing import admin_tables as tables
 from controlpanel.billing.models import Period, PeriodState
@@ -33,6 +32,7 @@ from controlpanel.billing.selectors import (
     period_state,
 )
 from controlpanel.billing.services import PeriodError, period_close, period_lock, period_reopen
+from controlpanel.projects.access import site_admin_page
 from controlpanel.projects.models import Project
 
 PAGE_SIZE = 50
@@ -113,7 +113,7 @@ def _actions(month: date, state: str) -> list[tuple[str, str]]:
     return []
 
 
-@staff_page
+@site_admin_page
 @answers_bad_requests
 def billing_month(request: HttpRequest) -> HttpResponse:
     month = _selected_month(request)
@@ -146,7 +146,7 @@ def common_context() -> dict[str, Any]:
     }
 
 
-@staff_page
+@site_admin_page
 @answers_bad_requests
 def billing_month_csv(request: HttpRequest) -> HttpResponseBase:
     month = _selected_month(request)
@@ -184,7 +184,7 @@ def _page(request: HttpRequest, rows: Any, key: str) -> Any:
     return Paginator(rows, PAGE_SIZE).get_page(number)
 
 
-@staff_page
+@site_admin_page
 @answers_bad_requests
 def billing_project(request: HttpRequest, month: str, slug: str) -> HttpResponse:
     first, project = _project_month(month, slug)
@@ -222,7 +222,7 @@ def billing_project(request: HttpRequest, month: str, slug: str) -> HttpResponse
     return render(request, "billing/admin/project.html", context)
 
 
-@staff_page
+@site_admin_page
 @answers_bad_requests
 def billing_project_csv(
     request: HttpRequest, month: str, slug: str, table: str
@@ -248,7 +248,7 @@ def _run(month: str, slug: str, run_id: int) -> tuple[date, Project, Any]:
     return first, project, run
 
 
-@staff_page
+@site_admin_page
 @answers_bad_requests
 def billing_run(request: HttpRequest, month: str, slug: str, run_id: int) -> HttpResponse:
     first, project, run = _run(month, slug, run_id)
@@ -275,7 +275,7 @@ def billing_run(request: HttpRequest, month: str, slug: str, run_id: int) -> Htt
     return render(request, "billing/admin/run.html", context)
 
 
-@staff_page
+@site_admin_page
 @answers_bad_requests
 def billing_run_csv(request: HttpRequest, month: str, slug: str, run_id: int) -> HttpResponseBase:
     first, project, run = _run(month, slug, run_id)
@@ -286,7 +286,7 @@ def billing_run_csv(request: HttpRequest, month: str, slug: str, run_id: int) ->
 # The invoice
 
 
-@staff_page
+@site_admin_page
 @answers_bad_requests
 def billing_invoice(request: HttpRequest, month: str, slug: str) -> HttpResponse:
     first, project = _project_month(month, slug)
@@ -305,7 +305,7 @@ def billing_invoice(request: HttpRequest, month: str, slug: str) -> HttpResponse
     return render(request, "billing/admin/invoice.html", context)
 
 
-@staff_page
+@site_admin_page
 @answers_bad_requests
 def billing_invoice_csv(request: HttpRequest, month: str, slug: str) -> HttpResponseBase:
     first, project = _project_month(month, slug)
@@ -324,7 +324,7 @@ def _period_move(action: str, month: date, user: Any) -> Period:
     return period_lock(month=month, by=user)
 
 
-@staff_page
+@site_admin_page
 @answers_bad_requests
 def billing_period(request: HttpRequest, month: str, action: str) -> HttpResponse:
     first = _month(month)

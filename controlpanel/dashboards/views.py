@@ -8,7 +8,6 @@ carries the range and filters, so a view can be shared.
 from __future__ import annotations
 
 import csv
-from collections.abc import Callable
 from typing import Any
 
 from django.contrib import messages
@@ -23,7 +22,7 @@ from controlpanel.dashboards import capacity, selectors
 from controlpanel.dashboards.filters import RANGES, DashboardFilters, dashboard_filters
 from controlpanel.dashboards.selectors import Scope, Usage
 from controlpanel.dashboards.utilisation import Utilisation, dashboard_utilisation
-from controlpanel.projects.access import ProjectRequest, page_login_required, project_view
+from controlpanel.projects.access import ProjectRequest, project_view, site_admin_page
 from controlpanel.workloads.backend import get_backend
 
 REFRESH_SECONDS = 30
@@ -84,25 +83,13 @@ def project_dashboard(request: ProjectRequest) -> HttpResponseBase:
     return _render(request, Scope(request.access.project), request.path)
 
 
-def _admin_only(view: Callable[..., HttpResponseBase]) -> Callable[..., HttpResponseBase]:
-    @page_login_required
-    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
-        if not request.user.is_staff:
-            raise Http404("No such page.")
-        return view(request, *args, **kwargs)
-
-    wrapper.__name__ = view.__name__
-    wrapper.__doc__ = view.__doc__
-    return wrapper
-
-
-@_admin_only
+@site_admin_page
 def all_dashboard(request: HttpRequest) -> HttpResponseBase:
     """Every project's numbers (site admins)."""
     return _render(request, Scope(None), request.path)
 
 
-@_admin_only
+@site_admin_page
 def capacity_view(request: HttpRequest) -> HttpResponseBase:
     """GPUs by model and flavor, the queue per flavor, nodes taking no work (site admins);
     an htmx poll gets the figures alone, every REFRESH_SECONDS while the tab is visible."""
@@ -219,7 +206,7 @@ def project_dashboard_csv(request: ProjectRequest, table: str) -> HttpResponse:
     return _csv(Scope(request.access.project), request, table)
 
 
-@_admin_only
+@site_admin_page
 def all_dashboard_csv(request: HttpRequest, table: str) -> HttpResponse:
     _known(table)
     return _csv(Scope(None), request, table)

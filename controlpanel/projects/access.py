@@ -112,3 +112,19 @@ def page_login_required(view: Callable[..., HttpResponseBase]) -> Callable[..., 
         return response
 
     return wrapper
+
+
+def site_admin_page(view: Callable[..., HttpResponseBase]) -> Callable[..., HttpResponseBase]:
+    """The one gate of the site admins' pages (people, billing, audit, every project's
+    dashboards): a signed-out visitor is sent to log in (`page_login_required`), anyone
+    else but a site admin gets 404 (the page is not revealed)."""
+
+    @page_login_required
+    @wraps(view)
+    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
+        user: Any = request.user
+        if not user.is_staff:
+            raise Http404("No such page.")
+        return view(request, *args, **kwargs)
+
+    return wrapper
