@@ -24,7 +24,7 @@ VSCODE_IMAGE = "docker.io/codercom/code-server:4.96.4"
 SERVING_IMAGE = f"{REGISTRY}/serving:{VERSION}"
 
 # Images an operator's kustomize overlay can move with the same `images:` entries as the
-# panel's own: k8s/configmap.yaml carries each under its setting (k8s/image-fields.yaml lets
+# panel's own: k8s/config.env carries each under its setting (k8s/image-fields.yaml lets
 # `images:` rewrite it), and a workload that asks for the default runs the image the setting
 # names instead (KubernetesBackend's `images`). The editors' are the notebook images a new
 # install offers (controlpanel/workloads/defaults.py).

@@ -63,3 +63,33 @@ def test_the_kubeconfig_is_a_secret_and_no_process_pings_redis_for_liveness() ->
     assert compose["secrets"]["kubeconfig"]["file"] == "${KUBECONFIG_PATH:-./kubeconfig}"
     assert "inspect ping" not in str(compose["services"]["worker"]["healthcheck"])
     assert compose["services"]["migrate"]["command"][-1] == "migrate_locked"
+
+
+def test_notebooks_and_apps_reach_the_panel_where_the_operator_says() -> None:
+    """The cluster calls the panel back for notebooks' and apps' forward-auth: with Compose,
+    at an address of the Docker host (KUBERNETES_PANEL_URL), not a cluster Service."""
+    from tests.deploy.test_ajuste_on_kubernetes import panel_settings
+
+    env = _compose()["services"]["web"]["environment"]
+    assert env["KUBERNETES_PANEL_URL"] == "${KUBERNETES_PANEL_URL:-}"
+    derived = panel_settings(
+        {"KUBERNETES_PANEL_URL": "http://docker-host.corp.example:8000"},
+        "NOTEBOOK_AUTH_URL",
+        "APP_AUTH_URL",
+    )
+    assert derived == [
+        "http://docker-host.corp.example:8000/auth/notebook",
+        "http://docker-host.corp.example:8000/auth/app",
+    ]
+
+
+def test_the_docs_say_what_works_and_that_the_s3_identity_is_an_admin() -> None:
+    """One SeaweedFS identity, an admin, which pods hold in `shared` mode: said plainly in the
+    file and in the docs, beside what works without the cluster reaching this host."""
+    identities = _compose()["configs"]["s3-identities"]["content"]
+    assert identities.count('"name"') == 1 and '"Admin"' in identities
+    docs = (ROOT / "docs" / "deploy-kubernetes.md").read_text()
+    compose_docs = docs[docs.index("## 9. Docker Compose") :]
+    for said in ("What works with Compose", "Try it", "is an admin, and job pods hold it"):
+        assert said in compose_docs, said
+    assert "every bucket of every project" in (ROOT / "docker-compose.yml").read_text()

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import replace
-from datetime import UTC, datetime
 from typing import TypeVar
 
 from kubernetes.client import ApiClient
@@ -29,7 +29,8 @@ from deploy.kubernetes.listing import (
 )
 from deploy.kubernetes.logs import read_pod_log
 from deploy.kubernetes.observe import JobObjects, observe_job
-from deploy.kubernetes.pods import container_run, container_status, newest
+from deploy.kubernetes.pods import container_run, container_status, main_component, newest
+from deploy.kubernetes.stopping import STOP_ATTEMPTS, STOPPABLE, stop_patch
 from deploy.kubernetes.trust import controlled_by
 from deploy.kubernetes.watcher import watch_workloads
 from deploy.types import (
@@ -46,10 +47,10 @@ from deploy.types import (
     WorkloadRef,
 )
 
+log = logging.getLogger(__name__)
+
 Request = TypeVar("Request", JobRequest, NotebookRequest, AppRequest, ProjectRequest)
 
-STOPPABLE = frozenset({Phase.QUEUED, Phase.PENDING, Phase.INITIALIZING, Phase.RUNNING})
-STOP_ATTEMPTS = 3
 # How long a pod seen running is read without checking it again (a replaced or finished pod
 # is noticed at most this late; its end is read in full by the next, checked read).
 RUNNING_POD_TTL_S = 5.0
@@ -83,13 +84,14 @@ class KubernetesBackend:
         install_id: str = "",
         namespaced: bool = False,
         images: Mapping[str, str] | None = None,
+        namespaced_poll_s: float = 10.0,
     ) -> None:
         self.api = KubeApi(api_client or make_api_client(), request_timeout_s=request_timeout_s)
         self.service_account = service_account
         self.service_account_namespace = service_account_namespace
         self.watch_timeout_s = watch_timeout_s
         self.install_id = names.label_value(install_id) if install_id else ""
-        self.namespaced = namespaced
+        self.namespaced, self.namespaced_poll_s = namespaced, namespaced_poll_s
         self.images = dict(images or {})
         # The pod whose container was last seen running, per run: the log collector reads it
         # again without listing pods and reading its owner (1 request a read instead of 3).
@@ -287,6 +289,11 @@ class KubernetesBackend:
     def watch(
         self, *, stop: threading.Event, namespace: str | None = None, resync_s: float = 300.0
     ) -> Iterator[ObservedWorkload]:
+        """Observations as pods change. In the namespaced mode, without a `namespace`, every
+        project namespace is listed again every `namespaced_poll_s` instead (a watch needs
+        one namespace: a caller that wants events watches each of `project_namespaces`)."""
+        if self.namespaced and namespace is None:
+            return self._poll_namespaces(stop)
         return watch_workloads(
             self.api,
             stop=stop,
@@ -295,6 +302,14 @@ class KubernetesBackend:
             watch_timeout_s=self.watch_timeout_s,
             observe=self._observe_after_event,
         )
+
+    def _poll_namespaces(self, stop: threading.Event) -> Iterator[ObservedWorkload]:
+        while not stop.is_set():
+            try:
+                yield from self.observe_all()
+            except TransientError as exc:
+                log.warning("listing the project namespaces failed: %s", exc)
+            stop.wait(self.namespaced_poll_s)
 
     def _observe_after_event(self, ref: WorkloadRef, deleted_pod: Obj | None) -> ObservedWorkload:
         """Observe one run; a job pod that just went away still tells how its run ended."""
@@ -306,7 +321,7 @@ class KubernetesBackend:
         objects = job_objects(self.api, ref)
         if deleted_pod is not None and controlled_by(deleted_pod, objects.job):
             uids = {p["metadata"].get("uid") for p in objects.pods}
-            if deleted_pod["metadata"].get("uid") not in uids and _main(ref) == "main":
+            if deleted_pod["metadata"].get("uid") not in uids and main_component(ref) == "main":
                 objects = JobObjects(
                     job=objects.job,
                     pods=[*objects.pods, deleted_pod],
@@ -318,7 +333,8 @@ class KubernetesBackend:
     def _main_pods(self, ref: WorkloadRef) -> list[Obj]:
         """The pods running the user's process, as their Job or StatefulSet controls them (a
         pod that only carries the labels must not feed this run's log)."""
-        selector = names.selector({**names.selector_labels(ref), names.COMPONENT: _main(ref)})
+        component = {names.COMPONENT: main_component(ref)}
+        selector = names.selector({**names.selector_labels(ref), **component})
         pods, _ = self.api.list("Pod", ref.namespace, label_selector=selector)
         pods = owned(pods, ref.install)
         if ref.kind is WorkloadKind.APP:
@@ -372,22 +388,3 @@ class KubernetesBackend:
         if ref.kind is WorkloadKind.NOTEBOOK:
             return self.observe_notebook(ref=ref).phase.is_final
         return self.observe_job(ref=ref).phase.is_final
-
-
-def stop_patch(job: Obj, *, now: datetime | None = None) -> Obj:
-    """The merge patch that stops `job`. For a suspended Job it names the resourceVersion it
-    was decided on: if Kueue unsuspends the Job meanwhile, the API server answers 409."""
-    at = (now or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
-    patch: Obj = {
-        "metadata": {"annotations": {names.STOP_REQUESTED: at}},
-        "spec": {"activeDeadlineSeconds": 1},
-    }
-    if (job.get("spec") or {}).get("suspend"):
-        patch["metadata"]["resourceVersion"] = job["metadata"]["resourceVersion"]
-        patch["spec"]["parallelism"] = 0  # the Job controller creates no pod, ever
-    return patch
-
-
-def _main(ref: WorkloadRef) -> str:
-    """The component label of the pod that runs the user's process."""
-    return {WorkloadKind.NOTEBOOK: "notebook", WorkloadKind.APP: "app"}.get(ref.kind, "main")

@@ -62,7 +62,8 @@ class LeaseRecord:
 
 class LeaseLock:
     """One contender (`identity`, unique per process: the pod name and a random suffix) for
-    the Lease `namespace/name`. Not thread-safe: one thread calls it."""
+    the Lease `namespace/name` (labelled with `install` when it makes it). Not thread-safe:
+    one thread calls it."""
 
     def __init__(
         self,
@@ -74,6 +75,7 @@ class LeaseLock:
         duration_s: int = 15,
         renew_deadline_s: float = 10.0,
         clock: Callable[[], float] = time.monotonic,
+        install: str = "",
     ) -> None:
         if not 0 < renew_deadline_s < duration_s:
             raise ValueError("renew_deadline_s must be positive and shorter than duration_s")
@@ -85,7 +87,7 @@ class LeaseLock:
             duration_s,
             renew_deadline_s,
         )
-        self.clock = clock
+        self.clock, self.install = clock, install
         self.observed: LeaseRecord | None = None
         self.observed_at = 0.0
         self.renewed_at: float | None = None
@@ -152,7 +154,7 @@ class LeaseLock:
             "metadata": {
                 "name": self.name,
                 "namespace": self.namespace,
-                "labels": {names.MANAGED_BY: names.MANAGER},
+                "labels": {names.MANAGED_BY: names.MANAGER, **names.install_labels(self.install)},
             },
             "spec": {
                 "holderIdentity": self.identity,

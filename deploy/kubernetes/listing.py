@@ -351,7 +351,10 @@ def _observe_group(api: KubeApi, ref: WorkloadRef, group: dict[str, list[Obj]]) 
     if ref.kind is WorkloadKind.NOTEBOOK:
         wanted = names.notebook_name(ref)
         named = (s for s in group["sets"] if s["metadata"].get("name") == wanted)
-        return map_notebook(api, ref, next(named, None), group["pods"])
+        observed = map_notebook(api, ref, next(named, None), group["pods"])
+        # Without it the orphan collector gave a notebook no grace at all (its workspace
+        # claim went at the first sweep that found no row: a restored backup's).
+        return replace(observed, created_at=_newest_creation([*group["sets"], *group["pods"]]))
     if ref.kind is WorkloadKind.APP:
         app = names.app_name(ref)
         found = (d for d in group["deployments"] if d["metadata"].get("name") == app)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from deploy.kubernetes.api import Obj
+from deploy.types import WorkloadKind, WorkloadRef
 
 # Waiting reasons that are only a step of a normal start, not something to show as a problem.
 STARTING_REASONS = frozenset({"ContainerCreating", "PodInitializing", ""})
@@ -127,3 +128,8 @@ def latest_event(events: Iterable[Obj], reason: str) -> str | None:
 
 def _name(obj: Obj) -> str:
     return str(obj["metadata"].get("name", ""))
+
+
+def main_component(ref: WorkloadRef) -> str:
+    """The component label of the pod that runs the user's process."""
+    return {WorkloadKind.NOTEBOOK: "notebook", WorkloadKind.APP: "app"}.get(ref.kind, "main")

@@ -2,12 +2,15 @@
 components, patches and replacements) and validates strictly against the oldest Kubernetes it
 supports and the newest whose schemas kubernetes-validate ships, alone and with every component;
 its RBAC grants exactly what the Kubernetes backend does: every API call of a full scenario is
-allowed, every grant is used."""
+allowed, every grant is used (leader election's Leases included, and in the namespaced mode
+with its component)."""
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import replace
@@ -18,8 +21,10 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from deploy import images
 from deploy.kubernetes import KubernetesBackend
 from deploy.kubernetes.apply import apply
+from deploy.kubernetes.lease import SWEEP_LEASE, LeaseLock
 from deploy.manifests import (
     make_job,
     make_notebook_service,
@@ -37,6 +42,7 @@ from tests.fixtures.k8s_emulator.store import RESOURCES
 K8S = Path(__file__).resolve().parents[2] / "k8s"
 COMPONENTS = sorted(p.name for p in (K8S / "components").iterdir() if p.is_dir())
 NS = "ajuste-vision"
+PANEL_NS = "ajuste"
 # The ValidatingAdmissionPolicy is GA from 1.30; the newest schemas kubernetes-validate ships.
 VERSIONS = ("1.30.0", kubernetes_validate.latest_version())
 # Granted but never an API request of the backend: RBAC checks `bind` when a RoleBinding is
@@ -75,8 +81,25 @@ def validate(manifest: Obj) -> None:
         kubernetes_validate.validate(manifest, version, strict=True)
 
 
+# A generated ConfigMap's name: its own, then a hash of its content.
+GENERATED = re.compile(r"^(?P<name>.+)-[a-z0-9]{10}$")
+
+
 def find(objects: list[Obj], kind: str, name: str) -> Obj:
-    return next(o for o in objects if o["kind"] == kind and o["metadata"]["name"] == name)
+    """The object of that kind and name; a generated ConfigMap by the name it was given."""
+    return next(o for o in objects if o["kind"] == kind and given_name(o) == name)
+
+
+def given_name(obj: Obj) -> str:
+    name = str(obj["metadata"]["name"])
+    found = GENERATED.match(name) if obj["kind"] == "ConfigMap" else None
+    return found.group("name") if found else name
+
+
+def config(objects: list[Obj]) -> dict[str, str]:
+    """The settings the pods read (the generated ConfigMap `ajuste-config`)."""
+    data: dict[str, str] = find(objects, "ConfigMap", "ajuste-config")["data"]
+    return data
 
 
 def pod_of(objects: list[Obj], name: str) -> Obj:
@@ -91,7 +114,7 @@ def objects() -> list[Obj]:
 def test_renders_every_part_and_validates(objects: list[Obj]) -> None:
     for manifest in objects:
         validate(manifest)
-    assert sorted((o["kind"], o["metadata"]["name"]) for o in objects) == [
+    assert sorted((o["kind"], given_name(o)) for o in objects) == [
         ("ClusterRole", "ajuste-controller"),
         ("ClusterRole", "ajuste-project"),
         ("ClusterRoleBinding", "ajuste-controller"),
@@ -100,7 +123,8 @@ def test_renders_every_part_and_validates(objects: list[Obj]) -> None:
         ("Deployment", "ajuste-watcher"),
         ("Deployment", "ajuste-web"),
         ("Deployment", "ajuste-worker"),
-        ("Namespace", "ajuste"),
+        ("Role", "ajuste-leader-election"),
+        ("RoleBinding", "ajuste-leader-election"),
         ("Service", "ajuste-web"),
         ("ServiceAccount", "ajuste-controller"),
         ("ServiceAccount", "ajuste-web"),
@@ -114,9 +138,70 @@ def test_renders_every_part_and_validates(objects: list[Obj]) -> None:
 
 
 def test_the_images_are_this_release(objects: list[Obj]) -> None:
-    config = find(objects, "ConfigMap", "ajuste-config")["data"]
-    assert config["AJUSTE_SYNC_IMAGE"] == PANEL_IMAGE
-    assert config["AJUSTE_FINETUNE_IMAGE"] == f"ghcr.io/ajuste/finetune:{VERSION}"
+    settings = config(objects)
+    assert settings["AJUSTE_SYNC_IMAGE"] == PANEL_IMAGE
+    assert settings["AJUSTE_FINETUNE_IMAGE"] == f"ghcr.io/ajuste/finetune:{VERSION}"
+    assert settings["AJUSTE_SERVING_IMAGE"] == f"ghcr.io/ajuste/serving:{VERSION}"
+    # Every movable image is there, as the code's default: the base moves nothing.
+    assert {name: settings[name] for name in images.MOVABLE} == images.MOVABLE
+    assert images.moved_images(settings) == {}
+
+
+def test_the_editors_default_images_are_movable() -> None:
+    """The notebook images a new install offers are the ones an overlay can move."""
+    from controlpanel.workloads.defaults import DEFAULT_IMAGES
+
+    assert {image for _, _, image, _ in DEFAULT_IMAGES} <= set(images.MOVABLE.values())
+
+
+def test_the_namespace_is_not_part_of_the_kustomization(objects: list[Obj]) -> None:
+    """`kubectl delete -k` or a GitOps prune would delete it and everything in it, the bundled
+    PostgreSQL's volume included: it is applied once, by hand, from namespace.yaml."""
+    assert "Namespace" not in {o["kind"] for o in objects}
+    namespace = yaml.safe_load((K8S / "namespace.yaml").read_text())
+    validate(namespace)
+    assert namespace["metadata"]["name"] == "ajuste"
+    assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+    assert (
+        "namespace.yaml"
+        not in yaml.safe_load((K8S / "kustomization.yaml").read_text())["resources"]
+    )
+
+
+def test_a_configuration_change_rolls_the_pods_that_read_it(tmp_path: Path) -> None:
+    """The ConfigMap's name carries a hash of its content and every pod template names it:
+    an overlay's change (here LOG_LEVEL) is a new pod template for each Deployment."""
+    templates = {}
+    for level in ("INFO", "DEBUG"):
+        directory = tmp_path / level
+        directory.mkdir()
+        rendered = overlay(
+            directory,
+            configMapGenerator=[
+                {
+                    "name": "ajuste-config",
+                    "namespace": "ajuste",
+                    "behavior": "merge",
+                    "literals": [f"LOG_LEVEL={level}"],
+                }
+            ],
+        )
+        name = find(rendered, "ConfigMap", "ajuste-config")["metadata"]["name"]
+        assert config(rendered)["LOG_LEVEL"] == level
+        deployments = [o for o in rendered if o["kind"] == "Deployment"]
+        assert len(deployments) == 4
+        for deployment in deployments:
+            pod = deployment["spec"]["template"]["spec"]
+            refs = {
+                source["configMapRef"]["name"]
+                for container in [*pod.get("initContainers", []), *pod["containers"]]
+                for source in container.get("envFrom", [])
+            }
+            assert refs == {name}, deployment["metadata"]["name"]
+        templates[level] = {
+            d["metadata"]["name"]: yaml.safe_dump(d["spec"]["template"]) for d in deployments
+        }
+    assert all(templates["INFO"][name] != templates["DEBUG"][name] for name in templates["INFO"])
 
 
 def test_the_secret_template_validates_and_is_not_applied(objects: list[Obj]) -> None:
@@ -164,17 +249,65 @@ def test_migrations_run_before_the_new_pods_serve(objects: list[Obj]) -> None:
         assert wait["command"] == ["python", "manage.py", "wait_for_migrations"]
 
 
+def test_a_failed_migration_leaves_every_old_pod_working(objects: list[Obj]) -> None:
+    """Every Deployment starts its new pods before it stops an old one: a new pod that never
+    gets past its init container (a failed migration) leaves the old ones running, beat and
+    the watcher included (a Recreate strategy stopped them first)."""
+    for deployment in (o for o in objects if o["kind"] == "Deployment"):
+        strategy = deployment["spec"].get("strategy", {})
+        rolling = strategy.get("rollingUpdate", {})
+        assert strategy.get("type", "RollingUpdate") == "RollingUpdate", deployment
+        assert rolling.get("maxUnavailable", "25%") in (0, "25%"), deployment
+        if deployment["spec"]["replicas"] == 1:
+            assert rolling["maxUnavailable"] == 0 and rolling["maxSurge"] == 1
+
+
 def test_the_panel_knows_its_namespace_from_its_pod(tmp_path: Path) -> None:
     objects = overlay(tmp_path, namespace="tools")
-    assert "KUBERNETES_NAMESPACE" not in find(objects, "ConfigMap", "ajuste-config")["data"]
+    assert "KUBERNETES_NAMESPACE" not in config(objects)
     for name in ("ajuste-web", "ajuste-worker", "ajuste-watcher"):
         env = {e["name"]: e for e in pod_of(objects, name)["containers"][0]["env"]}
         assert env["KUBERNETES_NAMESPACE"]["valueFrom"] == {
             "fieldRef": {"fieldPath": "metadata.namespace"}
         }
-    binding = find(objects, "ClusterRoleBinding", "ajuste-controller")
-    assert binding["subjects"][0]["namespace"] == "tools"
-    assert find(objects, "Namespace", "tools")
+    for kind in ("ClusterRoleBinding", "RoleBinding"):
+        binding = find(
+            objects, kind, "ajuste-controller" if kind[0] == "C" else "ajuste-leader-election"
+        )
+        assert binding["subjects"][0]["namespace"] == "tools"
+    assert find(objects, "Role", "ajuste-leader-election")["metadata"]["namespace"] == "tools"
+    # What the cluster calls back (notebook and app forward-auth) follows the namespace.
+    derived = panel_settings(
+        config(objects) | {"KUBERNETES_NAMESPACE": "tools"},
+        "NOTEBOOK_AUTH_URL",
+        "APP_AUTH_URL",
+    )
+    assert derived == [
+        "http://ajuste-web.tools.svc.cluster.local/auth/notebook",
+        "http://ajuste-web.tools.svc.cluster.local/auth/app",
+    ]
+
+
+def panel_settings(env: dict[str, str], *names: str) -> list[str]:
+    """The panel's settings as its pods would read them from `env` (its secrets aside)."""
+    env = {k: v for k, v in env.items() if not k.endswith("_FILE")} | {
+        "DEBUG": "1",
+        "PATH": os.environ["PATH"],
+        "DJANGO_SETTINGS_MODULE": "controlpanel.settings",
+        "S3_ACCESS_KEY": "from-the-secret",
+        "S3_SECRET_KEY": "from-the-secret",
+    }
+    code = "from django.conf import settings as s; print(*(getattr(s, n) for n in %r), sep='\\n')"
+    result = subprocess.run(
+        [sys.executable, "-c", code % (names,)],
+        cwd=K8S.parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout.splitlines()
 
 
 def test_an_image_override_moves_the_job_containers_too(tmp_path: Path) -> None:
@@ -187,9 +320,9 @@ def test_an_image_override_moves_the_job_containers_too(tmp_path: Path) -> None:
             {"name": "ghcr.io/ajuste/finetune", "digest": "sha256:" + "ab" * 32},
         ],
     )
-    config = find(objects, "ConfigMap", "ajuste-config")["data"]
-    assert config["AJUSTE_SYNC_IMAGE"] == "registry.corp/ajuste:0.2.0"
-    assert config["AJUSTE_FINETUNE_IMAGE"] == "ghcr.io/ajuste/finetune@sha256:" + "ab" * 32
+    settings = config(objects)
+    assert settings["AJUSTE_SYNC_IMAGE"] == "registry.corp/ajuste:0.2.0"
+    assert settings["AJUSTE_FINETUNE_IMAGE"] == "ghcr.io/ajuste/finetune@sha256:" + "ab" * 32
     images = {
         c["image"]
         for o in objects
@@ -207,6 +340,7 @@ def test_the_kustomization_tags_this_release() -> None:
     assert {i["name"]: i["newTag"] for i in kustomization["images"]} == {
         "ghcr.io/ajuste/ajuste": VERSION,
         "ghcr.io/ajuste/finetune": VERSION,
+        "ghcr.io/ajuste/serving": VERSION,
     }
 
 
@@ -251,14 +385,15 @@ def test_rbac_has_no_wildcard_no_exec_no_cluster_wide_secrets(objects: list[Obj]
 
 
 def granted(objects: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
-    """(scope, resource, verb): `cluster` grants hold everywhere, `namespace` ones in projects."""
+    """(scope, resource, verb): `cluster` grants hold everywhere, `namespace` ones in projects,
+    `panel` ones (Roles) in the panel's own namespace."""
     scope = {"ajuste-controller": "cluster", "ajuste-project": "namespace"}
     return {
-        (scope[role["metadata"]["name"]], resource, verb)
+        (scope[role["metadata"]["name"]] if role["kind"] == "ClusterRole" else "panel", r, verb)
         for role in objects
-        if role["kind"] == "ClusterRole"
+        if role["kind"] in ("ClusterRole", "Role")
         for rule in role["rules"]
-        for resource in rule["resources"]
+        for r in rule["resources"]
         for verb in rule["verbs"]
     }
 
@@ -270,7 +405,9 @@ def used(cluster: EmulatedCluster) -> set[tuple[str, str, str]]:
         parts = request.url.path.strip("/").split("/")
         rest = parts[2:] if parts[0] == "api" else parts[3:]
         scope = "namespace" if rest[0] == "namespaces" and len(rest) > 2 else "cluster"
-        rest = rest[2:] if scope == "namespace" else rest
+        if scope == "namespace" and rest[1] == PANEL_NS:
+            scope = "panel"
+        rest = rest[2:] if scope != "cluster" else rest
         resource = "/".join([rest[0], *rest[2:3]])
         named = len(rest) > 1
         verb = {
@@ -286,7 +423,7 @@ def used(cluster: EmulatedCluster) -> set[tuple[str, str, str]]:
 def allowed(need: tuple[str, str, str], grants: set[tuple[str, str, str]]) -> bool:
     scope, resource, verb = need
     return ("cluster", resource, verb) in grants or (
-        scope == "namespace" and ("namespace", resource, verb) in grants
+        scope != "cluster" and (scope, resource, verb) in grants
     )
 
 
@@ -303,12 +440,48 @@ def test_rbac_grants_exactly_what_the_backend_does(
         k8s_cluster, k8s_backend, project_request, job_request, notebook_request
     ):
         pass
-    grants = granted(objects)
-    needs = used(k8s_cluster)
+    assert_exact(granted(objects), used(k8s_cluster))
+
+
+def assert_exact(grants: set[tuple[str, str, str]], needs: set[tuple[str, str, str]]) -> None:
+    """Nothing the scenario did was refused; nothing granted went unused."""
     assert {need for need in needs if not allowed(need, grants)} == set()
     unused = {g for g in grants if not any(allowed(n, {g}) for n in needs)} - NOT_A_REQUEST
     assert unused == set()
     assert {resource for _, resource, _ in needs} <= {*RESOURCES, "pods/log"}
+
+
+@pytest.mark.k8s
+def test_rbac_of_the_namespaced_mode_grants_exactly_what_it_does(
+    tmp_path: Path,
+    k8s_cluster: EmulatedCluster,
+    project_request: ProjectRequest,
+    job_request: JobRequest,
+    notebook_request: NotebookRequest,
+) -> None:
+    """With the `namespaced` component and KUBERNETES_NAMESPACED: no pod, Job, StatefulSet,
+    Deployment or ReplicaSet is read cluster-wide; the same scenario (a watcher watching one
+    project namespace) needs nothing more and leaves no grant unused."""
+    objects = overlay(tmp_path, components=["namespaced"])
+    assert config(objects)["KUBERNETES_NAMESPACED"] == "1"
+    grants = granted(objects)
+    cluster_wide = {resource for scope, resource, _ in grants if scope == "cluster"}
+    assert cluster_wide == {"namespaces", "nodes", "rolebindings", "clusterroles"}
+    client = k8s_cluster.api_client()
+    backend = KubernetesBackend(
+        api_client=client, watch_timeout_s=1, namespaced=True, namespaced_poll_s=0.01
+    )
+    for _ in full_scenario(k8s_cluster, backend, project_request, job_request, notebook_request):
+        pass
+    stop = threading.Event()
+    watched = backend.watch(stop=stop, namespace=NS, resync_s=60)  # a watcher per namespace
+    for _ in backend.observe_all(namespace=NS):
+        next(watched)  # the list
+    backend.apply_notebook(notebook=notebook_request)
+    next(watched)  # the watch
+    stop.set()
+    client.close()
+    assert_exact(grants, used(k8s_cluster))
 
 
 def full_scenario(
@@ -320,6 +493,7 @@ def full_scenario(
 ) -> Iterator[None]:
     """Everything the panel makes the backend do, upgrades and races included."""
     project_steps(cluster, backend, project, notebook)
+    lease_steps(cluster, backend)
     yield
     job_steps(cluster, backend, job)
     yield
@@ -327,6 +501,24 @@ def full_scenario(
     yield
     app_steps(cluster, backend)
     yield
+
+
+def lease_steps(cluster: EmulatedCluster, backend: KubernetesBackend) -> None:
+    """Leader election in the panel's namespace: two contenders, a renewal, a release."""
+    cluster.create_namespace(PANEL_NS)
+    leader, follower = (
+        LeaseLock(
+            backend.api,
+            namespace=PANEL_NS,
+            name=SWEEP_LEASE,
+            identity=name,
+            install=backend.install_id,
+        )
+        for name in ("worker-a", "worker-b")
+    )
+    assert leader.try_acquire_or_renew() and not follower.try_acquire_or_renew()
+    assert leader.try_acquire_or_renew() and leader.release()
+    assert follower.try_acquire_or_renew()
 
 
 def project_steps(

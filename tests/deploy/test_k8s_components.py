@@ -1,9 +1,12 @@
 """k8s/components: each one, in an operator's overlay on k8s/, renders with the real kustomize
 and validates strictly against Kubernetes 1.30 and the newest schemas kubernetes-validate ships.
 
-The HTTPRoute (a Gateway API CRD, not in those schemas) is checked against the fields of the
-`gateway.networking.k8s.io/v1` HTTPRoute written out below, as far as they go: names, types of
-the fields used, and the references. What the CRD's own CEL rules check is not covered."""
+The HTTPRoute (a Gateway API CRD) and the ServiceMonitor (a Prometheus Operator CRD) are not in
+those schemas, and their CRDs are not available offline here: each is checked structurally
+against the fields written out below (the HTTPRoute's from Gateway API v1.2.1's standard channel
+CRD, read once by hand; the route also validated against that CRD's openAPIV3Schema then, not
+in these tests): names, the types of the fields used, and the references. What the CRDs' own
+CEL rules check is not covered."""
 
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ from tests.deploy.test_ajuste_on_kubernetes import (
     COMPONENTS,
     K8S,
     Obj,
+    config,
     find,
     overlay,
     pod_of,
@@ -37,7 +41,7 @@ SITE = {
     ]
 }
 NEEDS = {"tls": ["ingress"]}
-CRDS = {"HTTPRoute"}
+CRDS = {"HTTPRoute", "ServiceMonitor"}
 
 
 def render(tmp_path: Path, *names: str, **fields: Any) -> list[Obj]:
@@ -50,10 +54,12 @@ def test_every_component_is_a_component() -> None:
         "gateway-api",
         "ingress",
         "large",
+        "namespaced",
         "network-policy",
         "pdb",
         "postgres",
         "redis",
+        "service-monitor",
         "tls",
         "topology-spread",
     ]
@@ -68,14 +74,16 @@ def test_every_component_is_a_component() -> None:
 def test_renders_and_validates(tmp_path: Path, name: str) -> None:
     objects = render(tmp_path, *(COMPONENTS if name == "all" else [name]))
     for manifest in objects:
-        if manifest["kind"] in CRDS:
+        if manifest["kind"] == "HTTPRoute":
             check_httproute(manifest)
+        elif manifest["kind"] == "ServiceMonitor":
+            check_service_monitor(manifest, objects)
         else:
             validate(manifest)
     for manifest in objects:
         if manifest["kind"] in ("Deployment", "StatefulSet"):
             assert_restricted(manifest["spec"]["template"]["spec"])
-        cluster_wide = ("Namespace", "ClusterRole", "ValidatingAdmissionPolicy")
+        cluster_wide = ("ClusterRole", "ValidatingAdmissionPolicy")
         if not manifest["kind"].startswith(cluster_wide):
             assert manifest["metadata"]["namespace"] == "ajuste", manifest["metadata"]
 
@@ -124,21 +132,14 @@ def test_gateway_api_route(tmp_path: Path) -> None:
     assert_reaches_web(objects, backend["name"], backend["port"])
 
 
-# gateway.networking.k8s.io/v1 HTTPRoute (Gateway API v1.2, standard channel): the fields each
-# object may have, and a pattern or type per leaf the component uses.
+# gateway.networking.k8s.io/v1 HTTPRoute (Gateway API v1.2.1, standard channel: rules have no
+# `name`, `retry` or `sessionPersistence` there, and `timeouts` is standard only from v1.2):
+# the fields each object may have, and a pattern or type per leaf the component uses.
 HTTPROUTE_FIELDS: dict[str, set[str]] = {
     "": {"apiVersion", "kind", "metadata", "spec"},
     "spec": {"parentRefs", "hostnames", "rules"},
     "spec.parentRefs[]": {"group", "kind", "namespace", "name", "sectionName", "port"},
-    "spec.rules[]": {
-        "name",
-        "matches",
-        "filters",
-        "backendRefs",
-        "timeouts",
-        "retry",
-        "sessionPersistence",
-    },
+    "spec.rules[]": {"matches", "filters", "backendRefs", "timeouts"},
     "spec.rules[].matches[]": {"path", "headers", "queryParams", "method"},
     "spec.rules[].matches[].path": {"type", "value"},
     "spec.rules[].backendRefs[]": {
@@ -172,22 +173,144 @@ def check_httproute(route: Obj) -> None:
         assert all(DURATION.match(v) for v in rule.get("timeouts", {}).values())
 
 
-def check_fields(value: Any, path: str) -> None:
+def check_fields(value: Any, path: str, fields: dict[str, set[str]] = HTTPROUTE_FIELDS) -> None:
     if isinstance(value, list):
         for item in value:
-            check_fields(item, path + "[]")
-    elif isinstance(value, dict) and path in HTTPROUTE_FIELDS:
-        unknown = set(value) - HTTPROUTE_FIELDS[path]
-        assert not unknown, f"{path or 'HTTPRoute'}: unknown fields {unknown}"
+            check_fields(item, path + "[]", fields)
+    elif isinstance(value, dict) and path in fields:
+        unknown = set(value) - fields[path]
+        assert not unknown, f"{path or 'the object'}: unknown fields {unknown}"
         for key, item in value.items():
-            check_fields(item, f"{path}.{key}" if path else key)
+            check_fields(item, f"{path}.{key}" if path else key, fields)
+
+
+def test_the_route_needs_gateway_api_1_2_and_the_docs_say_so(tmp_path: Path) -> None:
+    route = find(render(tmp_path, "gateway-api"), "HTTPRoute", "ajuste")
+    assert route["spec"]["rules"][0]["timeouts"] == {"request": "300s"}
+    kustomization = (K8S / "components" / "gateway-api" / "kustomization.yaml").read_text()
+    docs = (K8S.parent / "docs" / "deploy-kubernetes.md").read_text()
+    for text in (kustomization, docs):
+        assert "v1.2" in text and "standard channel" in text
+
+
+# monitoring.coreos.com/v1 ServiceMonitor (Prometheus Operator): the fields the component uses.
+SERVICE_MONITOR_FIELDS: dict[str, set[str]] = {
+    "": {"apiVersion", "kind", "metadata", "spec"},
+    "spec": {"selector", "endpoints", "namespaceSelector", "jobLabel"},
+    "spec.selector": {"matchLabels", "matchExpressions"},
+    "spec.endpoints[]": {
+        "port",
+        "path",
+        "scheme",
+        "interval",
+        "scrapeTimeout",
+        "authorization",
+        "relabelings",
+        "metricRelabelings",
+    },
+    "spec.endpoints[].authorization": {"type", "credentials"},
+    "spec.endpoints[].authorization.credentials": {"name", "key", "optional"},
+}
+
+
+def check_service_monitor(monitor: Obj, objects: list[Obj]) -> None:
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+    validate({"apiVersion": "v1", "kind": "ConfigMap", "metadata": monitor["metadata"]})
+    check_fields(monitor, "", SERVICE_MONITOR_FIELDS)
+    for endpoint in monitor["spec"]["endpoints"]:
+        assert all(DURATION.match(endpoint[k]) for k in ("interval", "scrapeTimeout"))
+        assert endpoint["path"].startswith("/") and endpoint["scheme"] in ("http", "https")
+        assert endpoint["authorization"]["type"] == "Bearer"
+
+
+def test_service_monitor_scrapes_the_web_pods_with_the_metrics_token(tmp_path: Path) -> None:
+    objects = render(tmp_path, "service-monitor")
+    monitor = find(objects, "ServiceMonitor", "ajuste")
+    service = find(objects, "Service", "ajuste-web")
+    assert (
+        monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    )
+    [endpoint] = monitor["spec"]["endpoints"]
+    assert endpoint["port"] in {p["name"] for p in service["spec"]["ports"]}
+    assert endpoint["path"] == "/metrics"
+    credentials = endpoint["authorization"]["credentials"]
+    # The token Prometheus sends is the file the panel checks it against.
+    assert credentials["name"] == "ajuste-secrets"
+    token_file = config(objects)["METRICS_TOKEN_FILE"]
+    assert token_file == f"/etc/ajuste/secrets/{credentials['key']}"
+    template = (K8S / "secret.example.yaml").read_text()
+    assert f"# {credentials['key']}: " in template
+
+
+def test_namespaced_mode_reads_nothing_cluster_wide_but_namespaces_and_nodes(
+    tmp_path: Path,
+) -> None:
+    objects = render(tmp_path, "namespaced")
+    assert config(objects)["KUBERNETES_NAMESPACED"] == "1"
+    controller = find(objects, "ClusterRole", "ajuste-controller")
+    read = {r for rule in controller["rules"] for r in rule["resources"] if "list" in rule["verbs"]}
+    assert read == {"namespaces", "nodes"}
+    project = find(objects, "ClusterRole", "ajuste-project")
+    pods = next(rule for rule in project["rules"] if rule["resources"] == ["pods"])
+    assert {"list", "watch"} <= set(pods["verbs"])
+
+
+# The database connections each process can hold at once: a gunicorn thread, a Celery prefork
+# child and a watcher thread each keep one. The watcher: its main thread, the log collector's
+# loop and its 8 threads (controlpanel/workloads/collector.py). Beat: one, at most.
+WATCHER_CONNECTIONS = 10
+BEAT_CONNECTIONS = 1
+
+
+def connections(objects: list[Obj]) -> dict[str, int]:
+    """Per Deployment: replicas x what each pod's processes hold."""
+    counts = {}
+    for deployment in (o for o in objects if o["kind"] == "Deployment"):
+        name = deployment["metadata"]["name"]
+        per_pod = 0
+        for container in deployment["spec"]["template"]["spec"]["containers"]:
+            command = container["command"]
+            if command[0] == "gunicorn":
+                per_pod += int(_flag(command, "--workers")) * int(_flag(command, "--threads"))
+            elif "worker" in command:
+                per_pod += int(_flag(command, "--concurrency"))
+        per_pod = {"ajuste-watcher": WATCHER_CONNECTIONS, "ajuste-beat": BEAT_CONNECTIONS}.get(
+            name, per_pod
+        )
+        counts[name] = deployment["spec"]["replicas"] * per_pod
+    return counts
+
+
+def _flag(command: list[str], flag: str) -> str:
+    for i, part in enumerate(command):
+        if part == flag:
+            return command[i + 1]
+        if part.startswith(flag + "="):
+            return part.split("=", 1)[1]
+    raise AssertionError(f"{flag} not in {command}")
+
+
+@pytest.mark.parametrize(("components", "total"), [([], 71), (["large"], 101)])
+def test_connection_sizing_counts_every_process(
+    tmp_path: Path, components: list[str], total: int
+) -> None:
+    """The docs' figures are the manifests' own: the default stays under PostgreSQL's
+    default max_connections (100, 3 kept for superusers); the large component does not,
+    and turns persistent connections off and says so."""
+    objects = render(tmp_path, *components)
+    counts = connections(objects)
+    assert sum(counts.values()) == total
+    docs = (K8S.parent / "docs" / "deploy-kubernetes.md").read_text()
+    assert f"= **{total}**" in docs
+    if total > 97:
+        assert config(objects)["DATABASE_CONN_MAX_AGE"] == "0"
 
 
 def test_large_sizes_web_and_workers_and_drops_persistent_connections(tmp_path: Path) -> None:
     objects = render(tmp_path, "large")
     assert find(objects, "Deployment", "ajuste-web")["spec"]["replicas"] == 3
     assert find(objects, "Deployment", "ajuste-worker")["spec"]["replicas"] == 3
-    assert find(objects, "ConfigMap", "ajuste-config")["data"]["DATABASE_CONN_MAX_AGE"] == "0"
+    assert config(objects)["DATABASE_CONN_MAX_AGE"] == "0"
 
 
 @pytest.mark.parametrize("name", ["pdb", "topology-spread"])

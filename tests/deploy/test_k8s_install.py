@@ -233,6 +233,7 @@ def test_objects_from_before_install_ids_are_adopted_by_the_install_with_the_row
     assert [o.unlabelled for o in prod.observe_all()] == [False, False]
     assert install_of(k8s_cluster.get("pods", NS, pod)) is None  # a Job's pods keep their labels
     prod.delete_job(ref=job_request.ref)
+    k8s_cluster.reconcile()  # the pod's graceful end
     assert k8s_cluster.get("pods", NS, pod) is None
 
 
