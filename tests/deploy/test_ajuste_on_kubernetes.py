@@ -149,7 +149,7 @@ def test_the_images_are_this_release(objects: list[Obj]) -> None:
 
 def test_the_editors_default_images_are_movable() -> None:
     """The notebook images a new install offers are the ones an overlay can move."""
-    from controlpanel.workloads.defaults import DEFAULT_IMAGES
+    from controlpanel.engine.defaults import DEFAULT_IMAGES
 
     assert {image for _, _, image, _ in DEFAULT_IMAGES} <= set(images.MOVABLE.values())
 
@@ -333,6 +333,48 @@ def test_an_image_override_moves_the_job_containers_too(tmp_path: Path) -> None:
         ]
     }
     assert images == {"registry.corp/ajuste:0.2.0"}
+
+
+@pytest.mark.k8s
+def test_an_overlay_moves_the_serving_and_editor_images(
+    tmp_path: Path, k8s_cluster: EmulatedCluster, notebook_request: NotebookRequest
+) -> None:
+    """The overlay's `images:` entries reach the workloads: an app on the default serving
+    image and a notebook on a default editor image run the mirror's (the settings read the
+    ConfigMap the overlay rendered, the backend moves what asks for a default)."""
+    objects = overlay(
+        tmp_path,
+        images=[
+            {"name": "ghcr.io/ajuste/serving", "newName": "registry.corp/serving"},
+            {"name": "quay.io/jupyter/pytorch-notebook", "newName": "registry.corp/pytorch"},
+        ],
+    )
+    moved = images.moved_images(config(objects))
+    assert moved == {
+        images.SERVING_IMAGE: f"registry.corp/serving:{VERSION}",
+        images.MOVABLE["AJUSTE_JUPYTER_PYTORCH_IMAGE"]: "registry.corp/pytorch:cuda12-python-3.12",
+    }
+    client = k8s_cluster.api_client()
+    backend = KubernetesBackend(api_client=client, images=moved)
+    k8s_cluster.create_namespace(NS)
+    backend.apply_app(app=make_app_request(image=images.SERVING_IMAGE))
+    notebook = replace(notebook_request, image=images.MOVABLE["AJUSTE_JUPYTER_PYTORCH_IMAGE"])
+    backend.apply_notebook(notebook=notebook)
+    backend.apply_app(app=replace(make_app_request(id="own"), image="registry.corp/mine:1"))
+    client.close()
+    containers = {
+        name: k8s_cluster.get(plural, NS, name)["spec"]["template"]["spec"]["containers"][0]
+        for plural, name in (
+            ("deployments", "app-5f0c"),
+            ("statefulsets", "nb-7"),
+            ("deployments", "app-own"),
+        )
+    }
+    assert {name: c["image"] for name, c in containers.items()} == {
+        "app-5f0c": f"registry.corp/serving:{VERSION}",
+        "nb-7": "registry.corp/pytorch:cuda12-python-3.12",
+        "app-own": "registry.corp/mine:1",  # not a default: run as asked
+    }
 
 
 def test_the_kustomization_tags_this_release() -> None:
