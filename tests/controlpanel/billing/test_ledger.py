@@ -225,8 +225,11 @@ def unhooked() -> Any:
     post_save.connect(receivers._run_saved, sender=JobRun, dispatch_uid="billing-run-saved")
 
 
+# 400 examples: with `locked = frozenset()` in services._record (locked months rewritten like
+# open ones) the CI profile's derandomized run first fails at example 311; at 60 it passed.
+@pytest.mark.slow
 @settings(
-    max_examples=60,
+    max_examples=400,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
