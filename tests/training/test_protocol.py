@@ -161,3 +161,35 @@ def test_snapshot_merges_the_newest_fields_and_reads_bad_stored_values_safely() 
         and Snapshot(step=30, max_steps=10).percent == 100
     )
     assert loss_point(read_event(lines[1])) == (4, 1.5) and loss_point(read_event(lines[3])) is None
+
+
+def test_an_eviction_and_the_resume_are_events_of_their_own_that_the_snapshot_leaves_alone(
+    tmp_path: Any,
+) -> None:
+    """The panel's history reads "evicted at step N -> resumed from step N" from these two;
+    older readers, which keep a Snapshot, see the `error` (kind interrupted) and `start` they
+    always saw."""
+    from training.reporting import Reporter
+
+    interrupted = make_event(
+        "interrupted", step=412, checkpoint="/o/checkpoints/step-000412", signal="SIGTERM"
+    )
+    resumed = make_event("resumed", step=412, checkpoint="/o/checkpoints/step-000412")
+    assert FIELDS["interrupted"] == {
+        "v": "int", "time": "float", "step": "int", "checkpoint": "text", "signal": "text",
+    }  # fmt: skip
+    assert read_event(format_event(resumed)) == {
+        k: v for k, v in resumed.items() if k in FIELDS["resumed"] or k == "event"
+    }
+    assert "interrupted" not in SNAPSHOT_EVENTS and "resumed" not in SNAPSHOT_EVENTS
+    progress = Snapshot().merge(read_event(format_event(make_event("progress", step=400))))
+    assert progress.merge(read_event(format_event(interrupted))) == progress
+    start = make_event("start", world_size=8, nodes=2, parallel="fsdp", resumed_from_step=412)
+    snapshot = Snapshot().merge(read_event(format_event(start)))
+    assert (snapshot.nodes, snapshot.parallel, snapshot.resumed_from_step) == (2, "fsdp", 412)
+
+    with open(tmp_path / "log", "w", encoding="utf-8") as log:
+        fields = {k: interrupted[k] for k in ("step", "checkpoint", "signal")}
+        Reporter(tmp_path, stream=log).emit("interrupted", **fields)
+    status = json.loads((tmp_path / "status.json").read_text())
+    assert (status["state"], status["step"]) == ("interrupted", 412)
