@@ -10,35 +10,32 @@ OIDC_CLIENT_ID (with `azp` checked when there are several), `exp`/`iat` within a
 leeway, the nonce the one we sent, and only asymmetric signature algorithms (never `none` or
 a shared-secret HMAC, whatever the discovery document lists).
 
-Then the user: the account linked to (issuer, subject), else the one account with the
-token's address when the provider vouches for it (`email_verified`, or OIDC_TRUST_EMAIL=1),
-else a new account. OIDC_GROUP_MAPPING is applied at each sign-in (GroupGrant).
+The ID token's header is checked first, by us: a token signed with an HMAC (keyed with the
+client secret, which this panel holds too) or with `none` is refused with its reason before
+Authlib sees it; Authlib's verifier is only ever offered the asymmetric algorithms as well.
+
+What the verified claims mean for accounts (linked by issuer and subject only, never by
+address) is sso_accounts.py; OIDC_GROUP_MAPPING is sso_groups.py.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
+import json
 import logging
-import re
 import threading
 import time
-from collections.abc import Iterable
 from typing import Any
 
 from authlib.common.errors import AuthlibBaseError
 from authlib.integrations.django_client import OAuth
 from authlib.integrations.django_client.apps import DjangoOAuth2App
 from django.conf import settings
-from django.contrib.auth import get_user_model
-from django.db import IntegrityError, transaction
 from django.http import HttpRequest, HttpResponse
 from django.urls import reverse
-from django.utils import timezone
 from joserfc.errors import JoseError
 from requests import RequestException
-
-from controlpanel.accounts.models import GroupGrant, OidcIdentity
-from controlpanel.accounts.oidc_settings import GroupRule
-from controlpanel.projects.models import Membership, Project, Role
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +45,6 @@ BACKEND = "controlpanel.accounts.backends.OidcBackend"
 SIGNING_ALGS = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512")
 LEEWAY_SECONDS = 60
 METADATA_TTL_SECONDS = 3600
-RANK: dict[str, int] = {Role.MEMBER: 0, Role.MANAGER: 1}
 
 
 class OidcError(Exception):
@@ -74,6 +70,28 @@ class _Client(DjangoOAuth2App):
             alg for alg in offered if alg in SIGNING_ALGS
         ] or ["RS256"]
         return metadata
+
+    def parse_id_token(self, token: dict[str, Any], nonce: str, **kwargs: Any) -> Any:
+        if "id_token" in token:
+            check_id_token_algorithm(token["id_token"])
+        return super().parse_id_token(token, nonce, **kwargs)
+
+
+def check_id_token_algorithm(id_token: Any) -> None:
+    """Refuse, with the reason, an ID token that is not signed with an asymmetric key: its
+    header is read (not trusted: the signature is verified afterwards, against the JWKS)."""
+    try:
+        head = str(id_token).split(".", 1)[0]
+        header = json.loads(base64.urlsafe_b64decode(head + "=" * (-len(head) % 4)))
+        alg = header.get("alg")
+    except (ValueError, binascii.Error, AttributeError):
+        raise OidcError("The provider sent an ID token that is not a JWT.") from None
+    if alg not in SIGNING_ALGS:
+        raise OidcError(
+            f"The ID token is signed with {str(alg)[:20]}; this panel accepts only the "
+            f"provider's key pair ({', '.join(SIGNING_ALGS[:2])}, ...). Make the provider sign "
+            "this client's ID tokens with RS256."
+        )
 
 
 class _OAuth(OAuth):
@@ -117,6 +135,19 @@ def _client() -> Any:
         return client
 
 
+def oidc_client_reset() -> None:
+    """Forget the client: the discovery document and the keys are read again at the next use
+    (after the provider's configuration changed; tests that bend the provider)."""
+    with _clients_lock:
+        _clients.clear()
+
+
+def provider_metadata() -> dict[str, Any]:
+    """The provider's discovery document, as the checks above left it."""
+    metadata: dict[str, Any] = _client().load_server_metadata()
+    return metadata
+
+
 def callback_url() -> str:
     """What to register at the provider as the redirect URI."""
     return settings.SITE_URL + reverse("oidc-callback")
@@ -143,9 +174,10 @@ def _short(exc: BaseException) -> str:
     return text if len(text) < 200 else text[:200] + "…"
 
 
-def oidc_complete(request: HttpRequest) -> Any:
+def oidc_verify(request: HttpRequest) -> dict[str, Any]:
     """Check the provider's answer (state, code exchange with the PKCE verifier, the ID
-    token's signature and claims) and return the user it signs in, made or updated."""
+    token's algorithm, signature and claims) and return its claims, the userinfo endpoint's
+    added where the ID token has none of its own."""
     client = _client()
     if request.GET.get("error"):
         said = request.GET.get("error_description") or request.GET["error"]
@@ -173,7 +205,7 @@ def oidc_complete(request: HttpRequest) -> Any:
     claims.update(
         {k: v for k, v in _userinfo(client, token, claims["sub"]).items() if k not in claims}
     )
-    return oidc_sign_in(issuer=settings.OIDC_ISSUER, claims=claims)
+    return claims
 
 
 def _userinfo(client: Any, token: dict[str, Any], subject: str) -> dict[str, Any]:
@@ -191,153 +223,3 @@ def _userinfo(client: Any, token: dict[str, Any], subject: str) -> dict[str, Any
         log.warning("oidc: userinfo answered for another subject; ignored")
         return {}
     return data
-
-
-def _groups(claims: dict[str, Any]) -> list[str]:
-    value = claims.get(settings.OIDC_GROUPS_CLAIM)
-    if isinstance(value, str):
-        value = [value]
-    if not isinstance(value, list):
-        return []
-    return sorted({str(g) for g in value if isinstance(g, str | int)})
-
-
-def _trusted_email(claims: dict[str, Any]) -> str:
-    email = claims.get("email")
-    if not isinstance(email, str) or "@" not in email:
-        return ""
-    verified = claims.get("email_verified")
-    if verified is True or (isinstance(verified, str) and verified.lower() == "true"):
-        return email.strip()
-    return email.strip() if settings.OIDC_TRUST_EMAIL else ""
-
-
-_USERNAME_BAD = re.compile(r"[^\w.@+-]")
-
-
-def _free_username(claims: dict[str, Any]) -> str:
-    wanted = claims.get(settings.OIDC_USERNAME_CLAIM) or claims.get("email") or claims["sub"]
-    base = _USERNAME_BAD.sub("-", str(wanted))[:140].strip("-") or "user"
-    User = get_user_model()
-    name, n = base, 1
-    while User.objects.filter(username__iexact=name).exists():
-        n += 1
-        name = f"{base}-{n}"
-    return name
-
-
-@transaction.atomic
-def oidc_sign_in(*, issuer: str, claims: dict[str, Any]) -> Any:
-    """The user for verified `claims`: linked, linked now by a vouched-for address, or new;
-    names and address refreshed; then the group mapping applied."""
-    User = get_user_model()
-    subject = str(claims["sub"])
-    email = _trusted_email(claims)
-    identity = (
-        OidcIdentity.objects.select_for_update()
-        .select_related("user")
-        .filter(issuer=issuer, subject=subject)
-        .first()
-    )
-    if identity is None:
-        user = _link_or_create(User, issuer, subject, email, claims)
-        identity = OidcIdentity.objects.create(user=user, issuer=issuer, subject=subject)
-    user = identity.user
-    if not user.is_active:
-        raise OidcError("This account is deactivated. Ask a site admin.")
-    changed = []
-    for field, claim in (("first_name", "given_name"), ("last_name", "family_name")):
-        value = claims.get(claim)
-        if isinstance(value, str) and value and getattr(user, field) != value[:150]:
-            setattr(user, field, value[:150])
-            changed.append(field)
-    if email and user.email != email:
-        clash = User.objects.filter(email__iexact=email).exclude(pk=user.pk).exists()
-        if not clash:
-            user.email = email
-            changed.append("email")
-    if changed:
-        user.save(update_fields=changed)
-    groups = _groups(claims)
-    identity.groups = groups
-    identity.last_sign_in_at = timezone.now()
-    identity.save(update_fields=["groups", "last_sign_in_at"])
-    group_mapping_apply(user=user, groups=groups)
-    return user
-
-
-def _link_or_create(
-    User: Any, issuer: str, subject: str, email: str, claims: dict[str, Any]
-) -> Any:
-    address = claims.get("email") if isinstance(claims.get("email"), str) else ""
-    if address:
-        accounts = list(User.objects.filter(email__iexact=address)[:2])
-        if accounts and not email:
-            raise OidcError(
-                f"An account here already uses {address}, and the provider does not say the "
-                "address is verified: ask a site admin."
-            )
-        if len(accounts) > 1:
-            raise OidcError(f"Several accounts here use {address}: ask a site admin.")
-        if accounts:
-            account = accounts[0]
-            if OidcIdentity.objects.filter(user=account, issuer=issuer).exists():
-                raise OidcError(
-                    f"The account with {address} is linked to another identity at this "
-                    "provider: ask a site admin."
-                )
-            log.info("oidc: %s at %s linked to %s by address", subject, issuer, account)
-            return account
-    user = User(username=_free_username(claims), email=email)
-    user.set_unusable_password()
-    try:
-        with transaction.atomic():
-            user.save()
-    except IntegrityError:
-        raise OidcError("The account could not be created; try again.") from None
-    log.info("oidc: %s at %s made the account %s", subject, issuer, user)
-    return user
-
-
-def _wanted(rules: Iterable[GroupRule], groups: list[str]) -> dict[str, tuple[str, list[str]]]:
-    """Project slug → (the highest role the groups give, the groups that give it)."""
-    wanted: dict[str, tuple[str, list[str]]] = {}
-    held = set(groups)
-    for rule in rules:
-        if rule.group not in held:
-            continue
-        role, why = wanted.get(rule.project, (Role.MEMBER, []))
-        if not why or RANK[rule.role] > RANK[role]:
-            role = rule.role
-        wanted[rule.project] = (role, sorted({*why, rule.group}))
-    return wanted
-
-
-@transaction.atomic
-def group_mapping_apply(*, user: Any, groups: list[str]) -> None:
-    """Make the memberships OIDC_GROUP_MAPPING gives match `groups`: added (or set to the
-    mapped role) where a group grants one, removed where none does any more. A membership
-    added by hand (no GroupGrant) is never changed or removed."""
-    wanted = _wanted(settings.OIDC_GROUP_MAPPING, groups)
-    projects = {p.slug: p for p in Project.objects.filter(slug__in=wanted)}
-    for slug in set(wanted) - set(projects):
-        log.warning("OIDC_GROUP_MAPPING names the project %r, which does not exist", slug)
-    grants = {g.project_id: g for g in GroupGrant.objects.select_for_update().filter(user=user)}
-    now = timezone.now()
-    for slug, project in projects.items():
-        role, why = wanted[slug]
-        grant = grants.pop(project.pk, None)
-        membership = Membership.objects.filter(project=project, user=user).first()
-        if membership is not None and grant is None:
-            continue  # added by hand: left alone
-        if membership is None:
-            Membership.objects.create(project=project, user=user, role=role)
-        elif membership.role != role:
-            membership.role = role
-            membership.save(update_fields=["role"])
-        GroupGrant.objects.update_or_create(
-            user=user, project=project, defaults={"role": role, "groups": why, "updated_at": now}
-        )
-    for project_id, grant in grants.items():  # no group grants it any more
-        Membership.objects.filter(project_id=project_id, user=user).delete()
-        grant.delete()

@@ -73,6 +73,12 @@ def read_oidc_settings() -> dict[str, Any]:
     only = env_bool("OIDC_ONLY", False)
     if only and not issuer:
         raise ImproperlyConfigured("OIDC_ONLY=1 turns passwords off: set OIDC_ISSUER too.")
+    if env_bool("OIDC_TRUST_EMAIL", False):
+        raise ImproperlyConfigured(
+            "OIDC_TRUST_EMAIL is retired: a sign-in is never joined to an account by its "
+            "address any more, and only an address the provider says is verified is kept. "
+            "Unset it (an existing account connects its identity from its Settings page)."
+        )
     return {
         "OIDC_ISSUER": issuer,
         "OIDC_DISCOVERY_URL": discovery
@@ -85,6 +91,5 @@ def read_oidc_settings() -> dict[str, Any]:
         "OIDC_USERNAME_CLAIM": (env_str("OIDC_USERNAME_CLAIM") or "preferred_username").strip(),
         "OIDC_PROVIDER_NAME": (env_str("OIDC_PROVIDER_NAME") or "single sign-on").strip(),
         "OIDC_ONLY": only,
-        "OIDC_TRUST_EMAIL": env_bool("OIDC_TRUST_EMAIL", False),
         "OIDC_TIMEOUT_SECONDS": env_int("OIDC_TIMEOUT_SECONDS", 10, minimum=1),
     }

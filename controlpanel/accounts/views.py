@@ -8,13 +8,11 @@ from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth import get_user_model, login
 from django.contrib.auth import views as auth_views
-from django.contrib.auth.forms import AuthenticationForm
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBase
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse, reverse_lazy
 from django.utils.cache import add_never_cache_headers
-from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.cache import never_cache
 from django.views.decorators.debug import sensitive_post_parameters
 from django.views.decorators.http import require_POST
@@ -63,47 +61,6 @@ class LoginView(auth_views.LoginView):
         return super().post(request, *args, **kwargs)
 
 
-def _safe_next(request: HttpRequest, url: str | None) -> str:
-    if url and url_has_allowed_host_and_scheme(
-        url, allowed_hosts={request.get_host()}, require_https=request.is_secure()
-    ):
-        return url
-    return ""
-
-
-def _login_page(request: HttpRequest, error: str, status: int) -> HttpResponse:
-    context = {"form": AuthenticationForm(request), "sso_error": error, "next": ""}
-    context.update(sso_context())
-    context.setdefault("passwords_off", False)
-    return render(request, "registration/login.html", context, status=status)
-
-
-@never_cache
-def sso_login(request: HttpRequest) -> HttpResponse:
-    """Off to the provider (GET: a link, so the page's CSP form-action allows the redirect)."""
-    if not oidc.oidc_enabled():
-        raise Http404("Single sign-on is not configured.")
-    request.session["oidc_next"] = _safe_next(request, request.GET.get("next"))
-    try:
-        return oidc.oidc_redirect(request)
-    except oidc.OidcError as exc:
-        return _login_page(request, str(exc), 502)
-
-
-@never_cache
-def sso_callback(request: HttpRequest) -> HttpResponse:
-    """Back from the provider: verified, the user is signed in and sent where they were going."""
-    if not oidc.oidc_enabled():
-        raise Http404("Single sign-on is not configured.")
-    try:
-        user = oidc.oidc_complete(request)
-    except oidc.OidcError as exc:
-        return _login_page(request, str(exc), 403)
-    next_url = request.session.pop("oidc_next", "")
-    login(request, user, backend=oidc.BACKEND)
-    return redirect(next_url or settings.LOGIN_REDIRECT_URL)
-
-
 def _settings_page(
     request: HttpRequest, form: TokenCreateForm, raw: str | None = None, status: int = 200
 ) -> HttpResponse:
@@ -119,8 +76,17 @@ def _settings_page(
         "usage": user_month_usage(user=user, month=current_month()),
         "identities": user.oidc_identities.all(),
         "can_change_password": user.has_usable_password() and not settings.OIDC_ONLY,
+        "sso_connect": _sso_connect_offer(user),
     }
     return render(request, "accounts/settings.html", context, status=status)
+
+
+def _sso_connect_offer(user: Any) -> dict[str, str] | None:
+    """The settings page's "Connect" link, while the account has no identity at the provider
+    (connecting is the only way an existing account gets one: see sso_accounts)."""
+    if not oidc.oidc_enabled() or user.oidc_identities.filter(issuer=settings.OIDC_ISSUER).exists():
+        return None
+    return {"name": settings.OIDC_PROVIDER_NAME, "url": reverse("oidc-login") + "?connect=1"}
 
 
 @page_login_required

@@ -69,6 +69,8 @@ def test_a_bad_mapping_is_refused_precisely(text: str, says: str) -> None:
         ({"OIDC_ONLY": "1"}, "OIDC_ISSUER"),
         ({"OIDC_ISSUER": "sso.example.com", "OIDC_CLIENT_ID": "x"}, "OIDC_ISSUER"),
         ({"OIDC_DISCOVERY_URL": "https://x/.well-known/openid-configuration"}, "OIDC_ISSUER"),
+        # Retired (issue 25): it linked sign-ins to accounts by an address nobody verified.
+        ({"OIDC_TRUST_EMAIL": "1"}, "OIDC_TRUST_EMAIL is retired"),
     ],
 )
 def test_inconsistent_settings_are_refused(
