@@ -193,7 +193,6 @@ OIDC_GROUP_MAPPING = _oidc["OIDC_GROUP_MAPPING"]
 OIDC_USERNAME_CLAIM = _oidc["OIDC_USERNAME_CLAIM"]
 OIDC_PROVIDER_NAME = _oidc["OIDC_PROVIDER_NAME"]
 OIDC_ONLY = _oidc["OIDC_ONLY"]
-OIDC_TRUST_EMAIL = _oidc["OIDC_TRUST_EMAIL"]
 OIDC_TIMEOUT_SECONDS = _oidc["OIDC_TIMEOUT_SECONDS"]
 
 # django-axes: throttle repeated login failures per username and address.
