@@ -7,7 +7,7 @@ PIP := $(VENV)/bin/pip
 TORCH_VERSION ?= 2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test test-fast test-images images lint format bench clean services lock
+.PHONY: install run test test-main test-browser test-fast test-images images lint format bench clean services lock
 
 # Every install takes the locked versions (requirements/dev.lock, package-lock.json): every
 # machine tests the same software. `make lock` moves the lock forward.
@@ -28,9 +28,32 @@ run: $(STAMP)
 services:
 	@scripts/ensure-services
 
-# Every test but the container images' (make test-images: they need podman and a build).
+# Every test but the container images' (make test-images: they need podman and a build), in
+# two tiers that each fail fast: a systemic failure (every test waiting out its 300 s timeout)
+# must end within CI's 90 minutes and show its cause. The main tier stops after MAXFAIL_MAIN
+# failures or once BUDGET_MAIN seconds have passed; the browser and end-to-end tier (Chromium,
+# real Celery workers: each may wait 60-300 s when something is wrong) after MAXFAIL_BROWSER or
+# BUDGET_BROWSER. A budget is checked between tests (pytest-timeout's --session-timeout, so the
+# summary is printed); `timeout` ends a tier whose last test hangs past it (SIGINT: fixtures
+# still stop their processes). .ci/run runs the tiers one by one to say which failed first.
+MAXFAIL_MAIN ?= 20
+BUDGET_MAIN ?= 1500
+MAXFAIL_BROWSER ?= 3
+BUDGET_BROWSER ?= 900
+MAIN_TIER := not images and not browser and not e2e
+BROWSER_TIER := (browser or e2e) and not images
+# tier(marker expression, maxfail, budget): exit 5 (nothing of the tier selected) is a pass.
+tier = timeout --signal=INT --kill-after=60 $$(( $(3) + 420 )) $(VENV)/bin/pytest -m "$(1)" \
+	--maxfail=$(2) --session-timeout=$(3) $(PYTEST_ARGS) || { rc=$$?; [ $$rc -eq 5 ] || exit $$rc; }
+
 test: $(STAMP) services
-	$(VENV)/bin/pytest -m "not images" $(PYTEST_ARGS)
+	@$(MAKE) --no-print-directory -k test-main test-browser
+
+test-main: $(STAMP) services
+	$(call tier,$(MAIN_TIER),$(MAXFAIL_MAIN),$(BUDGET_MAIN))
+
+test-browser: $(STAMP) services
+	$(call tier,$(BROWSER_TIER),$(MAXFAIL_BROWSER),$(BUDGET_BROWSER))
 
 # The images built from the repository's Dockerfiles (panel, sync, CPU fine-tune) on a base made
 # from Debian's packages, then run: migrate, serve, a job through the panel started from its image.

@@ -182,6 +182,7 @@ def test_only_the_root_key_manages_keys(
     assert credentials.embedded_keys(s3_server)[scoped.access_key] == (two_buckets[0],)
 
 
+@pytest.mark.slow
 def test_scoped_keys_survive_a_restart(
     s3_server_factory: Callable[..., EmbeddedS3], tmp_path: Path
 ) -> None:

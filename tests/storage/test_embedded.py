@@ -11,6 +11,7 @@ from storage.errors import AccessDenied
 from storage.objects import create_bucket, list_buckets, put_object, read_object
 
 
+@pytest.mark.slow
 def test_data_survives_a_restart(
     s3_server_factory: Callable[..., EmbeddedS3], tmp_path: Path
 ) -> None:

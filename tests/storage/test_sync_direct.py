@@ -63,6 +63,7 @@ def test_listing_and_gets_match_boto3_for_odd_keys(s3_server: DatastoreConfig, b
         direct.close()
 
 
+@pytest.mark.slow
 def test_a_listing_of_many_pages(s3_server: DatastoreConfig, bucket: str) -> None:
     keys = sorted(f"data/{index:04}" for index in range(1100))
     for key in keys:
