@@ -33,7 +33,8 @@ class InviteForm(forms.Form):
     email = forms.EmailField(
         label="E-mail address",
         max_length=254,
-        help_text="They get a one-time link; someone who already has an account is added at once.",
+        help_text="They get a one-time link, and join when they open it and confirm (signed in "
+        "with that address, or making an account).",
         widget=forms.EmailInput(attrs={"placeholder": "colleague@example.com"}),
     )
     role = forms.ChoiceField(choices=Role.choices, initial=Role.MEMBER)

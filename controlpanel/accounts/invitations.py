@@ -3,15 +3,19 @@
 The invitee gets a one-time link (`/invite/<token>/`; only its SHA-256 is stored) that works
 for INVITATION_DAYS, until it is used or revoked. Opening it, they set a password (a new
 account with the invited address) or sign in (with single sign-on, or the password of an
-account that has this address) and land in the project. Inviting someone who already has an
-account just adds them, and tells them so by e-mail.
+account that has this address), confirm, and land in the project.
+
+Nobody is added by address alone, not even an existing account: the address an account has
+can come from a provider that lets people type it (issue 25: a member re-pointed hers to a
+future hire's and became manager when the manager invited that address). The link goes to
+the mailbox; whoever opens it accepts, signed in as an account with the invited address, by
+confirming. Inviting says nothing about which account, if any, has the address.
 """
 
 from __future__ import annotations
 
 import logging
 import secrets
-from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -25,6 +29,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from controlpanel import audit
+from controlpanel.accounts.local_guard import refuse_another_active_user
 from controlpanel.accounts.models import Invitation, hash_token
 from controlpanel.projects.access import ProjectAccess
 from controlpanel.projects.models import Membership, Role
@@ -32,15 +37,6 @@ from controlpanel.projects.models import Membership, Role
 log = logging.getLogger(__name__)
 INVITATION_PREFIX = "inv_"
 RANK: dict[str, int] = {Role.MEMBER: 0, Role.MANAGER: 1}
-
-
-@dataclass(frozen=True)
-class InviteOutcome:
-    """What inviting did: `invitation` sent to a new address, or `membership` of an existing
-    account added at once."""
-
-    invitation: Invitation | None = None
-    membership: Membership | None = None
 
 
 def same_address(a: str, b: str) -> bool:
@@ -68,53 +64,16 @@ def _clean_role(role: Any) -> str:
     return str(role)
 
 
-def _account_for(email: str) -> Any | None:
-    """The one account with this address, if any (refused when it is ambiguous or off)."""
-    users = list(get_user_model().objects.filter(email__iexact=email)[:2])
-    if len(users) > 1:
-        raise ValidationError(
-            {"email": f"Several accounts use {email}: add one of them by user name instead."}
-        )
-    if users and not users[0].is_active:
-        raise ValidationError(
-            {"email": f"The account of {email} is deactivated: a site admin can reactivate it."}
-        )
-    return users[0] if users else None
-
-
 @transaction.atomic
-def invitation_create(*, access: ProjectAccess, by: Any, email: str, role: str) -> InviteOutcome:
-    """Invite `email` to the project with `role` (managers of the project and site admins).
-
-    An existing account is added at once and told; otherwise an invitation is stored and its
-    link e-mailed (a pending invitation to the same address is replaced: its link stops
-    working). A mail server that refuses the message raises ValidationError and nothing is
-    stored."""
+def invitation_create(*, access: ProjectAccess, by: Any, email: str, role: str) -> Invitation:
+    """Invite `email` to the project with `role` (managers of the project and site admins):
+    an invitation is stored and its link e-mailed, whether or not an account has the address
+    (a pending invitation to the same address is replaced: its link stops working). A mail
+    server that refuses the message raises ValidationError and nothing is stored."""
     if not access.can_manage:
         raise PermissionDenied("Only the project's managers can invite people.")
     email, role = _clean_email(email), _clean_role(role)
     project = access.project
-    user = _account_for(email)
-    if user is not None:
-        if Membership.objects.filter(project=project, user=user).exists():
-            raise ValidationError({"email": f"{user.username} ({email}) is already a member."})
-        membership = Membership.objects.create(project=project, user=user, role=role)
-        audit.record(
-            "member.add",
-            actor=by,
-            project=project,
-            target=membership,
-            user=user.username,
-            role=role,
-            via="invitation",
-        )
-        mail_now(
-            user.email,
-            f"[Ajuste] You were added to {project.name}",
-            f"{_name(by)} added you to the project {project.name} as {role}.\n\n"
-            f"{settings.SITE_URL}{reverse('project-home', kwargs={'slug': project.slug})}\n",
-        )
-        return InviteOutcome(membership=membership)
     now = timezone.now()
     Invitation.objects.filter(
         project=project, email__iexact=email, accepted_at=None, revoked_at=None
@@ -138,7 +97,7 @@ def invitation_create(*, access: ProjectAccess, by: Any, email: str, role: str) 
         f"Open this link to accept (it works once, until "
         f"{invitation.expires_at:%Y-%m-%d %H:%M} UTC):\n\n{invitation_url(raw)}\n",
     )
-    return InviteOutcome(invitation=invitation)
+    return invitation
 
 
 def _name(user: Any) -> str:
@@ -240,6 +199,15 @@ def invitation_accept(*, raw: str, user: Any) -> Membership:
     invitation.accepted_at = timezone.now()
     invitation.accepted_by = user
     invitation.save(update_fields=["accepted_at", "accepted_by"])
+    audit.record(
+        "invitation.accept",
+        actor=user,
+        project=invitation.project,
+        target=invitation,
+        email=invitation.email,
+        role=membership.role,
+        user=user.username,
+    )
     return membership
 
 
@@ -288,11 +256,20 @@ def invitation_sign_up(
         password_validation.validate_password(password, user)
     except ValidationError as exc:
         raise ValidationError({"password1": exc.messages}) from None
+    refuse_another_active_user()
     user.set_password(password)
     try:
         with transaction.atomic():
             user.save()
     except IntegrityError:
         raise ValidationError({"username": f"The user name {user.username} is taken."}) from None
+    audit.record(
+        "user.create",
+        actor=user,
+        target=user,
+        username=user.username,
+        email=user.email,
+        via="invitation",
+    )
     invitation_accept(raw=raw, user=user)
     return user

@@ -5,7 +5,9 @@ hand a deactivated person's running work over to someone else in its project.
 
 Set-password links are Django's password-reset tokens: signed, valid PASSWORD_RESET_TIMEOUT
 (3 days), and void once used (they hash the password they replace) or when the account
-changes its password or logs in.
+changes its password or logs in. Whoever holds the link owns the account, so a superuser's
+link is made for superusers only, as only they deactivate one (issue 25). Each action is
+audited; with the untrusted local backend no second account becomes active (local_guard).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from django.utils.http import urlsafe_base64_encode
 
 from controlpanel import audit
 from controlpanel.accounts.invitations import mail_now
+from controlpanel.accounts.local_guard import refuse_another_active_user
 from controlpanel.accounts.models import ApiToken
 from controlpanel.projects.models import Membership, Project, Role
 from controlpanel.workloads.models import LIVE_STATES, Workload
@@ -71,8 +74,15 @@ def user_create(
     role: str = Role.MEMBER,
 ) -> tuple[Any, str]:
     """A new account without a password; returns it and its set-password link (also
-    e-mailed; none with OIDC_ONLY=1, where they sign in with single sign-on)."""
+    e-mailed). Refused with OIDC_ONLY=1: such an account could never sign in (single sign-on
+    makes accounts at a first sign-in and never joins one to an existing account by address)."""
     _staff(by)
+    if settings.OIDC_ONLY:
+        raise ValidationError(
+            "Passwords are off (OIDC_ONLY=1): accounts are made at their first sign-in with "
+            "single sign-on. Invite the person to a project, or map their group to one."
+        )
+    refuse_another_active_user()
     User = get_user_model()
     email = (email or "").strip()
     if email and User.objects.filter(email__iexact=email).exists():
@@ -91,8 +101,16 @@ def user_create(
     user.save()
     if project is not None:
         Membership.objects.create(project=project, user=user, role=role)
-    if settings.OIDC_ONLY:
-        return user, ""
+    audit.record(
+        "user.create",
+        actor=by,
+        project=project,
+        target=user,
+        username=user.username,
+        email=user.email,
+        is_staff=user.is_staff,
+        role=role if project is not None else None,
+    )
     link = password_link(user)
     _send_password_link(user, link, new=True)
     return user, link
@@ -109,11 +127,15 @@ def user_password_reset(*, by: Any, user: Any) -> str:
         )
     if not user.is_active:
         raise ValidationError(f"{user.username} is deactivated: reactivate the account first.")
+    if user.is_superuser and not by.is_superuser:
+        raise PermissionDenied("Only a superuser can reset a superuser's password.")
     user.set_unusable_password()
     user.save(update_fields=["password"])
     end_sessions(user)
     link = password_link(user)
     _send_password_link(user, link, new=False)
+    audit.record("user.password_reset", actor=by, target=user, username=user.username)
+    log.info("%s reset the password of %s", by, user)
     return link
 
 
@@ -138,8 +160,12 @@ def user_deactivate(*, by: Any, user: Any) -> None:
 def user_reactivate(*, by: Any, user: Any) -> None:
     """The account may sign in again (its revoked tokens stay revoked)."""
     _staff(by)
+    if user.is_active:
+        return
+    refuse_another_active_user(user=user)
     type(user).objects.filter(pk=user.pk).update(is_active=True)
     user.is_active = True
+    audit.record("user.reactivate", actor=by, target=user, username=user.username)
 
 
 def end_sessions(user: Any) -> int:

@@ -204,15 +204,15 @@ def member_list(request: ProjectRequest) -> HttpResponse:
 @require_POST
 @project_view()
 def member_invite(request: ProjectRequest) -> HttpResponse:
-    """Invite by e-mail address (managers and site admins): an existing account is added at
-    once, anyone else gets a one-time link by e-mail."""
+    """Invite by e-mail address (managers and site admins): a one-time link by e-mail, which
+    whoever has the address opens and confirms (nobody is added by address alone)."""
     access = request.access
     if not access.can_manage:
         return HttpResponse("Only the project's managers can invite people.", status=403)
     form = InviteForm(request.POST)
     if form.is_valid():
         try:
-            outcome = invitations.invitation_create(
+            invitations.invitation_create(
                 access=access,
                 by=request.user,
                 email=form.cleaned_data["email"],
@@ -223,18 +223,11 @@ def member_invite(request: ProjectRequest) -> HttpResponse:
                 for error in errors:
                     form.add_error(field if field in form.fields else None, error)
         else:
-            if outcome.membership is not None:
-                messages.success(
-                    request,
-                    f"{outcome.membership.user.username} already had an account: added as "
-                    f"{outcome.membership.role}, and told by e-mail.",
-                )
-            else:
-                messages.success(
-                    request,
-                    f"Invitation sent to {form.cleaned_data['email']} (valid "
-                    f"{settings.INVITATION_DAYS} days).",
-                )
+            messages.success(
+                request,
+                f"Invitation sent to {form.cleaned_data['email']} (valid "
+                f"{settings.INVITATION_DAYS} days).",
+            )
             return redirect("member-list", slug=access.project.slug)
     return _members_page(request, invite_form=form, status=400)
 

@@ -1,6 +1,6 @@
 """Invitations: a manager invites by e-mail; the link works once, until it expires or is
-revoked, for the invited address only; an existing account is added at once; members and
-other projects' people cannot invite."""
+revoked, for the invited address only; nobody is added before they open the link and confirm
+(an existing account neither); members and other projects' people cannot invite."""
 
 from __future__ import annotations
 
@@ -9,12 +9,16 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.core.exceptions import ValidationError
 from django.test import Client
 from django.utils import timezone
 
+from controlpanel.accounts import invitations, oidc
 from controlpanel.accounts.models import Invitation, User, hash_token
+from controlpanel.projects.access import project_access
 from controlpanel.projects.models import Membership, Project, Role
-from tests.fixtures.panel import UserFactory, logged_in
+from tests.fixtures.oidc import configure_panel, oidc_provider, sign_in_over_http  # noqa: F401
+from tests.fixtures.panel import UserFactory, add_member, logged_in
 
 NEW_PASSWORD = "a long and unusual passphrase 42"
 
@@ -158,28 +162,56 @@ def test_an_account_with_the_address_logs_in_then_joins(
     assert Membership.objects.get(project=project, user=later).role == Role.MEMBER
 
 
-def test_inviting_an_existing_account_adds_it_and_tells_it(
+def test_inviting_an_address_that_has_an_account_sends_a_link_and_names_nobody(
     owner_client: Client, project: Project, mailoutbox: list[Any]
 ) -> None:
-    known = UserFactory(username="known", email="known@example.com")
+    """Nobody is added by address alone: whoever has the address opens the link, signed in as
+    the account that accepts, and confirms. The manager is not told whose address it is."""
+    kay = UserFactory(username="kay", email="known@example.com")
     answer = _invite(owner_client, project, "KNOWN@example.com", "manager")
     assert answer.status_code == 302
-    assert Membership.objects.get(project=project, user=known).role == Role.MANAGER
-    assert not Invitation.objects.exists()
+    assert not Membership.objects.filter(project=project, user=kay).exists()
+    assert Invitation.objects.get().status == "pending"
     (message,) = mailoutbox
-    assert message.to == ["known@example.com"] and "added you" in message.body
+    assert message.to == ["KNOWN@example.com"] and "kay" not in message.body
+    said = owner_client.get(answer["Location"]).content
+    assert b"Invitation sent to KNOWN@example.com" in said and b"kay" not in said
     again = _invite(owner_client, project, "known@example.com")
-    assert again.status_code == 400 and b"already a member" in again.content
+    assert again.status_code == 302 and b"kay" not in owner_client.get(again["Location"]).content
+    client = logged_in(kay)
+    link = _link(mailoutbox[1])
+    assert client.get(link).status_code == 200
+    assert not Membership.objects.filter(project=project, user=kay).exists()  # not on a GET
+    assert client.post(link, {"action": "join"}).status_code == 302
+    assert Membership.objects.get(project=project, user=kay).role == Role.MEMBER
+
+
+def test_an_accepted_invitation_is_refused_by_the_service_too(
+    owner: User, project: Project, mailoutbox: list[Any]
+) -> None:
+    """Single use at the service layer (the page-level test above is test_the_link_works_once):
+    a second account with the same address, and a sign-up, both refused afterwards."""
+    access = project_access(user=owner, slug=project.slug)
+    invitations.invitation_create(access=access, by=owner, email="twin@example.com", role="manager")
+    raw = _link(mailoutbox[0]).split("/")[2]
+    first = UserFactory(username="first", email="twin@example.com")
+    second = UserFactory(username="second", email="Twin@example.com")
+    invitations.invitation_accept(raw=raw, user=first)
+    with pytest.raises(ValidationError, match="already used"):
+        invitations.invitation_accept(raw=raw, user=second)
+    with pytest.raises(ValidationError, match="already used"):
+        invitations.invitation_sign_up(raw=raw, username="third", password=NEW_PASSWORD)
+    assert not Membership.objects.filter(project=project, user=second).exists()
+    assert not User.objects.filter(username="third").exists()
+    assert Invitation.objects.get().accepted_by == first
 
 
 def test_bad_invitations_are_refused_and_change_nothing(
     owner_client: Client, project: Project, mailoutbox: list[Any]
 ) -> None:
-    UserFactory(username="off", email="off@example.com", is_active=False)
     for email, role, why in [
         ("not-an-address", "member", b"valid email"),
         ("x@example.com", "owner", b"not one of the available choices"),
-        ("off@example.com", "member", b"deactivated"),
     ]:
         answer = _invite(owner_client, project, email, role)
         assert answer.status_code == 400 and why in answer.content, answer.content[-2000:]
@@ -258,3 +290,69 @@ def test_user_text_is_escaped(owner: User, project: Project, mailoutbox: list[An
     _invite(logged_in(owner), project, "esc@example.com")
     page = Client().get(_link(mailoutbox[0]))
     assert b"<script>alert(1)" not in page.content and b"&lt;script&gt;" in page.content
+
+
+def test_a_member_who_points_her_sso_address_at_a_future_hire_gains_nothing(
+    owner_client: Client,
+    project: Project,
+    oidc_provider: Any,  # noqa: F811
+    settings: Any,
+    mailoutbox: list[Any],
+) -> None:
+    """The reproduction (issue 25): mia changes her address at the provider to the one of a
+    hire-to-be, signs in; the manager invites that address as manager. She used to be made
+    manager at once; now the link goes to the hire's mailbox and nothing changes for her."""
+    configure_panel(settings, oidc_provider, site_url="http://testserver")
+    oidc.oidc_client_reset()
+    oidc_provider.user("mia", email="mia@corp.example")
+    sign_in_over_http(Client(), oidc_provider, "mia")
+    mia = User.objects.get(username="mia")
+    add_member(project, mia, Role.MEMBER)
+    oidc_provider.user("mia", email="hire@corp.example")  # the provider says it is verified
+    sign_in_over_http(Client(), oidc_provider, "mia")
+    assert _invite(owner_client, project, "hire@corp.example", "manager").status_code == 302
+    assert Membership.objects.get(project=project, user=mia).role == Role.MEMBER
+    assert Invitation.objects.get().status == "pending"
+    assert [m.to for m in mailoutbox] == [["hire@corp.example"]]
+
+
+def test_an_unverified_address_from_sso_never_accepts_an_invitation(
+    owner_client: Client,
+    project: Project,
+    oidc_provider: Any,  # noqa: F811
+    settings: Any,
+    mailoutbox: list[Any],
+) -> None:
+    """An address the provider does not say is verified is not written to the account (not even
+    with the old OIDC_TRUST_EMAIL=1): with a leaked link, the account still is not the
+    invited one."""
+    configure_panel(settings, oidc_provider, site_url="http://testserver", OIDC_TRUST_EMAIL=True)
+    oidc.oidc_client_reset()
+    oidc_provider.user("noa", email="noa@corp.example")
+    sign_in_over_http(Client(), oidc_provider, "noa")
+    noa = User.objects.get(username="noa")
+    oidc_provider.user("noa", email="boss@corp.example", claims={"email_verified": False})
+    session = Client()
+    sign_in_over_http(session, oidc_provider, "noa")
+    noa.refresh_from_db()
+    assert noa.email == "noa@corp.example"
+    _invite(owner_client, project, "boss@corp.example", "manager")
+    link = _link(mailoutbox[0])
+    assert session.get(link).status_code == 403
+    assert session.post(link, {"action": "join"}).status_code == 403
+    assert not Membership.objects.filter(project=project, user=noa).exists()
+
+
+def test_a_sign_up_is_refused_by_the_untrusted_local_backend(
+    owner_client: Client, project: Project, mailoutbox: list[Any], settings: Any
+) -> None:
+    """COMPUTE_BACKEND=local without AJUSTE_LOCAL_BACKEND_TRUSTED: the owner is the one active
+    user; a second one would get a shell as the panel's OS user through a notebook."""
+    settings.COMPUTE_BACKEND, settings.AJUSTE_LOCAL_BACKEND_TRUSTED = "local", False
+    _invite(owner_client, project, "solo@example.com")
+    link = _link(mailoutbox[0])
+    _, answer = _sign_up(link)
+    assert answer.status_code == 400
+    assert b"AJUSTE_LOCAL_BACKEND_TRUSTED" in answer.content
+    assert not User.objects.filter(username="newbie").exists()
+    assert Invitation.objects.get().status == "pending"

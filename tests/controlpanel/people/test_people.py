@@ -12,6 +12,7 @@ from django.test import Client
 
 from controlpanel.accounts.models import ApiToken, User
 from controlpanel.accounts.services import token_create
+from controlpanel.audit.models import AuditEvent
 from controlpanel.projects.models import Membership, Project, Role
 from controlpanel.workloads.models import Job, JobState
 from tests.fixtures.panel import PASSWORD, UserFactory, logged_in
@@ -192,3 +193,92 @@ def test_people_list_searches(admin_client: Client, owner: User) -> None:
     UserFactory(username="zed", email="zed@corp.example")
     page = admin_client.get("/people/?q=corp")
     assert b"zed" in page.content and b">owner<" not in page.content
+
+
+def test_a_staff_admin_cannot_reset_a_superusers_password(
+    admin_user: User, member: User, mailoutbox: list[Any]
+) -> None:
+    """The reproduction (issue 25): a staff admin who is no superuser asked for root's
+    set-password link, was handed it, and chose root's password. Refused as deactivation is."""
+    staff = UserFactory(username="staff", is_staff=True)
+    client = logged_in(staff)
+    answer = client.post(f"/people/{admin_user.pk}/", {"action": "password-link"}, follow=True)
+    assert answer.status_code == 200
+    assert b"Only a superuser can reset a superuser&#x27;s password" in answer.content
+    assert b'data-testid="password-link"' not in answer.content and mailoutbox == []
+    admin_user.refresh_from_db()
+    assert admin_user.check_password(PASSWORD)
+    assert not AuditEvent.objects.filter(action="user.password_reset").exists()
+    # A staff admin still resets a plain account, a superuser anyone's; both are audited.
+    assert client.post(f"/people/{member.pk}/", {"action": "password-link"}).status_code == 200
+    logged_in(admin_user).post(f"/people/{staff.pk}/", {"action": "password-link"})
+    events = AuditEvent.objects.filter(action="user.password_reset").order_by("pk")
+    assert [(e.actor_username, e.target_id) for e in events] == [
+        ("staff", str(member.pk)),
+        ("admin", str(staff.pk)),
+    ]
+    assert all("http" not in str(e.details) for e in events)  # never the link
+
+
+def test_create_and_reactivate_are_audited(admin_client: Client, project: Project) -> None:
+    admin_client.post(
+        "/people/new/",
+        {
+            "username": "newhire",
+            "email": "newhire@example.com",
+            "project": project.slug,
+            "role": "member",
+        },
+    )
+    user = User.objects.get(username="newhire")
+    created = AuditEvent.objects.get(action="user.create")
+    assert (created.actor_username, created.target_id) == ("admin", str(user.pk))
+    assert created.project_slug == "alpha"
+    assert created.details == {
+        "username": "newhire",
+        "email": "newhire@example.com",
+        "is_staff": False,
+        "role": "member",
+    }
+    admin_client.post(f"/people/{user.pk}/", {"action": "deactivate"})
+    admin_client.post(f"/people/{user.pk}/", {"action": "reactivate"})
+    reactivated = AuditEvent.objects.get(action="user.reactivate")
+    assert (reactivated.actor_username, reactivated.target_id) == ("admin", str(user.pk))
+
+
+def test_the_untrusted_local_backend_refuses_a_second_active_user(
+    admin_client: Client, member: User, settings: Any
+) -> None:
+    """COMPUTE_BACKEND=local, AJUSTE_LOCAL_BACKEND_TRUSTED unset: the guard used to run only at
+    start-up, so an account made later got JupyterLab, a shell as the panel's OS user."""
+    settings.COMPUTE_BACKEND, settings.AJUSTE_LOCAL_BACKEND_TRUSTED = "local", False
+    User.objects.exclude(username="admin").update(is_active=False)
+    answer = admin_client.post(
+        "/people/new/", {"username": "second", "email": "second@example.com", "role": "member"}
+    )
+    assert answer.status_code == 400
+    assert b"AJUSTE_LOCAL_BACKEND_TRUSTED=1" in answer.content
+    assert not User.objects.filter(username="second").exists()
+    back = admin_client.post(f"/people/{member.pk}/", {"action": "reactivate"}, follow=True)
+    assert b"AJUSTE_LOCAL_BACKEND_TRUSTED=1" in back.content
+    member.refresh_from_db()
+    assert not member.is_active
+    settings.COMPUTE_BACKEND = "kubernetes"  # on a cluster, each workload is its own pod
+    admin_client.post(f"/people/{member.pk}/", {"action": "reactivate"})
+    member.refresh_from_db()
+    assert member.is_active
+
+
+def test_with_oidc_only_accounts_are_made_at_their_first_sign_in(
+    admin_user: User, settings: Any
+) -> None:
+    """An account made here would never be linked to anyone's identity (no address linking),
+    and has no password to log in with to connect one: refused with the reason."""
+    settings.OIDC_ISSUER, settings.OIDC_ONLY = "https://id.example.com/realms/acme", True
+    admin_client = Client()
+    admin_client.force_login(admin_user, backend="controlpanel.accounts.backends.OidcBackend")
+    answer = admin_client.post(
+        "/people/new/", {"username": "pre", "email": "pre@example.com", "role": "member"}
+    )
+    assert answer.status_code == 400 and b"at their first sign-in" in answer.content
+    assert not User.objects.filter(username="pre").exists()
