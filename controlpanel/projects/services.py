@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import re
 from typing import Any
+from urllib.parse import urlsplit
 
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
@@ -56,6 +57,9 @@ def project_webhook_set(*, access: ProjectAccess, url: str) -> str | None:
     project.clean_fields(exclude=others)  # the URL's length and syntax
     project.save(update_fields=["webhook_url", "webhook_secret"])
     _refresh(access.project, project)
+    # The host only: a Slack or Teams webhook URL carries its own secret in the path.
+    host = (urlsplit(url).hostname or "") if url else ""
+    audit.record("webhook.set", actor=None, project=project, target=project, host=host)
     return made
 
 
@@ -70,6 +74,7 @@ def project_webhook_secret_rotate(*, access: ProjectAccess) -> str:
     project.webhook_secret = new_webhook_secret()
     project.save(update_fields=["webhook_secret"])
     _refresh(access.project, project)
+    audit.record("webhook.rotate", actor=None, project=project, target=project)
     return project.webhook_secret
 
 
@@ -191,10 +196,13 @@ def project_secret_set(*, access: ProjectAccess, by: Any, name: str, value: str)
             {"value": f"The value must be text of at most {MAX_SECRET_BYTES:,} bytes, without NUL."}
         )
     _locked_project(access)  # two managers setting the same name take turns
-    secret, _ = ProjectSecret.objects.update_or_create(
+    secret, made = ProjectSecret.objects.update_or_create(
         project=access.project,
         name=name,
         defaults={"value": value, "updated_by": by, "updated_at": timezone.now()},
+    )
+    audit.record(
+        "secret.set", actor=by, project=access.project, target=secret, name=name, replaced=not made
     )
     return secret
 
@@ -208,3 +216,10 @@ def project_secret_delete(*, access: ProjectAccess, name: str) -> None:
     deleted, _ = ProjectSecret.objects.filter(project=access.project, name=name).delete()
     if not deleted:
         raise ProjectSecret.DoesNotExist(f"No secret named {name!r} in this project.")
+    audit.record(
+        "secret.delete",
+        actor=None,
+        project=access.project,
+        target=("projectsecret", name),
+        name=name,
+    )

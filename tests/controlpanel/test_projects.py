@@ -453,3 +453,13 @@ def test_a_manager_deletes_a_secret(
     page = owner_client.post("/p/alpha/secrets/", {"action": "delete", "name": "TWO"})
     assert page.status_code == 302
     assert not ProjectSecret.objects.exists()
+
+
+def test_the_secrets_section_says_every_member_can_read_a_value(
+    owner_client: Client, member: User, project: Project
+) -> None:
+    """Stored encrypted and never shown by the panel, yet any member who runs a job can print
+    the value from it (issue 25): the page says so to the managers who set them and to members."""
+    for client in (owner_client, logged_in(member)):
+        page = client.get("/p/alpha/").content.decode()
+        assert "Any member of the project can read these values" in page
