@@ -585,6 +585,21 @@ def test_best_effort_fifo_lets_a_small_job_pass_one_that_cannot_fit_and_strict_f
     ]
 
 
+def test_a_job_no_preemption_can_help_does_not_hold_up_smaller_ones_behind_it(
+    cohort: EmulatedCluster, kueue: KueueHandle
+) -> None:
+    cohort.create(queued_job(A, "first", gpus=3))
+    cohort.create(queued_job(B, "busy", gpus=4))  # B uses its own: nothing to reclaim
+    cohort.create(queued_job(A, "big", gpus=2))  # same priority as first: no victim
+    cohort.create(queued_job(A, "small", gpus=1))
+    assert running(cohort, A) == ["first", "small"]
+    assert conditions(workload(cohort, kueue, A, "big"))["QuotaReserved"][2] == (
+        "couldn't assign flavors to pod set main: insufficient unused quota for nvidia.com/gpu in "
+        "flavor h100, 2 more needed"  # small took the last free one
+    )
+    assert conditions(workload(cohort, kueue, A, "first")).get("Evicted") is None
+
+
 def test_a_job_larger_than_its_queue_can_ever_hold_says_so(
     cohort: EmulatedCluster, kueue: KueueHandle
 ) -> None:
