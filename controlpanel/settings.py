@@ -415,6 +415,9 @@ S3_STS_ENDPOINT_URL = (env_str("S3_STS_ENDPOINT_URL") or "").rstrip("/")
 S3_CREDENTIAL_DURATION_S = env_int("S3_CREDENTIAL_DURATION_S", 3600, minimum=900)
 if S3_CREDENTIAL_MODE == "sts" and not S3_ROLE_ARN:
     raise ImproperlyConfigured("S3_CREDENTIAL_MODE=sts: set S3_ROLE_ARN, the role pods assume.")
+# On a cluster `shared` with more than one project is an explicit choice (system check
+# ajuste.E102 refuses to start otherwise): every pod then reaches every project's buckets.
+S3_SHARED_CREDENTIALS_ACKNOWLEDGED = env_bool("S3_SHARED_CREDENTIALS_ACKNOWLEDGED", False)
 if S3_CREDENTIAL_DURATION_S > 43200:
     raise ImproperlyConfigured(
         "S3_CREDENTIAL_DURATION_S must be at most 43200 (12 h, STS's limit)."

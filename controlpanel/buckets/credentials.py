@@ -20,7 +20,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core import checks
-from django.db import transaction
+from django.db import DatabaseError, transaction
 from django.db.models.signals import post_delete
 from django.dispatch import receiver
 from django.utils import timezone
@@ -198,6 +198,37 @@ def check_shared_credentials(**_: Any) -> list[checks.CheckMessage]:
             f"S3_CREDENTIAL_MODE=shared for {settings.S3_ALIAS}. {SHARED_BLAST_RADIUS}",
             hint="Set S3_CREDENTIAL_MODE=sts and S3_ROLE_ARN (AWS, MinIO, Ceph RGW).",
             id="ajuste.W101",
+        )
+    ]
+
+
+# Not tagged `database`: every management command runs it, so the web pods' migrating init
+# container and the other pods' wait for it refuse to start, as `check --deploy` does.
+@checks.register(checks.Tags.security)
+def check_shared_credentials_on_a_cluster(app_configs: Any, **_: Any) -> list[checks.CheckMessage]:
+    """On a cluster, the default datastore's own keys in every pod with more than one project
+    is an explicit choice: S3_SHARED_CREDENTIALS_ACKNOWLEDGED=1."""
+    if (
+        settings.COMPUTE_BACKEND != "kubernetes"
+        or not settings.S3_ENDPOINT_URL
+        or settings.S3_CREDENTIAL_MODE != CredentialMode.SHARED
+        or settings.S3_SHARED_CREDENTIALS_ACKNOWLEDGED
+    ):
+        return []
+    try:
+        projects = Project.objects.count()
+    except DatabaseError:  # not migrated yet: migrate runs the checks first
+        return []
+    if projects <= 1:
+        return []
+    return [
+        checks.Error(
+            f"S3_CREDENTIAL_MODE=shared for {settings.S3_ALIAS} with {projects} projects: every "
+            f"job, notebook and app pod holds keys that reach every project's buckets.",
+            hint="Set S3_CREDENTIAL_MODE=sts and S3_ROLE_ARN (AWS, MinIO, Ceph RGW), or "
+            "S3_SHARED_CREDENTIALS_ACKNOWLEDGED=1 if every project is one trust domain "
+            "(docs/deploy-kubernetes.md, day 1).",
+            id="ajuste.E102",
         )
     ]
 
