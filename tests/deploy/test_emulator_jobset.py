@@ -271,3 +271,41 @@ def test_kueue_admits_a_jobset_as_one_workload_all_or_nothing(
         "NVIDIA-H100-80GB-HBM3"
     }
     assert kueue.usage("vision")[("h100", GPU)] == 4
+
+
+def test_an_evicted_jobset_stops_every_rank_and_is_requeued_as_one(
+    cluster: EmulatedCluster,
+) -> None:
+    kueue = cluster.install_kueue()
+    cluster.create(flavor())
+    cluster.create(cluster_queue("vision", 4, cohort=None))
+    cluster.create(local_queue(NS, "vision"))
+    cluster.create(jobset(NS, "ft-9", nodes=2, gpus=2))
+    pods = child_pods(cluster, "ft-9-node-0")
+    for pod in pods:
+        cluster.kubelet.run(NS, pod["metadata"]["name"])
+    name = kueue.workload_name("JobSet", NS, "ft-9")
+    kueue.automatic = False  # to see it stopped before it is admitted again
+    kueue.evict(NS, name, message="preempted: project vision reclaimed its quota")
+    assert cluster.get("jobsets", NS, "ft-9")["spec"]["suspend"] is True
+    assert cluster.get("jobs", NS, "ft-9-node-0")["spec"]["suspend"] is True
+    assert child_pods(cluster, "ft-9-node-0") == []  # both ranks stopped together
+    found = conditions(cluster.get("workloads", NS, name))
+    assert found["Requeued"] == (
+        "True",
+        "Preempted",
+        "preempted: project vision reclaimed its quota",
+    )
+    assert found["QuotaReserved"] == (
+        "False",
+        "Pending",
+        "preempted: project vision reclaimed its quota",
+    )
+    kueue.automatic = True
+    cluster.reconcile()
+    found = conditions(cluster.get("workloads", NS, name))
+    assert found["QuotaReserved"][:2] == ("True", "QuotaReserved")  # admitted again: room
+    again = child_pods(cluster, "ft-9-node-0")
+    assert len(again) == 2 and not {p["metadata"]["uid"] for p in again} & {
+        p["metadata"]["uid"] for p in pods
+    }
