@@ -3,15 +3,22 @@ layers, bf16, sequences of 2048 packed tokens. Nothing is downloaded: the model 
 a config with random weights (throughput does not depend on the weights' values).
 
     python bench/finetune_gpu.py                      # on a GPU machine (H200: --peak-tflops 989)
-    python bench/finetune_gpu.py --tiny               # a tiny model on CPU, seconds: a smoke test
+    python bench/finetune_gpu.py --nproc 8            # 1 GPU, then 8 under torchrun: scaling
+    python bench/finetune_gpu.py --tiny [--nproc 2]   # a tiny model on CPU (gloo): a smoke test
 
 It runs the entry point's own step (`training.loop.train_step`: packed rows, loss on learned
 positions only, AdamW, cosine schedule) and prints tokens/s, peak GPU memory and the share of
 the GPU's peak dense bf16 FLOP/s reached, counting 4·N FLOPs per token for LoRA (forward 2·N,
 backward through the frozen weights 2·N, no weight gradients) and 6·N with gradient
 checkpointing (the forward runs twice); N = parameters outside the embedding table. Attention
-score FLOPs are not counted, so the share is a slight underestimate. Results also go to
-$OUT/finetune_gpu.json when $OUT is set.
+score FLOPs are not counted, so the share is a slight underestimate.
+
+With `--nproc N` it measures one process on one GPU, then N processes (one per GPU, DDP over
+NCCL as the preset runs under torchrun; `--fsdp` shards instead), each with the same
+micro-batches per GPU (weak scaling), and prints the scaling efficiency: tokens/s of N GPUs
+over N times the tokens/s of one (1.0 = perfect). The N-process figure counts every rank's
+tokens over the slowest rank's time. Without a GPU (and without --tiny) it stops at once
+with exit status 2. Results also go to $OUT/finetune_gpu.json when $OUT is set.
 """
 
 from __future__ import annotations
@@ -20,7 +27,9 @@ import argparse
 import json
 import os
 import random
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -60,7 +69,15 @@ def parse_args() -> argparse.Namespace:
         "--peak-tflops", type=float, default=989.0,
         help="GPU peak dense bf16 TFLOP/s (H200/H100 SXM: 989)",
     )  # fmt: skip
+    p.add_argument(
+        "--nproc", type=int, default=1,
+        help="also run this many processes, one per GPU, and print the scaling efficiency",
+    )  # fmt: skip
+    p.add_argument("--fsdp", action="store_true", help="shard with FSDP instead of DDP")
+    p.add_argument("--worker-result", default=None, help=argparse.SUPPRESS)  # a rank's file
     args = p.parse_args()
+    if args.nproc < 1:
+        p.error("--nproc must be at least 1")
     if args.tiny:
         args.seq, args.batch_size, args.warmup, args.steps = 128, 2, 1, 3
     return args
@@ -111,10 +128,10 @@ def synthetic_rows(args: argparse.Namespace, vocab: int, rows_needed: int) -> An
     return RowData(examples, rows, pad_id=0)
 
 
-def make_run(args: argparse.Namespace) -> Any:
+def make_run(args: argparse.Namespace, ranks: Any) -> Any:
+    from training import sharding
     from training.checkpoint import TrainState
     from training.data.packing import Layout
-    from training.distributed import Ranks
     from training.loop import Run
     from training.loss import CausalLMLoss
     from training.modeling import add_lora, count_params, place
@@ -122,17 +139,22 @@ def make_run(args: argparse.Namespace) -> Any:
     from training.reporting import Reporter
 
     opts = options(args)
-    where = place(opts, 0)
+    where = place(opts, ranks.local_rank)
     model = add_lora(build_model(args, where), opts)
+    how = ("fsdp" if args.fsdp else "ddp") if ranks.distributed else "none"
+    module = sharding.wrap(CausalLMLoss(model), model, where, ranks, how)
     trainable, total = count_params(model)
     params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=2e-4, fused=where.device.type == "cuda")
+    fused = where.device.type == "cuda" and how != "fsdp"
+    optimizer = torch.optim.AdamW(params, lr=2e-4, fused=fused)
     steps = args.warmup + args.steps
-    data = synthetic_rows(args, model.config.vocab_size, steps * args.batch_size * args.grad_accum)
-    layout = Layout(len(data), args.batch_size, args.grad_accum, 1, 0)
+    rows = steps * args.batch_size * args.grad_accum * ranks.world_size
+    data = synthetic_rows(args, model.config.vocab_size, rows)
+    layout = Layout(len(data), args.batch_size, args.grad_accum, ranks.world_size, 0)
     run = Run(
-        opts, Ranks(), where, Reporter(None, enabled=False), Path("."), model, CausalLMLoss(model),
+        opts, ranks, where, Reporter(None, enabled=False), Path("."), model, module,
         optimizer, make_schedule(optimizer, opts, steps), data, layout, None, steps, TrainState(),
+        parallel=how,
     )  # fmt: skip
     return run, trainable, total
 
@@ -147,15 +169,15 @@ def timed_steps(run: Any, args: argparse.Namespace) -> tuple[float, int]:
     from training.loop import steps, train_step
 
     seconds, tokens = 0.0, 0
-    for i, (_step, micro, learned, n_tokens) in enumerate(steps(run)):
+    for i, (step, micro, learned, n_tokens) in enumerate(steps(run)):
         sync(run)
         started = time.perf_counter()
-        loss, _norm = train_step(run, micro, learned)
+        loss, _norm = train_step(run, micro, learned, step)
         loss.item()  # waits for the step
         if i >= args.warmup:
             seconds += time.perf_counter() - started
-            tokens += n_tokens
-    return seconds, tokens
+            tokens += n_tokens  # every rank's: the step's global tokens
+    return max(run.ranks.all_max(seconds), 1e-9), tokens
 
 
 def non_embedding_params(run: Any) -> int:
@@ -208,12 +230,84 @@ def print_summary(result: dict[str, Any], args: argparse.Namespace) -> None:
     print(json.dumps(result))
 
 
+def require_gpu(args: argparse.Namespace) -> None:
+    """Exit 2 at once where the figures would mean nothing."""
+    if args.tiny:
+        return
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if gpus == 0:
+        print("finetune_gpu: no CUDA GPU is visible; run it on a GPU machine (--tiny: on CPU)")
+        raise SystemExit(2)
+    if args.nproc > gpus:
+        print(f"finetune_gpu: --nproc {args.nproc} needs {args.nproc} GPUs; {gpus} visible")
+        raise SystemExit(2)
+
+
+def measure(args: argparse.Namespace) -> dict[str, Any]:
+    """This process's run: alone, or as one rank of a torchrun group."""
+    from training import distributed
+
+    ranks = distributed.init(distributed.ranks_from_env())
+    try:
+        run, trainable, total = make_run(args, ranks)
+        seconds, tokens = timed_steps(run, args)
+        result = report(run, args, seconds, tokens, (trainable, total))
+        result["nproc"] = ranks.world_size
+        return result
+    finally:
+        distributed.shutdown(ranks)
+
+
+def _without_nproc(argv: list[str]) -> list[str]:
+    kept, skip = [], False
+    for arg in argv:
+        if not skip and arg != "--nproc" and not arg.startswith("--nproc="):
+            kept.append(arg)
+        skip = arg == "--nproc"
+    return kept
+
+
+def measure_group(args: argparse.Namespace) -> dict[str, Any]:
+    """The same measurement with --nproc processes under torchrun (this script as a rank)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        result_file = Path(tmp, "rank0.json")
+        argv = _without_nproc(sys.argv[1:])
+        command = [
+            sys.executable, "-m", "torch.distributed.run", "--standalone",
+            f"--nproc-per-node={args.nproc}", __file__, *argv,
+            "--worker-result", str(result_file),
+        ]  # fmt: skip
+        subprocess.run(command, check=True)
+        return dict(json.loads(result_file.read_text()))
+
+
+def scaling(one: dict[str, Any], group: dict[str, Any]) -> dict[str, Any]:
+    efficiency = group["tokens_per_s"] / (group["nproc"] * one["tokens_per_s"])
+    return {
+        "one": one,
+        "group": group,
+        "nproc": group["nproc"],
+        "scaling_efficiency": round(efficiency, 4),
+    }
+
+
 def main() -> int:
     args = parse_args()
-    run, trainable, total = make_run(args)
-    seconds, tokens = timed_steps(run, args)
-    result = report(run, args, seconds, tokens, (trainable, total))
+    require_gpu(args)
+    result = measure(args)
+    if args.worker_result is not None:  # one rank of measure_group's torchrun
+        if int(os.environ.get("RANK", "0")) == 0:
+            Path(args.worker_result).write_text(json.dumps(result))
+        return 0
     print_summary(result, args)
+    if args.nproc > 1:
+        result = scaling(result, measure_group(args))
+        print(
+            f"{args.nproc} processes: tokens/s {result['group']['tokens_per_s']:.0f} "
+            f"vs 1: {result['one']['tokens_per_s']:.0f}; scaling efficiency "
+            f"{result['scaling_efficiency']:.2f} (1.0 = {args.nproc}x the tokens/s of one)"
+        )
+        print(json.dumps(result))
     if os.environ.get("OUT"):
         Path(os.environ["OUT"], "finetune_gpu.json").write_text(json.dumps(result, indent=1))
     return 0

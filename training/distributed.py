@@ -65,6 +65,14 @@ class Ranks:
         dist.all_reduce(t)
         return t.tolist()
 
+    def all_max(self, value: float) -> float:
+        """The largest `value` over ranks (the slowest rank's time, say)."""
+        if not self.distributed:
+            return value
+        t = torch.tensor([value], dtype=torch.float64, device=self.device)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return float(t.item())
+
     def broadcast_object(self, obj: Any) -> Any:
         """The writer's `obj` on every rank (small picklable values: a step, a path, a
         message; never file content, which goes through broadcast_tree as tensors)."""
