@@ -59,9 +59,9 @@ def main() -> None:
     from controlpanel.billing.models import Line
     from controlpanel.billing.selectors import invoice_lines, month_by_project, month_total
     from controlpanel.billing.services import month_rebuild, run_record
+    from controlpanel.engine.models import JobRun
     from controlpanel.flavors.models import Flavor, FlavorPrice
     from controlpanel.projects.models import Project
-    from controlpanel.workloads.models import JobRun
 
     post_save.disconnect(sender=JobRun, dispatch_uid="billing-run-saved")  # recorded below
     rng = random.Random(14)

@@ -37,9 +37,9 @@ def fill(args: argparse.Namespace) -> dict[str, Any]:
 
     from controlpanel.accounts.models import User
     from controlpanel.billing.models import Line
+    from controlpanel.engine.models import Job, JobRun
     from controlpanel.flavors.models import Flavor, FlavorPrice
     from controlpanel.projects.models import Project
-    from controlpanel.workloads.models import Job, JobRun
 
     post_save.disconnect(sender=JobRun, dispatch_uid="billing-run-saved")  # lines written below
     rng = random.Random(14)

@@ -108,7 +108,7 @@ def main() -> None:
     from django.contrib.auth import get_user_model
     from django.test import Client
 
-    from controlpanel.workloads.models import Workload
+    from controlpanel.engine.models import Workload
 
     admin, _ = get_user_model().objects.get_or_create(
         username="bench-admin", defaults={"is_staff": True, "is_superuser": True}

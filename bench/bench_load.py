@@ -70,9 +70,9 @@ def seed(users: int) -> tuple[list[dict[str, Any]], list[dict[str, str]], dict[s
 
     from controlpanel.accounts.models import User
     from controlpanel.accounts.services import token_create
+    from controlpanel.engine.models import JobLogLine, JobState, Kind, Workload
     from controlpanel.flavors.models import Flavor
     from controlpanel.projects.models import Membership, Project
-    from controlpanel.workloads.models import JobLogLine, JobState, Kind, Workload
 
     flavor = Flavor.objects.get(name="h100-1-gpu")
     members: list[dict[str, Any]] = []
@@ -373,7 +373,7 @@ def main() -> None:
             for name in cpu_after
         )
         print(f"CPU cores used on average over the {wall:.0f} s: {share}")
-        from controlpanel.workloads.models import Job
+        from controlpanel.engine.models import Job
 
         print(
             "jobs submitted by the load: "
@@ -402,7 +402,7 @@ def page_costs(tries: int = 30) -> None:
     from django.test.utils import CaptureQueriesContext
 
     from controlpanel.accounts.models import User
-    from controlpanel.workloads.models import Job, JobState
+    from controlpanel.engine.models import Job, JobState
 
     client = Client(HTTP_HOST="127.0.0.1")
     client.force_login(User.objects.get(username="member0"))

@@ -27,7 +27,7 @@ def _refuse_untrusted_local_backend(**kwargs: Any) -> None:
     from django.core.exceptions import ImproperlyConfigured
 
     django.setup()  # idempotent: the models are needed to count users
-    from controlpanel.workloads.checks import refuse_untrusted_local_backend
+    from controlpanel.engine.checks import refuse_untrusted_local_backend
 
     try:
         refuse_untrusted_local_backend()

@@ -59,7 +59,7 @@ INSTALLED_APPS = [
     "controlpanel.projects",
     "controlpanel.buckets",
     "controlpanel.flavors",
-    "controlpanel.workloads",
+    "controlpanel.engine",
     "controlpanel.billing",
     "controlpanel.dashboards",
     "controlpanel.audit",
@@ -76,7 +76,7 @@ MIDDLEWARE = [
     # /healthz and /readyz for probes, before the ALLOWED_HOSTS and HTTPS checks.
     "controlpanel.core.middleware.HealthProbeMiddleware",
     # ingress-nginx's forward-auth for notebooks, asked at the web Service's cluster name.
-    "controlpanel.workloads.notebook_auth.NotebookAuthMiddleware",
+    "controlpanel.engine.notebook_auth.NotebookAuthMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "csp.middleware.CSPMiddleware",
@@ -299,9 +299,9 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
     "ENUM_NAME_OVERRIDES": {
-        "JobStateEnum": "controlpanel.workloads.models.JobState",
-        "NotebookStateEnum": "controlpanel.workloads.models.NotebookState",
-        "AppStateEnum": "controlpanel.workloads.models.AppState",
+        "JobStateEnum": "controlpanel.engine.models.JobState",
+        "NotebookStateEnum": "controlpanel.engine.models.NotebookState",
+        "AppStateEnum": "controlpanel.engine.models.AppState",
     },
 }
 
@@ -362,7 +362,7 @@ DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL") or "ajuste@localhost"
 COMPUTE_BACKEND = env_choice("COMPUTE_BACKEND", "local", ("local", "kubernetes"))
 # The local backend runs workloads as this machine's user: a server reachable by other host
 # names than loopback, or with more than one active user, refuses to start with it unless the
-# operator accepts one trust domain (controlpanel/workloads/checks.py).
+# operator accepts one trust domain (controlpanel/engine/checks.py).
 AJUSTE_LOCAL_BACKEND_TRUSTED = env_bool("AJUSTE_LOCAL_BACKEND_TRUSTED", False)
 # What the local backend's jobs may use at once, all projects together (0: this machine's
 # cores and memory, detected); lower them in a container whose limits are below the machine's.

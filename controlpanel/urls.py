@@ -4,7 +4,7 @@ from django.urls import include, path
 from controlpanel.core import errorpages
 from controlpanel.core import views as core_views
 from controlpanel.core.metrics.http import metrics
-from controlpanel.workloads.notebook_auth import notebook_auth
+from controlpanel.engine.notebook_auth import notebook_auth
 
 urlpatterns = [
     path("", core_views.home, name="home"),
@@ -17,7 +17,7 @@ urlpatterns = [
     path("", include("controlpanel.accounts.urls")),
     path("", include("controlpanel.projects.urls")),
     path("", include("controlpanel.buckets.urls")),
-    path("", include("controlpanel.workloads.urls")),
+    path("", include("controlpanel.engine.urls")),
     path("", include("controlpanel.dashboards.urls")),
     path("", include("controlpanel.billing.urls")),
     path("", include("controlpanel.billing.team_urls")),

@@ -27,7 +27,7 @@ SERVING_IMAGE = f"{REGISTRY}/serving:{VERSION}"
 # panel's own: k8s/config.env carries each under its setting (k8s/image-fields.yaml lets
 # `images:` rewrite it), and a workload that asks for the default runs the image the setting
 # names instead (KubernetesBackend's `images`). The editors' are the notebook images a new
-# install offers (controlpanel/workloads/defaults.py).
+# install offers (controlpanel/engine/defaults.py).
 MOVABLE = {
     "AJUSTE_SERVING_IMAGE": SERVING_IMAGE,
     "AJUSTE_JUPYTER_MINIMAL_IMAGE": "quay.io/jupyter/minimal-notebook:python-3.12",

@@ -30,8 +30,8 @@ from controlpanel import audit
 from controlpanel.accounts.invitations import mail_now
 from controlpanel.accounts.local_guard import refuse_another_active_user
 from controlpanel.accounts.models import ApiToken
+from controlpanel.engine.models import LIVE_STATES, Workload
 from controlpanel.projects.models import Membership, Project, Role
-from controlpanel.workloads.models import LIVE_STATES, Workload
 
 log = logging.getLogger(__name__)
 

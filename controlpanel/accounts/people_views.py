@@ -21,9 +21,9 @@ from controlpanel.accounts.models import ApiToken
 from controlpanel.accounts.selectors import group_grants_of, memberships_of
 from controlpanel.accounts.selectors import people as people_query
 from controlpanel.accounts.views import _form_errors
+from controlpanel.engine.models import Workload
+from controlpanel.engine.writes import workload_stop
 from controlpanel.projects.access import project_access, site_admin_page
-from controlpanel.workloads.models import Workload
-from controlpanel.workloads.writes import workload_stop
 
 
 @site_admin_page

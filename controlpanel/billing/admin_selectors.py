@@ -23,9 +23,9 @@ from django.db.models import Case, Count, F, Min, Q, QuerySet, Sum, When
 
 from controlpanel.billing.models import Line, Period
 from controlpanel.billing.rules import CENT, amount
+from controlpanel.engine.models import JobRun, Workload
 from controlpanel.flavors.models import Flavor, FlavorPrice
 from controlpanel.projects.models import Project
-from controlpanel.workloads.models import JobRun, Workload
 
 MONTH_RE = re.compile(r"^(\d{4})-(\d{2})$")
 FIRST_YEAR, LAST_YEAR = 2000, 2999

@@ -5,9 +5,9 @@ from django.db import models
 from django.db.models import F, Q
 from django.utils import timezone
 
+from controlpanel.engine.models import JobRun
 from controlpanel.flavors.models import Flavor, FlavorPrice
 from controlpanel.projects.models import Project
-from controlpanel.workloads.models import JobRun
 
 
 class PeriodState(models.TextChoices):

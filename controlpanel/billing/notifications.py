@@ -11,8 +11,8 @@ from django.core.mail import send_mail
 from django.urls import reverse
 
 from controlpanel.billing.models import BudgetAlert
+from controlpanel.engine.notifications import post_project_webhook
 from controlpanel.projects.models import Membership, Role
-from controlpanel.workloads.notifications import post_project_webhook
 
 EVENT = "budget.threshold"
 

@@ -21,8 +21,8 @@ from controlpanel import audit
 from controlpanel.billing.models import Period, PeriodState
 from controlpanel.billing.rules import month_of
 from controlpanel.billing.services import run_record
+from controlpanel.engine.models import JobRun
 from controlpanel.flavors.models import Flavor, FlavorPrice
-from controlpanel.workloads.models import JobRun
 
 
 def price_add(

@@ -29,10 +29,10 @@ from django.utils import timezone
 from controlpanel.billing.models import Meter, Sighting
 from controlpanel.billing.services import run_record
 from controlpanel.billing.tasks import budget_check_soon
+from controlpanel.engine.lifecycle import workload_ended
+from controlpanel.engine.models import JobRun, Workload
+from controlpanel.engine.sweep import runs_seen
 from controlpanel.projects.models import Project
-from controlpanel.workloads.lifecycle import workload_ended
-from controlpanel.workloads.models import JobRun, Workload
-from controlpanel.workloads.sweep import runs_seen
 
 log = logging.getLogger(__name__)
 VANISHED_STATE = "ERROR"  # every kind's state for "the workload disappeared from the cluster"

@@ -17,9 +17,9 @@ from django.utils import timezone
 
 from controlpanel.billing.models import Line, Meter, Period, PeriodState
 from controlpanel.billing.rules import amount, billed_minutes, month_of, segments
+from controlpanel.engine.models import JobRun
 from controlpanel.flavors.models import FlavorPrice
 from controlpanel.projects.models import Project
-from controlpanel.workloads.models import JobRun
 
 PRICE_MINUTES = Sum(F("minutes") * F("units") * F("price_per_hour"))
 

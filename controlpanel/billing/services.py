@@ -37,8 +37,8 @@ from controlpanel.billing.rules import (
     next_month,
     segments,
 )
+from controlpanel.engine.models import JobRun
 from controlpanel.flavors.models import FlavorPrice
-from controlpanel.workloads.models import JobRun
 
 # (month the minutes lie in, price version id or None)
 Key = tuple[date, int | None]

@@ -100,10 +100,10 @@ def _notify(alert_id: int) -> Callable[[], None]:
 def budget_stop_running(outcome: Outcome) -> int:
     """Stop the project's admitted, live work, every kind (the project opted in): the panel
     stops it, as a site admin would, with the budget as the reason."""
-    # Function-local: controlpanel.workloads imports billing (admission holds launches at the
+    # Function-local: controlpanel.engine imports billing (admission holds launches at the
     # budget, its models bill runs), so billing's modules import it only where they act.
-    from controlpanel.workloads.models import LIVE_STATES, Workload
-    from controlpanel.workloads.writes import workload_stop
+    from controlpanel.engine.models import LIVE_STATES, Workload
+    from controlpanel.engine.writes import workload_stop
 
     project = outcome.status.project
     access = ProjectAccess(project=project, role=None, is_admin=True)
@@ -134,7 +134,7 @@ def alerts_resend() -> int:
 
 
 def _retry_delay(retries: int) -> float:
-    from controlpanel.workloads.tasks import webhook_retry_delay
+    from controlpanel.engine.tasks import webhook_retry_delay
 
     return webhook_retry_delay(retries)
 

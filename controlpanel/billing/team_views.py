@@ -139,7 +139,7 @@ def _shown(row: Row, by: str, slug: str) -> dict[str, Any]:
 @project_view(manage=True)
 def budget_update(request: ProjectRequest) -> HttpResponse:
     """Set the project's monthly budget; a raised budget lets waiting launches start."""
-    from controlpanel.workloads.tasks import admit_soon
+    from controlpanel.engine.tasks import admit_soon
 
     access = request.access
     form = BudgetForm(request.POST)

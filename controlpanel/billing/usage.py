@@ -37,9 +37,9 @@ from controlpanel.billing.rules import (
     segments,
 )
 from controlpanel.billing.selectors import PRICE_MINUTES, Total, month_total
+from controlpanel.engine.models import JobRun
 from controlpanel.flavors.models import Flavor, FlavorPrice
 from controlpanel.projects.models import Project
-from controlpanel.workloads.models import JobRun
 
 MILLI_CENT = Decimal("0.0001")  # the workload pages show a CPU minute's fractions of a cent
 DAY = timedelta(days=1)

@@ -2,7 +2,7 @@
 where the datastore can issue them (`CredentialMode`), its own keys where it cannot (`shared`).
 
 `pod_datastore_configs(project=...)` is what the project Secret holds (through
-`controlpanel.workloads.datastores.project_datastores`); it issues, re-grants, renews and revokes
+`controlpanel.engine.datastores.project_datastores`); it issues, re-grants, renews and revokes
 as the project's buckets change. Deleting a bucket narrows (or revokes) the project's key at
 once (`_bucket_gone`), so a bucket name set free never stays reachable from the old project's
 pods on the embedded store; STS keys cannot be revoked and keep their session policy until they

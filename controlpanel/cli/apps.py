@@ -44,7 +44,7 @@ COLUMNS = [
     ("OWNER", "owner"),
     ("CREATED", "created_at"),
 ]
-# AppState.values (controlpanel/workloads/models.py), repeated: the CLI imports no Django.
+# AppState.values (controlpanel/engine/models.py), repeated: the CLI imports no Django.
 # tests/controlpanel/apps/test_cli_apps.py checks that the two lists agree.
 APP_STATES = (
     "QUEUED",

@@ -44,7 +44,7 @@ FLAVOR_COLUMNS = [
     ("MAX UNITS", "max_units"),
     ("PRICE/H", "price_per_hour"),
 ]
-# JobState.values (controlpanel/workloads/models.py), repeated: the CLI imports no Django.
+# JobState.values (controlpanel/engine/models.py), repeated: the CLI imports no Django.
 # tests/controlpanel/jobs/test_cli_jobs.py checks that the two lists agree.
 JOB_STATES = (
     "QUEUED",

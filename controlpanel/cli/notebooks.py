@@ -38,7 +38,7 @@ COLUMNS = [
     ("OWNER", "owner"),
     ("CREATED", "created_at"),
 ]
-# NotebookState.values (controlpanel/workloads/models.py), repeated: the CLI imports no Django.
+# NotebookState.values (controlpanel/engine/models.py), repeated: the CLI imports no Django.
 # tests/controlpanel/jobs/test_cli_notebooks.py checks that the two lists agree.
 NOTEBOOK_STATES = ("STARTING", "RUNNING", "STOPPING", "STOPPED", "FAILED", "ERROR", "DELETING")
 EDITORS = ("jupyterlab", "vscode")

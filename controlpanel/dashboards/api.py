@@ -15,7 +15,7 @@ from rest_framework.views import APIView
 
 from controlpanel.buckets.serializers import DetailSerializer
 from controlpanel.dashboards.capacity import capacity_figures
-from controlpanel.workloads.backend import get_backend
+from controlpanel.engine.backend import get_backend
 
 Row = serializers.Serializer[dict[str, Any]]
 

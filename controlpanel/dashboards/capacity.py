@@ -19,10 +19,10 @@ from django.core.cache import cache
 from django.db.models import Count, Min, QuerySet
 from django.utils import timezone
 
+from controlpanel.engine.admission import WAITING_STATES
+from controlpanel.engine.backend import get_backend
+from controlpanel.engine.models import LIVE_STATES, Workload
 from controlpanel.flavors.models import Flavor
-from controlpanel.workloads.admission import WAITING_STATES
-from controlpanel.workloads.backend import get_backend
-from controlpanel.workloads.models import LIVE_STATES, Workload
 from deploy.gpu_resources import mig_profile
 from deploy.local.gpus import gpu_matches
 from deploy.types import ClusterCapacity, GpuPool, NodeIssue

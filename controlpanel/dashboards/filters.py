@@ -10,7 +10,7 @@ from urllib.parse import urlencode
 
 from django.utils import timezone
 
-from controlpanel.workloads.validation import LABEL_RE
+from controlpanel.engine.validation import LABEL_RE
 
 RANGES = {
     "today": "Today",

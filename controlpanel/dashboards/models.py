@@ -10,9 +10,9 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
+from controlpanel.engine.models import Workload
 from controlpanel.flavors.models import Flavor
 from controlpanel.projects.models import Project
-from controlpanel.workloads.models import Workload
 
 
 class UsageDay(models.Model):

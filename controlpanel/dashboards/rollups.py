@@ -35,8 +35,8 @@ from controlpanel.dashboards.models import (
     WorkloadDay,
     WorkloadSpan,
 )
+from controlpanel.engine.models import JobRun, JobState, NotebookState, Workload
 from controlpanel.flavors.models import FlavorPrice
-from controlpanel.workloads.models import JobRun, JobState, NotebookState, Workload
 
 DAY = timedelta(days=1)
 # Final state → the UsageDay column counting the workloads that ended in it.

@@ -41,11 +41,11 @@ from controlpanel.dashboards.models import (
     WorkloadSpan,
 )
 from controlpanel.dashboards.rollups import bucket_percentile, usage_rows
+from controlpanel.engine.admission import WAITING_STATES, shares_machine
+from controlpanel.engine.models import JobRun, JobState, Kind, NotebookState, Workload
+from controlpanel.engine.notebooks import idle_deadline
+from controlpanel.engine.selectors import _with_label
 from controlpanel.projects.models import Project
-from controlpanel.workloads.admission import WAITING_STATES, shares_machine
-from controlpanel.workloads.models import JobRun, JobState, Kind, NotebookState, Workload
-from controlpanel.workloads.notebooks import idle_deadline
-from controlpanel.workloads.selectors import _with_label
 
 FAILED_STATES = (JobState.FAILED, JobState.ERROR, JobState.SYNC_FAILED)
 ENDED = (

@@ -26,8 +26,8 @@ from django.utils import timezone
 from controlpanel.dashboards.filters import DashboardFilters
 from controlpanel.dashboards.models import WorkloadDay
 from controlpanel.dashboards.selectors import Scope, workloads
+from controlpanel.engine.models import Workload
 from controlpanel.projects.models import Project
-from controlpanel.workloads.models import Workload
 
 # The workload's id in its pods' names (see deploy/names.py): job, notebook and app pods.
 POD_NAME = re.compile(

@@ -22,8 +22,8 @@ from controlpanel.dashboards import capacity, selectors
 from controlpanel.dashboards.filters import RANGES, DashboardFilters, dashboard_filters
 from controlpanel.dashboards.selectors import Scope, Usage
 from controlpanel.dashboards.utilisation import Utilisation, dashboard_utilisation
+from controlpanel.engine.backend import get_backend
 from controlpanel.projects.access import ProjectRequest, project_view, site_admin_page
-from controlpanel.workloads.backend import get_backend
 
 REFRESH_SECONDS = 30
 

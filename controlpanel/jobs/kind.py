@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from controlpanel.workloads.models import JobState as S
-from controlpanel.workloads.registry import KindSpec
+from controlpanel.engine.models import JobState as S
+from controlpanel.engine.registry import KindSpec
 
 FINAL = frozenset({S.DONE, S.INTERRUPTED, S.FAILED, S.ERROR, S.SYNC_FAILED})
 
@@ -25,5 +25,5 @@ KIND = KindSpec(
     stop_refusal="The job already ended ({state}).",
     deletable=FINAL,
     delete_refusal="Stop the job before deleting it.",
-    model="controlpanel.workloads.models.Job",
+    model="controlpanel.engine.models.Job",
 )

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from controlpanel.workloads.models import NotebookState as N
-from controlpanel.workloads.registry import KindSpec
+from controlpanel.engine.models import NotebookState as N
+from controlpanel.engine.registry import KindSpec
 
 KIND = KindSpec(
     name="notebook",
@@ -22,5 +22,5 @@ KIND = KindSpec(
     stop_reason="stopped by {user}",
     stop_refusal="The notebook is {state}: there is nothing to stop.",
     one_name=True,
-    model="controlpanel.workloads.models.Notebook",
+    model="controlpanel.engine.models.Notebook",
 )

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from controlpanel.workloads.models import AppState as A
-from controlpanel.workloads.registry import KindSpec
+from controlpanel.engine.models import AppState as A
+from controlpanel.engine.registry import KindSpec
 
 KIND = KindSpec(
     name="app",
@@ -22,5 +22,5 @@ KIND = KindSpec(
     stop_reason="stopped by {user}",
     stop_refusal="The app is {state}: there is nothing to stop.",
     one_name=True,
-    model="controlpanel.workloads.models.App",
+    model="controlpanel.engine.models.App",
 )

@@ -15,9 +15,7 @@ import pytest
 from django.utils import timezone
 
 from controlpanel.audit.log import record
-from controlpanel.flavors.models import Flavor
-from controlpanel.projects.models import Project
-from controlpanel.workloads.models import (
+from controlpanel.engine.models import (
     App,
     AppState,
     Job,
@@ -27,6 +25,8 @@ from controlpanel.workloads.models import (
     Notebook,
     NotebookState,
 )
+from controlpanel.flavors.models import Flavor
+from controlpanel.projects.models import Project
 from storage import objects
 from tests.fixtures.browser import browser_login, console_errors
 from tests.fixtures.jobs import project_bucket

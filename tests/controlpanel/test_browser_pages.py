@@ -14,9 +14,9 @@ import pytest
 from django.utils import timezone
 from playwright.sync_api import expect
 
+from controlpanel.engine.models import Job, JobEvent, JobLogLine, JobState
 from controlpanel.flavors.models import Flavor
 from controlpanel.projects.models import Project
-from controlpanel.workloads.models import Job, JobEvent, JobLogLine, JobState
 from storage import objects
 from tests.fixtures.browser import browser_login, console_errors
 from tests.fixtures.panel import PASSWORD

@@ -15,7 +15,7 @@ from django.urls import reverse
 
 from controlpanel.core import install
 from controlpanel.core.models import Installation
-from controlpanel.workloads import backend as job_backend
+from controlpanel.engine import backend as job_backend
 from tests.fixtures.panel import logged_in
 
 pytestmark = pytest.mark.django_db

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from controlpanel.workloads.checks import local_backend_problems, local_backend_users_check
+from controlpanel.engine.checks import local_backend_problems, local_backend_users_check
 from tests.fixtures.processes import Processes, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]

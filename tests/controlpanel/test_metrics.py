@@ -18,10 +18,10 @@ from django.test import Client
 from prometheus_client.parser import text_string_to_metric_families
 
 from controlpanel.core.metrics import store
+from controlpanel.engine import tasks
+from controlpanel.engine.collector import LogCollector
+from controlpanel.engine.models import Job, Notebook, Workload
 from controlpanel.flavors.models import Flavor
-from controlpanel.workloads import tasks
-from controlpanel.workloads.collector import LogCollector
-from controlpanel.workloads.models import Job, Notebook, Workload
 from tests.fixtures.panel import logged_in
 from tests.fixtures.processes import _forget_queued_tasks
 

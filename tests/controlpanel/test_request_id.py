@@ -18,7 +18,7 @@ from django.test import Client
 
 from controlpanel.celery import app
 from controlpanel.core.requestid import REQUEST_ID, RequestIdMiddleware
-from controlpanel.workloads.tasks import job_cleanup
+from controlpanel.engine.tasks import job_cleanup
 from tests.fixtures.processes import _forget_queued_tasks, wait_for
 
 HEX32 = re.compile(r"[0-9a-f]{32}")

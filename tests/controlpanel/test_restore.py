@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
+from controlpanel.engine.backend import ensure_project
+from controlpanel.engine.sweep import sweep
 from controlpanel.projects.models import Project
-from controlpanel.workloads.backend import ensure_project
-from controlpanel.workloads.sweep import sweep
 from deploy import names
 from deploy.types import NotebookRequest
 from tests.deploy.conftest import CPU

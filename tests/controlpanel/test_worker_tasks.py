@@ -20,12 +20,12 @@ import pytest
 from rest_framework.test import APIClient
 
 from controlpanel.buckets.models import Bucket
+from controlpanel.engine import tasks
+from controlpanel.engine.backend import job_ref
+from controlpanel.engine.models import Job, JobState
+from controlpanel.engine.notifications import sign
 from controlpanel.flavors.models import Flavor
 from controlpanel.projects.models import Project
-from controlpanel.workloads import tasks
-from controlpanel.workloads.backend import job_ref
-from controlpanel.workloads.models import Job, JobState
-from controlpanel.workloads.notifications import sign
 from deploy import names
 from deploy.manifests.jobs import PUSH_BACKOFF_LIMIT
 from storage.datastore import DatastoreConfig

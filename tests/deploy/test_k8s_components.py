@@ -257,7 +257,7 @@ def test_namespaced_mode_reads_nothing_cluster_wide_but_namespaces_and_nodes(
 
 # The database connections each process can hold at once: a gunicorn thread, a Celery prefork
 # child and a watcher thread each keep one. The watcher: its main thread, the log collector's
-# loop and its 8 threads (controlpanel/workloads/collector.py). Beat: one, at most.
+# loop and its 8 threads (controlpanel/engine/collector.py). Beat: one, at most.
 WATCHER_CONNECTIONS = 10
 BEAT_CONNECTIONS = 1
 

@@ -22,9 +22,9 @@ import httpx
 import pytest
 
 from controlpanel.accounts.services import token_create
+from controlpanel.engine.backend import job_ref
+from controlpanel.engine.models import Job, JobState
 from controlpanel.projects.models import Project
-from controlpanel.workloads.backend import job_ref
-from controlpanel.workloads.models import Job, JobState
 from deploy import names
 from deploy.version import REGISTRY, VERSION
 from storage.datastore import DatastoreConfig

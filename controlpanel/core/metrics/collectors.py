@@ -152,8 +152,8 @@ class WorkloadCollector(Collector):
     """Workloads by kind and state, and those waiting for admission (the queue), by kind."""
 
     def collect(self) -> Iterator[Metric]:
-        from controlpanel.workloads.admission import WAITING_STATES
-        from controlpanel.workloads.models import Workload
+        from controlpanel.engine.admission import WAITING_STATES
+        from controlpanel.engine.models import Workload
 
         waiting_filter = Q(state__in=WAITING_STATES, admitted_at=None)
         query = (

@@ -11,9 +11,9 @@ import pytest
 from django.test import Client
 
 from controlpanel.accounts.services import token_create
+from controlpanel.engine.models import App, Job
 from controlpanel.flavors.models import Flavor
 from controlpanel.projects.models import Project
-from controlpanel.workloads.models import App, Job
 
 AUTH_HOST = "ajuste-web.ajuste.svc.cluster.local"
 

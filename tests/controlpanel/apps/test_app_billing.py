@@ -22,15 +22,15 @@ import pytest
 
 from controlpanel.billing.models import Line
 from controlpanel.buckets.models import Bucket
+from controlpanel.engine.admission import admit_jobs
+from controlpanel.engine.app_services import app_create, app_delete, app_stop
+from controlpanel.engine.lifecycle import apply_observation
+from controlpanel.engine.logs import collect_logs
+from controlpanel.engine.models import App, AppState, JobRun, Kind, Workload
+from controlpanel.engine.reconcile import reconcile
+from controlpanel.engine.sweep import record_observation, sweep
 from controlpanel.flavors.models import Flavor
 from controlpanel.projects.models import Project
-from controlpanel.workloads.admission import admit_jobs
-from controlpanel.workloads.app_services import app_create, app_delete, app_stop
-from controlpanel.workloads.lifecycle import apply_observation
-from controlpanel.workloads.logs import collect_logs
-from controlpanel.workloads.models import App, AppState, JobRun, Kind, Workload
-from controlpanel.workloads.reconcile import reconcile
-from controlpanel.workloads.sweep import record_observation, sweep
 from deploy.kubernetes.observe import replica_run
 from deploy.local import runs as local_runs
 from deploy.types import ObservedWorkload, Phase, ReplicaRun, WorkloadKind, WorkloadRef

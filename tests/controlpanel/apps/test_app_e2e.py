@@ -15,7 +15,7 @@ import openai
 import pytest
 
 from controlpanel.accounts.services import token_create
-from controlpanel.workloads.backend import job_ref
+from controlpanel.engine.backend import job_ref
 from tests.fixtures.apps import wait_state
 from tests.fixtures.panel import api_client_for
 

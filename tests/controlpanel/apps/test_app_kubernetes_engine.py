@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 
 from controlpanel.buckets.models import Bucket
+from controlpanel.engine.admission import admit_jobs
+from controlpanel.engine.app_services import app_create, app_delete, app_start, app_stop
+from controlpanel.engine.models import App, AppState
+from controlpanel.engine.reconcile import reconcile
+from controlpanel.engine.sweep import sweep
 from controlpanel.projects.models import Project
-from controlpanel.workloads.admission import admit_jobs
-from controlpanel.workloads.app_services import app_create, app_delete, app_start, app_stop
-from controlpanel.workloads.models import App, AppState
-from controlpanel.workloads.reconcile import reconcile
-from controlpanel.workloads.sweep import sweep
 from deploy import images
 from tests.fixtures.jobs import access_for
 

@@ -18,13 +18,13 @@ import pytest
 from django.utils import timezone
 
 from controlpanel.buckets.models import Bucket
+from controlpanel.engine.admission import admit_jobs
+from controlpanel.engine.app_services import app_create
+from controlpanel.engine.lifecycle import record_state
+from controlpanel.engine.models import App, AppState, Workload
+from controlpanel.engine.reconcile import reconcile
+from controlpanel.engine.sweep import sweep
 from controlpanel.projects.models import Project
-from controlpanel.workloads.admission import admit_jobs
-from controlpanel.workloads.app_services import app_create
-from controlpanel.workloads.lifecycle import record_state
-from controlpanel.workloads.models import App, AppState, Workload
-from controlpanel.workloads.reconcile import reconcile
-from controlpanel.workloads.sweep import sweep
 from deploy.local import LocalBackend
 from deploy.local.paths import run_dir
 from deploy.local.plan import ref_dict

@@ -9,9 +9,9 @@ import pytest
 
 from controlpanel.buckets.models import Bucket
 from controlpanel.cli.apps import APP_STATES
+from controlpanel.engine.models import App, AppState, JobLogLine
 from controlpanel.flavors.models import Flavor
 from controlpanel.projects.models import Project, ProjectSecret
-from controlpanel.workloads.models import App, AppState, JobLogLine
 from tests.fixtures.cli import cli_as, ok_json
 
 pytestmark = pytest.mark.django_db(transaction=True)

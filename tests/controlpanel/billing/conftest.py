@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from django.conf import settings
 
+from controlpanel.engine.models import JobRun, Workload
 from controlpanel.flavors.models import Flavor, FlavorPrice
 from controlpanel.projects.models import Project
-from controlpanel.workloads.models import JobRun, Workload
 from tests.fixtures.panel import UserFactory, add_member
 
 CUR = settings.CURRENCY

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from playwright.sync_api import expect
 
+from controlpanel.engine.models import Workload
 from controlpanel.projects.models import Project
-from controlpanel.workloads.models import Workload
 from tests.fixtures.browser import browser_login, console_errors
 from tests.fixtures.panel import PASSWORD
 

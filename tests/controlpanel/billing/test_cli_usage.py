@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from controlpanel.workloads.models import Workload
+from controlpanel.engine.models import Workload
 from tests.fixtures.cli import cli_as, ok_json
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -33,9 +33,9 @@ from controlpanel.billing.services import (
     run_record,
     runs_catch_up,
 )
+from controlpanel.engine.models import JobRun
 from controlpanel.flavors.models import Flavor, FlavorPrice
 from controlpanel.projects.models import Project
-from controlpanel.workloads.models import JobRun
 
 JAN, FEB, MAR = date(2025, 1, 1), date(2025, 2, 1), date(2025, 3, 1)
 BOUNDARY = datetime(2025, 2, 1, tzinfo=UTC)
@@ -343,8 +343,8 @@ def test_the_engine_records_on_every_change_of_a_run(project: Project, flavor: F
     (an update, which sends no post_save) both bring the ledger up to date."""
     from django.utils import timezone
 
-    from controlpanel.workloads.lifecycle import record_state
-    from controlpanel.workloads.models import Job, JobState
+    from controlpanel.engine.lifecycle import record_state
+    from controlpanel.engine.models import Job, JobState
     from tests.fixtures.panel import UserFactory
 
     FlavorPrice.objects.create(flavor=flavor, valid_from=BASE, price_per_hour=Decimal(6))

@@ -18,9 +18,9 @@ from rest_framework.test import APIClient
 
 from controlpanel.billing.models import BudgetAlert, Line
 from controlpanel.billing.rules import month_of, month_start
+from controlpanel.engine.models import Workload
 from controlpanel.flavors.models import Flavor
 from controlpanel.projects.models import Project
-from controlpanel.workloads.models import Workload
 from tests.controlpanel.billing.conftest import CUR, ran
 from tests.fixtures.panel import api_client_for, logged_in
 

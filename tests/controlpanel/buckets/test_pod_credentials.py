@@ -14,9 +14,9 @@ from django.utils import timezone
 from controlpanel.buckets import services
 from controlpanel.buckets.credentials import pod_datastore_configs
 from controlpanel.buckets.models import Bucket, CredentialMode, Datastore, PodCredential
+from controlpanel.engine.backend import project_request
 from controlpanel.projects.access import project_access
 from controlpanel.projects.models import Project
-from controlpanel.workloads.backend import project_request
 from deploy.manifests import make_datastore_secret
 from storage import credentials, objects
 from storage.datastore import DatastoreConfig
@@ -128,7 +128,7 @@ def test_a_store_that_cannot_issue_keys_fails_the_launch_with_the_reason(
     settings: Any, moto_s3: DatastoreConfig, project: Project, owner: Any
 ) -> None:
     """moto is no embedded store: no fallback to the shared keys, a DeployError instead."""
-    from controlpanel.workloads.datastores import project_datastores
+    from controlpanel.engine.datastores import project_datastores
     from deploy.types import DeployError
 
     settings.S3_ENDPOINT_URL = moto_s3.endpoint_url
@@ -264,8 +264,8 @@ def test_the_beat_renews_sts_keys_of_projects_with_live_work_into_their_secret(
     the Secret the sync containers read their files from (they read them before each push)."""
     import base64
 
-    from controlpanel.workloads import tasks
-    from controlpanel.workloads.models import JobState
+    from controlpanel.engine import tasks
+    from controlpanel.engine.models import JobState
     from tests.fixtures.jobs import submit
 
     settings.S3_ENDPOINT_URL = moto_s3.endpoint_url

@@ -18,10 +18,10 @@ from django.utils import timezone
 
 from controlpanel.dashboards.capacity import CACHE_KEY
 from controlpanel.dashboards.tasks import dashboards_rollup
+from controlpanel.engine import backend as job_backend
+from controlpanel.engine.models import JobState, Kind, Workload
 from controlpanel.flavors.models import Flavor
 from controlpanel.projects.models import Project
-from controlpanel.workloads import backend as job_backend
-from controlpanel.workloads.models import JobState, Kind, Workload
 from deploy.local import LocalBackend
 from tests.deploy.test_k8s_capacity import A100, H100, L4, MIG_1G, node, pod
 from tests.fixtures.clock import FrozenClock

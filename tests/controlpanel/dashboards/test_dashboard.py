@@ -18,10 +18,10 @@ from django.test import Client
 from django.utils import timezone
 
 from controlpanel.dashboards.rollups import bucket_middle, days_rebuild, wait_bucket
+from controlpanel.engine.models import JobRun, Kind, Workload
+from controlpanel.engine.selectors import queue_position
 from controlpanel.flavors.models import Flavor, FlavorPrice
 from controlpanel.projects.models import Project, Role
-from controlpanel.workloads.models import JobRun, Kind, Workload
-from controlpanel.workloads.selectors import queue_position
 from tests.fixtures.panel import UserFactory, add_member, logged_in
 
 NOW = datetime(2025, 3, 20, 15, 30, 17, tzinfo=UTC)

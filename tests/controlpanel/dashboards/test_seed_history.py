@@ -9,9 +9,9 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from controlpanel.dashboards.models import UsageDay
+from controlpanel.engine.admission import Need, machine_usage, project_usage
+from controlpanel.engine.models import FINAL_STATES, JobRun, Workload
 from controlpanel.projects.models import Project
-from controlpanel.workloads.admission import Need, machine_usage, project_usage
-from controlpanel.workloads.models import FINAL_STATES, JobRun, Workload
 from tests.fixtures.panel import logged_in
 
 

@@ -21,9 +21,9 @@ import pytest
 from django.utils import timezone
 
 from controlpanel.dashboards.rollups import days_rebuild
+from controlpanel.engine.models import JobRun, Kind, Workload
 from controlpanel.flavors.models import Flavor, FlavorPrice
 from controlpanel.projects.models import Project
-from controlpanel.workloads.models import JobRun, Kind, Workload
 from tests.controlpanel.test_settings import _check
 from tests.fixtures.clock import FrozenClock
 from tests.fixtures.panel import logged_in

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from django.core.exceptions import ValidationError
 
+from controlpanel.engine.forms import unit_of
 from controlpanel.flavors.models import Flavor
-from controlpanel.workloads.forms import unit_of
 from deploy.gpu_resources import is_gpu_resource, mig_profile
 
 pytestmark = pytest.mark.django_db

@@ -14,10 +14,10 @@ import pytest
 from django.core.cache import cache
 from django.db import connection
 
+from controlpanel.engine import admission, tasks
+from controlpanel.engine.backend import job_ref
+from controlpanel.engine.models import Job
 from controlpanel.projects.models import Project
-from controlpanel.workloads import admission, tasks
-from controlpanel.workloads.backend import job_ref
-from controlpanel.workloads.models import Job
 from deploy.names import job_name
 from tests.fixtures.jobs import submit
 from tests.fixtures.processes import Processes, wait_for

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from playwright.sync_api import expect
 
+from controlpanel.engine.models import Job
 from controlpanel.projects.models import Project
-from controlpanel.workloads.models import Job
 from tests.controlpanel.jobs.test_local_journey import upload_dir
 from tests.fixtures.browser import browser_login
 from tests.fixtures.jobs import project_bucket

@@ -13,8 +13,8 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from controlpanel.engine.models import JobLogLine, JobState
 from controlpanel.projects.models import Project
-from controlpanel.workloads.models import JobLogLine, JobState
 from tests.controlpanel.jobs.test_log_view import make_job, shown_lines
 
 HTMX = {"HTTP_HX_REQUEST": "true"}

@@ -9,8 +9,8 @@ import pytest
 
 from controlpanel.buckets.models import Bucket
 from controlpanel.cli.jobs import JOB_STATES
+from controlpanel.engine.models import Job, JobLogLine, JobState
 from controlpanel.flavors.models import Flavor
-from controlpanel.workloads.models import Job, JobLogLine, JobState
 from tests.fixtures.cli import cli_as, ok_json
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -255,7 +255,7 @@ def test_logs_json_is_one_object_per_line(run: Any, owner: Any, project: Any) ->
 
 
 def test_retry_push(run: Any, owner: Any, project: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    from controlpanel.workloads import tasks
+    from controlpanel.engine import tasks
 
     sent: list[str] = []
     monkeypatch.setattr(tasks.job_retry_push, "delay_on_commit", sent.append)

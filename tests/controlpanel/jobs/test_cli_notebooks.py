@@ -10,9 +10,9 @@ import pytest
 
 from controlpanel.buckets.models import Bucket
 from controlpanel.cli.notebooks import NOTEBOOK_STATES
+from controlpanel.engine.models import JobLogLine, Notebook, NotebookState
+from controlpanel.engine.notebook_auth import notebook_token
 from controlpanel.flavors.models import Flavor
-from controlpanel.workloads.models import JobLogLine, Notebook, NotebookState
-from controlpanel.workloads.notebook_auth import notebook_token
 from tests.fixtures.cli import cli_as, ok_json
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
+from controlpanel.engine.admission import admit_jobs
+from controlpanel.engine.backend import job_ref, job_request, project_request
+from controlpanel.engine.reconcile import reconcile
 from controlpanel.flavors.models import Flavor
 from controlpanel.projects.models import Project
-from controlpanel.workloads.admission import admit_jobs
-from controlpanel.workloads.backend import job_ref, job_request, project_request
-from controlpanel.workloads.reconcile import reconcile
 from deploy import names
 from deploy.egress import parse_egress
 from deploy.types import EgressRule

@@ -9,9 +9,9 @@ from django.core.management import call_command
 from django.test import Client
 
 from controlpanel.accounts.models import User
+from controlpanel.engine.demo import demo_form_initial
+from controlpanel.engine.validation import validate_job
 from controlpanel.projects.models import Project
-from controlpanel.workloads.demo import demo_form_initial
-from controlpanel.workloads.validation import validate_job
 from storage.objects import iter_objects
 
 

@@ -10,10 +10,10 @@ import pytest
 from rest_framework.test import APIClient
 
 from controlpanel.buckets.models import Bucket
+from controlpanel.engine import tasks
+from controlpanel.engine.backend import job_ref
+from controlpanel.engine.models import Job, JobState
 from controlpanel.projects.models import Project
-from controlpanel.workloads import tasks
-from controlpanel.workloads.backend import job_ref
-from controlpanel.workloads.models import Job, JobState
 from deploy import names
 from tests.fixtures.jobs import project_bucket
 from tests.fixtures.processes import Processes, wait_for

@@ -25,9 +25,8 @@ from typing import Any
 import pytest
 from django.db import DatabaseError, connection, connections
 
-from controlpanel.projects.models import Project
-from controlpanel.workloads.backend import job_ref
-from controlpanel.workloads.models import (
+from controlpanel.engine.backend import job_ref
+from controlpanel.engine.models import (
     FINAL_STATES,
     LIVE_STATES,
     Job,
@@ -36,6 +35,7 @@ from controlpanel.workloads.models import (
     JobRun,
     JobState,
 )
+from controlpanel.projects.models import Project
 from deploy import names
 from tests.fixtures.faults import PrivateServices
 from tests.fixtures.jobs import submit

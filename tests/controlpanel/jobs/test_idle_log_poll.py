@@ -11,9 +11,9 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
+from controlpanel.engine.models import JobLogLine, JobState, Notebook
+from controlpanel.engine.models import NotebookState as N
 from controlpanel.projects.models import Project
-from controlpanel.workloads.models import JobLogLine, JobState, Notebook
-from controlpanel.workloads.models import NotebookState as N
 from tests.controlpanel.jobs.test_log_view import make_job
 from tests.controlpanel.jobs.test_notebook_pages import running
 

@@ -11,8 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from controlpanel.buckets.models import Bucket
-from controlpanel.workloads.durations import DurationError, format_duration, parse_duration
-from controlpanel.workloads.models import Job
+from controlpanel.engine.durations import DurationError, format_duration, parse_duration
+from controlpanel.engine.models import Job
 
 VALIDATE = {"HTTP_HX_REQUEST": "true"}
 

@@ -9,14 +9,14 @@ from typing import Any
 import pytest
 
 from controlpanel.buckets.models import Bucket
+from controlpanel.engine import logs
+from controlpanel.engine.admission import admit_jobs
+from controlpanel.engine.backend import job_ref
+from controlpanel.engine.models import Job, JobRun, JobState
+from controlpanel.engine.reconcile import reconcile
+from controlpanel.engine.services import job_stop
+from controlpanel.engine.sweep import sweep
 from controlpanel.projects.models import Project
-from controlpanel.workloads import logs
-from controlpanel.workloads.admission import admit_jobs
-from controlpanel.workloads.backend import job_ref
-from controlpanel.workloads.models import Job, JobRun, JobState
-from controlpanel.workloads.reconcile import reconcile
-from controlpanel.workloads.services import job_stop
-from controlpanel.workloads.sweep import sweep
 from deploy import names
 from tests.fixtures.jobs import access_for, project_bucket, submit
 
@@ -229,7 +229,7 @@ def test_one_sweep_at_a_time(
 ) -> None:
     from django.core.cache import cache
 
-    from controlpanel.workloads import tasks
+    from controlpanel.engine import tasks
 
     # Its own cache space, this process's only: Redis outlives the session, and a key left by an
     # earlier run (same project pk) would make ensure_project skip the namespace.
@@ -251,8 +251,8 @@ def test_a_forged_run_elsewhere_neither_ends_nor_bills_a_job(
 ) -> None:
     from dataclasses import replace
 
-    from controlpanel.workloads.backend import job_request
-    from controlpanel.workloads.sweep import record_observation
+    from controlpanel.engine.backend import job_request
+    from controlpanel.engine.sweep import record_observation
     from deploy.kubernetes.apply import with_hash
     from deploy.manifests import make_job
     from deploy.types import Phase
@@ -339,7 +339,7 @@ def test_a_clean_end_releases_the_workspace_a_failed_push_keeps_it(
     settings: Any,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from controlpanel.workloads import tasks
+    from controlpanel.engine import tasks
 
     for task in (tasks.job_notify, tasks.project_admit):
         monkeypatch.setattr(task, "delay", lambda *args: None)

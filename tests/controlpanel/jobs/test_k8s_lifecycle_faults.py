@@ -11,14 +11,14 @@ import pytest
 from django.db import transaction
 from django.utils import timezone
 
+from controlpanel.engine import tasks
+from controlpanel.engine.admission import admit_jobs
+from controlpanel.engine.backend import job_ref
+from controlpanel.engine.models import Job, JobState
+from controlpanel.engine.reconcile import reconcile
+from controlpanel.engine.services import job_delete, job_rerun, job_stop
+from controlpanel.engine.sweep import sweep
 from controlpanel.projects.models import Project
-from controlpanel.workloads import tasks
-from controlpanel.workloads.admission import admit_jobs
-from controlpanel.workloads.backend import job_ref
-from controlpanel.workloads.models import Job, JobState
-from controlpanel.workloads.reconcile import reconcile
-from controlpanel.workloads.services import job_delete, job_rerun, job_stop
-from controlpanel.workloads.sweep import sweep
 from deploy import names
 from tests.fixtures.jobs import access_for, submit
 
@@ -289,7 +289,7 @@ def test_a_stale_listing_never_moves_a_job_back(
     panel_s3: Any,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from controlpanel.workloads.sweep import record_observation
+    from controlpanel.engine.sweep import record_observation
 
     job = start(submit(project, owner))
     pod = pod_of(k8s_cluster, job)
@@ -391,7 +391,7 @@ def test_a_flapping_reason_stops_adding_events(
     k8s_cluster: Any, k8s_jobs: Any, project: Project, owner: Any, panel_s3: Any
 ) -> None:
     """A reason that flips back and forth is recorded 20 times within a state, no more."""
-    from controlpanel.workloads.lifecycle import record_state
+    from controlpanel.engine.lifecycle import record_state
 
     job = start(submit(project, owner))
     with transaction.atomic():

@@ -11,15 +11,15 @@ import pytest
 from django.core.exceptions import ValidationError
 
 from controlpanel.buckets import services as buckets
+from controlpanel.engine.admission import admit_jobs
+from controlpanel.engine.backend import job_ref
+from controlpanel.engine.datastores import launch_refusal
+from controlpanel.engine.models import Job, JobState
+from controlpanel.engine.reconcile import reconcile
+from controlpanel.engine.services import job_rerun, job_retry_push
+from controlpanel.engine.sweep import sweep
 from controlpanel.projects.access import project_access
 from controlpanel.projects.models import Project
-from controlpanel.workloads.admission import admit_jobs
-from controlpanel.workloads.backend import job_ref
-from controlpanel.workloads.datastores import launch_refusal
-from controlpanel.workloads.models import Job, JobState
-from controlpanel.workloads.reconcile import reconcile
-from controlpanel.workloads.services import job_rerun, job_retry_push
-from controlpanel.workloads.sweep import sweep
 from deploy import names
 from storage import objects
 from storage.datastore import DatastoreConfig

@@ -14,10 +14,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from rest_framework.test import APIClient
 
+from controlpanel.engine.models import Job, JobState
+from controlpanel.engine.selectors import JobFilters, jobs_for_project
 from controlpanel.flavors.models import Flavor
 from controlpanel.projects.models import Project
-from controlpanel.workloads.models import Job, JobState
-from controlpanel.workloads.selectors import JobFilters, jobs_for_project
 
 pytestmark = pytest.mark.django_db
 

@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 from rest_framework.test import APIClient
 
+from controlpanel.engine import logs
+from controlpanel.engine.admission import admit_jobs
+from controlpanel.engine.models import Job, JobState
+from controlpanel.engine.reconcile import observe, reconcile
 from controlpanel.projects.models import Project
-from controlpanel.workloads import logs
-from controlpanel.workloads.admission import admit_jobs
-from controlpanel.workloads.models import Job, JobState
-from controlpanel.workloads.reconcile import observe, reconcile
 from storage.objects import iter_objects
 from storage.sync import push
 from storage.volumes import Mode, VolumeSpec

@@ -13,16 +13,16 @@ from django.db import close_old_connections
 from django.test import Client
 from rest_framework.test import APIClient
 
+from controlpanel.engine import backend as job_backend
+from controlpanel.engine import logs
+from controlpanel.engine.admission import admit_jobs
+from controlpanel.engine.backend import job_ref
+from controlpanel.engine.collector import LogCollector, note_followed
+from controlpanel.engine.models import Job, JobLogLine, JobState
+from controlpanel.engine.reconcile import reconcile
+from controlpanel.engine.sweep import sweep
 from controlpanel.flavors.models import Flavor
 from controlpanel.projects.models import Project
-from controlpanel.workloads import backend as job_backend
-from controlpanel.workloads import logs
-from controlpanel.workloads.admission import admit_jobs
-from controlpanel.workloads.backend import job_ref
-from controlpanel.workloads.collector import LogCollector, note_followed
-from controlpanel.workloads.models import Job, JobLogLine, JobState
-from controlpanel.workloads.reconcile import reconcile
-from controlpanel.workloads.sweep import sweep
 from deploy import names
 from deploy.kubernetes.logs import MAX_BYTES
 from deploy.types import LogChunk

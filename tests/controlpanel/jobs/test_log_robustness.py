@@ -12,18 +12,18 @@ import pytest
 from django.test import Client
 from rest_framework.test import APIClient
 
+from controlpanel.engine import backend as job_backend
+from controlpanel.engine import logs
+from controlpanel.engine.admission import admit_jobs
+from controlpanel.engine.backend import job_ref
+from controlpanel.engine.collector import LogCollector
+from controlpanel.engine.logs import _note_progress
+from controlpanel.engine.models import Job, JobLogLine, JobState
+from controlpanel.engine.reconcile import reconcile
+from controlpanel.engine.sweep import sweep
+from controlpanel.engine.templatetags.jobs import loss_chart, percent, seconds
 from controlpanel.flavors.models import Flavor
 from controlpanel.projects.models import Project
-from controlpanel.workloads import backend as job_backend
-from controlpanel.workloads import logs
-from controlpanel.workloads.admission import admit_jobs
-from controlpanel.workloads.backend import job_ref
-from controlpanel.workloads.collector import LogCollector
-from controlpanel.workloads.logs import _note_progress
-from controlpanel.workloads.models import Job, JobLogLine, JobState
-from controlpanel.workloads.reconcile import reconcile
-from controlpanel.workloads.sweep import sweep
-from controlpanel.workloads.templatetags.jobs import loss_chart, percent, seconds
 from deploy import names
 from deploy.types import TransientError
 from tests.fixtures.jobs import submit

@@ -18,10 +18,10 @@ from django.test.utils import CaptureQueriesContext
 from playwright.sync_api import expect
 from rest_framework.test import APIClient
 
+from controlpanel.engine.logs import _note_progress
+from controlpanel.engine.models import Job, JobLogLine, JobState
 from controlpanel.flavors.models import Flavor
 from controlpanel.projects.models import Project
-from controlpanel.workloads.logs import _note_progress
-from controlpanel.workloads.models import Job, JobLogLine, JobState
 from tests.fixtures.browser import browser_login
 from tests.fixtures.panel import PASSWORD
 

@@ -13,13 +13,13 @@ from typing import Any
 
 import pytest
 
+from controlpanel.engine import admission
+from controlpanel.engine import backend as job_backend
+from controlpanel.engine.admission import admit_jobs
+from controlpanel.engine.models import Job, JobState
+from controlpanel.engine.selectors import queue_position
 from controlpanel.flavors.models import Flavor
 from controlpanel.projects.models import Project
-from controlpanel.workloads import admission
-from controlpanel.workloads import backend as job_backend
-from controlpanel.workloads.admission import admit_jobs
-from controlpanel.workloads.models import Job, JobState
-from controlpanel.workloads.selectors import queue_position
 from deploy.local import LocalBackend
 from deploy.types import Capacity
 from tests.fixtures.jobs import project_bucket, submit

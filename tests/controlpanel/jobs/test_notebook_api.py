@@ -13,11 +13,11 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from controlpanel.accounts.models import User
+from controlpanel.engine import notebooks
+from controlpanel.engine.models import JobEvent, JobLogLine, Notebook, NotebookState
+from controlpanel.engine.notebook_auth import notebook_token
 from controlpanel.flavors.models import Flavor
 from controlpanel.projects.models import Project
-from controlpanel.workloads import notebooks
-from controlpanel.workloads.models import JobEvent, JobLogLine, Notebook, NotebookState
-from controlpanel.workloads.notebook_auth import notebook_token
 from tests.controlpanel.test_api_schema import Schema, to_json_schema
 from tests.fixtures.panel import api_client_for
 

@@ -12,9 +12,9 @@ from urllib.parse import urlsplit
 import pytest
 from playwright.sync_api import expect
 
+from controlpanel.engine.backend import job_ref
+from controlpanel.engine.models import Notebook
 from controlpanel.projects.models import Project
-from controlpanel.workloads.backend import job_ref
-from controlpanel.workloads.models import Notebook
 from storage.objects import put_object
 from tests.fixtures.browser import browser_login
 from tests.fixtures.jobs import project_bucket

@@ -13,14 +13,13 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
-from controlpanel.projects.models import Project
-from controlpanel.workloads.admission import admit_jobs
-from controlpanel.workloads.backend import job_ref
-from controlpanel.workloads.collector import LogCollector
-from controlpanel.workloads.contract import JobSpecError
-from controlpanel.workloads.lifecycle import apply_observation
-from controlpanel.workloads.models import JobLogLine, JobRun, Notebook, NotebookState
-from controlpanel.workloads.notebooks import (
+from controlpanel.engine.admission import admit_jobs
+from controlpanel.engine.backend import job_ref
+from controlpanel.engine.collector import LogCollector
+from controlpanel.engine.contract import JobSpecError
+from controlpanel.engine.lifecycle import apply_observation
+from controlpanel.engine.models import JobLogLine, JobRun, Notebook, NotebookState
+from controlpanel.engine.notebooks import (
     notebook_create,
     notebook_delete,
     notebook_keep_alive,
@@ -28,8 +27,9 @@ from controlpanel.workloads.notebooks import (
     notebook_stop,
     validate_notebook,
 )
-from controlpanel.workloads.reconcile import reconcile
-from controlpanel.workloads.sweep import sweep
+from controlpanel.engine.reconcile import reconcile
+from controlpanel.engine.sweep import sweep
+from controlpanel.projects.models import Project
 from tests.fixtures.jobs import access_for
 
 pytestmark = [pytest.mark.k8s, pytest.mark.django_db(transaction=True)]

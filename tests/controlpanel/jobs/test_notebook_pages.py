@@ -17,16 +17,16 @@ from django.test import Client
 from django.utils import timezone
 
 from controlpanel.buckets.models import Bucket
-from controlpanel.flavors.models import Flavor, FlavorPrice
-from controlpanel.projects.models import Project, ProjectSecret
-from controlpanel.workloads.models import (
+from controlpanel.engine.models import (
     JobEvent,
     JobLogLine,
     JobRun,
     Notebook,
     NotebookState,
 )
-from controlpanel.workloads.selectors import workload_cost_estimate
+from controlpanel.engine.selectors import workload_cost_estimate
+from controlpanel.flavors.models import Flavor, FlavorPrice
+from controlpanel.projects.models import Project, ProjectSecret
 from tests.fixtures.panel import logged_in
 
 N = NotebookState

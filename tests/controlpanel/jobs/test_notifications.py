@@ -22,15 +22,15 @@ from django.db import connection
 from django.db.models import F
 
 from controlpanel.core import public_http
+from controlpanel.engine import backend as backend_module
+from controlpanel.engine import services, tasks
+from controlpanel.engine.lifecycle import apply_observation, record_state
+from controlpanel.engine.models import Job, JobState
+from controlpanel.engine.notifications import post_webhook, send_job_email, sign
+from controlpanel.engine.sweep import sweep
 from controlpanel.flavors.models import Flavor
 from controlpanel.projects.access import ProjectAccess, project_access
 from controlpanel.projects.models import Project
-from controlpanel.workloads import backend as backend_module
-from controlpanel.workloads import services, tasks
-from controlpanel.workloads.lifecycle import apply_observation, record_state
-from controlpanel.workloads.models import Job, JobState
-from controlpanel.workloads.notifications import post_webhook, send_job_email, sign
-from controlpanel.workloads.sweep import sweep
 from deploy.types import ObservedWorkload, Phase, WorkloadKind
 from tests.fixtures.receivers import trickling_http
 

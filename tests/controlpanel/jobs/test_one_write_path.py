@@ -13,15 +13,15 @@ from django.utils import timezone
 
 from controlpanel.billing.tasks import billing_catch_up, budget_check_task
 from controlpanel.buckets.models import Bucket
+from controlpanel.engine.admission import admit_jobs
+from controlpanel.engine.app_services import app_create, app_start
+from controlpanel.engine.models import App, Job, JobRun, Notebook, Workload
+from controlpanel.engine.notebooks import notebook_start
+from controlpanel.engine.reconcile import reconcile
+from controlpanel.engine.services import job_rerun
+from controlpanel.engine.sweep import sweep
 from controlpanel.flavors.models import Flavor
 from controlpanel.projects.models import Project
-from controlpanel.workloads.admission import admit_jobs
-from controlpanel.workloads.app_services import app_create, app_start
-from controlpanel.workloads.models import App, Job, JobRun, Notebook, Workload
-from controlpanel.workloads.notebooks import notebook_start
-from controlpanel.workloads.reconcile import reconcile
-from controlpanel.workloads.services import job_rerun
-from controlpanel.workloads.sweep import sweep
 from tests.fixtures.jobs import access_for
 from tests.fixtures.panel import api_client_for
 
@@ -170,6 +170,8 @@ def test_an_app_over_its_projects_budget_stops_serving_on_the_cluster(
     over_budget(project, owner)
     billing_catch_up()  # the periodic check: the budget is reached, running work stops
     reconcile(str(app.pk))  # what the stop enqueued
+    k8s_cluster.reconcile()  # the kubelet stops its pods
+    sweep()
     app.refresh_from_db()
     assert app.state == "STOPPED"
     said = app.events.filter(state="STOPPING").values_list("reason", flat=True)

@@ -13,13 +13,13 @@ from typing import Any
 from django.test import Client
 from django.utils import timezone
 
+from controlpanel.engine.ansi import ansi_to_html
+from controlpanel.engine.lifecycle import apply_observation
+from controlpanel.engine.logs import _note_progress
+from controlpanel.engine.models import Job, JobEvent, JobLogLine, JobState
+from controlpanel.engine.selectors import job_cost_estimate
 from controlpanel.flavors.models import Flavor, FlavorPrice
 from controlpanel.projects.models import Project
-from controlpanel.workloads.ansi import ansi_to_html
-from controlpanel.workloads.lifecycle import apply_observation
-from controlpanel.workloads.logs import _note_progress
-from controlpanel.workloads.models import Job, JobEvent, JobLogLine, JobState
-from controlpanel.workloads.selectors import job_cost_estimate
 from deploy.types import ObservedWorkload, Phase, WorkloadKind
 
 

@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-from controlpanel.workloads import tasks
+from controlpanel.engine import tasks
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""One submission contract (controlpanel/workloads/contract.py): every problem under a stable
+"""One submission contract (controlpanel/engine/contract.py): every problem under a stable
 key (`volumes.1`, `env.HF_TOKEN`, `params.rank`) in the API's 400 and beside the right widget
 of the form; a rendered spec over its limits is refused at submit, naming the limit; the API's
 request schema is the contract's fields."""
@@ -12,8 +12,8 @@ from django.test import Client
 from rest_framework.test import APIClient
 
 from controlpanel.buckets.models import Bucket
-from controlpanel.workloads import contract
-from controlpanel.workloads.models import Job
+from controlpanel.engine import contract
+from controlpanel.engine.models import Job
 from storage.volumes import Mode, VolumeSpec
 
 GOOD = {

@@ -8,9 +8,9 @@ import pytest
 from django.core.exceptions import ValidationError
 
 from controlpanel.buckets.models import Bucket
+from controlpanel.engine.models import Job, JobState
+from controlpanel.engine.validation import LOCAL_BACKEND_NOTE, LOCAL_COMMAND_NOTE, validate_job
 from controlpanel.projects.models import Project
-from controlpanel.workloads.models import Job, JobState
-from controlpanel.workloads.validation import LOCAL_BACKEND_NOTE, LOCAL_COMMAND_NOTE, validate_job
 from deploy import images
 from storage.volumes import render_volume_spec
 from tests.fixtures.jobs import submit
@@ -247,9 +247,9 @@ def test_a_secret_reference_is_stored_as_typed_and_launched_by_reference(
 ) -> None:
     """The job keeps `secret:hf_prod`; the cluster gets the value in the project's Secret and
     the Job a secretKeyRef, never the value."""
-    from controlpanel.workloads.admission import admit_jobs
-    from controlpanel.workloads.backend import job_ref
-    from controlpanel.workloads.reconcile import reconcile
+    from controlpanel.engine.admission import admit_jobs
+    from controlpanel.engine.backend import job_ref
+    from controlpanel.engine.reconcile import reconcile
     from deploy import names
 
     _secret(project)
@@ -273,9 +273,9 @@ def test_a_secret_reference_is_stored_as_typed_and_launched_by_reference(
 def test_a_secret_deleted_before_launch_fails_the_run_with_the_reason(
     project: Project, owner: Any, panel_s3: Any, k8s_cluster: Any, k8s_jobs: Any
 ) -> None:
+    from controlpanel.engine.admission import admit_jobs
+    from controlpanel.engine.reconcile import reconcile
     from controlpanel.projects.models import ProjectSecret
-    from controlpanel.workloads.admission import admit_jobs
-    from controlpanel.workloads.reconcile import reconcile
 
     _secret(project)
     job = submit(project, owner, env={"HF_TOKEN": "secret:hf_prod"})

@@ -14,9 +14,9 @@ from controlpanel.accounts.models import GroupGrant, User
 from controlpanel.accounts.selectors import user_month_usage
 from controlpanel.billing.selectors import current_month
 from controlpanel.billing.services import run_record
+from controlpanel.engine.models import Job, JobRun, JobState
 from controlpanel.flavors.models import Flavor
 from controlpanel.projects.models import Project
-from controlpanel.workloads.models import Job, JobRun, JobState
 from tests.fixtures.panel import logged_in
 
 

@@ -20,9 +20,9 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
 from controlpanel.dashboards.rollups import days_rebuild
+from controlpanel.engine.models import JobRun, JobState, Kind, NotebookState, Workload
 from controlpanel.flavors.models import Flavor
 from controlpanel.projects.models import Membership, Project, Role
-from controlpanel.workloads.models import JobRun, JobState, Kind, NotebookState, Workload
 
 DEMO_LABEL = {"demo": "seed_history"}
 FINAL = [

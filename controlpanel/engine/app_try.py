@@ -1,0 +1,143 @@
+"""The "Try it" box of an app's page: one chat message from a signed-in member, sent by the
+panel to the app's server as the local proxy would (app_auth.app_proxy), the answer streamed
+back as plain text. The browser never holds an API token: the session and the CSRF token are
+the caller's credentials, checked by the view (`project_view`) before anything here runs.
+
+On the local backend the panel reaches the app's server on 127.0.0.1; on a cluster, the app's
+Service inside the cluster (`APP_SERVICE_URL`: `http://app-<id>.<namespace>.svc.cluster.local:80`),
+which the project's network policy opens to the panel's web pods besides the ingress
+controller. Either way the request carries no credential: the server sits behind the token
+check (the proxy or forward-auth), and the member's session was checked here instead.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+from django.conf import settings
+
+from controlpanel.engine.app_auth import _loopback, upstream_client
+from controlpanel.engine.app_services import SERVING, AppConfig
+from controlpanel.engine.backend import job_ref
+from controlpanel.engine.models import App
+from deploy import names
+from deploy.manifests.apps import SERVICE_PORT
+
+MAX_MESSAGE = 4000
+MAX_TOKENS = 1024
+DEFAULT_TOKENS = 128
+CUT_OFF = "\n[the answer was cut off: the app's server stopped sending]"
+
+
+class TryRefused(Exception):
+    """Why a try cannot be sent: the HTTP status and the message the page shows."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status, self.message = status, message
+
+
+@dataclass(frozen=True)
+class TryRequest:
+    """A valid "Try it" submission."""
+
+    message: str
+    max_tokens: int
+
+
+def try_validate(data: Any) -> TryRequest:
+    """The form's `message` and `max_tokens`, or TryRefused(400) naming the field."""
+    message = str(data.get("message") or "").strip()
+    if not message:
+        raise TryRefused(400, "message: write something to send.")
+    if len(message) > MAX_MESSAGE:
+        raise TryRefused(400, f"message: at most {MAX_MESSAGE} characters.")
+    raw = str(data.get("max_tokens") or DEFAULT_TOKENS).strip()
+    try:
+        max_tokens = int(raw)
+    except ValueError:
+        raise TryRefused(400, f"max_tokens: {raw[:20]!r} is not a whole number.") from None
+    if not 1 <= max_tokens <= MAX_TOKENS:
+        raise TryRefused(400, f"max_tokens: from 1 to {MAX_TOKENS}.")
+    return TryRequest(message=message, max_tokens=max_tokens)
+
+
+def server_url(app: App) -> str:
+    """Where the panel reaches the app's server: its local process's loopback URL, or on a
+    cluster its Service (APP_SERVICE_URL with the Service's name, namespace and port)."""
+    if settings.COMPUTE_BACKEND == "local":
+        if not _loopback(app.url):
+            raise TryRefused(503, "The app's local server has no address yet: try again shortly.")
+        return app.url
+    service = names.app_name(job_ref(app))
+    namespace = app.project.namespace
+    return settings.APP_SERVICE_URL.format(service=service, namespace=namespace, port=SERVICE_PORT)
+
+
+def try_open(*, app: App, ask: TryRequest) -> httpx.Response:
+    """Send one streamed chat completion to the app's server; its open answer (2xx), or
+    TryRefused saying why not (the app not serving, no server address, the server's refusal)."""
+    if app.state not in SERVING:
+        raise TryRefused(409, f"The app is {app.state}: start it, then try again once RUNNING.")
+    base = server_url(app)
+    body = {
+        "model": AppConfig.of(app).model_name,
+        "messages": [{"role": "user", "content": ask.message}],
+        "max_tokens": ask.max_tokens,
+        "stream": True,
+    }
+    client = upstream_client()
+    request = client.build_request("POST", f"{base}/v1/chat/completions", json=body)
+    try:
+        answer = client.send(request, stream=True)
+    except httpx.HTTPError:
+        raise TryRefused(502, "The app's server did not answer.") from None
+    if answer.status_code >= 400:
+        detail = _error_text(answer)
+        raise TryRefused(502, f"The app's server answered {answer.status_code}: {detail}")
+    return answer
+
+
+def _error_text(answer: httpx.Response) -> str:
+    try:
+        answer.read()
+        error = answer.json().get("error") or {}
+        return str(error.get("message") or answer.reason_phrase)[:500]
+    except (ValueError, AttributeError, httpx.HTTPError):
+        return answer.reason_phrase
+    finally:
+        answer.close()
+
+
+def try_text(answer: httpx.Response) -> Iterator[str]:
+    """The answer's text as it comes: each server-sent event's `choices[0].delta.content`,
+    until `data: [DONE]`; a line saying so when the stream breaks off before it."""
+    try:
+        for line in answer.iter_lines():
+            if not line.startswith("data:"):
+                continue
+            data = line[5:].strip()
+            if data == "[DONE]":
+                return
+            piece = _delta(data)
+            if piece:
+                yield piece
+        yield CUT_OFF
+    except httpx.HTTPError:
+        yield CUT_OFF
+    finally:
+        answer.close()
+
+
+def _delta(data: str) -> str:
+    try:
+        event = json.loads(data)
+        if event.get("error"):
+            return f"\n[error: {event['error'].get('message', event['error'])}]"
+        return str(event["choices"][0]["delta"].get("content") or "")
+    except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+        return ""

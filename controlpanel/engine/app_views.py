@@ -1,0 +1,219 @@
+"""App pages and their htmx fragments: the list, the form (pre-filled by a fine-tune job's
+"Deploy this adapter"), the detail page with its live status, replicas, the snippets that call
+it, the server's log, and the actions. Like the notebook pages they read rows only."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.contrib import messages
+from django.core.exceptions import ValidationError
+from django.http import Http404, HttpResponse, StreamingHttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
+
+from controlpanel.core.htmx import wants_fragment
+from controlpanel.engine import app_services as apps
+from controlpanel.engine import app_stats, app_try, selectors
+from controlpanel.engine.models import App, AppState, Job, JobState, Kind
+from controlpanel.engine.served_views import act, gone, list_page, log_section
+from controlpanel.engine.views import idle_log_poll, log_download, log_lines
+from controlpanel.flavors.models import Flavor
+from controlpanel.projects.access import ProjectRequest, project_view
+from storage.volumes import parse_volume_spec, render_volume_spec
+
+CHANGING = frozenset(
+    {AppState.QUEUED, AppState.INITIALIZING, AppState.SCALING, AppState.STOPPING, "DELETING"}
+)
+
+
+class AppForm(forms.Form):
+    """The new-app form: the fields of app_services.FIELDS (validate_app checks them)."""
+
+    name = forms.CharField(max_length=100, required=False)
+    model = forms.CharField(max_length=400, help_text="bucket@ALIAS/folder of the model")
+    adapter = forms.CharField(max_length=400, required=False, help_text="bucket@ALIAS/folder")
+    model_name = forms.CharField(max_length=100, required=False)
+    image = forms.CharField(max_length=300, required=False)
+    flavor = forms.ChoiceField(choices=())
+    gpu = forms.IntegerField(min_value=1, initial=1, label="Units")
+    scaling = forms.ChoiceField(
+        choices=[
+            ("fixed", "Fixed replicas"),
+            ("cpu", "Autoscale on CPU"),
+            ("rps", "Autoscale on requests/s"),
+        ],
+        initial="fixed",
+    )
+    replicas = forms.IntegerField(min_value=1, max_value=10, initial=1, required=False)
+    min_replicas = forms.IntegerField(min_value=0, max_value=10, required=False)
+    max_replicas = forms.IntegerField(min_value=1, max_value=10, required=False)
+    target_cpu = forms.IntegerField(min_value=1, max_value=100, required=False)
+    target_rps = forms.IntegerField(min_value=1, required=False)
+    probe_path = forms.CharField(max_length=200, required=False, initial="/health")
+    port = forms.IntegerField(min_value=1024, max_value=65535, required=False, initial=8000)
+    volumes = forms.CharField(widget=forms.Textarea(attrs={"rows": 2}), required=False)
+    env = forms.CharField(widget=forms.Textarea(attrs={"rows": 2}), required=False)
+    public = forms.BooleanField(required=False, label="Public (no token needed)")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        flavors = Flavor.objects.filter(enabled=True)
+        flavor = self.fields["flavor"]
+        assert isinstance(flavor, forms.ChoiceField)
+        flavor.choices = [(f.name, f.name) for f in flavors]
+
+    def submission(self) -> dict[str, Any]:
+        data = dict(self.cleaned_data)
+        data["volumes"] = [line.strip() for line in data["volumes"].splitlines() if line.strip()]
+        env: dict[str, str] = {}
+        for line in data["env"].splitlines():
+            if line.strip():
+                key, _, value = line.partition("=")
+                env[key.strip()] = value.strip()
+        data["env"] = env
+        return {k: v for k, v in data.items() if v is not None and v != ""}
+
+    def place_errors(self, error: ValidationError) -> None:
+        for key, problems in error.message_dict.items():
+            field = key.split(".", 1)[0]
+            for problem in problems:
+                self.add_error(field if field in self.fields else None, problem)
+
+
+@project_view()
+def app_list(request: ProjectRequest) -> HttpResponse:
+    project = request.access.project
+    page = list_page(request, apps.apps_for_project(project=project))
+    rows = [(app, apps.AppConfig.of(app), apps.replicas(app)) for app in page]
+    context = {
+        "project": project,
+        "page": page,
+        "rows": rows,
+        "changing": any(app.state in CHANGING for app in page),
+    }
+    template = "apps/list.html#app-table" if wants_fragment(request) else "apps/list.html"
+    return render(request, template, context)
+
+
+def adapter_initial(job: Job) -> dict[str, str]:
+    """The form's model and adapter from a finished fine-tune job: its model volume (what it
+    trained from) and `<its output volume>/adapter` (where training.finetune writes it)."""
+    initial: dict[str, str] = {"name": f"{job.name} app"[:100], "flavor": job.flavor.name}
+    for text in job.volumes:
+        spec = parse_volume_spec(text)
+        where = render_volume_spec(spec).rsplit(":", 2)[0]
+        if spec.mount_path == "/workspace/model":
+            initial["model"] = where
+        elif spec.mount_path == "/workspace/output":
+            initial["adapter"] = f"{where}/adapter"
+    return initial
+
+
+@project_view()
+def app_new(request: ProjectRequest) -> HttpResponse:
+    access = request.access
+    initial: dict[str, Any] = {"flavor": "ai1-1-cpu"}
+    from_job = request.GET.get("from_job")
+    if from_job:
+        job = selectors.job_get(project=access.project, job_id=from_job)
+        if job.preset == "finetune" and job.state == JobState.DONE:
+            initial |= adapter_initial(job)
+    form = AppForm(request.POST if request.method == "POST" else None, initial=initial)
+    if request.method == "POST" and form.is_valid():
+        try:
+            app = apps.app_create(access=access, user=request.user, data=form.submission())
+        except ValidationError as exc:
+            form.place_errors(exc)
+        else:
+            messages.success(request, f"App {app.name} is starting.")
+            return redirect("app-detail", slug=access.project.slug, app_id=app.pk)
+    status = 400 if form.is_bound and form.errors else 200
+    return render(
+        request, "apps/new.html", {"project": access.project, "form": form}, status=status
+    )
+
+
+def _detail_context(app: App) -> dict[str, Any]:
+    config = apps.AppConfig.of(app)
+    ready, wanted = apps.replicas(app)
+    return {
+        "app": app,
+        "project": app.project,
+        "config": config,
+        "ready": ready,
+        "wanted": wanted,
+        "base_url": apps.app_url(app),
+        "user_volumes": apps.user_volumes(app),
+        "events": app.events.order_by("at", "pk"),
+        "cost": selectors.workload_cost_estimate(workload=app),
+        "hourly": selectors.hourly_price(flavor=app.flavor, units=app.gpu),
+        "changing": app.state in CHANGING,
+        "figures": app_stats.figures(app_id=app.pk),
+    }
+
+
+def _get(request: ProjectRequest, app_id: str) -> App:
+    return apps.app_get(project=request.access.project, app_id=app_id)
+
+
+@project_view()
+def app_detail(request: ProjectRequest, app_id: str) -> HttpResponse:
+    app = _get(request, app_id)
+    context = _detail_context(app) | log_section(app)
+    context["try_limits"] = {"message": app_try.MAX_MESSAGE, "tokens": app_try.MAX_TOKENS}
+    return render(request, "apps/detail.html", context)
+
+
+@project_view()
+def app_status(request: ProjectRequest, app_id: str) -> HttpResponse:
+    try:
+        app = _get(request, app_id)
+    except Http404 as missing:
+        return gone(request, missing, "app")
+    return render(request, "apps/detail.html#app-status", _detail_context(app))
+
+
+@project_view()
+def app_logs(request: ProjectRequest, app_id: str) -> HttpResponse:
+    if idle_log_poll(request, Kind.APP, app_id):
+        return HttpResponse(status=204)
+    return log_lines(request, _get(request, app_id))
+
+
+@project_view()
+def app_log_download(request: ProjectRequest, app_id: str) -> HttpResponse | StreamingHttpResponse:
+    return log_download(_get(request, app_id), request.GET.get("run"))
+
+
+@require_POST
+@project_view()
+def app_try_it(request: ProjectRequest, app_id: str) -> HttpResponse | StreamingHttpResponse:
+    """The "Try it" box: one chat message to the app, its answer streamed back as text (the
+    session is the credential: the page holds no API token). Refusals are one line of text."""
+    app = _get(request, app_id)
+    response: HttpResponse | StreamingHttpResponse
+    try:
+        answer = app_try.try_open(app=app, ask=app_try.try_validate(request.POST))
+    except app_try.TryRefused as refused:
+        response = HttpResponse(refused.message, status=refused.status)
+    else:
+        response = StreamingHttpResponse(app_try.try_text(answer))
+        response["X-Accel-Buffering"] = "no"  # each piece goes out as it comes
+    response["Content-Type"] = "text/plain; charset=utf-8"
+    response["Cache-Control"] = "no-store"
+    return response
+
+
+ACTIONS = {
+    "start": (apps.app_start, "Starting, at the same URL."),
+    "stop": (apps.app_stop, "Stopping: its URL is kept."),
+    "delete": (apps.app_delete, "Deleting the app."),
+}
+
+
+@require_POST
+@project_view()
+def app_action(request: ProjectRequest, app_id: str, action: str) -> HttpResponse:
+    return act(request, _get(request, app_id), action, ACTIONS, "app")

@@ -1,0 +1,144 @@
+"""The log collector: one loop in the watcher process reads the log of every running workload
+and stores its new lines, whether anyone watches or not (logs.collect_logs).
+
+A workload that printed is read again after `interval_s`; a quiet one less and less often, up
+to `idle_s`. A log that someone follows (a job page polling it, `ajuste logs -f`) is read every
+`interval_s` however quiet, so a line printed after a pause reaches its readers within about a
+second: each poll notes the job in the cache for `FOLLOWED_S` (`note_followed`), one write
+whatever the number of readers, so 50 readers cost the cluster what one does. Reads run on a
+few threads, so one slow pod log does not hold up the others. Pages and the API read the stored
+rows only.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+from django.core.cache import cache
+from django.db import close_old_connections
+from django.db.models import F
+
+from controlpanel.core.metrics import store as metrics_store
+from controlpanel.engine.logs import collect_logs
+from controlpanel.engine.models import JobState, NotebookState, Workload
+
+log = logging.getLogger(__name__)
+
+# States in which the user's process may print: before them there is no log yet, after them
+# the finalize task archives what is left.
+PRINTING_STATES = (
+    JobState.RUNNING,
+    JobState.INTERRUPTING,
+    JobState.TIMEOUT,
+    JobState.FINALIZING,
+    NotebookState.STOPPING,
+    "SCALING",  # an app's (RUNNING and STOPPING are the same words)
+)
+# A poll marks its log followed for this long: a page polls every second while visible, so a
+# hidden or closed tab lets the log fall back to the quiet back-off within a few seconds.
+FOLLOWED_S = 3
+
+
+def _followed_key(job_id: object) -> str:
+    return f"ajuste:log-followed:{job_id}"
+
+
+def note_followed(job_id: object) -> None:
+    """Someone is reading this job's log as it comes (one cache write per poll)."""
+    cache.set(_followed_key(job_id), 1, timeout=FOLLOWED_S)
+
+
+def _followed(job_ids: set[str]) -> set[str]:
+    if not job_ids:
+        return set()
+    found = cache.get_many([_followed_key(job_id) for job_id in job_ids])
+    return {job_id for job_id in job_ids if _followed_key(job_id) in found}
+
+
+class LogCollector:
+    def __init__(
+        self,
+        *,
+        interval_s: float = 0.25,
+        idle_s: float = 2.0,
+        threads: int = 8,
+        collect: Callable[[str], int] | None = None,
+    ) -> None:
+        self.interval_s = interval_s
+        self.idle_s = idle_s
+        self.threads = threads
+        self.collect = collect or _collect_one
+        self._due: dict[str, float] = {}  # job id -> when to read it next (monotonic)
+        self._wait: dict[str, float] = {}  # job id -> its current wait between reads
+        self._failing: set[str] = set()  # last read failed: the longest wait, followed or not
+
+    def run(self, stop: threading.Event) -> None:
+        def fresh(job_id: str) -> int:  # a thread of the pool: its own database connection
+            close_old_connections()
+            return self.collect(job_id)
+
+        with ThreadPoolExecutor(self.threads, thread_name_prefix="log-collector") as pool:
+            while not stop.is_set():
+                close_old_connections()
+                started = time.monotonic()
+                try:
+                    self.tick(lambda _, ids: pool.map(fresh, ids))
+                except Exception:  # a database hiccup: the loop goes on
+                    log.exception("log collection round failed")
+                else:  # /metrics' log collector lag
+                    metrics_store.note_collector_round(seconds=time.monotonic() - started)
+                stop.wait(self.interval_s)
+
+    def tick(self, run_all: Callable[..., object] = map) -> list[str]:
+        """One round: read every printing workload that is due or followed; returns the ids
+        read."""
+        live = {str(pk) for pk in _printing_jobs()}
+        for job_id in set(self._due) - live:
+            self._due.pop(job_id, None)
+            self._wait.pop(job_id, None)
+            self._failing.discard(job_id)
+        now = time.monotonic()
+        followed = _followed(live)
+        due = sorted(
+            job_id
+            for job_id in live
+            if self._due.get(job_id, 0.0) <= now
+            or (job_id in followed and job_id not in self._failing)
+        )
+        results = list(run_all(self.collect, due))  # type: ignore[call-overload]
+        for job_id, added in zip(due, results, strict=True):
+            self._schedule(job_id, added)
+        return due
+
+    def _schedule(self, job_id: str, added: int) -> None:
+        if added > 0:
+            wait = self.interval_s
+        elif added == 0:
+            wait = min(self._wait.get(job_id, self.interval_s) * 2, self.idle_s)
+        else:  # the read failed: try again after the longest wait
+            wait = self.idle_s
+        (self._failing.add if added < 0 else self._failing.discard)(job_id)
+        self._wait[job_id] = wait
+        self._due[job_id] = time.monotonic() + wait
+
+
+def _printing_jobs() -> list[object]:
+    return list(
+        Workload.objects.filter(
+            state__in=PRINTING_STATES, logs_archived=False, launched_run__gte=F("run")
+        ).values_list("pk", flat=True)
+    )
+
+
+def _collect_one(job_id: str) -> int:
+    """Lines stored, or -1 when the read failed (logged; the next round tries again)."""
+    try:
+        added, _ = collect_logs(job_id=job_id)
+    except Exception as exc:  # a cluster or database error must not stop the other logs
+        log.warning("collecting the log of job %s failed: %s", job_id, exc)
+        return -1
+    return added

@@ -1,0 +1,163 @@
+"""Workload logs (jobs, notebooks): collected from the backend into the database (so they
+outlive the pod), read back by sequence number (tail, follow, download), and mined for
+fine-tune progress events.
+
+One collector per live workload stores lines as they come (collector.py, in the watcher), and
+the final archive takes the rest (`archive_logs`, from the finalize task). Pages and the API
+only read the stored rows: 50 viewers cost what one does, and a GET never reaches the cluster.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Max
+
+from controlpanel.engine.backend import get_backend, job_ref
+from controlpanel.engine.models import JobLogLine, Workload
+from controlpanel.engine.replicas import OBSERVED_PROGRESS
+from training.protocol import Snapshot, clean_text, curve_point, read_event
+
+# Every logged step up to this many (a 10,000-step run logging every 10 steps fits whole).
+MAX_CURVE_POINTS = 2000
+COLLECT_LIMIT = 5000
+# Lines Ajuste itself adds to a log (skipped bytes, a truncated archive) start with this.
+MARK = "[ajuste]"
+
+
+class UnknownRun(ValueError):
+    """`?run=` names no run of the job; the message says which runs exist."""
+
+
+def collect_logs(*, job_id: Any, limit: int = COLLECT_LIMIT) -> tuple[int, bool]:
+    """Store new lines of the job's current run; returns (lines added, end of log reached).
+
+    The backend is read without holding the job's row (a slow read never blocks reconcile);
+    the lines are stored only if nobody stored lines from that cursor meanwhile."""
+    job = Workload.objects.select_related("project").filter(pk=job_id).first()
+    if job is None or job.logs_archived or job.launched_run < job.run:
+        return 0, True
+    run, cursor = job.run, job.log_cursor
+    chunk = get_backend().read_logs(
+        ref=job_ref(job), cursor=cursor or None, limit=limit, fresh=job.is_final
+    )
+    lines = chunk.lines
+    if chunk.skipped:
+        lines = (*lines, f"{MARK} {chunk.skipped}")
+    with transaction.atomic():
+        job = Workload.objects.select_for_update(of=("self",)).filter(pk=job_id).first()
+        if job is None or job.logs_archived or (job.run, job.log_cursor) != (run, cursor):
+            return 0, False  # another collector moved on: the next read starts from its cursor
+        _store(job, lines)
+        job.log_cursor = chunk.cursor
+        job.save(update_fields=["log_cursor", "log_lines", "progress", "loss_curve", "updated_at"])
+        return len(lines), chunk.eof
+
+
+def _store(job: Workload, lines: tuple[str, ...] | list[str]) -> None:
+    start = job.log_lines
+    JobLogLine.objects.bulk_create(
+        [
+            JobLogLine(job=job, run=job.run, seq=start + i, text=clean_text(line))
+            for i, line in enumerate(lines, start=1)
+        ],
+        batch_size=1000,
+    )
+    _note_progress(job, lines)
+    job.log_lines = start + len(lines)
+
+
+def archive_logs(*, job_id: Any, max_rounds: int = 1000) -> bool:
+    """Collect until the end of the log (the job has ended); mark the log archived. An archive
+    that stops before the end says so in the log's last line."""
+    eof, empty = False, 0
+    for _ in range(max_rounds):
+        added, eof = collect_logs(job_id=job_id)
+        empty = 0 if added else empty + 1
+        if eof or empty >= 3:  # three empty reads that do not reach the end: give up
+            break
+    with transaction.atomic():
+        job = Workload.objects.select_for_update(of=("self",)).filter(pk=job_id).first()
+        if job is None:
+            return False
+        if not job.logs_archived and not eof:
+            _store(job, [f"{MARK} log truncated: the archive stopped before the end of the log"])
+        job.logs_archived = True
+        job.save(update_fields=["log_lines", "progress", "loss_curve", "logs_archived"])
+    return True
+
+
+def _note_progress(job: Workload, lines: tuple[str, ...] | list[str]) -> None:
+    """Keep the run's progress snapshot and a bounded loss curve (for the bar, ETA and chart).
+    Any job can print lines that look like events: the protocol checks every field."""
+    snapshot = Snapshot.from_json(job.progress)
+    curve = job.loss_curve if isinstance(job.loss_curve, list) else []
+    for line in lines:
+        event = read_event(line)
+        if event is None:
+            continue
+        snapshot = snapshot.merge(event)
+        point = curve_point(event)
+        if point is not None:
+            curve = _append_point(curve, point)
+    stored = job.progress if isinstance(job.progress, dict) else {}
+    observed = {key: stored[key] for key in OBSERVED_PROGRESS if key in stored}
+    job.progress, job.loss_curve = {**observed, **snapshot.to_json()}, curve
+
+
+def _append_point(curve: list[list[Any]], point: list[Any]) -> list[list[Any]]:
+    curve = [*curve, point]
+    if len(curve) > MAX_CURVE_POINTS:
+        curve = curve[::2]  # halve the resolution, keep the shape
+    return curve
+
+
+def resolve_run(*, job: Workload, value: str | None) -> int:
+    """The run `?run=` names (default: the current one); raises UnknownRun."""
+    if value is None or value == "":
+        return job.run
+    try:
+        run = int(value)
+    except ValueError:
+        raise UnknownRun(f"run must be a whole number from 1 to {job.run}.") from None
+    if not 1 <= run <= job.run:
+        raise UnknownRun(f"This job has no run {run}: its runs are 1 to {job.run}.")
+    return run
+
+
+def run_line_count(*, job: Workload, run: int) -> int:
+    """How many lines a run stored (the current run keeps the count on the row)."""
+    if run == job.run:
+        return job.log_lines
+    last = JobLogLine.objects.filter(job=job, run=run).aggregate(last=Max("seq"))["last"]
+    return last or 0
+
+
+def lines_after(
+    *, job: Workload, after: int, limit: int = 500, run: int | None = None
+) -> list[JobLogLine]:
+    return list(
+        JobLogLine.objects.filter(job=job, run=run or job.run, seq__gt=after)
+        .order_by("seq")
+        .only("seq", "text")[:limit]
+    )
+
+
+def tail(*, job: Workload, count: int = 500) -> list[JobLogLine]:
+    """The last `count` lines, found by sequence number (an index range, not a scan)."""
+    first = max(job.log_lines - count, 0)
+    return lines_after(job=job, after=first, limit=count)
+
+
+def iter_log_text(*, job: Workload, run: int | None = None) -> Iterator[str]:
+    """The whole log of a run, streamed (constant memory for a 100k-line log)."""
+    lines = (
+        JobLogLine.objects.filter(job=job, run=run or job.run)
+        .order_by("seq")
+        .values_list("text", flat=True)
+        .iterator(chunk_size=2000)
+    )
+    for text in lines:
+        yield text + "\n"

@@ -1,0 +1,331 @@
+from __future__ import annotations
+
+import functools
+import uuid
+from typing import Any, ClassVar, TypeVar
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+from controlpanel.flavors.models import Flavor
+from controlpanel.projects.models import Project
+from storage.volumes import VolumeSpec, parse_volume_spec
+
+DEFAULT_TIMEOUT_S = 7 * 24 * 3600
+
+
+class JobState(models.TextChoices):
+    """Job states, named exactly as in the product contract."""
+
+    QUEUED = "QUEUED"
+    INITIALIZING = "INITIALIZING"
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    INTERRUPTING = "INTERRUPTING"
+    TIMEOUT = "TIMEOUT"
+    FINALIZING = "FINALIZING"
+    DONE = "DONE"
+    INTERRUPTED = "INTERRUPTED"
+    FAILED = "FAILED"
+    ERROR = "ERROR"
+    SYNC_FAILED = "SYNC_FAILED"
+
+
+class NotebookState(models.TextChoices):
+    """Notebook states, named exactly as in the product contract."""
+
+    STARTING = "STARTING"
+    RUNNING = "RUNNING"
+    STOPPING = "STOPPING"
+    STOPPED = "STOPPED"
+    FAILED = "FAILED"
+    ERROR = "ERROR"
+    DELETING = "DELETING"
+
+
+class AppState(models.TextChoices):
+    """App states, named exactly as in the product contract. DELETING is the engine's, shared
+    with notebooks: an app's objects are going, then its row."""
+
+    QUEUED = "QUEUED"
+    INITIALIZING = "INITIALIZING"
+    SCALING = "SCALING"
+    RUNNING = "RUNNING"
+    STOPPING = "STOPPING"
+    STOPPED = "STOPPED"
+    FAILED = "FAILED"
+    ERROR = "ERROR"
+    DELETING = "DELETING"
+
+
+# Every state any workload kind can be in: the engine's queries span the kinds. No state name
+# is final for one kind and live for another, so one set of each serves them all.
+STATE_CHOICES = list(dict([*JobState.choices, *NotebookState.choices, *AppState.choices]).items())
+FINAL_STATES = frozenset(
+    {
+        JobState.DONE,
+        JobState.INTERRUPTED,
+        JobState.FAILED,
+        JobState.ERROR,
+        JobState.SYNC_FAILED,
+        NotebookState.STOPPED,
+    }
+)
+LIVE_STATES = frozenset({value for value, _ in STATE_CHOICES} - FINAL_STATES)
+# States in which a job holds GPUs of its project's quota (admitted and not finished).
+ADMITTED_STATES = frozenset(LIVE_STATES - {JobState.QUEUED})
+
+
+class Kind(models.TextChoices):
+    """What a workload is (deploy.types.WorkloadKind, the `ajuste.io/kind` label)."""
+
+    JOB = "job", "Job"
+    NOTEBOOK = "notebook", "Notebook"
+    APP = "app", "App"
+
+
+class Preset(models.TextChoices):
+    CUSTOM = "", "Custom"
+    FINETUNE = "finetune", "Fine-tune"
+
+
+@functools.lru_cache(maxsize=4096)
+def parsed_volumes(texts: tuple[str, ...]) -> tuple[VolumeSpec, ...]:
+    """Volume specs parsed once per distinct list (specs are immutable values)."""
+    return tuple(parse_volume_spec(text) for text in texts)
+
+
+class Workload(models.Model):
+    """What the workload engine runs, whatever its kind (a job, a notebook): what to run
+    (image, command, flavor × units, volumes, env), the state the panel observed with its
+    reason, and what the user wants (`stop_requested`). One table, so admission, reconcile,
+    observation, logs and runs are one code path; `Job` and `Notebook` are its kinds (proxy
+    models whose managers see their own rows only)."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    kind = models.CharField(max_length=20, choices=Kind.choices, default=Kind.JOB)
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="workloads")
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="workloads"
+    )
+    name = models.CharField(max_length=100)
+    image = models.CharField(max_length=300)
+    command = models.JSONField(default=list, blank=True)
+    flavor = models.ForeignKey(Flavor, on_delete=models.PROTECT, related_name="workloads")
+    gpu = models.PositiveSmallIntegerField(default=1, help_text="Units of the flavor.")
+    volumes = models.JSONField(default=list, blank=True)
+    env = models.JSONField(default=dict, blank=True)
+    labels = models.JSONField(default=dict, blank=True)
+    timeout = models.PositiveIntegerField(default=DEFAULT_TIMEOUT_S, help_text="Seconds.")
+    preset = models.CharField(max_length=20, choices=Preset.choices, blank=True, default="")
+    params = models.JSONField(default=dict, blank=True)
+    # Notebooks: the editor served, where (as observed), and the server's last activity.
+    editor = models.CharField(max_length=20, blank=True, default="")
+    url = models.CharField(max_length=500, blank=True, default="")
+    last_activity_at = models.DateTimeField(null=True, blank=True)
+
+    state = models.CharField(max_length=20, choices=STATE_CHOICES, default=JobState.QUEUED)
+    state_reason = models.CharField(max_length=500, blank=True)
+    state_changed_at = models.DateTimeField(default=timezone.now)
+    run = models.PositiveIntegerField(default=1, help_text="Counts runs; 'run again' adds one.")
+    stop_requested = models.BooleanField(default=False)
+    queued_at = models.DateTimeField(default=timezone.now)
+    admitted_at = models.DateTimeField(null=True, blank=True)
+    # The run last handed to the backend: a GONE observation of it means its objects were
+    # lost (ERROR), while before it the backend is simply asked to create them.
+    launched_run = models.PositiveIntegerField(default=0)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    exit_code = models.IntegerField(null=True, blank=True)
+    progress = models.JSONField(default=dict, blank=True)
+    loss_curve = models.JSONField(default=list, blank=True)
+    log_cursor = models.TextField(blank=True, default="")
+    log_lines = models.PositiveIntegerField(default=0)
+    logs_archived = models.BooleanField(default=False)
+    # A run's end notice: claimed once (notified_run, at notice_claimed_at), then handed to the
+    # mail server and the webhook queue (notice_sent_run). A claim never handed over (a crash
+    # between the two) is sent again by the sweep (tasks.notices_resend).
+    notified_run = models.PositiveIntegerField(default=0)
+    notice_claimed_at = models.DateTimeField(null=True, blank=True)
+    notice_sent_run = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [
+            models.Index(fields=["project", "kind", "-created_at"]),
+            models.Index(fields=["project", "state"]),
+            models.Index(fields=["state"]),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.short_id})"
+
+    @property
+    def short_id(self) -> str:
+        return str(self.id)[:8]
+
+    @property
+    def gpus(self) -> int:
+        return self.gpu * self.flavor.gpus_per_unit
+
+    @property
+    def volume_specs(self) -> tuple[VolumeSpec, ...]:
+        """The volumes, parsed (stored canonical by job_submit, so they always parse; a
+        VolumeSpecError here means the row was written by hand)."""
+        return parsed_volumes(tuple(self.volumes))
+
+    @property
+    def is_final(self) -> bool:
+        return self.state in FINAL_STATES
+
+    @property
+    def is_live(self) -> bool:
+        return self.state in LIVE_STATES
+
+    @property
+    def backend_run(self) -> int:
+        """The run number the backend names this row's current run by. A notebook's objects
+        keep one name across its starts (same address, same workspace claim): always 1."""
+        return 1 if self.kind in (Kind.NOTEBOOK, Kind.APP) else self.run
+
+
+_W = TypeVar("_W", bound=Workload)
+
+
+class KindManager(models.Manager[_W]):
+    """The rows of one kind."""
+
+    kind: str
+
+    def get_queryset(self) -> models.QuerySet[_W]:
+        return super().get_queryset().filter(kind=self.kind)
+
+
+class JobManager(KindManager["Job"]):
+    kind = Kind.JOB
+
+
+class NotebookManager(KindManager["Notebook"]):
+    kind = Kind.NOTEBOOK
+
+
+class AppManager(KindManager["App"]):
+    kind = Kind.APP
+
+
+class _OneKind:
+    """A kind's proxy: its rows are made with its kind and its manager sees only them."""
+
+    KIND: str
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if not args:  # made by code, not loaded from the database
+            self.kind = self.KIND  # type: ignore[attr-defined]
+
+
+class Job(_OneKind, Workload):
+    """A training job: runs its command once (again on "run again") and ends."""
+
+    KIND = Kind.JOB
+    objects: ClassVar[JobManager] = JobManager()
+
+    class Meta:
+        proxy = True
+
+
+class Notebook(_OneKind, Workload):
+    """An editor in the browser: runs until stopped (or idle), keeps its workspace."""
+
+    KIND = Kind.NOTEBOOK
+    objects: ClassVar[NotebookManager] = NotebookManager()
+
+    class Meta:
+        proxy = True
+
+
+class App(_OneKind, Workload):
+    """A served model behind an OpenAI-compatible URL: runs until stopped, at the same
+    address after every start. What it serves and how it scales live in `params`
+    (controlpanel/engine/apps.py reads and writes them)."""
+
+    KIND = Kind.APP
+    objects: ClassVar[AppManager] = AppManager()
+
+    class Meta:
+        proxy = True
+
+
+class JobEvent(models.Model):
+    """One state change of a job with its time and a human reason."""
+
+    job = models.ForeignKey(Workload, on_delete=models.CASCADE, related_name="events")
+    run = models.PositiveIntegerField()
+    state = models.CharField(max_length=20, choices=STATE_CHOICES)
+    reason = models.CharField(max_length=500, blank=True)
+    at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["at", "pk"]
+
+    def __str__(self) -> str:
+        return f"{self.state} at {self.at:%H:%M:%S}"
+
+
+class JobRun(models.Model):
+    """One pod run (keyed by pod UID, or the local run id) with the container's own start and
+    finish times from the pod status: what per-minute billing meters. Kept when a job is
+    deleted, so usage stays billable."""
+
+    uid = models.CharField(max_length=100, unique=True)
+    job = models.ForeignKey(Workload, on_delete=models.SET_NULL, null=True, related_name="runs")
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="job_runs")
+    run = models.PositiveIntegerField()
+    flavor = models.ForeignKey(Flavor, on_delete=models.PROTECT, related_name="+")
+    units = models.PositiveSmallIntegerField()
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    exit_code = models.IntegerField(null=True, blank=True)
+    node = models.CharField(max_length=200, blank=True)
+
+    def __str__(self) -> str:
+        return f"run {self.run} of {self.job_id} ({self.uid})"
+
+
+class JobLogLine(models.Model):
+    """One line of a job's log, collected from the backend while it runs and archived in full
+    when it ends, so the log outlives the pod. `seq` counts from 1 within the job's run."""
+
+    job = models.ForeignKey(Workload, on_delete=models.CASCADE, related_name="log_lines_set")
+    run = models.PositiveIntegerField()
+    seq = models.PositiveIntegerField()
+    text = models.TextField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["job", "run", "seq"], name="one_line_per_seq")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.seq}: {self.text[:40]}"
+
+
+class NotebookImage(models.Model):
+    """A framework image notebooks may run (the admin keeps the list): which editors it
+    serves. On the local backend the editor runs from this machine's own Python instead."""
+
+    name = models.SlugField(max_length=50, unique=True)
+    label = models.CharField(max_length=100)
+    image = models.CharField(max_length=300)
+    editors = models.JSONField(default=list, help_text='Editors it serves: "jupyterlab", "vscode".')
+    enabled = models.BooleanField(default=True)
+    order = models.PositiveSmallIntegerField(default=0)
+
+    class Meta:
+        ordering = ["order", "name"]
+
+    def __str__(self) -> str:
+        return self.label

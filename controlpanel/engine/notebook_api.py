@@ -1,0 +1,196 @@
+"""REST API for notebooks (`/api/v1/notebooks/`), scoped by project exactly like jobs: create,
+list (state, owner, label, q), get, start, stop, keep-alive, delete, logs.
+
+Every answer reads rows only (the engine's tasks do the cluster work). The editor's token never
+appears: `url` is the notebook's address without any query (the local backend's carries the
+token), and `open_url` is the panel page that sends a member on to the editor.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from datetime import datetime
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.db.models import QuerySet
+from django.urls import reverse
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import serializers
+from rest_framework.decorators import action
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from controlpanel.api.scoping import api_project
+from controlpanel.engine import notebooks, selectors
+from controlpanel.engine.api import (
+    LOG_PARAMETERS,
+    PROJECT_PARAM,
+    SUBMISSION_ERRORS,
+    LogPageSerializer,
+)
+from controlpanel.engine.models import Notebook, NotebookState
+from controlpanel.engine.served_api import (
+    ServedEventSerializer,
+    ServedSerializer,
+    ServedViewSet,
+    create_serializer,
+)
+
+
+class NotebookEventSerializer(ServedEventSerializer):
+    state = serializers.ChoiceField(choices=NotebookState.choices, read_only=True)
+
+
+class NotebookSerializer(ServedSerializer):
+    """A notebook as read back; writes go through NotebookCreateSerializer and the services."""
+
+    image = serializers.SerializerMethodField(help_text="The notebook image's name.")
+    container_image = serializers.CharField(source="image", read_only=True)
+    state = serializers.ChoiceField(choices=NotebookState.choices, read_only=True)
+    url = serializers.SerializerMethodField(
+        help_text="Where the editor is served once RUNNING (empty before)."
+    )
+    open_url = serializers.SerializerMethodField(
+        help_text="The panel's page that opens the editor (log in as a project member)."
+    )
+    idle_deadline = serializers.SerializerMethodField(
+        help_text="When it stops if it stays idle (null: no limit, or not running)."
+    )
+    history = NotebookEventSerializer(source="events", many=True, read_only=True)
+
+    class Meta:
+        model = Notebook
+        fields = [
+            "id",
+            "project",
+            "owner",
+            "name",
+            "image",
+            "container_image",
+            "editor",
+            "flavor",
+            "gpu",
+            "volumes",
+            "env",
+            "labels",
+            "state",
+            "state_reason",
+            "run",
+            "url",
+            "open_url",
+            "created_at",
+            "started_at",
+            "finished_at",
+            "state_changed_at",
+            "last_activity_at",
+            "idle_deadline",
+            "history",
+            "cost",
+        ]
+
+    def get_image(self, notebook: Notebook) -> str:
+        return str(notebook.params.get("image", ""))
+
+    def get_url(self, notebook: Notebook) -> str:
+        return notebook.url.split("?", 1)[0].split("#", 1)[0]
+
+    def get_open_url(self, notebook: Notebook) -> str:
+        path = reverse("notebook-open", args=[notebook.project.slug, notebook.pk])
+        return f"{settings.SITE_URL}{path}"
+
+    def get_idle_deadline(self, notebook: Notebook) -> datetime | None:
+        return notebooks.idle_deadline(notebook)
+
+
+NotebookCreateSerializer = create_serializer(
+    "NotebookCreateSerializer", "A new notebook: the fields of notebooks.FIELDS.", notebooks.FIELDS
+)
+
+
+def notebooks_filtered(
+    *, notebooks_: QuerySet[Notebook], query: Mapping[str, str]
+) -> QuerySet[Notebook]:
+    """The list narrowed as the job list is (state, owner, label, q); ValidationError by filter
+    name on a bad one. A state is a notebook's (any case)."""
+    filters = selectors.JobFilters.from_query(query)
+    filters, problems = selectors.job_filters_check(filters=replace(filters, state=""))
+    wanted = str(query.get("state", "")).strip().upper()
+    if wanted and wanted not in NotebookState.values:
+        choices = ", ".join(NotebookState.values)
+        problems["state"] = f"Unknown state {query.get('state')!r}: choose one of {choices}."
+    if problems:
+        raise ValidationError(problems)
+    if wanted:
+        notebooks_ = notebooks_.filter(state=wanted)
+    if filters.owner:
+        notebooks_ = notebooks_.filter(owner__username=filters.owner)
+    if filters.label:
+        notebooks_ = selectors._with_label(notebooks_, filters.label)
+    if filters.q:
+        notebooks_ = notebooks_.filter(name__icontains=filters.q)
+    return notebooks_
+
+
+@extend_schema(parameters=[PROJECT_PARAM])
+class NotebookViewSet(ServedViewSet):
+    """Notebooks of a project: an editor in the browser, stopped and started at will."""
+
+    serializer_class = NotebookSerializer
+    queryset = Notebook.objects.none()  # tells the schema the id type
+    noun = "notebook"
+    get_row = staticmethod(selectors.notebook_get)
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("state", str, description="A notebook state (any case)."),
+            OpenApiParameter("owner", str),
+            OpenApiParameter("label", str, description="key or key=value"),
+            OpenApiParameter("q", str, description="Part of the notebook's name (any case)."),
+        ],
+        responses=NotebookSerializer(many=True),
+    )
+    def list(self, request: Request) -> Response:
+        access = api_project(request)
+        rows = selectors.notebooks_for_project(project=access.project).defer(None)
+        rows = notebooks_filtered(notebooks_=rows, query=request.query_params)
+        return self._page(request, rows.prefetch_related("events"))
+
+    @extend_schema(
+        request=NotebookCreateSerializer,
+        responses={
+            201: NotebookSerializer,
+            400: OpenApiResponse(SUBMISSION_ERRORS, description="Problems by key."),
+        },
+    )
+    def create(self, request: Request) -> Response:
+        return self._create(request, notebooks.notebook_create)
+
+    def destroy(self, request: Request, pk: str) -> Response:
+        """Delete: its objects and workspace go, then its row (its billed runs stay)."""
+        return self._delete(request, pk, notebooks.notebook_delete)
+
+    @extend_schema(request=None, responses=NotebookSerializer)
+    @action(detail=True, methods=["post"])
+    def start(self, request: Request, pk: str) -> Response:
+        """Start a stopped notebook: a new run at the same address, with the same workspace."""
+        return self._act(request, pk, notebooks.notebook_start)
+
+    @extend_schema(request=None, responses=NotebookSerializer)
+    @action(detail=True, methods=["post"])
+    def stop(self, request: Request, pk: str) -> Response:
+        """Stop: STOPPING while rw volumes are pushed, then STOPPED (the workspace is kept)."""
+        return self._act(request, pk, notebooks.notebook_stop)
+
+    @extend_schema(request=None, responses=NotebookSerializer)
+    @action(detail=True, methods=["post"], url_path="keep-alive")
+    def keep_alive(self, request: Request, pk: str) -> Response:
+        """Count as activity now: the idle stop waits a full limit again."""
+        return self._act(request, pk, notebooks.notebook_keep_alive)
+
+    @extend_schema(parameters=LOG_PARAMETERS, responses=LogPageSerializer)
+    @action(detail=True, methods=["get"])
+    def logs(self, request: Request, pk: str) -> Response:
+        """The editor's log lines after `?after=` (0 = the start), up to `limit`."""
+        return self._logs(request, pk)

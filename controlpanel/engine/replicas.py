@@ -1,0 +1,69 @@
+"""An app's replicas as billing runs (#16: RUNNING replica-minutes × the flavor's rate): each
+replica (a pod, or a local server's start) is a `JobRun` of its own, so the ledger bills
+every replica like a job's pod, and a replica that goes ends its run."""
+
+from __future__ import annotations
+
+from django.utils import timezone
+
+from controlpanel.engine.models import JobRun, Workload
+from deploy.types import ObservedWorkload, ReplicaRun
+
+# Where an app's row keeps the replicas it bills now (their run uids, sorted): an observation
+# whose replicas differ is recorded even when the app's state is the same (sweep._differs).
+REPLICA_UIDS = "replica_uids"
+# The keys of `progress` written from observations (an app's replicas), not from the log:
+# the log collector's snapshot keeps them.
+OBSERVED_PROGRESS = ("replicas", REPLICA_UIDS)
+
+
+def serving_replicas(observed: ObservedWorkload) -> list[str]:
+    """The uids of the replicas an observation shows running (not ended), sorted."""
+    return sorted(r.uid for r in observed.replica_runs or () if r.finished_at is None)
+
+
+def ends_replicas(job: Workload, observed: ObservedWorkload) -> bool:
+    """Whether recording the observation would end a replica's run: one the row bills is
+    missing from it. A listing may be older than what opened that run (a watch saw a new pod
+    after the sweep listed), and an ended run is never opened again: only a fresh read may
+    end one."""
+    if observed.replica_runs is None:
+        return False
+    billed = (job.progress or {}).get(REPLICA_UIDS) or []
+    return bool(set(billed) - set(serving_replicas(observed)))
+
+
+def record_replicas(job: Workload, replicas: tuple[ReplicaRun, ...]) -> None:
+    """Each replica of an app is a run of its own (billing: replica-minutes): opened when its
+    server has started, ended with the backend's end time, or now when the backend no longer
+    has it (scaled down, replaced by a rolling update, deleted). A run once ended is never
+    opened again (an older observation that still lists it), and its start never moves
+    later (a restarted server is the same replica, billed since its first start). Like a
+    job's run, an open one is saved at each observation (the ledger bills it up to now)."""
+    now = timezone.now()
+    seen = {replica.uid: replica for replica in replicas}
+    known = {run.uid: run for run in JobRun.objects.filter(uid__in=seen)}
+    for uid, replica in seen.items():
+        run = known.get(uid)
+        if run is None:
+            run = JobRun(
+                uid=uid,
+                job=job,
+                project_id=job.project_id,
+                run=job.run,
+                flavor_id=job.flavor_id,
+                units=job.gpu,
+                started_at=replica.started_at,
+            )
+        elif run.finished_at is not None or run.job_id != job.pk:
+            continue
+        run.started_at = min(run.started_at or replica.started_at, replica.started_at)
+        if replica.finished_at is not None:
+            run.finished_at = max(replica.finished_at, run.started_at)
+            run.exit_code = replica.exit_code
+        run.node = replica.node or run.node
+        run.save()
+    gone = JobRun.objects.filter(job=job, run=job.run, finished_at=None).exclude(uid__in=seen)
+    for run in gone.exclude(started_at=None):
+        run.finished_at = max(now, run.started_at or now)
+        run.save()  # the ledger follows (billing/receivers.py)
