@@ -182,8 +182,20 @@ class KubernetesBackend:
 
     def release_workspace(self, *, ref: WorkloadRef) -> None:
         """The run's workspace claim goes once the run ended cleanly (a failed push keeps it
-        for `retry_push`); 404 means it is gone already, or the run never had one."""
+        for `retry_push`); 404 means it is gone already, or the run never had one. The run's
+        ended pods that mount it go first: the claim's protection holds it, Terminating and
+        counted by the namespace's storage quota, while any pod on a node mounts it, even one
+        that has ended."""
         claim = names.workspace_claim_name(ref)
+        ref = self._ref(ref)
+        pods, _ = self.api.list(
+            "Pod", ref.namespace, label_selector=names.selector(names.selector_labels(ref))
+        )
+        for pod in pods:
+            if _ended_mounting(pod, claim):
+                delete(
+                    self.api, "Pod", ref.namespace, pod["metadata"]["name"], install=self.install_id
+                )
         delete(self.api, "PersistentVolumeClaim", ref.namespace, claim, install=self.install_id)
 
     def observe_job(self, *, ref: WorkloadRef) -> ObservedWorkload:
@@ -388,3 +400,11 @@ class KubernetesBackend:
         if ref.kind is WorkloadKind.NOTEBOOK:
             return self.observe_notebook(ref=ref).phase.is_final
         return self.observe_job(ref=ref).phase.is_final
+
+
+def _ended_mounting(pod: Obj, claim: str) -> bool:
+    """Whether `pod` has ended and mounts the claim `claim`."""
+    if (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
+        return False
+    volumes = (pod.get("spec") or {}).get("volumes") or []
+    return any((v.get("persistentVolumeClaim") or {}).get("claimName") == claim for v in volumes)

@@ -408,3 +408,26 @@ def test_the_namespace_quota_counts_cpu_memory_and_pods(
     reason = k8s_backend.observe_job(ref=second.ref).reason
     assert "exceeded quota: ajuste-quota, requested: requests.cpu=" in reason
     assert "limited: requests.cpu=3" in reason
+
+
+def test_a_released_workspace_frees_the_storage_quota_its_ended_pods_held(
+    k8s_cluster: EmulatedCluster, k8s_backend: KubernetesBackend
+) -> None:
+    """A pod that mounts a claim holds it (Terminating, still counted by the namespace's
+    storage quota) even once it has ended: releasing the workspace removes the run's ended
+    pods with its claim, so the next run's claim fits."""
+    k8s_backend.ensure_project(
+        project=ProjectRequest(slug="vision", namespace=NS, gpu_quota=0, storage_gib_quota=60)
+    )
+    first = make_job_request(flavor=CPU, units=1, volumes=(OUTPUT,))  # a 50 GiB workspace
+    k8s_cluster.kubelet.finish(NS, start(k8s_cluster, k8s_backend, first), exit_code=0)
+    k8s_backend.apply_job(job=first)  # the push
+    k8s_cluster.kubelet.finish(NS, k8s_cluster.pod_of(NS, "job-42-r1-push-1"), exit_code=0)
+    assert k8s_backend.observe_job(ref=first.ref).phase is Phase.SUCCEEDED
+    k8s_backend.release_workspace(ref=first.ref)
+    assert k8s_cluster.get("persistentvolumeclaims", NS, "job-42-r1-ws") is None
+    second = make_job_request(id="43", flavor=CPU, units=1, volumes=(OUTPUT,))
+    k8s_backend.apply_job(job=second)
+    assert k8s_cluster.get("persistentvolumeclaims", NS, "job-43-r1-ws") is not None
+    assert k8s_cluster.list("events", NS) == []  # no claim nor pod refused
+    assert k8s_backend.observe_job(ref=first.ref).phase is Phase.SUCCEEDED  # its Job says so

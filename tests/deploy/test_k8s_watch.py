@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import queue
 import threading
 from collections.abc import Callable, Iterator
@@ -101,6 +102,7 @@ def test_410_gone_makes_it_relist(
         if r.url.path == "/api/v1/pods" and r.params.get("watch") != "true"
     ]
     assert len(lists) == 2  # the first list, and the relist after 410 Gone
+    assert k8s_cluster.watches.expired == 1  # the 410 the relist answered
 
 
 def test_errors_and_the_timer_make_it_relist(
@@ -109,14 +111,28 @@ def test_errors_and_the_timer_make_it_relist(
     job_request: JobRequest,
     watching: Callable[[float], Watching],
     monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     monkeypatch.setattr("deploy.kubernetes.api.RETRY_DELAYS_S", (0.01,))
     k8s_backend.apply_job(job=job_request)
-    k8s_cluster.fail_next("GET", "jobs", status=500, times=3)  # the first list fails
-    watch = watching(1.0)
-    first = watch.wait_for(lambda o: o.id == "42")
+    # The first list fails (its call and its one retry), and so does the relist's first try.
+    failing = k8s_cluster.fail_next("GET", "jobs", status=500, times=3)
+    with caplog.at_level(logging.WARNING, logger="deploy.kubernetes.watcher"):
+        watch = watching(1.0)
+        first = watch.wait_for(lambda o: o.id == "42")
+    assert failing.served == 3  # every injected 500 reached the watcher...
+    assert any(  # ...which gave up on that list, said so, and listed again
+        "watch failed (the Kubernetes API did not answer: HTTP 500" in r.getMessage()
+        for r in caplog.records
+    )
     again = watch.wait_for(lambda o: o.id == "42")  # no change: the resync timer relisted
     assert first == again
+    job_lists = [
+        r
+        for r in k8s_cluster.requests()
+        if r.url.path == "/apis/batch/v1/jobs" and r.params.get("watch") != "true"
+    ]
+    assert len(job_lists) >= 5  # 3 refused, the relist's retry, the timer's relist
 
 
 def test_a_silent_watch_connection_counts_as_dead(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -329,6 +329,10 @@ def test_replicas_scaled_up_down_and_rolled_bill_their_minutes_on_the_cluster(
     app = app_stop(access=access, user=owner, app=app)
     reconcile(str(app.pk))
     app.refresh_from_db()
+    assert app.state == A.STOPPING  # its pod terminates, still billed
+    k8s_cluster.reconcile()  # the kubelet stops it (the clock still at minute 40)
+    sweep()
+    app.refresh_from_db()
     assert app.state == A.STOPPED and pod_names(k8s_cluster, app) == set()
     last = set(started) - set(ended)
     ended.update(dict.fromkeys(last, clock()))

@@ -90,6 +90,10 @@ def test_an_app_on_the_cluster_runs_scales_stops_starts_and_goes(
     app = app_stop(access=access, user=owner, app=app)
     reconcile(str(app.pk))
     app.refresh_from_db()
+    assert app.state == A.STOPPING  # its pods terminate
+    k8s_cluster.reconcile()  # the kubelet stops them
+    sweep()
+    app.refresh_from_db()
     assert app.state == A.STOPPED and pods(k8s_cluster, app) == []
     assert k8s_cluster.get("ingresses", NS, f"app-{app.pk}") is not None
 

@@ -528,12 +528,14 @@ def test_api_server_answers(
     413: too large, refused for good; 500 five times: more than one call's retries), and three
     log reads fail with 500 (a GET is never answered 409 or 413)."""
     procs = start(fault_processes, cluster_env)
-    k8s_cluster.fail_next("POST", "jobs", status=status, times=5 if status == 500 else 1)
-    k8s_cluster.fail_next("GET", "pods/log", status=500, times=3)
+    creates = k8s_cluster.fail_next("POST", "jobs", status=status, times=5 if status == 500 else 1)
+    reads = k8s_cluster.fail_next("GET", "pods/log", status=500, times=3)
     jobs = submit_jobs(quota_project, owner, 3)
     special = {"job-0": Plan(runs=False, expected=S.ERROR)} if status == 413 else {}
     scenario = Scenario(k8s_cluster, procs, jobs, plans_for(jobs, **special))
     scenario.run_to_the_end()
+    # Every injected answer was served (a scenario without its fault proves nothing).
+    assert (creates.served, reads.served) == (5 if status == 500 else 1, 3)
     if status == 413:
         assert "injected HTTP 413" in Job.objects.get(pk=jobs[0].pk).state_reason
     check_invariants(scenario, sampler)
@@ -578,8 +580,10 @@ def test_watch_expired_and_watcher_killed(
     scenario = Scenario(k8s_cluster, procs, jobs, plans_for(jobs))
     scenario.drive(lambda: state_of(jobs[0]) == S.RUNNING, 60, "the first job RUNNING")
     k8s_cluster.compact()
-    k8s_cluster.fail_next("GET", "pods", status=410)  # and the relist's watch too
+    gone = k8s_cluster.fail_next("GET", "pods", status=410)  # and the relist's watch too
     scenario.drive(lambda: state_of(jobs[1]) == S.RUNNING, 60, "the second job RUNNING")
+    # Both 410s reached the watcher: the expired watch's ERROR event, then the injected one.
+    assert k8s_cluster.watches.expired >= 1 and gone.served == 1
     wait_for(lambda: Job.objects.get(pk=jobs[1].pk).log_lines >= 1, 20, "a line collected", procs)
     procs.kill("watcher")
     scenario.drive(lambda: state_of(jobs[2]) == S.RUNNING, 60, "the third job RUNNING")

@@ -101,6 +101,7 @@ def test_a_launch_rolled_back_then_stopped_leaves_no_pod_behind(
 
     ended_long_ago(job)
     assert sweep()["orphans"] == 1
+    k8s_cluster.reconcile()  # the deleted pod's kubelet stops it
     assert run_objects(k8s_cluster, job) == []
     assert sweep()["orphans"] == 0  # nothing left to collect
 

@@ -203,7 +203,7 @@ def test_the_cluster_holds_the_token_of_the_current_run_and_drops_it_with_the_no
 ) -> None:
     from controlpanel.engine.notebooks import notebook_delete, notebook_start, notebook_stop
     from controlpanel.engine.reconcile import reconcile
-    from tests.controlpanel.jobs.test_notebook_engine import NS, create, started
+    from tests.controlpanel.jobs.test_notebook_engine import NS, create, started, stopped
     from tests.fixtures.jobs import access_for
 
     def token_in_cluster(notebook: Notebook) -> str | None:
@@ -215,6 +215,8 @@ def test_the_cluster_holds_the_token_of_the_current_run_and_drops_it_with_the_no
     first = notebook_token(notebook)
     notebook_stop(access=access_for(project), user=owner, notebook=notebook)
     reconcile(str(notebook.pk))
+    stopped(k8s_cluster)  # its pod stops; the notebook is STOPPED
+    notebook.refresh_from_db()
     notebook = notebook_start(access=access_for(project), user=owner, notebook=notebook)
     notebook = started(k8s_cluster, notebook)
     assert token_in_cluster(notebook) == notebook_token(notebook) != first
