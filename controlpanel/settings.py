@@ -465,11 +465,6 @@ KUBERNETES_NAMESPACE = env_str("KUBERNETES_NAMESPACE") or "ajuste"
 KUBERNETES_PANEL_URL = (
     env_str("KUBERNETES_PANEL_URL") or f"http://ajuste-web.{KUBERNETES_NAMESPACE}.svc.cluster.local"
 ).rstrip("/")
-if (
-    urlsplit(KUBERNETES_PANEL_URL).scheme not in ("http", "https")
-    or not urlsplit(KUBERNETES_PANEL_URL).hostname
-):
-    raise ImproperlyConfigured("KUBERNETES_PANEL_URL: an http:// or https:// URL with a host")
 # Read pods and workloads one project namespace at a time (clusters that grant no cluster-wide
 # reads; k8s/components/namespaced gives the RBAC): the sweep lists each project namespace.
 KUBERNETES_NAMESPACED = env_bool("KUBERNETES_NAMESPACED", False)

@@ -42,7 +42,6 @@ def _check(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
         ({"DEBUG": "1", "WEBHOOK_DENY_CIDRS": "10.0.0.0/33"}, "WEBHOOK_DENY_CIDRS"),
         ({"DEBUG": "1", "APP_SERVICE_URL": "http://{svc}.x"}, "APP_SERVICE_URL"),
         ({"DEBUG": "1", "APP_SERVICE_URL": "{service}:{port}"}, "APP_SERVICE_URL"),
-        ({"DEBUG": "1", "KUBERNETES_PANEL_URL": "ajuste-web:80"}, "KUBERNETES_PANEL_URL"),
     ],
 )
 def test_bad_value_stops_startup_naming_the_variable(env: dict[str, str], named: str) -> None:
