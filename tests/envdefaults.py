@@ -3,7 +3,9 @@ clean, known environment, so nothing a user exported in their shell (`DJANGO_SUP
 `S3_*`, `DATABASE_URL`, `KUBECONFIG`, `AJUSTE_*`...) changes a test's result.
 
 Tests run against the real PostgreSQL and Redis on loopback. To point a run at others, set
-`AJUSTE_TEST_DATABASE_URL` / `AJUSTE_TEST_REDIS_URL` (the only variables read from outside).
+`AJUSTE_TEST_DATABASE_URL` / `AJUSTE_TEST_REDIS_URL`; `AJUSTE_TEST_CRDS_DIR` names the folder of
+Kueue's and JobSet's CRD files when it is not ../shared/crds (the only variables read from
+outside).
 """
 
 import os
@@ -71,8 +73,11 @@ def outside_variable(name: str) -> bool:
 
 _database = os.environ.get("AJUSTE_TEST_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/ajuste")
 _redis = os.environ.get("AJUSTE_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+_crds = os.environ.get("AJUSTE_TEST_CRDS_DIR")
 for _name in [n for n in os.environ if outside_variable(n)]:
     del os.environ[_name]
+if _crds:  # read by tests/fixtures/k8s_emulator/crds.py
+    os.environ["AJUSTE_TEST_CRDS_DIR"] = _crds
 
 # One database per run (pytest-django creates test_<name> and drops it at the end) and one Redis
 # key prefix per run, so runs started side by side share neither rows nor queued tasks.

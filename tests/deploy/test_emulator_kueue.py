@@ -369,8 +369,8 @@ def test_without_the_crd_files_the_resources_are_served_structurally_and_it_is_s
     monkeypatch.setenv(crds.CRDS_ENV, str(tmp_path))
     assert crds.missing(crds.KUEUE) == (
         f"the CRD schemas of kueue-v0.19.2 are not in {tmp_path}/kueue-v0.19.2 (set "
-        "AJUSTE_CRDS_DIR to the folder holding kueue-v0.19.2/): its resources are served with a "
-        "structural schema only, their fields unchecked"
+        "AJUSTE_TEST_CRDS_DIR to the folder holding kueue-v0.19.2/): its resources are served "
+        "with a structural schema only, their fields unchecked"
     )
     k8s_cluster.install_kueue()
     client = k8s_cluster.api_client()
