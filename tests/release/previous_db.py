@@ -28,7 +28,8 @@ def old(leaves: dict[str, str]) -> None:
     for app, name in executor.loader.graph.leaf_nodes():
         targets.append((app, leaves.get(app)) if app in OURS else (app, name))
     executor.migrate(targets)  # (app, None): an app the previous release did not have
-    state = executor.loader.project_state([t for t in targets if t[1]], at_end=True)
+    reached = [(app, name) for app, name in targets if name is not None]
+    state = executor.loader.project_state(reached, at_end=True)
     write_rows(state.apps)
 
 

@@ -19,7 +19,7 @@ def create_installation(apps: Any, schema_editor: Any) -> None:
 class Migration(migrations.Migration):
     initial = True
 
-    dependencies: list[tuple[str, str]] = []
+    dependencies = []
 
     operations = [
         migrations.CreateModel(
