@@ -65,7 +65,7 @@ def run(database: str, *args: str) -> str:
     result = subprocess.run(
         [sys.executable, str(HERE / "previous_db.py"), *args],
         cwd=ROOT,
-        env=os.environ | {"DATABASE_URL": database},
+        env=os.environ | {"DATABASE_URL": database, "PYTHONPATH": str(ROOT)},
         capture_output=True,
         text=True,
         timeout=600,
