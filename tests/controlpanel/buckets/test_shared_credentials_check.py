@@ -76,3 +76,40 @@ def test_the_setting_is_read_from_the_environment(tmp_path: Any) -> None:
             timeout=120,
         )
         assert said in run.stdout + run.stderr
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_management_command_on_the_database_refuses_to_start() -> None:
+    """The same rule where a pod meets it: `manage.py migrate_locked` (the web pods' init
+    container) on a database with two projects exits before migrating, naming the error and the
+    way out; acknowledged, it runs."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.controlpanel.test_settings import ROOT
+    from tests.fixtures.processes import database_url
+
+    ProjectFactory(slug="vision")
+    ProjectFactory(slug="language")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")} | {
+        "DATABASE_URL": database_url(),
+        "COMPUTE_BACKEND": "kubernetes",
+        "ALLOWED_HOSTS": "ajuste.example.com",
+        "S3_ENDPOINT_URL": "https://s3.example.com",
+        "S3_ACCESS_KEY": "AKIAEXAMPLE",
+        "S3_SECRET_KEY": "example-secret",
+    }
+
+    def start(more: dict[str, str]) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "manage.py", "migrate_locked"]
+        return subprocess.run(
+            command, cwd=ROOT, env=env | more, capture_output=True, text=True, timeout=180
+        )
+
+    refused = start({})
+    assert refused.returncode != 0
+    assert "ajuste.E102" in refused.stderr and "2 projects" in refused.stderr
+    assert "S3_SHARED_CREDENTIALS_ACKNOWLEDGED=1" in refused.stderr
+    started = start({"S3_SHARED_CREDENTIALS_ACKNOWLEDGED": "1"})
+    assert started.returncode == 0, started.stderr[-2000:]
