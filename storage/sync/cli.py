@@ -25,6 +25,9 @@
   (/dev/termination-log); a failed push leaves it alone.
 - --state-dir, --progress-file and --summary-file are refused inside a volume's directory: a
   volume's bucket must never see nor rewrite them.
+- pull, when a writable volume is mounted at /workspace/output: once every volume is pulled,
+  what was read (keys, ETags, versions, a digest per volume) is written into it as
+  .ajuste/lineage.json (storage/sync/lineage.py); the run's push carries it to the bucket.
 - Exit status: 0 everything transferred; 1 some files failed; 2 bad usage, bad spec or missing
   credentials; 3 (push) pushed, but files changed on both sides were left behind, their
   remote copy kept (conflicts, unless --allow-conflicts). 1 and 3 name the files on stderr
@@ -47,8 +50,9 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from storage.datastore import DatastoreConfig
+from storage.sync import lineage
 from storage.sync.engine import DEFAULT_WORKERS, pull
-from storage.sync.manifest import manifest_path
+from storage.sync.manifest import ManifestError, manifest_path
 from storage.sync.pushing import push
 from storage.sync.stats import SyncStats
 from storage.volumes import (
@@ -401,7 +405,20 @@ def main(
         status = push_every(volumes, reporter, args.workers, args.every, stop)
     else:
         status = sync_once(volumes, args.direction, reporter, args.workers)
+        if args.direction == "pull" and status == EXIT_OK:
+            status = _record_lineage(volumes)
     return _left_behind(reporter, status, allow_conflicts=args.allow_conflicts)
+
+
+def _record_lineage(volumes: Sequence[Volume]) -> int:
+    """What a complete pull read, written into the writable /workspace/output volume (see
+    lineage.py): a run without its lineage fails here rather than train on unrecorded data."""
+    try:
+        lineage.record([(v.spec, v.config, v.manifest, v.local_dir) for v in volumes])
+    except (OSError, ManifestError) as error:
+        print(f"python -m storage.sync: cannot record the lineage: {error}", file=sys.stderr)
+        return EXIT_FAILED
+    return EXIT_OK
 
 
 def _left_behind(reporter: Reporter, status: int, *, allow_conflicts: bool) -> int:

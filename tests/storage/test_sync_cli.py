@@ -107,7 +107,8 @@ def test_pull_then_push_round_trip(s3_server: DatastoreConfig, bucket: str, tmp_
     assert pushed.returncode == 0, pushed.stderr
     skip, result = lines(pushed.stdout)
     assert (skip["event"], skip["spec"], skip["reason"]) == ("skip", data, "read-only volume")
-    assert (result["event"], result["transferred"], result["final"]) == ("result", 1, True)
+    # model.bin, and the lineage the pull wrote there (storage/sync/lineage.py)
+    assert (result["event"], result["transferred"], result["final"]) == ("result", 2, True)
     assert set(result) >= {
         "total",
         "processed",
@@ -118,7 +119,13 @@ def test_pull_then_push_round_trip(s3_server: DatastoreConfig, bucket: str, tmp_
         "direction",
     }
     keys = [info.key for info in iter_objects(s3_server, bucket=bucket)]
-    assert keys == ["dataset/sub/ü.txt", "dataset/train.jsonl", "output/model.bin"]
+    # The lineage the pull wrote into the output volume went up with the run's work.
+    assert keys == [
+        "dataset/sub/ü.txt",
+        "dataset/train.jsonl",
+        "output/.ajuste/lineage.json",
+        "output/model.bin",
+    ]
 
 
 def test_failed_files_exit_1_and_are_listed(
