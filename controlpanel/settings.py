@@ -456,7 +456,7 @@ LOGGING = {
 METRICS_TOKEN = env_str("METRICS_TOKEN") or ""
 
 # Workloads. The Kubernetes backend uses in-cluster config, else KUBECONFIG; KUBERNETES_API_HOST
-# names an API server directly (kubectl proxy, the test emulator).
+# names an API server directly (`kubectl proxy`, which adds the credentials: none are sent).
 KUBERNETES_API_HOST = env_str("KUBERNETES_API_HOST") or None
 KUBERNETES_SERVICE_ACCOUNT = env_str("KUBERNETES_SERVICE_ACCOUNT") or "ajuste-controller"
 KUBERNETES_NAMESPACE = env_str("KUBERNETES_NAMESPACE") or "ajuste"

@@ -1,5 +1,6 @@
 """Builds the one `ApiClient` of the process: in-cluster config inside a pod, else
-`KUBECONFIG` (or ~/.kube/config), else an explicit host (tests and the emulator)."""
+`KUBECONFIG` (or ~/.kube/config), else an explicit host (`kubectl proxy`, which adds the
+credentials: the client sends none itself)."""
 
 from __future__ import annotations
 
