@@ -57,7 +57,7 @@ class Ranks:
         if self.distributed:
             dist.barrier()
 
-    def all_sum(self, values: list[float], device: torch.device | None = None) -> list[float]:
+    def all_sum(self, values: list[float]) -> list[float]:
         """Element-wise sum over ranks (one collective for the whole list)."""
         if not self.distributed:
             return values
