@@ -358,6 +358,8 @@ EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
 # Seconds each step of talking to the mail server may wait (connect, each answer).
 EMAIL_TIMEOUT = env_int("EMAIL_TIMEOUT", 10, minimum=1)
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL") or "ajuste@localhost"
+# Where controlpanel.core.mailfiles keeps each message (`make run`'s backend unless EMAIL_HOST).
+EMAIL_FILE_PATH = env_str("EMAIL_FILE_PATH") or str(VAR_DIR / "mail")
 
 COMPUTE_BACKEND = env_choice("COMPUTE_BACKEND", "local", ("local", "kubernetes"))
 # The local backend runs workloads as this machine's user: a server reachable by other host
