@@ -58,3 +58,12 @@ def test_the_admin_cannot_add_or_change_a_price_in_a_closed_month(
     assert list(
         FlavorPrice.objects.filter(flavor=gpu).values_list("price_per_hour", flat=True)
     ) == [Decimal("2.8000")]
+
+
+def test_the_flavor_page_shows_prices_without_a_field_to_change(
+    admin_user: Any, gpu: Flavor
+) -> None:
+    page = logged_in(admin_user).get(f"/admin/flavors/flavor/{gpu.pk}/change/").content.decode()
+    assert "2.8000" in page
+    assert 'name="prices-0-price_per_hour"' not in page  # shown as text, not a field
+    assert 'name="prices-MAX_NUM_FORMS" value="0"' in page  # no row can be added

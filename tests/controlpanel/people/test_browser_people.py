@@ -25,7 +25,10 @@ def test_sso_sign_in_in_chromium_with_group_mapping(
     oidc_provider: Any,  # noqa: F811
     settings: Any,
 ) -> None:
+    from tests.fixtures.panel import UserFactory, add_member
+
     base = live_server.url
+    add_member(project, UserFactory(username="boss"), Role.MANAGER)  # ines is not the last one
     configure_panel(settings, oidc_provider, site_url=base, mapping="ml-leads=alpha:manager")
     oidc_provider.user(
         "ines", email="ines@corp.example", groups=["ml-leads"], first_name="Inès", last_name="Roy"
@@ -94,3 +97,43 @@ def test_invitation_from_the_members_page_in_chromium(
     errors = console_errors(page)
     assert len(errors) == 1 and "410 (Gone)" in errors[0]  # the page's own status, expected
     errors.clear()
+
+
+@pytest.mark.browser
+@pytest.mark.django_db(transaction=True)
+def test_connect_an_existing_account_in_chromium(
+    page: Any,
+    live_server: Any,
+    project: Project,
+    oidc_provider: Any,  # noqa: F811
+    settings: Any,
+) -> None:
+    """An account with a password connects its identity from the settings page: the link to the
+    provider, its log-in, the confirmation page (what is connected to what), then SSO signs in
+    to that same account. The page's CSP lets every step through (no console error)."""
+    from tests.fixtures.panel import UserFactory
+
+    base = live_server.url
+    configure_panel(settings, oidc_provider, site_url=base)
+    UserFactory(username="dee.local", email="dee@corp.example")
+    oidc_provider.user("dee", email="dee@corp.example")
+    browser_login(page, base, "dee.local", PASSWORD)
+    page.goto(f"{base}/settings/")
+    page.click("[data-testid=sso-connect]")
+    page.wait_for_url(re.compile(re.escape(oidc_provider.url) + "/login/"))
+    page.fill("#idp-username", "dee")
+    page.fill("#idp-password", IDP_PASSWORD)
+    page.click("#idp-submit")
+    page.wait_for_url(f"{base}/settings/sso/connect/")
+    expect(page.locator("[data-testid=sso-identity]")).to_have_text("dee@corp.example")
+    assert not OidcIdentity.objects.exists()
+    page.click("[data-testid=sso-connect-yes]")
+    page.wait_for_url(f"{base}/settings/")
+    expect(page.locator(".messages")).to_contain_text("Connected")
+    expect(page.locator("[data-testid=sso-connect]")).to_have_count(0)
+    assert OidcIdentity.objects.get().user.username == "dee.local"
+    page.click("[data-testid=logout]")
+    page.wait_for_url(f"{base}/login/")
+    page.click("[data-testid=sso-login]")
+    page.wait_for_url(f"{base}/")  # still signed in at the provider
+    expect(page.locator("[data-testid=logout]")).to_contain_text("dee.local")

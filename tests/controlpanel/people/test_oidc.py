@@ -336,3 +336,26 @@ def test_a_first_sign_in_is_refused_by_the_untrusted_local_backend(sso: Any, set
     assert b"AJUSTE_LOCAL_BACKEND_TRUSTED" in answer.content
     assert not User.objects.filter(username="zoe").exists()
     assert panel.get("/api/v1/me/").status_code == 401
+
+
+def test_the_client_refuses_the_discovery_document_of_another_issuer(sso: Any) -> None:
+    """The same check at the client's layer: the document is never used."""
+    sso.mode("discovery-issuer")
+    oidc.oidc_client_reset()
+    with pytest.raises(oidc.OidcError, match=r"names the issuer 'http://issuer\.invalid/o'"):
+        oidc.provider_metadata()
+
+
+def test_the_mapping_keeps_the_last_manager_when_applied_directly(db: Any, settings: Any) -> None:
+    """group_mapping_apply itself (a sign-in is one caller): the grant stays for a later try."""
+    from controlpanel.accounts.oidc_settings import parse_group_mapping
+    from controlpanel.accounts.sso_groups import group_mapping_apply
+
+    settings.OIDC_GROUP_MAPPING = parse_group_mapping("leads=vision:manager,team=vision:member")
+    vision = ProjectFactory(slug="vision", name="Vision")
+    ann = UserFactory(username="ann")
+    group_mapping_apply(user=ann, groups=["leads"])
+    group_mapping_apply(user=ann, groups=["team"])
+    group_mapping_apply(user=ann, groups=[])
+    assert Membership.objects.get(user=ann, project=vision).role == Role.MANAGER
+    assert GroupGrant.objects.get(user=ann, project=vision).role == Role.MANAGER

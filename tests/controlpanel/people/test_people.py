@@ -282,3 +282,18 @@ def test_with_oidc_only_accounts_are_made_at_their_first_sign_in(
     )
     assert answer.status_code == 400 and b"at their first sign-in" in answer.content
     assert not User.objects.filter(username="pre").exists()
+
+
+def test_the_reset_service_refuses_a_staff_admin_on_a_superuser(admin_user: User) -> None:
+    """The same rule at the service layer (the API or a command would call it): nothing made,
+    the password still works."""
+    from django.core.exceptions import PermissionDenied
+
+    from controlpanel.accounts import people
+
+    staff = UserFactory(username="staff", is_staff=True)
+    with pytest.raises(PermissionDenied, match="Only a superuser"):
+        people.user_password_reset(by=staff, user=admin_user)
+    admin_user.refresh_from_db()
+    assert admin_user.check_password(PASSWORD)
+    assert people.user_password_reset(by=admin_user, user=admin_user).startswith("http")
