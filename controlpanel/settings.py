@@ -63,6 +63,7 @@ INSTALLED_APPS = [
     "controlpanel.billing",
     "controlpanel.dashboards",
     "controlpanel.audit",
+    "controlpanel.sweeps",
     "controlpanel.api",
 ]
 
@@ -626,3 +627,15 @@ CELERY_BEAT_SCHEDULE["jobs-sweep"] = {
     "schedule": float(JOB_SWEEP_SECONDS),
     "options": {"expires": float(JOB_SWEEP_SECONDS)},
 }
+
+# Sweeps (controlpanel/sweeps): how often each running sweep is advanced (pruning reads the
+# trials' loss curves, finished trials make room for new ones); a trial's end advances it too.
+SWEEP_TICK_SECONDS = env_int("SWEEP_TICK_SECONDS", 5, minimum=1)
+CELERY_BEAT_SCHEDULE["sweeps-tick"] = {
+    "task": "controlpanel.sweeps.tasks.sweeps_tick",
+    "schedule": float(SWEEP_TICK_SECONDS),
+    "options": {"expires": float(SWEEP_TICK_SECONDS)},
+}
+# Optional: finished fine-tunes mirrored to this MLflow tracking server (one experiment per
+# project: parameters, loss per step, the adapter's location). Empty: no export.
+MLFLOW_TRACKING_URI = env_str("MLFLOW_TRACKING_URI")

@@ -9,7 +9,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitVie
 from controlpanel.api import errors
 from controlpanel.api.routes import ApiRoutes
 
-API_APPS = ["projects", "accounts", "buckets", "engine", "billing", "dashboards"]
+API_APPS = ["projects", "accounts", "buckets", "engine", "billing", "dashboards", "sweeps"]
 # Apps whose `api_routes()` is not in their urls.py (billing's urls.py is the admins' pages).
 API_MODULES = {"billing": "controlpanel.billing.team_urls"}
 

@@ -11,7 +11,7 @@ import sys
 
 import click
 
-from controlpanel.cli import apps, buckets, capacity, jobs, login, notebooks, usage
+from controlpanel.cli import apps, buckets, capacity, jobs, login, notebooks, sweeps, usage
 from controlpanel.cli.client import DEFAULT_URL, State
 from controlpanel.cli.output import FORMATS
 
@@ -20,6 +20,7 @@ GROUPS: list[click.Command] = [
     jobs.job,
     notebooks.notebook,
     apps.app,
+    sweeps.sweep,
     jobs.flavor,
     usage.usage,
     capacity.capacity,

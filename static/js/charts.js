@@ -82,6 +82,7 @@
       const config = canvas.dataset.kind === "loss" ? lossConfig(data, canvas) : seriesConfig(data, canvas);
       charts.set(canvas, new window.Chart(canvas, config));
       canvas.dataset.drawn = "1";
+      canvas.dataset.curves = String(config.data.datasets.length); // what was drawn, for tests
     });
   }
 

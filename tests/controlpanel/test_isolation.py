@@ -206,6 +206,45 @@ def _secret(ctx: dict[str, Any]) -> str:
     return "ALPHA_TOKEN"
 
 
+def _sweep(ctx: dict[str, Any]) -> str:
+    """A sweep of the owner's project with one trial (rows only: no task runs here)."""
+    from controlpanel.jobs.models import Job
+    from controlpanel.sweeps.models import Adapter, Sweep, Trial
+
+    project = Membership.objects.get(user=ctx["owner"]).project
+    sweep = Sweep.objects.filter(project=project).first()
+    if sweep is None:
+        spec = _job_spec(ctx) | {"name": "secret-sweep"}
+        sweep = Sweep.objects.create(
+            project=project,
+            owner=ctx["owner"],
+            name="secret-sweep",
+            base=spec,
+            space={"learning_rate": {"values": [1e-4, 1e-3]}},
+            sampler="grid",
+            max_trials=2,
+            parallel=1,
+        )
+        job = Job.objects.get(pk=_job(ctx))
+        Trial.objects.create(sweep=sweep, number=0, job=job, params={"learning_rate": 1e-4})
+        Adapter.objects.create(
+            project=project,
+            job=job,
+            run=1,
+            name="secret-adapter",
+            base_model="org/tiny",
+            location="alpha-data@LOCAL/runs/adapter",
+        )
+    return str(sweep.pk)
+
+
+def _adapter(ctx: dict[str, Any]) -> int:
+    from controlpanel.sweeps.models import Adapter
+
+    _sweep(ctx)
+    return Adapter.objects.get(name="secret-adapter").pk
+
+
 CASES: list[Case] = [
     Case("project-home", lambda c: "/p/alpha/"),
     Case("project-secrets", lambda c: "/p/alpha/secrets/", ("post",)),
@@ -314,6 +353,30 @@ CASES: list[Case] = [
     Case("billing-usage", lambda c: _usage_url(c) and "/p/alpha/usage/"),
     Case("billing-budget", lambda c: "/p/alpha/usage/budget/", ("post",)),
     Case("api-usage", _usage_url, ("get",), api=True),
+    Case("sweep-list", lambda c: _sweep(c) and "/p/alpha/sweeps/"),
+    Case("sweep-new", lambda c: "/p/alpha/sweeps/new/", ("get", "post")),
+    Case("sweep-detail", lambda c: f"/p/alpha/sweeps/{_sweep(c)}/"),
+    Case("sweep-stop", lambda c: f"/p/alpha/sweeps/{_sweep(c)}/stop/", ("post",)),
+    Case("compare", lambda c: f"/p/alpha/compare/?sweep={_sweep(c)}"),
+    Case("compare-csv", lambda c: f"/p/alpha/compare.csv?sweep={_sweep(c)}"),
+    Case("adapter-list", lambda c: _sweep(c) and "/p/alpha/adapters/"),
+    Case(
+        "api-sweep-list",
+        lambda c: _sweep(c) and "/api/v1/sweeps/?project=alpha",
+        ("get", "post"),
+        api=True,
+    ),
+    Case("api-sweep-detail", lambda c: f"/api/v1/sweeps/{_sweep(c)}/?project=alpha", api=True),
+    Case(
+        "api-sweep-stop",
+        lambda c: f"/api/v1/sweeps/{_sweep(c)}/stop/?project=alpha",
+        ("post",),
+        api=True,
+    ),
+    Case("api-adapter-list", lambda c: _sweep(c) and "/api/v1/adapters/?project=alpha", api=True),
+    Case(
+        "api-adapter-detail", lambda c: f"/api/v1/adapters/{_adapter(c)}/?project=alpha", api=True
+    ),
 ]
 
 # Routes that hold no project data: public, or the user's own things (tested in test_accounts).
@@ -617,6 +680,24 @@ OWNER: dict[str, tuple[Probe, ...]] = {
         Probe("post", 200, '"key":"big.bin"', lambda c: _upload(c, with_part=True)),
     ),
     "api-upload-abort": (Probe("post", 204, "", _upload),),
+    "sweep-list": (Probe("get", 200, "secret-sweep"),),
+    "sweep-new": (
+        Probe("get", 200, "New sweep \u00b7 Alpha"),
+        Probe("post", 400, "New sweep \u00b7 Alpha", {}),
+    ),
+    "sweep-detail": (Probe("get", 200, "<title>secret-sweep"),),
+    "sweep-stop": (Probe("post", 302, "/p/alpha/sweeps/"),),
+    "compare": (Probe("get", 200, "Compare: secret-sweep"),),
+    "compare-csv": (Probe("get", 200, 'filename="compare.csv"'),),
+    "adapter-list": (Probe("get", 200, "secret-adapter"),),
+    "api-sweep-list": (
+        Probe("get", 200, '"name":"secret-sweep"'),
+        Probe("post", 400, '"space":', {"name": "s2"}),
+    ),
+    "api-sweep-detail": (Probe("get", 200, '"name":"secret-sweep"'),),
+    "api-sweep-stop": (Probe("post", 200, '"state":"STOPPED"'),),
+    "api-adapter-list": (Probe("get", 200, '"name":"secret-adapter"'),),
+    "api-adapter-detail": (Probe("get", 200, '"name":"secret-adapter"'),),
 }
 
 
@@ -698,6 +779,7 @@ PROJECT_LEVEL |= {"notebook-list", "notebook-new"}
 PROJECT_LEVEL |= {"app-list", "api-app-list"}
 PROJECT_LEVEL |= {"dashboard", "dashboard-csv"}
 PROJECT_LEVEL |= {"billing-usage", "billing-budget", "api-usage"}
+PROJECT_LEVEL |= {"sweep-list", "sweep-new", "api-sweep-list", "adapter-list", "api-adapter-list"}
 OWNED = [c for c in CASES if c.name not in PROJECT_LEVEL | {"api-bucket-attach"}]
 
 

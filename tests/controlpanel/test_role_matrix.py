@@ -57,6 +57,8 @@ MANAGER_ONLY: set[tuple[str, str]] = {
     ("billing-budget", "post"),
     ("api-usage", "get"),
     ("job-action", "post"),
+    ("sweep-stop", "post"),
+    ("api-sweep-stop", "post"),
     ("notebook-action", "post"),
     ("app-action", "post"),
     ("api-job-detail", "delete"),
