@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from django.shortcuts import get_object_or_404
+from django.utils.cache import add_never_cache_headers
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status, viewsets
-from rest_framework.exceptions import NotFound, PermissionDenied
+from rest_framework.exceptions import NotFound, PermissionDenied, ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -16,6 +18,7 @@ from controlpanel.projects import serializers as s
 from controlpanel.projects import services as project_services
 from controlpanel.projects.models import Membership, Project, ProjectSecret
 from controlpanel.projects.selectors import members_of, projects_for_user, secrets_of
+from controlpanel.projects.settings_rules import FieldsRefused, project_settings_check
 
 
 class ProjectViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
@@ -37,6 +40,33 @@ class ProjectViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
         serializer.instance = project_services.project_create(
             by=self.request.user, **serializer.validated_data
         )
+
+    @extend_schema(request=s.ProjectUpdateSerializer, responses=s.ProjectUpdatedSerializer)
+    def partial_update(self, request: Request, slug: str) -> Response:
+        """Change what you may change: managers the notebook idle limit, the budget and the
+        job webhook; site admins the quotas too. A field your role may not change is named in
+        a 403, a bad value in a 400; either way nothing changes."""
+        access = api_project(request, slug=slug, manage=True)
+        if not isinstance(request.data, Mapping):
+            raise ValidationError({"detail": "Send a JSON object of the settings to change."})
+        try:
+            project_settings_check(access=access, fields=request.data.keys())
+        except FieldsRefused as exc:
+            raise PermissionDenied({"detail": str(exc), **exc.fields}) from None
+        serializer = s.ProjectUpdateSerializer(data=request.data, partial=True)
+        serializer.is_valid(raise_exception=True)
+        result = project_services.project_settings_update(
+            access=access, changes=dict(serializer.validated_data)
+        )
+        if result.admits_more:
+            from controlpanel.engine.tasks import admit_soon  # the engine reads projects
+
+            admit_soon(access.project.pk)
+        context = {"webhook_secret": result.webhook_secret}
+        response = Response(s.ProjectUpdatedSerializer(access.project, context=context).data)
+        if result.webhook_secret:
+            add_never_cache_headers(response)
+        return response
 
 
 class MemberViewSet(viewsets.ViewSet):

@@ -3,6 +3,7 @@ from __future__ import annotations
 from typing import Any
 
 from django import forms
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.validators import URLValidator
 
@@ -25,6 +26,27 @@ class ProjectForm(forms.ModelForm):
             "monthly_budget",
             "notebook_idle_minutes",
         ]
+
+
+class ProjectSettingsForm(forms.Form):
+    """The settings page: the notebook idle limit and the budget for managers, the quotas too
+    for site admins (`with_quotas`). Every field may be left empty (unchanged); the service
+    checks each value again (settings_rules)."""
+
+    def __init__(self, *args: Any, with_quotas: bool, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        names = ["notebook_idle_minutes", "monthly_budget", "budget_stops_running"]
+        names += list(QUOTA_FIELDS) if with_quotas else []
+        self.fields.update(forms.fields_for_model(Project, fields=names))
+        for field in self.fields.values():
+            field.required = False
+        self.fields["notebook_idle_minutes"].label = "Notebook auto-stop (idle minutes)"
+        self.fields["monthly_budget"].label = f"Monthly budget ({settings.CURRENCY})"
+        self.fields["budget_stops_running"].label = "Also stop running work at 100 %"
+
+    def changes(self) -> dict[str, Any]:
+        """The values given (an empty number is left as it is)."""
+        return {name: value for name, value in self.cleaned_data.items() if value is not None}
 
 
 class WebhookForm(forms.Form):

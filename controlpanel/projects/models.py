@@ -224,3 +224,20 @@ class ProjectSecret(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} in {self.project}"
+
+
+class FirstRunDismissal(models.Model):
+    """A user closed the project page's first-run card ("start here"): it stays closed for
+    them in that project, whatever browser they use."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["project", "user"], name="one_dismissal_per_user")
+        ]
+
+    def __str__(self) -> str:
+        return f"first-run card closed by {self.user} in {self.project}"

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from django.contrib.auth import get_user_model
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from controlpanel.projects.models import (
@@ -15,6 +16,7 @@ from controlpanel.projects.models import (
     ProjectSecret,
     Role,
 )
+from controlpanel.projects.settings_rules import ADMIN_ONLY, SETTING_FIELDS
 
 
 class ProjectSerializer(serializers.ModelSerializer):
@@ -25,10 +27,54 @@ class ProjectSerializer(serializers.ModelSerializer):
             "name",
             *QUOTA_FIELDS,
             "monthly_budget",
+            "budget_stops_running",
             "notebook_idle_minutes",
             "created_at",
         ]
         read_only_fields = ["created_at"]
+
+
+def _help(name: str) -> str:
+    return str(Project._meta.get_field(name).help_text)
+
+
+class ProjectUpdateSerializer(serializers.ModelSerializer):
+    """`PATCH /api/v1/projects/<slug>/`: any of these; managers change the idle limit, the
+    budget and the job webhook, site admins the quotas too (settings_rules checks again)."""
+
+    webhook_url = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        max_length=Project._meta.get_field("webhook_url").max_length,
+        write_only=True,
+        help_text="Receives a signed JSON POST when a job ends; empty for none. Only the "
+        "answer of the change that sets a first URL carries the signing secret.",
+    )
+
+    class Meta:
+        model = Project
+        fields = list(SETTING_FIELDS)
+        extra_kwargs: ClassVar[dict[str, Any]] = {
+            name: {"required": False} for name in SETTING_FIELDS if name != "webhook_url"
+        } | {
+            name: {"required": False, "help_text": f"{ADMIN_ONLY} {_help(name)}"}
+            for name in QUOTA_FIELDS
+        }
+
+
+class ProjectUpdatedSerializer(ProjectSerializer):
+    """The project after a change, with the job webhook's signing secret when that change
+    made it (null otherwise): it is shown once."""
+
+    webhook_secret = serializers.SerializerMethodField()
+
+    class Meta(ProjectSerializer.Meta):
+        fields = [*ProjectSerializer.Meta.fields, "webhook_secret"]
+
+    @extend_schema_field(serializers.CharField(allow_null=True))
+    def get_webhook_secret(self, project: Project) -> str | None:
+        secret: str | None = self.context.get("webhook_secret")
+        return secret
 
 
 class MembershipSerializer(serializers.ModelSerializer):

@@ -21,6 +21,12 @@ from controlpanel.projects.models import (
     new_webhook_secret,
     validate_webhook_url,
 )
+from controlpanel.projects.settings_rules import (
+    SETTING_FIELDS,
+    SettingsChanged,
+    project_settings_check,
+    project_settings_parse,
+)
 
 
 def project_create(*, by: Any, slug: str, name: str, **settings: Any) -> Project:
@@ -33,7 +39,38 @@ def project_create(*, by: Any, slug: str, name: str, **settings: Any) -> Project
     project = Project(slug=slug, name=name, **settings)
     project.full_clean()
     project.save()
+    audit.record("project.create", actor=by, project=project, target=project, slug=slug, name=name)
     return project
+
+
+@transaction.atomic
+def project_settings_update(*, access: ProjectAccess, changes: dict[str, Any]) -> SettingsChanged:
+    """Change what the caller may change (managers: the notebook idle limit, the budget, the
+    job webhook; site admins: the quotas too). Every value is checked before any is written:
+    a refused field (PermissionDenied, `FieldsRefused` naming it) or a bad value
+    (ValidationError by field) changes nothing. One audit event names each field changed,
+    its old and new value (the webhook's own event keeps only its host)."""
+    project_settings_check(access=access, fields=changes)
+    values = project_settings_parse(changes)
+    project = _locked_project(access)
+    changed = {
+        name: (getattr(project, name), value)
+        for name, value in values.items()
+        if getattr(project, name) != value
+    }
+    secret = None
+    if "webhook_url" in changed:
+        secret = _webhook_apply(project, changed["webhook_url"][1])
+    plain = [name for name in changed if name != "webhook_url"]
+    if plain:
+        for name in plain:
+            setattr(project, name, changed[name][1])
+        project.save(update_fields=plain)
+        details = {name: f"{changed[name][0]} → {changed[name][1]}" for name in plain}
+        audit.record("project.update", actor=None, project=project, target=project, **details)
+    for name in (*SETTING_FIELDS, "webhook_secret"):  # the caller's copy shows what was saved
+        setattr(access.project, name, getattr(project, name))
+    return SettingsChanged(changed=changed, webhook_secret=secret)
 
 
 @transaction.atomic
@@ -49,6 +86,14 @@ def project_webhook_set(*, access: ProjectAccess, url: str) -> str | None:
     except ValidationError as exc:
         raise ValidationError({"webhook_url": exc.messages}) from None
     project = _locked_project(access)
+    made = _webhook_apply(project, url)
+    _refresh(access.project, project)
+    return made
+
+
+def _webhook_apply(project: Project, url: str) -> str | None:
+    """Write the (checked) URL on the locked row, with a secret for a first URL; the secret
+    when made here."""
     project.webhook_url = url
     made = None
     if url and not project.webhook_secret:
@@ -56,7 +101,6 @@ def project_webhook_set(*, access: ProjectAccess, url: str) -> str | None:
     others = [field.name for field in Project._meta.fields if field.name != "webhook_url"]
     project.clean_fields(exclude=others)  # the URL's length and syntax
     project.save(update_fields=["webhook_url", "webhook_secret"])
-    _refresh(access.project, project)
     # The host only: a Slack or Teams webhook URL carries its own secret in the path.
     host = (urlsplit(url).hostname or "") if url else ""
     audit.record("webhook.set", actor=None, project=project, target=project, host=host)

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from typing import Any
+
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.admin.views.decorators import staff_member_required
@@ -9,7 +11,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils.cache import add_never_cache_headers
 from django.views.decorators.debug import sensitive_post_parameters, sensitive_variables
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_http_methods, require_POST
 
 from controlpanel.accounts import invitations
 from controlpanel.accounts.forms import InviteForm
@@ -19,31 +21,68 @@ from controlpanel.buckets.crypto import secret_hint
 from controlpanel.core.htmx import wants_fragment
 from controlpanel.projects import services
 from controlpanel.projects.access import ProjectAccess, ProjectRequest, project_view
+from controlpanel.projects.first_run import first_run_dismiss, first_run_for
 from controlpanel.projects.forms import (
     MemberAddForm,
     MemberRoleForm,
     ProjectForm,
+    ProjectSettingsForm,
     SecretForm,
     WebhookForm,
 )
-from controlpanel.projects.models import Membership, Project, ProjectSecret
+from controlpanel.projects.models import QUOTA_FIELDS, Membership, Project, ProjectSecret
 from controlpanel.projects.selectors import members_of, secrets_of
+from controlpanel.projects.settings_rules import (
+    SETTING_FIELDS,
+    FieldsRefused,
+    project_settings_check,
+)
 
 
+@require_http_methods(["GET", "HEAD"])
 @project_view()
 def project_home(request: ProjectRequest) -> HttpResponse:
-    """The project's settings; managers set the job webhook here (POST)."""
+    """The project's landing page: where to start, its limits, its secrets' names."""
+    project = request.access.project
+    context = {
+        "project": project,
+        "member_count": project.memberships.count(),
+        "secrets": secrets_of(project=project),
+        "secret_form": SecretForm(),
+        "first_run": first_run_for(project=project, user=request.user),
+    }
+    return render(request, "projects/home.html", context)
+
+
+@require_POST
+@project_view()
+def first_run_close(request: ProjectRequest) -> HttpResponse:
+    """Close the first-run card for oneself; htmx gets nothing back (the card goes)."""
+    first_run_dismiss(project=request.access.project, user=request.user)
+    if wants_fragment(request):
+        return HttpResponse("")
+    return redirect("project-home", slug=request.access.project.slug)
+
+
+@project_view(manage=True)
+def project_settings(request: ProjectRequest) -> HttpResponse:
+    """What managers change on their project (idle limit, budget, job webhook) and site admins
+    besides (quotas). POST `action`: settings-save, or webhook-save / -reveal / -rotate."""
     access = request.access
-    if request.method == "POST":
-        return _webhook_post(request, access)
-    return _home(request, access)
+    if request.method != "POST":
+        return _settings_page(request, access)
+    action = request.POST.get("action", "settings-save")
+    if action.startswith("webhook-"):
+        return _webhook_post(request, access, action)
+    return _settings_save(request, access)
 
 
-def _home(
+def _settings_page(
     request: HttpRequest,
     access: ProjectAccess,
     *,
-    form: WebhookForm | None = None,
+    form: ProjectSettingsForm | None = None,
+    webhook_form: WebhookForm | None = None,
     secret: str = "",
     new: bool = False,
 ) -> HttpResponse:
@@ -51,37 +90,79 @@ def _home(
     project = access.project
     context = {
         "project": project,
-        "member_count": project.memberships.count(),
-        "webhook_form": form or WebhookForm(initial={"webhook_url": project.webhook_url}),
+        "form": form or ProjectSettingsForm(initial=_initial(project), with_quotas=access.is_admin),
+        "quotas": None if access.is_admin else _quotas(project),
+        "webhook_form": webhook_form or WebhookForm(initial={"webhook_url": project.webhook_url}),
         "webhook_secret_hint": secret_hint(project.webhook_secret, head=0)
         if project.webhook_secret
         else "",
         "webhook_secret": secret,
         "webhook_secret_new": new,
-        "secrets": secrets_of(project=project),
-        "secret_form": SecretForm(),
     }
-    status = 400 if form is not None and form.errors else 200
-    response = render(request, "projects/home.html", context, status=status)
+    invalid = (form is not None and form.errors) or (
+        webhook_form is not None and webhook_form.errors
+    )
+    response = render(request, "projects/settings.html", context, status=400 if invalid else 200)
     if secret:
         add_never_cache_headers(response)
     return response
 
 
+def _quotas(project: Project) -> list[tuple[str, str]]:
+    """The quotas as a manager reads them (site admins change them in the form); 0 is no
+    limit but for GPUs (none at all)."""
+    shown = []
+    for name in QUOTA_FIELDS:
+        value = getattr(project, name)
+        limitless = value == 0 and name != "gpu_quota"
+        shown.append((_label(name), "no limit" if limitless else str(value)))
+    return shown
+
+
+def _initial(project: Project) -> dict[str, Any]:
+    return {name: getattr(project, name) for name in SETTING_FIELDS if name != "webhook_url"}
+
+
+def _settings_save(request: HttpRequest, access: ProjectAccess) -> HttpResponse:
+    form = ProjectSettingsForm(request.POST, with_quotas=access.is_admin)
+    try:  # a quota in a manager's POST is refused by name, not ignored
+        forged = [name for name in QUOTA_FIELDS if name in request.POST]
+        project_settings_check(access=access, fields=[*form.fields, *forged])
+    except FieldsRefused as exc:
+        return HttpResponse(str(exc), status=403, content_type="text/plain; charset=utf-8")
+    if not form.is_valid():
+        return _settings_page(request, access, form=form)
+    try:
+        result = services.project_settings_update(access=access, changes=form.changes())
+    except ValidationError as exc:
+        for field, errors in exc.message_dict.items():
+            for error in errors:
+                form.add_error(field if field in form.fields else None, error)
+        return _settings_page(request, access, form=form)
+    if result.admits_more:
+        from controlpanel.engine.tasks import admit_soon  # the engine reads projects
+
+        admit_soon(access.project.pk)
+    names = ", ".join(_label(name) for name in result.changed) or "nothing changed"
+    messages.success(request, f"Settings saved: {names}.")
+    return redirect("project-settings", slug=access.project.slug)
+
+
+def _label(name: str) -> str:
+    return str(Project._meta.get_field(name).verbose_name)
+
+
 @sensitive_variables("secret")
-def _webhook_post(request: HttpRequest, access: ProjectAccess) -> HttpResponse:
-    if not access.can_manage:
-        return HttpResponse("Only the project's managers can change the webhook.", status=403)
-    action = request.POST.get("action", "webhook-save")
+def _webhook_post(request: HttpRequest, access: ProjectAccess, action: str) -> HttpResponse:
     if action == "webhook-reveal":
-        return _home(request, access, secret=access.project.webhook_secret)
+        return _settings_page(request, access, secret=access.project.webhook_secret)
     if action == "webhook-rotate":
         try:
             secret = services.project_webhook_secret_rotate(access=access)
         except ValidationError as exc:
             messages.error(request, " ".join(exc.messages))
-            return redirect("project-home", slug=access.project.slug)
-        return _home(request, access, secret=secret, new=True)
+            return redirect("project-settings", slug=access.project.slug)
+        return _settings_page(request, access, secret=secret, new=True)
     return _webhook_save(request, access)
 
 
@@ -89,17 +170,17 @@ def _webhook_post(request: HttpRequest, access: ProjectAccess) -> HttpResponse:
 def _webhook_save(request: HttpRequest, access: ProjectAccess) -> HttpResponse:
     form = WebhookForm(request.POST)
     if not form.is_valid():
-        return _home(request, access, form=form)
+        return _settings_page(request, access, webhook_form=form)
     try:
         secret = services.project_webhook_set(access=access, url=form.cleaned_data["webhook_url"])
     except ValidationError as exc:
         form.add_error(None, exc)
-        return _home(request, access, form=form)
+        return _settings_page(request, access, webhook_form=form)
     if secret:
-        return _home(request, access, secret=secret, new=True)
+        return _settings_page(request, access, secret=secret, new=True)
     saved = "saved" if access.project.webhook_url else "removed"
     messages.success(request, f"Job webhook {saved}.")
-    return redirect("project-home", slug=access.project.slug)
+    return redirect("project-settings", slug=access.project.slug)
 
 
 @require_POST

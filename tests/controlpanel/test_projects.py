@@ -164,6 +164,7 @@ def test_openapi_schema_and_docs(owner_client: Client) -> None:
 
 
 HOOK = "https://hooks.example.com/ajuste?team=7"
+SETTINGS = "/p/alpha/settings/"  # the job webhook is among the project's settings
 
 
 def _raw_secret(project: Project) -> str:
@@ -173,7 +174,7 @@ def _raw_secret(project: Project) -> str:
 
 
 def test_manager_sets_webhook_and_gets_a_secret(owner_client: Client, project: Project) -> None:
-    made = owner_client.post("/p/alpha/", {"action": "webhook-save", "webhook_url": HOOK})
+    made = owner_client.post(SETTINGS, {"action": "webhook-save", "webhook_url": HOOK})
     project.refresh_from_db()
     secret = project.webhook_secret
     assert project.webhook_url == HOOK and len(secret) == 43  # token_urlsafe(32)
@@ -182,18 +183,20 @@ def test_manager_sets_webhook_and_gets_a_secret(owner_client: Client, project: P
     assert "no-store" in made["Cache-Control"]
     raw = _raw_secret(project)
     assert raw.startswith("gAAAA") and secret not in raw  # Fernet, as datastore credentials
-    again = owner_client.post("/p/alpha/", {"webhook_url": HOOK.replace("7", "8")})
+    again = owner_client.post(
+        SETTINGS, {"action": "webhook-save", "webhook_url": HOOK.replace("7", "8")}
+    )
     assert again.status_code == 302  # a new URL keeps the secret
     project.refresh_from_db()
     assert project.webhook_secret == secret and project.webhook_url.endswith("team=8")
-    shown = owner_client.get("/p/alpha/").content.decode()
+    shown = owner_client.get(SETTINGS).content.decode()
     assert secret not in shown and f"…{secret[-4:]}" in shown
-    revealed = owner_client.post("/p/alpha/", {"action": "webhook-reveal"})
+    revealed = owner_client.post(SETTINGS, {"action": "webhook-reveal"})
     assert secret in revealed.content.decode() and "no-store" in revealed["Cache-Control"]
-    rotated = owner_client.post("/p/alpha/", {"action": "webhook-rotate"})
+    rotated = owner_client.post(SETTINGS, {"action": "webhook-rotate"})
     project.refresh_from_db()
     assert project.webhook_secret != secret and project.webhook_secret in rotated.content.decode()
-    removed = owner_client.post("/p/alpha/", {"action": "webhook-save", "webhook_url": ""})
+    removed = owner_client.post(SETTINGS, {"action": "webhook-save", "webhook_url": ""})
     assert removed.status_code == 302
     project.refresh_from_db()
     assert project.webhook_url == ""
@@ -217,7 +220,7 @@ def test_bad_webhook_url_is_refused_precisely(
 ) -> None:
     project.webhook_url, project.webhook_secret = HOOK, "k" * 43
     project.save()
-    response = owner_client.post("/p/alpha/", {"action": "webhook-save", "webhook_url": url})
+    response = owner_client.post(SETTINGS, {"action": "webhook-save", "webhook_url": url})
     page = response.content.decode()
     assert response.status_code == 400 and error in page and page.count('class="field-error"') == 1
     project.refresh_from_db()
@@ -232,19 +235,22 @@ def test_only_managers_touch_the_webhook(
     member_client = logged_in(member)
     page = member_client.get("/p/alpha/").content.decode()
     assert HOOK not in page and "k" * 8 not in page and 'name="webhook_url"' not in page
+    assert "/p/alpha/settings/" not in page  # no link to a page the member cannot open
+    settings_page = member_client.get(SETTINGS)
+    assert settings_page.status_code == 403 and HOOK not in settings_page.content.decode()
     for action in ("webhook-save", "webhook-reveal", "webhook-rotate"):
         data = {"action": action, "webhook_url": "https://evil.example.com/"}
-        denied = member_client.post("/p/alpha/", data)
+        denied = member_client.post(SETTINGS, data)
         assert denied.status_code == 403 and "k" * 8 not in denied.content.decode()
-        assert outsider_client.post("/p/alpha/", data).status_code == 404
-        anonymous = Client().post("/p/alpha/", data)
+        assert outsider_client.post(SETTINGS, data).status_code == 404
+        anonymous = Client().post(SETTINGS, data)
         assert anonymous.status_code == 302 and anonymous["Location"].startswith("/login/")
     project.refresh_from_db()
     assert (project.webhook_url, project.webhook_secret) == (HOOK, "k" * 43)
 
 
 def test_rotate_needs_a_url(owner_client: Client, project: Project) -> None:
-    response = owner_client.post("/p/alpha/", {"action": "webhook-rotate"}, follow=True)
+    response = owner_client.post(SETTINGS, {"action": "webhook-rotate"}, follow=True)
     assert "Set a webhook URL first." in response.content.decode()
     project.refresh_from_db()
     assert project.webhook_secret == ""

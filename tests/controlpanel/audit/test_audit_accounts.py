@@ -42,9 +42,9 @@ def test_webhook_changes_are_audited_without_the_url_path_or_the_secret(
     owner_client: Client, project: Project
 ) -> None:
     """A Slack or Teams webhook URL carries its own secret in the path: only the host is kept."""
-    owner_client.post("/p/alpha/", {"action": "webhook-save", "webhook_url": HOOK})
-    owner_client.post("/p/alpha/", {"action": "webhook-rotate"})
-    owner_client.post("/p/alpha/", {"action": "webhook-save", "webhook_url": ""})
+    owner_client.post("/p/alpha/settings/", {"action": "webhook-save", "webhook_url": HOOK})
+    owner_client.post("/p/alpha/settings/", {"action": "webhook-rotate"})
+    owner_client.post("/p/alpha/settings/", {"action": "webhook-save", "webhook_url": ""})
     assert _events("webhook.") == [
         ("webhook.set", "owner", "alpha", {"host": "hooks.example.com"}),
         ("webhook.rotate", "owner", "alpha", {}),
