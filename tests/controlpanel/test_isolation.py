@@ -247,6 +247,8 @@ def _adapter(ctx: dict[str, Any]) -> int:
 
 CASES: list[Case] = [
     Case("project-home", lambda c: "/p/alpha/"),
+    Case("project-settings", lambda c: "/p/alpha/settings/", ("get", "post")),
+    Case("first-run-dismiss", lambda c: "/p/alpha/first-run/dismiss/", ("post",)),
     Case("project-secrets", lambda c: "/p/alpha/secrets/", ("post",)),
     Case(
         "api-secret-list",
@@ -264,7 +266,7 @@ CASES: list[Case] = [
     Case("member-update", lambda c: f"/p/alpha/members/{_membership(c)}/", ("post",)),
     Case("member-invite", lambda c: "/p/alpha/members/invite/", ("post",)),
     Case("invitation-revoke", _invitation, ("post",)),
-    Case("api-project-detail", lambda c: "/api/v1/projects/alpha/", ("get",), api=True),
+    Case("api-project-detail", lambda c: "/api/v1/projects/alpha/", ("get", "patch"), api=True),
     Case("api-member-list", lambda c: "/api/v1/projects/alpha/members/", ("get", "post"), api=True),
     Case(
         "api-member-detail",
@@ -545,6 +547,11 @@ def _job_spec(ctx: dict[str, Any]) -> dict[str, Any]:
 
 OWNER: dict[str, tuple[Probe, ...]] = {
     "project-home": (Probe("get", 200, "<title>Alpha \u00b7"),),
+    "project-settings": (
+        Probe("get", 200, "<title>Settings \u00b7 Alpha"),
+        Probe("post", 302, "/p/alpha/settings/", {"notebook_idle_minutes": "30"}),
+    ),
+    "first-run-dismiss": (Probe("post", 302, "/p/alpha/"),),
     "project-secrets": (
         Probe("post", 302, "/p/alpha/#secrets", {"action": "set", "name": "B", "value": "v"}),
     ),
@@ -562,7 +569,10 @@ OWNER: dict[str, tuple[Probe, ...]] = {
         Probe("post", 302, "/p/alpha/members/", {"email": "new@example.com", "role": "member"}),
     ),
     "invitation-revoke": (Probe("post", 302, "/p/alpha/members/"),),
-    "api-project-detail": (Probe("get", 200, '"slug":"alpha"'),),
+    "api-project-detail": (
+        Probe("get", 200, '"slug":"alpha"'),
+        Probe("patch", 200, '"notebook_idle_minutes":30', {"notebook_idle_minutes": 30}),
+    ),
     "api-member-list": (
         Probe("get", 200, '"username":"member"'),
         Probe("post", 201, '"username":"outsider"', {"username": "outsider", "role": "member"}),
@@ -771,6 +781,7 @@ def _answer(response: Any) -> str:
 
 # Routes about the project itself, not about one of its things (jobs, buckets, members).
 PROJECT_LEVEL = {"project-home", "member-list", "api-project-detail", "api-member-list"}
+PROJECT_LEVEL |= {"project-settings", "first-run-dismiss"}
 PROJECT_LEVEL |= {"member-invite"}
 PROJECT_LEVEL |= {"project-secrets", "api-secret-list"}
 PROJECT_LEVEL |= {"job-list", "job-new", "api-job-list", "bucket-list", "api-bucket-list"}

@@ -41,6 +41,9 @@ ctx, owner_s3, no_cluster_identity = iso.ctx, iso.owner_s3, iso.no_cluster_ident
 # its usage and money, and acting on a colleague's work (its owner and the managers may). The
 # API answers 403; a page answers 403, or sends back to the object with the reason flashed.
 MANAGER_ONLY: set[tuple[str, str]] = {
+    ("project-settings", "get"),
+    ("project-settings", "post"),
+    ("api-project-detail", "patch"),
     ("project-secrets", "post"),
     ("api-secret-list", "post"),
     ("api-secret-detail", "delete"),
