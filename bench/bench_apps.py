@@ -218,9 +218,9 @@ def main() -> None:
     )
     fresh_database()
     token, bucket = setup_panel(config)
-    from controlpanel.engine import app_stats
     from controlpanel.engine.backend import get_backend, job_ref
-    from controlpanel.engine.models import App
+    from controlpanel.served import stats as app_stats
+    from controlpanel.served.models import App
 
     logs = WORK / "logs"
     logs.mkdir()

@@ -37,8 +37,9 @@ def fill(args: argparse.Namespace) -> dict[str, Any]:
 
     from controlpanel.accounts.models import User
     from controlpanel.billing.models import Line
-    from controlpanel.engine.models import Job, JobRun
+    from controlpanel.engine.models import JobRun
     from controlpanel.flavors.models import Flavor, FlavorPrice
+    from controlpanel.jobs.models import Job
     from controlpanel.projects.models import Project
 
     post_save.disconnect(sender=JobRun, dispatch_uid="billing-run-saved")  # lines written below

@@ -132,7 +132,7 @@ def wait_pods(clock: PodClock, ids: list[str], seconds: float) -> None:
         time.sleep(0.01)
     missing = [i for i in ids if i not in clock.seen]
     if missing:
-        from controlpanel.engine.models import Job
+        from controlpanel.jobs.models import Job
 
         states = list(
             Job.objects.filter(pk__in=missing[:5]).values_list(
@@ -210,10 +210,13 @@ def bench_sweep(cluster: Any, project: Any, sizes: list[int]) -> None:
     from django.contrib.auth import get_user_model
 
     from controlpanel.engine import backend as job_backend
-    from controlpanel.engine.backend import job_request, project_request
-    from controlpanel.engine.models import Job, JobLogLine, JobState
-    from controlpanel.engine.sweep import sweep
+    from controlpanel.engine.backend import project_request
+    from controlpanel.engine.models import JobLogLine
+    from controlpanel.engine.tasks import sweep_now as sweep
     from controlpanel.flavors.models import Flavor
+    from controlpanel.jobs.models import Job
+    from controlpanel.jobs.request import job_request
+    from controlpanel.jobs.states import JobState
     from deploy.kubernetes.backend import KubernetesBackend
     from deploy.manifests import make_job
 

@@ -70,8 +70,9 @@ def seed(users: int) -> tuple[list[dict[str, Any]], list[dict[str, str]], dict[s
 
     from controlpanel.accounts.models import User
     from controlpanel.accounts.services import token_create
-    from controlpanel.engine.models import JobLogLine, JobState, Kind, Workload
+    from controlpanel.engine.models import JobLogLine, Kind, Workload
     from controlpanel.flavors.models import Flavor
+    from controlpanel.jobs.states import JobState
     from controlpanel.projects.models import Membership, Project
 
     flavor = Flavor.objects.get(name="h100-1-gpu")
@@ -373,7 +374,7 @@ def main() -> None:
             for name in cpu_after
         )
         print(f"CPU cores used on average over the {wall:.0f} s: {share}")
-        from controlpanel.engine.models import Job
+        from controlpanel.jobs.models import Job
 
         print(
             "jobs submitted by the load: "
@@ -402,7 +403,8 @@ def page_costs(tries: int = 30) -> None:
     from django.test.utils import CaptureQueriesContext
 
     from controlpanel.accounts.models import User
-    from controlpanel.engine.models import Job, JobState
+    from controlpanel.jobs.models import Job
+    from controlpanel.jobs.states import JobState
 
     client = Client(HTTP_HOST="127.0.0.1")
     client.force_login(User.objects.get(username="member0"))

@@ -128,7 +128,7 @@ def queries_per_poll(job_id: str, page: str) -> int:
     from django.test import Client
     from django.test.utils import CaptureQueriesContext
 
-    from controlpanel.engine.models import Job
+    from controlpanel.jobs.models import Job
 
     client = Client(HTTP_HOST="127.0.0.1", HTTP_HX_REQUEST="true")
     client.force_login(get_user_model().objects.get(username="owner"))
@@ -218,7 +218,8 @@ def main() -> None:
         logging.getLogger(noisy).setLevel(logging.WARNING)
     bench_jobs.fresh_database()
     _, token = bench_jobs.setup_panel()
-    from controlpanel.engine.models import Job, JobState
+    from controlpanel.jobs.models import Job
+    from controlpanel.jobs.states import JobState
 
     cluster = EmulatedCluster()
     port = bench_jobs.free_port()

@@ -60,6 +60,10 @@ INSTALLED_APPS = [
     "controlpanel.buckets",
     "controlpanel.flavors",
     "controlpanel.engine",
+    # The workload kinds (controlpanel/kinds.py): their models keep the engine's app label.
+    "controlpanel.jobs",
+    "controlpanel.notebooks",
+    "controlpanel.served",
     "controlpanel.billing",
     "controlpanel.dashboards",
     "controlpanel.audit",
@@ -76,8 +80,9 @@ MIDDLEWARE = [
     "controlpanel.core.metrics.http.MetricsScrapeMiddleware",
     # /healthz and /readyz for probes, before the ALLOWED_HOSTS and HTTPS checks.
     "controlpanel.core.middleware.HealthProbeMiddleware",
-    # ingress-nginx's forward-auth for notebooks, asked at the web Service's cluster name.
-    "controlpanel.engine.notebook_auth.NotebookAuthMiddleware",
+    # ingress-nginx's forward-auth for notebooks and apps, asked at the web Service's cluster
+    # name (each kind's `<kind>-auth` route).
+    "controlpanel.engine.forward_auth.ForwardAuthMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "csp.middleware.CSPMiddleware",
@@ -300,9 +305,9 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
     "ENUM_NAME_OVERRIDES": {
-        "JobStateEnum": "controlpanel.engine.models.JobState",
-        "NotebookStateEnum": "controlpanel.engine.models.NotebookState",
-        "AppStateEnum": "controlpanel.engine.models.AppState",
+        "JobStateEnum": "controlpanel.jobs.states.JobState",
+        "NotebookStateEnum": "controlpanel.notebooks.states.NotebookState",
+        "AppStateEnum": "controlpanel.served.states.AppState",
     },
 }
 

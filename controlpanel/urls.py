@@ -4,15 +4,12 @@ from django.urls import include, path
 from controlpanel.core import errorpages
 from controlpanel.core import views as core_views
 from controlpanel.core.metrics.http import metrics
-from controlpanel.engine.notebook_auth import notebook_auth
 
 urlpatterns = [
     path("", core_views.home, name="home"),
     path("healthz", core_views.healthz, name="healthz"),
     path("readyz", core_views.readyz, name="readyz"),
     path("metrics", metrics, name="metrics"),
-    # Answered by NotebookAuthMiddleware before the host checks; routed here for reverse().
-    path("auth/notebook/<uuid:notebook_id>", notebook_auth, name="notebook-auth"),
     path("admin/", admin.site.urls),
     path("", include("controlpanel.accounts.urls")),
     path("", include("controlpanel.projects.urls")),

@@ -22,7 +22,7 @@ from controlpanel.accounts.selectors import group_grants_of, memberships_of
 from controlpanel.accounts.selectors import people as people_query
 from controlpanel.accounts.views import _form_errors
 from controlpanel.engine.models import Workload
-from controlpanel.engine.writes import workload_stop
+from controlpanel.engine.services import workload_stop
 from controlpanel.projects.access import project_access, site_admin_page
 
 

@@ -8,8 +8,13 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitVie
 
 from controlpanel.api import errors
 from controlpanel.api.routes import ApiRoutes
+from controlpanel.kinds import KINDS
 
-API_APPS = ["projects", "accounts", "buckets", "engine", "billing", "dashboards", "sweeps"]
+# Each workload kind registers its own routes (its package's urls.py), in the order of
+# controlpanel/kinds.py; the engine's are what they share (the flavors).
+KIND_APPS = [package.rpartition(".")[2] for package in KINDS.values()]
+
+API_APPS = ["projects", "accounts", "buckets", *KIND_APPS, "engine", "billing", "dashboards", "sweeps"]
 # Apps whose `api_routes()` is not in their urls.py (billing's urls.py is the admins' pages).
 API_MODULES = {"billing": "controlpanel.billing.team_urls"}
 

@@ -11,7 +11,7 @@ from django.core.mail import send_mail
 from django.urls import reverse
 
 from controlpanel.billing.models import BudgetAlert
-from controlpanel.engine.notifications import post_project_webhook
+from controlpanel.engine.webhooks import post_project_webhook
 from controlpanel.projects.models import Membership, Role
 
 EVENT = "budget.threshold"

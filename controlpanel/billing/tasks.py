@@ -103,7 +103,7 @@ def budget_stop_running(outcome: Outcome) -> int:
     # Function-local: controlpanel.engine imports billing (admission holds launches at the
     # budget, its models bill runs), so billing's modules import it only where they act.
     from controlpanel.engine.models import LIVE_STATES, Workload
-    from controlpanel.engine.writes import workload_stop
+    from controlpanel.engine.services import workload_stop
 
     project = outcome.status.project
     access = ProjectAccess(project=project, role=None, is_admin=True)
@@ -134,7 +134,7 @@ def alerts_resend() -> int:
 
 
 def _retry_delay(retries: int) -> float:
-    from controlpanel.engine.tasks import webhook_retry_delay
+    from controlpanel.engine.webhooks import webhook_retry_delay
 
     return webhook_retry_delay(retries)
 

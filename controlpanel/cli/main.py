@@ -1,27 +1,29 @@
 """The `ajuste` command: the root group, its global options, and the command groups.
 
-To add a group (`ajuste job ...`): write `controlpanel/cli/jobs.py` with a `@click.group("job")`
-whose commands call `state().api()` (client.py) and print with `emit()` (output.py, with
-`@output_option` on each command), then add it to GROUPS below.
+To add a group (`ajuste bucket ...`): write `controlpanel/cli/buckets.py` with a
+`@click.group("bucket")` whose commands call `state().api()` (client.py) and print with
+`emit()` (output.py, with `@output_option` on each command), then add it to GROUPS below.
+A workload kind's group is its package's `cli.py` (a group named as the kind, `job`): the
+kinds of controlpanel/kinds.py are added in its order, after the buckets'.
 """
 
 from __future__ import annotations
 
 import sys
+from importlib import import_module
 
 import click
 
-from controlpanel.cli import apps, buckets, capacity, jobs, login, notebooks, sweeps, usage
+from controlpanel.cli import buckets, capacity, flavors, login, sweeps, usage
 from controlpanel.cli.client import DEFAULT_URL, State
 from controlpanel.cli.output import FORMATS
+from controlpanel.kinds import KINDS
 
 GROUPS: list[click.Command] = [
     buckets.bucket,
-    jobs.job,
-    notebooks.notebook,
-    apps.app,
+    *(getattr(import_module(f"{package}.cli"), name) for name, package in KINDS.items()),
     sweeps.sweep,
-    jobs.flavor,
+    flavors.flavor,
     usage.usage,
     capacity.capacity,
     login.login,

@@ -262,3 +262,20 @@ def action_command(
             emit({"id": key, "deleted": True}, message=message.format(key=key[:8]))
 
     return command
+
+
+# The `job run` flag or argument each submission field comes from (contract.py's keys).
+FLAGS = {"volumes": "--volume", "env": "--env", "labels": "--label", "params": "--param"}
+
+NUMBERED = {"volumes": "--volume", "command": "COMMAND argument"}
+
+
+def flag_of(key: str) -> str:
+    """An error key of the API as the user typed it: `volumes.0` → `--volume 1`,
+    `env.HF_TOKEN` → `--env HF_TOKEN`, `gpu` → `--gpu`, `image` → `IMAGE`."""
+    field, _, part = key.partition(".")
+    if part.isdigit() and field in NUMBERED:
+        return f"{NUMBERED[field]} {int(part) + 1}"
+    if part:
+        return f"{FLAGS.get(field, field)} {part}"
+    return field.upper() if field in ("image", "command") else f"--{field}"

@@ -35,18 +35,18 @@ from controlpanel.dashboards.models import (
     WorkloadDay,
     WorkloadSpan,
 )
-from controlpanel.engine.models import JobRun, JobState, NotebookState, Workload
+from controlpanel.engine.models import JobRun, Workload
 from controlpanel.flavors.models import FlavorPrice
 
 DAY = timedelta(days=1)
 # Final state → the UsageDay column counting the workloads that ended in it.
 ENDED_COLUMNS: dict[str, str] = {
-    JobState.DONE: "ended_done",
-    JobState.FAILED: "ended_failed",
-    JobState.ERROR: "ended_error",
-    JobState.SYNC_FAILED: "ended_sync_failed",
-    JobState.INTERRUPTED: "ended_interrupted",
-    NotebookState.STOPPED: "ended_stopped",
+    "DONE": "ended_done",
+    "FAILED": "ended_failed",
+    "ERROR": "ended_error",
+    "SYNC_FAILED": "ended_sync_failed",
+    "INTERRUPTED": "ended_interrupted",
+    "STOPPED": "ended_stopped",
 }
 Key = tuple[int, str, int | None, int]  # project, kind, owner, flavor
 # Wait buckets: 0 under a second, i from GAMMA^(i-1) to GAMMA^i seconds; a bucket's middle

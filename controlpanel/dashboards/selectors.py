@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import math
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from datetime import date, datetime
 from decimal import Decimal
@@ -42,12 +42,16 @@ from controlpanel.dashboards.models import (
 )
 from controlpanel.dashboards.rollups import bucket_percentile, usage_rows
 from controlpanel.engine.admission import WAITING_STATES, shares_machine
-from controlpanel.engine.models import JobRun, JobState, Kind, NotebookState, Workload
-from controlpanel.engine.notebooks import idle_deadline
-from controlpanel.engine.selectors import _with_label
+from controlpanel.engine.models import JobRun, Workload
+from controlpanel.engine.registry import kind_of, kinds, states_of
+from controlpanel.engine.selectors import with_label
 from controlpanel.projects.models import Project
 
-FAILED_STATES = (JobState.FAILED, JobState.ERROR, JobState.SYNC_FAILED)
+# What the dashboards show of each kind (registry.py): its failures, the kinds whose ends are
+# judged (success rate, ends by state), and those whose running rows stop when idle.
+FAILED_STATES = states_of(lambda kind: kind.failures)
+JUDGED = [kind.name for kind in kinds() if kind.judged_by_ends]
+PLURALS = {kind.name: kind.plural for kind in kinds()} | {"": "deleted"}
 ENDED = (
     "ended_done",
     "ended_failed",
@@ -99,7 +103,7 @@ def workloads(scope: Scope, f: DashboardFilters) -> QuerySet[Workload]:
     if f.flavor:
         rows = rows.filter(flavor__name=f.flavor)
     if f.label:
-        rows = _with_label(rows, f.label)
+        rows = with_label(rows, f.label)
     return rows
 
 
@@ -160,12 +164,12 @@ class Usage:
                 self._waits = bucketed_waits(self.scope, self.f)
         return self._waits
 
-    def grouped(self, *by: str, kind: str | None = None) -> list[dict[str, Any]]:
+    def grouped(self, *by: str, kinds: Collection[str] | None = None) -> list[dict[str, Any]]:
         if self.memory is not None:
-            return _group_memory(self.memory, by, kind)
+            return _group_memory(self.memory, by, kinds)
         rows = _rollup(self.scope, self.f)
-        if kind is not None:
-            rows = rows.filter(kind=kind)
+        if kinds is not None:
+            rows = rows.filter(kind__in=kinds)
         if not by:
             sums = rows.aggregate(**{f"s_{n}": Sum(n) for n in SUMS})
             return [{n: sums[f"s_{n}"] or 0 for n in SUMS}]
@@ -178,11 +182,11 @@ class Usage:
 
 
 def _group_memory(
-    rows: Iterable[dict[str, Any]], by: tuple[str, ...], kind: str | None
+    rows: Iterable[dict[str, Any]], by: tuple[str, ...], kinds: Collection[str] | None
 ) -> list[dict[str, Any]]:
     sums: dict[tuple[Any, ...], dict[str, Any]] = {}
     for row in rows:
-        if kind is not None and row["kind"] != kind:
+        if kinds is not None and row["kind"] not in kinds:
             continue
         key = tuple(row[name] for name in by)
         total = sums.setdefault(key, dict(zip(by, key, strict=True)) | dict.fromkeys(SUMS, 0))
@@ -329,18 +333,20 @@ def _row(w: Workload) -> dict[str, Any]:
 
 
 def idle_notebooks(scope: Scope, f: DashboardFilters) -> list[dict[str, Any]]:
-    """Running notebooks, the longest idle first, with the time left before the idle stop."""
+    """Running workloads of the kinds that stop when idle (notebooks), the longest idle first,
+    with the time left before the idle stop."""
     now = timezone.now()
+    idling = [kind for kind in kinds() if kind.idle_deadline]
     rows = (
         workloads(scope, f)
-        .filter(kind=Kind.NOTEBOOK, state=NotebookState.RUNNING)
+        .filter(kind__in=[k.name for k in idling], state__in={k.running for k in idling})
         .select_related("project", "owner", "flavor")
         .only(*TABLE_ONLY, "last_activity_at", "project__notebook_idle_minutes")
         .order_by(F("last_activity_at").asc(nulls_last=True))[:TABLE_ROWS]
     )
     result = []
     for nb in rows:
-        deadline = idle_deadline(nb)  # type: ignore[arg-type]
+        deadline = kind_of(nb).idle_deadline_of()(nb)  # type: ignore[misc]
         idle = (now - nb.last_activity_at).total_seconds() if nb.last_activity_at else None
         left = max(0.0, (deadline - now).total_seconds()) if deadline else None
         result.append(_row(nb) | {"idle_s": idle, "stops_in_s": left})
@@ -496,7 +502,7 @@ def month_spend(scope: Scope, *, now: datetime | None = None) -> Spend:
 def headline(scope: Scope, f: DashboardFilters, usage: Usage) -> dict[str, Any]:
     totals = usage.grouped()
     total = totals[0] if totals else dict.fromkeys(SUMS, 0)
-    jobs = usage.grouped(kind=Kind.JOB)
+    jobs = usage.grouped(kinds=JUDGED)
     ended = jobs[0] if jobs else dict.fromkeys(SUMS, 0)
     failed = ended["ended_failed"] + ended["ended_error"] + ended["ended_sync_failed"]
     judged = ended["ended_done"] + failed
@@ -504,7 +510,7 @@ def headline(scope: Scope, f: DashboardFilters, usage: Usage) -> dict[str, Any]:
     return {
         "gpu_hours": total["gpu_seconds"] / 3600,
         "cost": amount(Decimal(total["price_minutes"])),
-        "running": live.filter(state=JobState.RUNNING).count(),
+        "running": live.filter(state__in=states_of(lambda kind: kind.running)).count(),
         "queued": live.filter(state__in=WAITING_STATES, admitted_at=None).count(),
         "failed": failed,
         "done": ended["ended_done"],
@@ -536,10 +542,8 @@ def charts(scope: Scope, f: DashboardFilters, usage: Usage) -> dict[str, dict[st
     cost = per_day(f, usage.grouped("day", "kind"), "kind", "price_minutes")
     for s in cost["series"]:
         s["data"] = [float(amount(Decimal(str(v)))) for v in s["data"]]
-        s["name"] = {"job": "jobs", "notebook": "notebooks", "": "deleted"}.get(
-            s["name"], s["name"] + "s"
-        )
-    ends = usage.grouped("day", kind=Kind.JOB)
+        s["name"] = PLURALS.get(s["name"], s["name"] + "s")
+    ends = usage.grouped("day", kinds=JUDGED)
     states = {"DONE": "ended_done", "FAILED": "ended_failed", "ERROR": "ended_error"}
     states |= {"SYNC_FAILED": "ended_sync_failed", "INTERRUPTED": "ended_interrupted"}
     index = {d: n for n, d in enumerate(f.days)}

@@ -35,7 +35,8 @@ from django.utils import timezone
 from controlpanel.billing.budgets import hold_reason
 from controlpanel.engine.backend import get_backend, job_ref
 from controlpanel.engine.lifecycle import record_state
-from controlpanel.engine.models import LIVE_STATES, JobState, Kind, NotebookState, Workload
+from controlpanel.engine.models import LIVE_STATES, Workload
+from controlpanel.engine.registry import kind_of, states_of
 from controlpanel.projects.models import Project
 from deploy.types import Capacity
 from storage.volumes import Mode
@@ -44,10 +45,9 @@ from storage.volumes import Mode
 # the user's container, so the pod asks for both.
 SIDECAR_MILLICPU = 250
 SIDECAR_MEMORY_MIB = 512
-# Final states that keep the run's workspace claim (a push to retry, or data to rescue); the
-# clean ends release it.
-CLAIM_KEPT_STATES = frozenset({JobState.SYNC_FAILED, JobState.ERROR})
-CLEAN_END_STATES = frozenset({JobState.DONE, JobState.FAILED, JobState.INTERRUPTED})
+# Final states that keep a run's workspace claim (a push to retry, or data to rescue), of
+# the kinds whose runs claim one (registry.py); their clean ends release it.
+CLAIM_KEPT_STATES = states_of(lambda kind: kind.claim_kept)
 
 
 @dataclass(frozen=True)
@@ -92,18 +92,15 @@ QUOTAS = (
 )
 
 
-# Where a workload waits for admission (admitted_at None): a job in QUEUED, a notebook's
-# start in STARTING.
-WAITING_STATES = frozenset({JobState.QUEUED, NotebookState.STARTING})
-
-
-def waiting_state(job: Workload) -> str:
-    return NotebookState.STARTING if job.kind == Kind.NOTEBOOK else JobState.QUEUED
+# Where a workload waits for admission (admitted_at None): its kind's (a job in QUEUED, a
+# notebook's start in STARTING).
+WAITING_STATES = states_of(lambda kind: kind.waiting)
 
 
 def job_need(job: Workload, *, claim: bool = True) -> Need:
     """The pod's requests of one run, and its workspace claim when it has rw volumes."""
     pushes = any(v.mode in (Mode.RW, Mode.RWD) for v in job.volume_specs)
+    run_claim = kind_of(job).run_claim
     flavor, units = job.flavor, job.gpu
     return Need(
         gpus=flavor.gpus_per_unit * units,
@@ -112,7 +109,7 @@ def job_need(job: Workload, *, claim: bool = True) -> Need:
         + (SIDECAR_MEMORY_MIB if pushes else 0),
         pods=1,
         # A job's per-run workspace claim; a notebook's lives as long as the notebook.
-        storage_gib=settings.JOB_WORKSPACE_GIB if pushes and claim and job.kind == Kind.JOB else 0,
+        storage_gib=settings.JOB_WORKSPACE_GIB if pushes and claim and run_claim else 0,
     )
 
 
@@ -134,7 +131,7 @@ def release_workspace(*, job: Workload) -> None:
     """A run that ended cleanly has nothing left to push: its workspace claim goes, and the
     storage quota it held with it."""
     has_claim = job_need(job).storage_gib > 0
-    if has_claim and job.state in CLEAN_END_STATES and job.launched_run >= job.run:
+    if has_claim and job.state in kind_of(job).claim_released and job.launched_run >= job.run:
         get_backend().release_workspace(ref=job_ref(job))
 
 
@@ -278,11 +275,11 @@ def _admit(
                 machine.used += machine_need(job)
             job.admitted_at = timezone.now()
             job.save(update_fields=["admitted_at", "updated_at"])
-            record_state(job, waiting_state(job), "admitted: starting")
+            record_state(job, kind_of(job).waiting, "admitted: starting")
             admitted.append(str(job.id))
             continue
         position += 1
-        record_state(job, waiting_state(job), f"{reason}; position {position} in the queue")
+        record_state(job, kind_of(job).waiting, f"{reason}; position {position} in the queue")
     return admitted
 
 

@@ -1,35 +1,31 @@
-"""REST API for jobs and flavors (`/api/v1/jobs/`, `/api/v1/flavors/`), scoped by project."""
+"""What the REST API of every kind shares: the request serializer built from a kind's contract
+fields, the error answer of a refused submission, the log page, the view set a kind's API
+subclasses (create, get, delete, an action, the log), and the flavors (`/api/v1/flavors/`).
+Each kind's view set (its package's api.py) declares its own endpoints, their schema and help."""
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import Any, ClassVar
 
+from django.db.models import Model, QuerySet
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import (
-    OpenApiParameter,
-    OpenApiResponse,
-    extend_schema,
-    extend_schema_field,
-)
+from drf_spectacular.utils import OpenApiParameter
 from rest_framework import serializers, status, viewsets
-from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from controlpanel.api.pagination import MAX_OFFSET, Pagination, query_int
 from controlpanel.api.scoping import api_project
-from controlpanel.engine import contract, logs, selectors, services
+from controlpanel.engine import contract, logs, selectors
 from controlpanel.engine.collector import note_followed
 from controlpanel.engine.logpage import log_page
-from controlpanel.engine.models import Job, JobEvent, JobState, Workload
+from controlpanel.engine.models import JobEvent, Workload
 from controlpanel.flavors.models import Flavor
 from controlpanel.projects.access import ProjectAccess
-from training.protocol import Snapshot
+from controlpanel.projects.models import Project
 
-log = logging.getLogger(__name__)
 MAX_LOG_LINES = 5000  # one page of `logs`
 
 
@@ -54,59 +50,7 @@ class FlavorSerializer(serializers.ModelSerializer):
         ]
 
 
-class JobEventSerializer(serializers.ModelSerializer):
-    state = serializers.ChoiceField(choices=JobState.choices, read_only=True)
-
-    class Meta:
-        model = JobEvent
-        fields = ["run", "state", "reason", "at"]
-
-
-class JobSerializer(serializers.ModelSerializer):
-    """A job as read back; writes go through JobCreateSerializer and job_submit()."""
-
-    project = serializers.CharField(source="project.slug", read_only=True)
-    owner = serializers.CharField(source="owner.username", read_only=True)
-    flavor = serializers.CharField(source="flavor.name", read_only=True)
-    state = serializers.ChoiceField(choices=JobState.choices, read_only=True)
-    history = JobEventSerializer(source="events", many=True, read_only=True)
-    cost = serializers.SerializerMethodField()
-    progress = serializers.SerializerMethodField(
-        help_text="The fine-tune run's newest progress (training/protocol.py's Snapshot); "
-        "paths are the workload's own (/workspace/...)."
-    )
-
-    class Meta:
-        model = Job
-        fields = [
-            "id",
-            "project",
-            "owner",
-            *(spec.name for spec in contract.FIELDS),  # what was submitted, as stored
-            "state",
-            "state_reason",
-            "run",
-            "exit_code",
-            "created_at",
-            "queued_at",
-            "started_at",
-            "finished_at",
-            "state_changed_at",
-            "progress",
-            "history",
-            "cost",
-        ]
-
-    @extend_schema_field(OpenApiTypes.OBJECT)
-    def get_progress(self, job: Job) -> dict[str, Any]:
-        return Snapshot.from_json(job.progress).to_json()
-
-    def get_cost(self, job: Job) -> str | None:
-        cost = selectors.job_cost_estimate(job=job)
-        return None if cost is None else str(cost)
-
-
-def _contract_field(spec: contract.Field) -> serializers.Field:
+def contract_field(spec: contract.Field) -> serializers.Field:
     """The serializer field of one contract field: it states the shape (for the schema); the
     checks, and their keyed messages, are validation.validate_job's."""
     common: dict[str, Any] = {"required": spec.required, "help_text": spec.help}
@@ -128,15 +72,6 @@ def _contract_field(spec: contract.Field) -> serializers.Field:
     return serializers.DictField(**common)
 
 
-JobCreateSerializer = type(
-    "JobCreateSerializer",
-    (serializers.Serializer,),
-    {
-        "__doc__": "A job submission: the fields of the contract (workloads/contract.py).",
-        "project": serializers.CharField(required=False, help_text="Project slug (or ?project=)."),
-        **{spec.name: _contract_field(spec) for spec in contract.FIELDS},
-    },
-)
 # A refused submission: every problem under its key (`volumes.0`, `env.HF_TOKEN`, ...).
 SUBMISSION_ERRORS = {
     "type": "object",
@@ -177,6 +112,8 @@ class FlavorViewSet(viewsets.ReadOnlyModelViewSet):
 PROJECT_PARAM = OpenApiParameter(
     "project", str, description="Project slug (optional when you belong to one project)."
 )
+
+
 LOG_PARAMETERS = [
     OpenApiParameter(
         "after", OpenApiTypes.INT, description="0 to 2147483647 (default 0).", default=0
@@ -186,91 +123,6 @@ LOG_PARAMETERS = [
     ),
     OpenApiParameter("run", int, description="A run (default: the current one)."),
 ]
-
-
-@extend_schema(parameters=[PROJECT_PARAM])
-class JobViewSet(viewsets.ViewSet):
-    """Training jobs of a project."""
-
-    serializer_class = JobSerializer
-    queryset = Job.objects.none()  # tells the schema the id type
-    pagination_class = Pagination  # read by the schema: the list is paginated like the others
-    lookup_value_regex = "[0-9a-fA-F-]{1,36}"
-
-    def _job(self, request: Request, pk: str) -> tuple[ProjectAccess, Job]:
-        access = api_project(request)
-        return access, selectors.job_get(project=access.project, job_id=pk)
-
-    @extend_schema(
-        parameters=[
-            OpenApiParameter("state", str, description="A job state (any case)."),
-            OpenApiParameter("owner", str),
-            OpenApiParameter("label", str, description="key or key=value"),
-            OpenApiParameter("q", str, description="Part of the job's name (any case)."),
-            OpenApiParameter(
-                "sort", str, description=f"One of {', '.join(selectors.SORTS)} (default -created)."
-            ),
-        ],
-        responses=JobSerializer(many=True),
-    )
-    def list(self, request: Request) -> Response:
-        access = api_project(request)
-        filters = selectors.JobFilters.from_query(request.query_params)
-        jobs = selectors.jobs_for_project(
-            project=access.project, filters=filters, whole=True
-        ).prefetch_related("events")
-        paginator = self.pagination_class()
-        page = paginator.paginate_queryset(jobs, request, view=self)
-        return paginator.get_paginated_response(JobSerializer(page, many=True).data)
-
-    @extend_schema(
-        request=JobCreateSerializer,
-        responses={
-            201: JobSerializer,
-            400: OpenApiResponse(SUBMISSION_ERRORS, description="Problems by key."),
-        },
-    )
-    def create(self, request: Request) -> Response:
-        access = api_project(request)
-        data = request.data if isinstance(request.data, dict) else {}
-        job = services.job_submit(access=access, user=request.user, data=data)
-        return Response(JobSerializer(job).data, status=status.HTTP_201_CREATED)
-
-    def retrieve(self, request: Request, pk: str) -> Response:
-        return Response(JobSerializer(self._job(request, pk)[1]).data)
-
-    def destroy(self, request: Request, pk: str) -> Response:
-        access, job = self._job(request, pk)
-        services.job_delete(access=access, user=request.user, job=job)
-        return Response(status=status.HTTP_204_NO_CONTENT)
-
-    def _act(self, request: Request, pk: str, service: Callable[..., Job]) -> Response:
-        access, job = self._job(request, pk)
-        return Response(JobSerializer(service(access=access, user=request.user, job=job)).data)
-
-    @extend_schema(request=None, responses=JobSerializer)
-    @action(detail=True, methods=["post"])
-    def stop(self, request: Request, pk: str) -> Response:
-        """Stop: INTERRUPTING, then INTERRUPTED once rw volumes are pushed."""
-        return self._act(request, pk, services.job_stop)
-
-    @extend_schema(request=None, responses=JobSerializer)
-    @action(detail=True, methods=["post"])
-    def rerun(self, request: Request, pk: str) -> Response:
-        """Run a finished job again (a new run, queued)."""
-        return self._act(request, pk, services.job_rerun)
-
-    @extend_schema(request=None, responses=JobSerializer)
-    @action(detail=True, methods=["post"], url_path="retry-push")
-    def retry_push(self, request: Request, pk: str) -> Response:
-        """Push the kept data again after SYNC_FAILED."""
-        return self._act(request, pk, services.job_retry_push)
-
-    @extend_schema(parameters=LOG_PARAMETERS, responses=LogPageSerializer)
-    @action(detail=True, methods=["get"])
-    def logs(self, request: Request, pk: str) -> Response:
-        """Log lines after `?after=` (a sequence number; 0 = the start), up to `limit`."""
-        return log_answer(request, self._job(request, pk)[1])
 
 
 def log_answer(request: Request, workload: Workload) -> Response:
@@ -287,3 +139,90 @@ def log_answer(request: Request, workload: Workload) -> Response:
     return Response(
         {"lines": lines, "next": page.next, "eof": page.eof, "state": workload.state, "run": run}
     )
+
+
+# A change of state; each kind sets `state`'s choices. (No docstring: the schema would show
+# it as each kind's description.)
+class EventSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = JobEvent
+        fields = ["run", "state", "reason", "at"]
+
+
+class ServedSerializer(serializers.ModelSerializer):
+    """The fields every served workload has; each kind adds its own and lists them in Meta."""
+
+    project = serializers.CharField(source="project.slug", read_only=True)
+    owner = serializers.CharField(source="owner.username", read_only=True)
+    flavor = serializers.CharField(source="flavor.name", read_only=True)
+    cost = serializers.SerializerMethodField(help_text="Every run so far, estimated.")
+
+    def get_cost(self, workload: Any) -> str | None:
+        cost = selectors.workload_cost_estimate(workload=workload)
+        return None if cost is None else str(cost)
+
+
+def create_serializer(name: str, doc: str, fields: Iterable[contract.Field]) -> type:
+    """The request of a new workload: `project`, then one field per contract spec."""
+    return type(
+        name,
+        (serializers.Serializer,),
+        {
+            "__doc__": doc,
+            "project": serializers.CharField(
+                required=False, help_text="Project slug (or ?project=)."
+            ),
+            **{spec.name: contract_field(spec) for spec in fields},
+        },
+    )
+
+
+class WorkloadViewSet(viewsets.ViewSet):
+    """A project's workloads of one kind. A subclass sets `serializer_class`, `queryset`, `noun`
+    (the services' keyword: `notebook`, `app`) and `get_row` (`<noun>_get(project=,
+    <noun>_id=)`)."""
+
+    pagination_class = Pagination
+    lookup_value_regex = "[0-9a-fA-F-]{1,36}"
+    serializer_class: ClassVar[type[serializers.ModelSerializer]]
+    noun: ClassVar[str]
+    get_row: ClassVar[Callable[..., Any]]
+
+    def _row(self, project: Project, pk: Any) -> Any:
+        return type(self).get_row(project=project, **{f"{self.noun}_id": pk})
+
+    def _workload(self, request: Request, pk: str) -> tuple[ProjectAccess, Any]:
+        access = api_project(request)
+        return access, self._row(access.project, pk)
+
+    def _answer(self, workload: Model, **kwargs: Any) -> Response:
+        return Response(self.serializer_class(workload).data, **kwargs)
+
+    def _page(self, request: Request, rows: QuerySet[Any]) -> Response:
+        paginator = self.pagination_class()
+        page = paginator.paginate_queryset(rows, request, view=self)
+        return paginator.get_paginated_response(self.serializer_class(page, many=True).data)
+
+    def _create(self, request: Request, service: Callable[..., Model]) -> Response:
+        access = api_project(request)
+        data = request.data if isinstance(request.data, dict) else {}
+        workload = service(access=access, user=request.user, data=data)
+        fresh = self._row(access.project, workload.pk)
+        return self._answer(fresh, status=status.HTTP_201_CREATED)
+
+    def retrieve(self, request: Request, pk: str) -> Response:
+        return self._answer(self._workload(request, pk)[1])
+
+    def _delete(self, request: Request, pk: str, service: Callable[..., Any]) -> Response:
+        access, workload = self._workload(request, pk)
+        service(access=access, user=request.user, **{self.noun: workload})
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+    def _act(self, request: Request, pk: str, service: Callable[..., Model]) -> Response:
+        """`service` on the workload, then the workload as it now is."""
+        access, workload = self._workload(request, pk)
+        service(access=access, user=request.user, **{self.noun: workload})
+        return self._answer(self._row(access.project, workload.pk))
+
+    def _logs(self, request: Request, pk: str) -> Response:
+        return log_answer(request, self._workload(request, pk)[1])

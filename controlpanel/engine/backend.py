@@ -1,5 +1,6 @@
-"""The compute backend, built once per process from settings, and the translation of panel rows
-into `deploy/` requests (plain values: deploy/ never sees a model)."""
+"""The compute backend, built once per process from settings, and what every kind's request to
+it shares: a run's name (`job_ref`), the project's namespace and credentials, the env's secrets
+(plain values: deploy/ never sees a model; each kind's driver builds its own request)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ from pathlib import Path
 
 from django.conf import settings
 from django.core.cache import cache
-from django.urls import reverse
 
 from controlpanel.engine.models import Workload
 from controlpanel.flavors.models import Flavor
@@ -19,15 +19,7 @@ from controlpanel.projects.models import Project
 from deploy.backend import ComputeBackend
 from deploy.egress import egress_for_endpoint
 from deploy.gpu_resources import mig_profile
-from deploy.types import (
-    AppRequest,
-    Editor,
-    JobRequest,
-    NotebookRequest,
-    ProjectRequest,
-    WorkloadKind,
-    WorkloadRef,
-)
+from deploy.types import ProjectRequest, WorkloadKind, WorkloadRef
 
 _lock = threading.Lock()
 _backend: ComputeBackend | None = None
@@ -93,113 +85,6 @@ def job_ref(job: Workload) -> WorkloadRef:
         job.project.namespace,
         str(job.id),
         job.backend_run,
-    )
-
-
-def notebook_request(notebook: Workload) -> NotebookRequest:
-    from controlpanel.engine.notebook_auth import notebook_token
-
-    env, secret_env = split_secret_env(notebook.env)
-    return NotebookRequest(
-        id=str(notebook.id),
-        project=notebook.project.slug,
-        namespace=notebook.project.namespace,
-        name=notebook.name,
-        image=notebook.image,
-        flavor=notebook.flavor.to_spec(),
-        editor=Editor(notebook.editor or Editor.JUPYTERLAB),
-        units=notebook.gpu,
-        running=not notebook.stop_requested,
-        env=env,
-        secret_env=secret_env,
-        labels=dict(notebook.labels),
-        volumes=notebook.volume_specs,
-        workspace_gib=settings.NOTEBOOK_WORKSPACE_GIB,
-        storage_class=settings.KUBERNETES_STORAGE_CLASS,
-        host=settings.NOTEBOOK_HOST,
-        path=notebook_path(notebook),
-        auth_url=f"{settings.NOTEBOOK_AUTH_URL}/{notebook.id}",
-        signin_url=f"{settings.SITE_URL}{reverse('login')}",
-        tls_secret=settings.NOTEBOOK_TLS_SECRET or None,
-        ingress_class=settings.NOTEBOOK_INGRESS_CLASS,
-        image_pull_secrets=settings.KUBERNETES_IMAGE_PULL_SECRETS,
-        sync_image=settings.AJUSTE_SYNC_IMAGE,
-        token=notebook_token(notebook),
-    )
-
-
-def app_request(app: Workload) -> AppRequest:
-    from controlpanel.engine.app_services import AppConfig, app_path
-
-    config = AppConfig.of(app)
-    env, secret_env = split_secret_env(app.env)
-    weights = app.volume_specs
-    adapter = weights[1] if config.adapter and len(weights) > 1 else None
-    return AppRequest(
-        id=str(app.id),
-        project=app.project.slug,
-        namespace=app.project.namespace,
-        name=app.name,
-        image=app.image,
-        flavor=app.flavor.to_spec(),
-        model=weights[0],
-        adapter=adapter,
-        served_name=config.model_name,
-        units=app.gpu,
-        running=not app.stop_requested,
-        scaling=config.scaling,
-        env=env,
-        secret_env=secret_env,
-        labels=dict(app.labels),
-        volumes=weights[2 if adapter else 1 :],
-        probe_path=config.probe_path,
-        port=config.port,
-        public=config.public,
-        keda=settings.APP_KEDA,
-        host=settings.APP_HOST,
-        path=app_path(app),
-        auth_url=f"{settings.APP_AUTH_URL}/{app.id}",
-        tls_secret=settings.APP_TLS_SECRET or None,
-        ingress_class=settings.APP_INGRESS_CLASS,
-        image_pull_secrets=settings.KUBERNETES_IMAGE_PULL_SECRETS,
-        sync_image=settings.AJUSTE_SYNC_IMAGE,
-        model_gib=settings.APP_MODEL_GIB,
-        prometheus_url=settings.APP_PROMETHEUS_URL,
-    )
-
-
-def notebook_path(notebook: Workload) -> str:
-    """Where the notebook is served on NOTEBOOK_HOST: stable across stop and start."""
-    return f"/nb/{notebook.project.slug}/{notebook.id}/"
-
-
-def job_request(job: Workload) -> JobRequest:
-    from controlpanel.engine.presets import finetune_command
-
-    command = finetune_command(params=job.params) if job.preset == "finetune" else job.command
-    env, secret_env = split_secret_env(job.env)
-    if job.preset == "finetune" and not job.params.get("base_model"):
-        env.setdefault("HF_HUB_OFFLINE", "1")  # the model comes from a volume
-    return JobRequest(
-        id=str(job.id),
-        project=job.project.slug,
-        namespace=job.project.namespace,
-        name=job.name,
-        image=job.image,
-        command=tuple(command),
-        flavor=job.flavor.to_spec(),
-        units=job.gpu,
-        env=env,
-        secret_env=secret_env,
-        labels=dict(job.labels),
-        volumes=job.volume_specs,
-        timeout_s=job.timeout,
-        run=job.run,
-        queue_name=job.project.kueue_queue or None,
-        sync_image=settings.AJUSTE_SYNC_IMAGE,
-        image_pull_secrets=settings.KUBERNETES_IMAGE_PULL_SECRETS,
-        workspace_gib=settings.JOB_WORKSPACE_GIB,
-        storage_class=settings.KUBERNETES_STORAGE_CLASS,
     )
 
 

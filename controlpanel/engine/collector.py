@@ -24,20 +24,14 @@ from django.db.models import F
 
 from controlpanel.core.metrics import store as metrics_store
 from controlpanel.engine.logs import collect_logs
-from controlpanel.engine.models import JobState, NotebookState, Workload
+from controlpanel.engine.models import Workload
+from controlpanel.engine.registry import states_of
 
 log = logging.getLogger(__name__)
 
-# States in which the user's process may print: before them there is no log yet, after them
-# the finalize task archives what is left.
-PRINTING_STATES = (
-    JobState.RUNNING,
-    JobState.INTERRUPTING,
-    JobState.TIMEOUT,
-    JobState.FINALIZING,
-    NotebookState.STOPPING,
-    "SCALING",  # an app's (RUNNING and STOPPING are the same words)
-)
+# States in which the user's process may print, every kind's: before them there is no log yet,
+# after them the finalize task archives what is left.
+PRINTING_STATES = states_of(lambda kind: kind.printing)
 # A poll marks its log followed for this long: a page polls every second while visible, so a
 # hidden or closed tab lets the log fall back to the quiet back-off within a few seconds.
 FOLLOWED_S = 3

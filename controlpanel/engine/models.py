@@ -2,90 +2,40 @@ from __future__ import annotations
 
 import functools
 import uuid
-from typing import Any, ClassVar, TypeVar
+from typing import Any, TypeVar
 
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django.db import models
 from django.utils import timezone
 
+from controlpanel.engine.registry import kind_of, kinds, states_of
 from controlpanel.flavors.models import Flavor
 from controlpanel.projects.models import Project
 from storage.volumes import VolumeSpec, parse_volume_spec
 
 DEFAULT_TIMEOUT_S = 7 * 24 * 3600
+# The engine's own state, shared by the kinds whose objects outlive their runs (one_name): the
+# objects are going, then the row.
+DELETING = "DELETING"
 
 
-class JobState(models.TextChoices):
-    """Job states, named exactly as in the product contract."""
-
-    QUEUED = "QUEUED"
-    INITIALIZING = "INITIALIZING"
-    PENDING = "PENDING"
-    RUNNING = "RUNNING"
-    INTERRUPTING = "INTERRUPTING"
-    TIMEOUT = "TIMEOUT"
-    FINALIZING = "FINALIZING"
-    DONE = "DONE"
-    INTERRUPTED = "INTERRUPTED"
-    FAILED = "FAILED"
-    ERROR = "ERROR"
-    SYNC_FAILED = "SYNC_FAILED"
-
-
-class NotebookState(models.TextChoices):
-    """Notebook states, named exactly as in the product contract."""
-
-    STARTING = "STARTING"
-    RUNNING = "RUNNING"
-    STOPPING = "STOPPING"
-    STOPPED = "STOPPED"
-    FAILED = "FAILED"
-    ERROR = "ERROR"
-    DELETING = "DELETING"
-
-
-class AppState(models.TextChoices):
-    """App states, named exactly as in the product contract. DELETING is the engine's, shared
-    with notebooks: an app's objects are going, then its row."""
-
-    QUEUED = "QUEUED"
-    INITIALIZING = "INITIALIZING"
-    SCALING = "SCALING"
-    RUNNING = "RUNNING"
-    STOPPING = "STOPPING"
-    STOPPED = "STOPPED"
-    FAILED = "FAILED"
-    ERROR = "ERROR"
-    DELETING = "DELETING"
-
-
-# Every state any workload kind can be in: the engine's queries span the kinds. No state name
-# is final for one kind and live for another, so one set of each serves them all.
-STATE_CHOICES = list(dict([*JobState.choices, *NotebookState.choices, *AppState.choices]).items())
-FINAL_STATES = frozenset(
-    {
-        JobState.DONE,
-        JobState.INTERRUPTED,
-        JobState.FAILED,
-        JobState.ERROR,
-        JobState.SYNC_FAILED,
-        NotebookState.STOPPED,
-    }
+# The kinds (controlpanel/kinds.py) and every state any of them can be in: the engine's queries
+# span the kinds. No state name is final for one kind and live for another, so one set of each
+# serves them all (checked here, as the models load).
+Kind = models.TextChoices(
+    "Kind", [(spec.name.upper(), (spec.name, spec.label)) for spec in kinds()]
 )
+STATE_CHOICES = list(dict(choice for spec in kinds() for choice in spec.states.choices).items())
+FINAL_STATES = states_of(lambda spec: spec.final)
 LIVE_STATES = frozenset({value for value, _ in STATE_CHOICES} - FINAL_STATES)
-# States in which a job holds GPUs of its project's quota (admitted and not finished).
-ADMITTED_STATES = frozenset(LIVE_STATES - {JobState.QUEUED})
-
-
-class Kind(models.TextChoices):
-    """What a workload is (deploy.types.WorkloadKind, the `ajuste.io/kind` label)."""
-
-    JOB = "job", "Job"
-    NOTEBOOK = "notebook", "Notebook"
-    APP = "app", "App"
+if any(FINAL_STATES & (set(spec.states.values) - spec.final) for spec in kinds()):
+    raise ImproperlyConfigured("A state is final for one workload kind and live for another.")
 
 
 class Preset(models.TextChoices):
+    """What a job runs besides its own image and command (the jobs kind's presets)."""
+
     CUSTOM = "", "Custom"
     FINETUNE = "finetune", "Fine-tune"
 
@@ -97,14 +47,14 @@ def parsed_volumes(texts: tuple[str, ...]) -> tuple[VolumeSpec, ...]:
 
 
 class Workload(models.Model):
-    """What the workload engine runs, whatever its kind (a job, a notebook): what to run
-    (image, command, flavor × units, volumes, env), the state the panel observed with its
-    reason, and what the user wants (`stop_requested`). One table, so admission, reconcile,
-    observation, logs and runs are one code path; `Job` and `Notebook` are its kinds (proxy
-    models whose managers see their own rows only)."""
+    """What the workload engine runs, whatever its kind: what to run (image, command, flavor ×
+    units, volumes, env), the state the panel observed with its reason, and what the user
+    wants (`stop_requested`). One table, so admission, reconcile, observation, logs and runs
+    are one code path; each kind (controlpanel/kinds.py) is a proxy model of it whose manager
+    sees its own rows only (Job, Notebook, App)."""
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
-    kind = models.CharField(max_length=20, choices=Kind.choices, default=Kind.JOB)
+    kind = models.CharField(max_length=20, choices=Kind.choices, default="job")
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="workloads")
     owner = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="workloads"
@@ -125,7 +75,7 @@ class Workload(models.Model):
     url = models.CharField(max_length=500, blank=True, default="")
     last_activity_at = models.DateTimeField(null=True, blank=True)
 
-    state = models.CharField(max_length=20, choices=STATE_CHOICES, default=JobState.QUEUED)
+    state = models.CharField(max_length=20, choices=STATE_CHOICES, default="QUEUED")
     state_reason = models.CharField(max_length=500, blank=True)
     state_changed_at = models.DateTimeField(default=timezone.now)
     run = models.PositiveIntegerField(default=1, help_text="Counts runs; 'run again' adds one.")
@@ -187,37 +137,26 @@ class Workload(models.Model):
 
     @property
     def backend_run(self) -> int:
-        """The run number the backend names this row's current run by. A notebook's objects
-        keep one name across its starts (same address, same workspace claim): always 1."""
-        return 1 if self.kind in (Kind.NOTEBOOK, Kind.APP) else self.run
+        """The run number the backend names this row's current run by. The objects of a kind
+        that keeps one name across runs (a notebook's address, its workspace claim): always
+        1."""
+        return 1 if kind_of(self).one_name else self.run
 
 
 _W = TypeVar("_W", bound=Workload)
 
 
 class KindManager(models.Manager[_W]):
-    """The rows of one kind."""
-
-    kind: str
+    """The rows of one kind (its proxy's KIND)."""
 
     def get_queryset(self) -> models.QuerySet[_W]:
-        return super().get_queryset().filter(kind=self.kind)
-
-
-class JobManager(KindManager["Job"]):
-    kind = Kind.JOB
-
-
-class NotebookManager(KindManager["Notebook"]):
-    kind = Kind.NOTEBOOK
-
-
-class AppManager(KindManager["App"]):
-    kind = Kind.APP
+        return super().get_queryset().filter(kind=self.model.KIND)  # type: ignore[attr-defined]
 
 
 class _OneKind:
-    """A kind's proxy: its rows are made with its kind and its manager sees only them."""
+    """A kind's proxy: its rows are made with its kind and its manager sees only them. Each
+    kind's models.py declares one (`Meta: proxy, app_label "workloads"`) with its KIND and
+    `objects = KindManager()`."""
 
     KIND: str
 
@@ -225,38 +164,6 @@ class _OneKind:
         super().__init__(*args, **kwargs)
         if not args:  # made by code, not loaded from the database
             self.kind = self.KIND  # type: ignore[attr-defined]
-
-
-class Job(_OneKind, Workload):
-    """A training job: runs its command once (again on "run again") and ends."""
-
-    KIND = Kind.JOB
-    objects: ClassVar[JobManager] = JobManager()
-
-    class Meta:
-        proxy = True
-
-
-class Notebook(_OneKind, Workload):
-    """An editor in the browser: runs until stopped (or idle), keeps its workspace."""
-
-    KIND = Kind.NOTEBOOK
-    objects: ClassVar[NotebookManager] = NotebookManager()
-
-    class Meta:
-        proxy = True
-
-
-class App(_OneKind, Workload):
-    """A served model behind an OpenAI-compatible URL: runs until stopped, at the same
-    address after every start. What it serves and how it scales live in `params`
-    (controlpanel/engine/apps.py reads and writes them)."""
-
-    KIND = Kind.APP
-    objects: ClassVar[AppManager] = AppManager()
-
-    class Meta:
-        proxy = True
 
 
 class JobEvent(models.Model):
@@ -311,21 +218,3 @@ class JobLogLine(models.Model):
 
     def __str__(self) -> str:
         return f"{self.seq}: {self.text[:40]}"
-
-
-class NotebookImage(models.Model):
-    """A framework image notebooks may run (the admin keeps the list): which editors it
-    serves. On the local backend the editor runs from this machine's own Python instead."""
-
-    name = models.SlugField(max_length=50, unique=True)
-    label = models.CharField(max_length=100)
-    image = models.CharField(max_length=300)
-    editors = models.JSONField(default=list, help_text='Editors it serves: "jupyterlab", "vscode".')
-    enabled = models.BooleanField(default=True)
-    order = models.PositiveSmallIntegerField(default=0)
-
-    class Meta:
-        ordering = ["order", "name"]
-
-    def __str__(self) -> str:
-        return self.label

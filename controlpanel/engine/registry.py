@@ -1,22 +1,28 @@
 """The kind registry: what each workload kind declares once for the engine (`KindSpec`), found
-through controlpanel/kinds.py. The engine asks `kind_of(workload)` and never names a kind.
+through controlpanel/kinds.py (healthchecks' TRANSPORTS, DESIGN.md rule 16). The engine,
+billing, dashboards, the people pages and the CLI ask `kind_of(workload)` or loop over
+`kinds()`; only the kinds' own packages name a kind.
 
-A spec is plain data (states, the words of its writes, how its objects live) plus, by dotted
-path, the parts that import the engine (its proxy model, its driver): those are imported on
-first use, so the engine can read every kind's spec while its own models load."""
+A spec is plain data (its states, the words of its writes, how its objects live) plus, by
+dotted path, the parts that import the engine (its proxy model, its driver, its periodic
+chores): those are imported on first use, so the engine reads every spec while its own models
+load, and no engine module imports a kind."""
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from importlib import import_module
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db.models import TextChoices
 from django.utils.module_loading import import_string
 
 from controlpanel.kinds import KINDS
+
+if TYPE_CHECKING:  # the driver imports the engine: only for the type
+    from controlpanel.engine.driver import Driver
 
 
 @dataclass(frozen=True)
@@ -29,33 +35,62 @@ class KindSpec:
     label: str
     plural: str
     states: type[TextChoices]
-    final: frozenset[str]  # a run ends in these (none is live for another kind)
+    final: frozenset[str]  # its runs end in these (no state name is live for another kind)
     waiting: str  # where it waits for admission (admitted_at None)
-    failed: str  # a launch refused (a bucket or secret gone) ends the run here
-    # Its writes (controlpanel/engine/services.py): from which states, to which, in which words.
+    running: str  # its process runs (serves)
+    failed: str  # a launch refused (a bucket or a secret gone) ends the run here
+    error: str  # a platform fault, from any state
+    failures: frozenset[str]  # the final states that are failures (the dashboards count them)
+    # Where each state lies within one run: an observation that leads below the row's state is
+    # older than what was recorded, and is ignored (lifecycle.is_behind).
+    ranks: Mapping[str, int]
+    printing: frozenset[str]  # its process may print: the log collector reads it
+    # Its writes (services.py): from which states, to which, in which words.
     startable: frozenset[str]
     start_reason: str  # .format(run=, user=)
     start_refusal: str  # .format(state=)
     stoppable: frozenset[str]
     stopping: str
     stopped: str  # a stop before the backend was ever asked ends here
-    stop_reason: str  # .format(user=), when the stop gives none
+    stop_reason: str  # .format(user=), when the stop says no reason of its own
     stop_refusal: str  # .format(state=)
+    model_path: str  # its proxy model, by dotted path
+    driver_path: str  # its Driver (driver.py), by dotted path
     deletable: frozenset[str] | None = None  # None: in any state
     delete_refusal: str = ""
     # Its objects keep one name across runs (the same address, the same workspace): the
     # backend knows one run of it, and a delete removes them (DELETING) before the row.
     one_name: bool = False
-    model: str = ""  # its proxy model, by dotted path
-    extra: Mapping[str, Any] = field(default_factory=dict)
+    # A run with rw volumes claims a workspace (the storage quota) from its admission until it
+    # ends in `claim_released`; `claim_kept` ends keep it (data to push again, or to rescue).
+    run_claim: bool = False
+    claim_kept: frozenset[str] = frozenset()
+    claim_released: frozenset[str] = frozenset()
+    progress_events: bool = False  # its log carries the fine-tune protocol's events
+    judged_by_ends: bool = False  # the dashboards' success rate and final-state chart
+    idle_deadline: str = ""  # when a running one stops for idleness (dashboards), by path
+    # Run after every sweep by the task layer: what each counts, and its function by path.
+    chores: Mapping[str, str] = field(default_factory=dict)
 
     @property
-    def model_class(self) -> Any:
-        return _load(self.model)
+    def model(self) -> Any:
+        return load(self.model_path)
+
+    @property
+    def driver(self) -> Driver:
+        driver: Driver = load(self.driver_path)
+        return driver
+
+    def chore_calls(self) -> dict[str, Callable[[], int]]:
+        return {count: load(path) for count, path in self.chores.items()}
+
+    def idle_deadline_of(self) -> Callable[[Any], Any] | None:
+        return load(self.idle_deadline) if self.idle_deadline else None
 
 
 @functools.cache
-def _load(path: str) -> Any:
+def load(path: str) -> Any:
+    """What a dotted path names, imported once."""
     return import_string(path)
 
 
@@ -77,3 +112,18 @@ def kind_of(workload_or_name: Any) -> KindSpec:
     """The spec of a workload (or of a kind's name)."""
     name = getattr(workload_or_name, "kind", workload_or_name)
     return _specs()[str(name)]
+
+
+def package_of(spec: KindSpec) -> str:
+    """The kind's package (`<package>.urls`, `<package>.cli`, ...)."""
+    return KINDS[spec.name]
+
+
+def states_of(pick: Callable[[KindSpec], Any]) -> frozenset[str]:
+    """Every kind's states of one sort: `states_of(lambda k: k.final)`, or a single state
+    (`lambda k: k.waiting`)."""
+    found: set[str] = set()
+    for spec in kinds():
+        picked = pick(spec)
+        found |= {picked} if isinstance(picked, str) else set(picked)
+    return frozenset(found)

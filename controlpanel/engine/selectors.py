@@ -1,49 +1,37 @@
-"""Reads on jobs and notebooks: the filtered lists, one by id within a project, cost estimates."""
+"""Reads every kind's pages and API share: the list filters (state, owner, label, name), a
+workload's cost so far and per hour, and its place in the admission queue."""
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any, TypeVar, cast
 
-from django.core.exceptions import ValidationError
-from django.db.models import F, OrderBy, Prefetch, QuerySet
+from django.db.models import Prefetch, QuerySet
 from django.db.models.fields.json import KeyTransform
-from django.db.models.functions import Coalesce, Now
-from django.http import Http404
 from django.utils import timezone
 
 from controlpanel.billing.rules import billed_minutes, segments
 from controlpanel.billing.usage import is_estimated, runs_cost, runs_with_billing
-from controlpanel.engine.models import Job, JobState, Notebook, NotebookImage, Workload
+from controlpanel.engine.admission import WAITING_STATES, shares_machine
+from controlpanel.engine.models import Workload
 from controlpanel.engine.validation import LABEL_RE
 from controlpanel.flavors.models import Flavor
-from controlpanel.projects.models import Project
 
-# Duration is NULL until a job starts: never-started jobs go last in both directions.
-SORTS: dict[str, OrderBy] = {
-    "created": F("created_at").asc(),
-    "-created": F("created_at").desc(),
-    "name": F("name").asc(),
-    "-name": F("name").desc(),
-    "state": F("state").asc(),
-    "-state": F("state").desc(),
-    "duration": F("duration").asc(nulls_last=True),
-    "-duration": F("duration").desc(nulls_last=True),
-    "gpus": F("gpus_total").asc(),
-    "-gpus": F("gpus_total").desc(),
-}
 _Jobs = TypeVar("_Jobs", bound=QuerySet[Any])
+
+
 CENT = Decimal("0.01")
+
+
 MILLI_CENT = Decimal("0.0001")  # a CPU minute costs fractions of a cent
 
 
 @dataclass(frozen=True)
-class JobFilters:
-    """What the job list is narrowed to (all optional)."""
+class ListFilters:
+    """What a kind's list is narrowed to (all optional)."""
 
     state: str = ""
     owner: str = ""
@@ -52,7 +40,7 @@ class JobFilters:
     sort: str = "-created"
 
     @classmethod
-    def from_query(cls, query: Mapping[str, str]) -> JobFilters:
+    def from_query(cls, query: Mapping[str, str]) -> ListFilters:
         """The filters of a query string, read the same way by the page and the API."""
         return cls(
             state=query.get("state", ""),
@@ -63,15 +51,15 @@ class JobFilters:
         )
 
 
-def job_filters_check(*, filters: JobFilters) -> tuple[JobFilters, dict[str, str]]:
-    """The filters normalised (state upper-cased) with the bad ones blanked, and what was wrong
-    with each bad one (by filter name)."""
+def list_filters_check(
+    *, filters: ListFilters, states: Sequence[str]
+) -> tuple[ListFilters, dict[str, str]]:
+    """The filters normalised (state upper-cased, one of the kind's `states`) with the bad ones
+    blanked, and what was wrong with each bad one (by filter name)."""
     problems: dict[str, str] = {}
     job_state = filters.state.strip().upper()
-    if job_state and job_state not in JobState.values:
-        problems["state"] = (
-            f"Unknown state {filters.state!r}: choose one of {', '.join(JobState.values)}."
-        )
+    if job_state and job_state not in states:
+        problems["state"] = f"Unknown state {filters.state!r}: choose one of {', '.join(states)}."
     if filters.label and not _label_filter_ok(filters.label):
         problems["label"] = (
             f"Bad label filter {filters.label!r}: give key or key=value; keys and values are up "
@@ -85,43 +73,25 @@ def job_filters_check(*, filters: JobFilters) -> tuple[JobFilters, dict[str, str
     return cleaned, problems
 
 
+def filtered(rows: _Jobs, filters: ListFilters) -> _Jobs:
+    """`rows` narrowed by checked filters (list_filters_check): state, owner, label, name."""
+    if filters.state:
+        rows = rows.filter(state=filters.state)
+    if filters.owner:
+        rows = rows.filter(owner__username=filters.owner)
+    if filters.label:
+        rows = with_label(rows, filters.label)
+    if filters.q:
+        rows = rows.filter(name__icontains=filters.q)
+    return rows
+
+
 def _label_filter_ok(label: str) -> bool:
     key, _, value = label.partition("=")
     return bool(key) and bool(LABEL_RE.fullmatch(key)) and bool(LABEL_RE.fullmatch(value))
 
 
-def jobs_for_project(
-    *, project: Project, filters: JobFilters = JobFilters(), whole: bool = False
-) -> QuerySet[Job]:
-    """The project's jobs, filtered and sorted; ValidationError (by filter name) on bad filters.
-    The list page leaves the big fields unread; `whole` reads every field in the one query
-    (the API shows them all: deferred, each would cost a query per job)."""
-    filters, problems = job_filters_check(filters=filters)
-    if problems:
-        raise ValidationError(problems)
-    jobs = (
-        Job.objects.filter(project=project)
-        .select_related("project", "owner", "flavor")
-        .prefetch_related("flavor__prices", billed_runs())
-        .annotate(
-            gpus_total=F("gpu") * F("flavor__gpus_per_unit"),
-            duration=Coalesce(F("finished_at"), Now()) - F("started_at"),
-        )
-    )
-    if not whole:
-        jobs = jobs.defer("progress", "loss_curve", "log_cursor", "env", "params")
-    if filters.state:
-        jobs = jobs.filter(state=filters.state)
-    if filters.owner:
-        jobs = jobs.filter(owner__username=filters.owner)
-    if filters.label:
-        jobs = _with_label(jobs, filters.label)
-    if filters.q:
-        jobs = jobs.filter(name__icontains=filters.q)
-    return jobs.order_by(SORTS.get(filters.sort, SORTS["-created"]), "-created_at")
-
-
-def _with_label(jobs: _Jobs, label: str) -> _Jobs:
+def with_label(jobs: _Jobs, label: str) -> _Jobs:
     """`key` or `key=value`, on PostgreSQL and SQLite alike (SQLite has no JSON `contains`).
 
     Never build a lookup from user text: `labels__<key>` would let `a__regex` through, so the
@@ -133,23 +103,6 @@ def _with_label(jobs: _Jobs, label: str) -> _Jobs:
     return cast(
         _Jobs, jobs.alias(label_value=KeyTransform(key, "labels")).filter(label_value=value)
     )
-
-
-def job_get(*, project: Project, job_id: Any) -> Job:
-    """A job of this project, or 404 (also for malformed ids and other projects' jobs)."""
-    try:
-        key = uuid.UUID(str(job_id))
-    except ValueError:
-        raise Http404("No such job.") from None
-    job = (
-        Job.objects.select_related("project", "owner", "flavor")
-        .prefetch_related(billed_runs())
-        .filter(pk=key, project=project)
-        .first()
-    )
-    if job is None:
-        raise Http404("No such job.")
-    return job
 
 
 def billed_runs() -> Prefetch[Any]:
@@ -205,8 +158,6 @@ def queue_position(*, job: Workload) -> int | None:
     """The workload's place among the waiting ones (jobs and notebook starts): of its project,
     or of every project where they share one machine (the local backend), as admission counts
     it."""
-    from controlpanel.engine.admission import WAITING_STATES, shares_machine
-
     if job.state not in WAITING_STATES or job.admitted_at is not None:
         return None
     ahead = Workload.objects.filter(
@@ -215,37 +166,3 @@ def queue_position(*, job: Workload) -> int | None:
     if not shares_machine():
         ahead = ahead.filter(project=job.project_id)
     return ahead.count() + 1
-
-
-def notebooks_for_project(*, project: Project) -> QuerySet[Notebook]:
-    """The project's notebooks, newest first, with what the list shows (flavor prices and
-    runs for the cost so far) read in a fixed number of queries."""
-    return (
-        Notebook.objects.filter(project=project)
-        .select_related("project", "owner", "flavor")
-        .prefetch_related("flavor__prices", billed_runs())
-        .defer("progress", "loss_curve", "log_cursor", "env")
-        .order_by("-created_at")
-    )
-
-
-def notebook_get(*, project: Project, notebook_id: Any) -> Notebook:
-    """A notebook of this project, or 404 (also for malformed ids and other projects' ones)."""
-    try:
-        key = uuid.UUID(str(notebook_id))
-    except ValueError:
-        raise Http404("No such notebook.") from None
-    notebook = (
-        Notebook.objects.select_related("project", "owner", "flavor")
-        .prefetch_related("flavor__prices", billed_runs())
-        .filter(pk=key, project=project)
-        .first()
-    )
-    if notebook is None:
-        raise Http404("No such notebook.")
-    return notebook
-
-
-def notebook_images() -> dict[str, NotebookImage]:
-    """The images notebooks may run, by name, in the admin's order."""
-    return {image.name: image for image in NotebookImage.objects.filter(enabled=True)}

@@ -1,71 +1,154 @@
-"""Writes on jobs: submit, stop, run again, retry the final push, delete.
+"""The one write path of every workload kind: a new workload, a new run, a stop (with a
+reason), a delete, and the row locked for a user. Each writes the desired state and enqueues
+work after commit (`delay_on_commit`); the engine's tasks reconcile toward it.
 
-Each validates, writes the desired state, and enqueues work with `delay_on_commit` (never
-before the row is committed). The Celery tasks then reconcile toward it.
-"""
+What differs between kinds is what they declare (registry.py): the states a start or a stop is
+allowed from and leads to, their words, and how their objects go when they are deleted. The
+rest, a new run's reset above all, is written once: every kind starts a run from nothing."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeVar
 
-from django.core.exceptions import ValidationError
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
+from django.utils import timezone
 
+from controlpanel import audit
 from controlpanel.engine import tasks
-from controlpanel.engine.datastores import launch_refusal
-from controlpanel.engine.lifecycle import PUSH_RETRIED, record_state
-from controlpanel.engine.models import Job, JobState
-from controlpanel.engine.validation import validate_job
-from controlpanel.engine.writes import (
-    workload_create,
-    workload_delete,
-    workload_locked,
-    workload_start,
-    workload_stop,
-)
+from controlpanel.engine.lifecycle import record_state
+from controlpanel.engine.models import DELETING, JobEvent, JobLogLine, Workload
+from controlpanel.engine.registry import KindSpec, kind_of
 from controlpanel.projects.access import ProjectAccess
-from storage.volumes import render_volume_spec
 
-S = JobState
-SUBMITTED = "submitted"
+W = TypeVar("W", bound=Workload)
 
 
-@transaction.atomic
-def job_submit(*, access: ProjectAccess, user: Any, data: Mapping[str, Any]) -> Job:
-    """Validate and store a job (QUEUED), then admit it through the project's quota."""
-    spec = validate_job(project=access.project, data=data)
-    fields = vars(spec) | {"volumes": [render_volume_spec(v) for v in spec.volumes]}
-    job = Job(project=access.project, owner=user, **fields)
-    return workload_create(access=access, user=user, workload=job, reason=SUBMITTED)
-
-
-def job_stop(*, access: ProjectAccess, user: Any, job: Job, reason: str = "") -> Job:
-    """Stop a live job: INTERRUPTING, then INTERRUPTED once the run ended and rw pushed.
-    `reason`: why, when the panel stops it (a budget reached), instead of who asked."""
-    return workload_stop(access=access, user=user, workload=job, reason=reason)
-
-
-def job_rerun(*, access: ProjectAccess, user: Any, job: Job) -> Job:
-    """Run a finished job again: a new run with fresh objects, queued behind the others."""
-    return workload_start(access=access, user=user, workload=job)
+def workload_locked(*, access: ProjectAccess | None, user: Any, workload: W) -> W:
+    """The workload's row, locked, as its kind's model, once the user may act on it (its
+    owner or a manager). `access` None: the panel itself acts (an idle stop)."""
+    kind = kind_of(workload)
+    if access is not None and not (access.can_manage or workload.owner_id == user.pk):
+        raise PermissionDenied(f"Only the {kind.name}'s owner or a project manager can do this.")
+    locked: W = kind.model.objects.select_for_update(of=("self",)).get(pk=workload.pk)
+    return locked
 
 
 @transaction.atomic
-def job_retry_push(*, access: ProjectAccess, user: Any, job: Job) -> Job:
-    """After SYNC_FAILED the data was kept: push it again."""
-    job = workload_locked(access=access, user=user, workload=job)
-    if job.state != S.SYNC_FAILED:
-        raise ValidationError("Only a job whose final push failed (SYNC_FAILED) can retry it.")
-    refused = launch_refusal(project=job.project, volumes=job.volumes)
-    if refused:  # the push would write (rwd: delete) in a bucket no longer this project's
-        raise ValidationError(f"The push cannot be retried: {refused}.")
-    # Back to FINALIZING: the one way a final state is left (observations never do it).
-    record_state(job, S.FINALIZING, f"{PUSH_RETRIED} {user.username}")
-    tasks.job_retry_push.delay_on_commit(str(job.pk))
-    return job
+def workload_create(*, access: ProjectAccess, user: Any, workload: W, reason: str) -> W:
+    """Store a new workload (made by its kind's service, unsaved), waiting for admission."""
+    workload.state, workload.state_reason = kind_of(workload).waiting, reason
+    workload.save(force_insert=True)
+    JobEvent.objects.create(job=workload, run=workload.run, state=workload.state, reason=reason)
+    audit.record(
+        "workload.start", actor=user, project=access.project, target=workload, name=workload.name
+    )
+    tasks.admit_soon(access.project.pk)
+    return workload
 
 
-def job_delete(*, access: ProjectAccess, user: Any, job: Job) -> None:
-    """Delete a finished job, its objects and its log (billing usage is kept)."""
-    workload_delete(access=access, user=user, workload=job)
+def _new_run(workload: Workload) -> None:
+    """What a run leaves on the row goes: the next starts from nothing, whatever the kind."""
+    workload.run += 1
+    workload.stop_requested = False
+    workload.queued_at = timezone.now()
+    workload.admitted_at = workload.started_at = workload.finished_at = None
+    workload.exit_code = workload.last_activity_at = None
+    workload.progress, workload.loss_curve = {}, []
+    workload.log_cursor, workload.log_lines, workload.logs_archived = "", 0, False
+
+
+@transaction.atomic
+def workload_start(*, access: ProjectAccess, user: Any, workload: W) -> W:
+    """A new run (billed and logged apart), queued behind the others."""
+    workload = workload_locked(access=access, user=user, workload=workload)
+    kind = kind_of(workload)
+    if workload.state not in kind.startable:
+        raise ValidationError(kind.start_refusal.format(state=workload.state))
+    _new_run(workload)
+    workload.save()
+    reason = kind.start_reason.format(run=workload.run, user=user.username)
+    record_state(workload, kind.waiting, reason)
+    audit.record(
+        "workload.start",
+        actor=user,
+        project=workload.project,
+        target=workload,
+        name=workload.name,
+        run=workload.run,
+    )
+    tasks.admit_soon(workload.project_id)
+    return workload
+
+
+@transaction.atomic
+def workload_stop(*, access: ProjectAccess | None, user: Any, workload: W, reason: str = "") -> W:
+    """Stop a workload: its stopping state until the backend has stopped it (rw volumes are
+    pushed). `reason`: why, when the panel stops it (idle, a budget), instead of who asked."""
+    workload = workload_locked(access=access, user=user, workload=workload)
+    kind = kind_of(workload)
+    if workload.state not in kind.stoppable:
+        raise ValidationError(kind.stop_refusal.format(state=workload.state))
+    audit.record(
+        "workload.stop",
+        actor=user,
+        project=workload.project,
+        target=workload,
+        name=workload.name,
+        reason=reason,
+    )
+    if not workload.stop_requested:
+        workload.stop_requested = True
+        workload.save(update_fields=["stop_requested", "updated_at"])
+        if workload.launched_run < workload.run:
+            # Never handed to the backend in this run: nothing runs there.
+            said = reason or f"stopped by {user.username}"
+            record_state(workload, kind.stopped, f"{said} before it started")
+            tasks.admit_soon(workload.project_id)
+            return workload
+        record_state(workload, kind.stopping, reason or kind.stop_reason.format(user=user.username))
+    tasks.job_reconcile.delay_on_commit(str(workload.pk))
+    return workload
+
+
+@transaction.atomic
+def workload_delete(*, access: ProjectAccess, user: Any, workload: Workload) -> None:
+    """Delete a workload, its objects and its log (its billed runs stay)."""
+    workload = workload_locked(access=access, user=user, workload=workload)
+    kind = kind_of(workload)
+    if kind.deletable is not None and workload.state not in kind.deletable:
+        raise ValidationError(kind.delete_refusal)
+    audit.record(
+        "workload.delete",
+        actor=user,
+        project=workload.project,
+        target=workload,
+        name=workload.name,
+    )
+    if kind.one_name:
+        _delete_objects_first(kind, user, workload)
+    else:
+        _delete_row_first(workload)
+
+
+def _delete_objects_first(kind: KindSpec, user: Any, workload: Workload) -> None:
+    """Its objects outlive its runs: they go first (DELETING, reconciled), then the row."""
+    if workload.launched_run == 0:
+        workload.delete()  # never reached the backend: nothing to remove there
+        return
+    workload.stop_requested = True
+    workload.save(update_fields=["stop_requested", "updated_at"])
+    record_state(workload, DELETING, f"deleted by {user.username}")
+    tasks.job_reconcile.delay_on_commit(str(workload.pk))
+
+
+def _delete_row_first(workload: Workload) -> None:
+    """Each run has objects of its own: the row goes now, each run's objects after commit."""
+    project = workload.project
+    refs = [
+        (project.slug, project.namespace, str(workload.pk), run)
+        for run in range(1, workload.run + 1)
+    ]
+    JobLogLine.objects.filter(job=workload).delete()
+    workload.delete()
+    tasks.job_cleanup.delay_on_commit(refs)

@@ -1,12 +1,15 @@
 """The periodic sweep: list every workload the backend has, compare with the live rows of
 every kind, and reconcile what differs. Together with the watch (or alone) it converges: a
-lost task, a missed event or a worker crash is repaired within one sweep period."""
+lost task, a missed event or a worker crash is repaired within one sweep period.
+
+It records what it sees and returns what should happen next (`Sweep`): the task layer
+(tasks.sweep_now) sends the tasks, as DESIGN.md's one-way rule wants."""
 
 from __future__ import annotations
 
 import logging
 import uuid
-from dataclasses import replace
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.conf import settings
@@ -14,27 +17,17 @@ from django.db.models import Q
 from django.dispatch import Signal
 from django.utils import timezone
 
-from controlpanel.engine import tasks
-from controlpanel.engine.admission import CLAIM_KEPT_STATES, WAITING_STATES
-from controlpanel.engine.backend import app_request, get_backend, job_request
+from controlpanel.engine.admission import WAITING_STATES
+from controlpanel.engine.backend import get_backend
 from controlpanel.engine.lifecycle import is_behind, target_states
-from controlpanel.engine.models import (
-    FINAL_STATES,
-    LIVE_STATES,
-    JobState,
-    Kind,
-    NotebookState,
-    Workload,
-)
-from controlpanel.engine.notebooks import stop_idle_notebooks
+from controlpanel.engine.models import DELETING, FINAL_STATES, LIVE_STATES, Workload
 from controlpanel.engine.reconcile import observe
+from controlpanel.engine.registry import kinds
 from controlpanel.engine.replicas import REPLICA_UIDS, serving_replicas
 from controlpanel.projects.models import Project
-from deploy.types import ObservedWorkload, Phase, WorkloadKind
+from deploy.types import ObservedWorkload, Phase
 
 log = logging.getLogger(__name__)
-# Phases of a run that holds (or waits for) its pod's GPUs.
-STOPPABLE = frozenset({Phase.QUEUED, Phase.PENDING, Phase.INITIALIZING, Phase.RUNNING})
 ORPHANS_PER_SWEEP = 100  # each costs a few API calls; the rest wait for the next sweep
 # Sent by every sweep with the run UIDs (`uids`) of the pods it listed alive (started, not
 # finished) and the time the listing began (`at`): billing notes when each run was last seen,
@@ -42,7 +35,19 @@ ORPHANS_PER_SWEEP = 100  # each costs a few API calls; the rest wait for the nex
 runs_seen = Signal()
 
 
-def sweep() -> dict[str, int]:
+@dataclass
+class Sweep:
+    """What one sweep counted, and what the task layer must send: a reconcile for each admitted
+    run whose task was lost (`redrive`), an admission pass for each project with waiting work
+    (`admit`), a finalize for each ended run whose finalize was lost (`finalize`)."""
+
+    counts: dict[str, int]
+    redrive: list[str] = field(default_factory=list)
+    admit: list[int] = field(default_factory=list)
+    finalize: list[tuple[str, int]] = field(default_factory=list)
+
+
+def sweep() -> Sweep:
     # Keyed by namespace too: a run counts only in its own project's namespace, whatever an
     # object elsewhere claims with our labels (the backend drops those as well).
     listed_at = timezone.now()
@@ -50,6 +55,7 @@ def sweep() -> dict[str, int]:
     alive = [uid for o in observed.values() for uid in _alive(o)]
     runs_seen.send(sender=Workload, uids=alive, at=listed_at)
     counts = {"live": 0, "changed": 0, "relaunched": 0, "missing": 0, "orphans": 0}
+    result = Sweep(counts)
     jobs = _live_jobs()
     namespaces = _namespaces({job.project_id for job in jobs})
     for job in jobs:
@@ -57,21 +63,16 @@ def sweep() -> dict[str, int]:
         key = (job.kind, namespaces[job.project_id], str(job.pk), job.backend_run)
         seen = observed.pop(key, None)
         if seen is None:
-            _missing(job, counts)
+            _missing(job, result)
         elif _differs(job, seen):
             observe(str(job.pk), seen)
             counts["changed"] += 1
-    leftovers = list(observed.values())
-    counts["orphans"] = collect_orphans([o for o in leftovers if o.kind is WorkloadKind.JOB])
-    counts["orphans"] += _notebook_orphans(
-        [o for o in leftovers if o.kind is WorkloadKind.NOTEBOOK]
-    )
-    counts["orphans"] += _app_orphans([o for o in leftovers if o.kind is WorkloadKind.APP])
-    _admit_waiting()
-    _refinalize()
-    counts["idle_stopped"] = stop_idle_notebooks()
-    tasks.notices_resend()  # end notices claimed, then lost before they were sent
-    return counts
+    for kind in kinds():
+        leftovers = [o for o in observed.values() if o.kind.value == kind.name]
+        counts["orphans"] += kind.driver.orphans(leftovers) if leftovers else 0
+    result.admit = _waiting_projects()
+    result.finalize = _unfinalized()
+    return result
 
 
 def _alive(seen: ObservedWorkload) -> list[str]:
@@ -87,10 +88,13 @@ def record_observation(observed: ObservedWorkload) -> bool:
         job_id = uuid.UUID(observed.id)
     except ValueError:
         return False  # not one of ours (a foreign id under our labels)
+    specs = {kind.name: kind for kind in kinds()}
+    if observed.kind.value not in specs:
+        return False
     rows = Workload.objects.select_related("project", "flavor").filter(
         pk=job_id, kind=observed.kind.value, state__in=LIVE_STATES
     )
-    if observed.kind is WorkloadKind.JOB:
+    if not specs[observed.kind.value].one_name:
         rows = rows.filter(run=observed.run)
     job = rows.first()
     if job is None or job.project.namespace != observed.namespace:
@@ -127,15 +131,14 @@ def _namespaces(project_ids: set[int]) -> dict[int, str]:
     return {project.pk: project.namespace for project in projects}
 
 
-def _missing(job: Workload, counts: dict[str, int]) -> None:
-    if job.launched_run < job.run or job.state == NotebookState.DELETING:
-        # Admitted, never launched (or a deletion to finish): the task was lost. Sent again,
-        # spaced out per row, so a task that keeps failing is not re-sent every sweep.
-        if tasks.redrive(str(job.pk)):
-            counts["relaunched"] += 1
+def _missing(job: Workload, result: Sweep) -> None:
+    if job.launched_run < job.run or job.state == DELETING:
+        # Admitted, never launched (or a deletion to finish): the task was lost. Sent again
+        # by the task layer, spaced out per row (tasks.redrive).
+        result.redrive.append(str(job.pk))
     else:
         observe(str(job.pk))  # look again, alone: it may have been created after the list
-        counts["missing"] += 1
+        result.counts["missing"] += 1
 
 
 def _differs(job: Workload, seen: ObservedWorkload) -> bool:
@@ -154,134 +157,45 @@ def _differs(job: Workload, seen: ObservedWorkload) -> bool:
     return state != job.state or bool(reason and reason != job.state_reason)
 
 
-def collect_orphans(runs: list[ObservedWorkload]) -> int:
-    """Delete what runs on for no live job: the objects of a run whose row ended (and was
-    finalized), is gone, or is at another run. The case that needs it: the Job was created,
-    the reconcile's transaction rolled back, and 'stop' then ended the never-launched row
-    without the cluster; its pod kept its GPUs, out of the quota and unbilled.
-
-    Only after `JOB_ORPHAN_GRACE_SECONDS`, from the row's end and the objects' creation (a
-    row read before a commit must not cost a run). SYNC_FAILED keeps everything (the retried
-    push needs the Job and the claim); ERROR keeps its Job and claim (data to rescue) but
-    its pods are stopped. Returns how many runs were acted on, at most ORPHANS_PER_SWEEP."""
-    if not runs:
-        return 0
-    before = timezone.now() - timedelta(seconds=settings.JOB_ORPHAN_GRACE_SECONDS)
-    runs = [r for r in runs if r.created_at is None or r.created_at <= before]
-    rows = _rows_of(runs)
-    backend, acted = get_backend(), 0
-    for seen in runs:
-        row = rows.get(seen.id)
-        if row is not None and row.project.namespace != seen.namespace:
-            row = None  # another project's job id in this namespace: nothing of ours
-        action = _orphan_action(row, seen, before)
-        if not action:
-            continue
-        log.warning("orphan run %s of job %s in %s: %s", seen.run, seen.id, seen.namespace, action)
-        if action == "stop" and row is not None:
-            backend.stop_job(job=job_request(row))
-        else:
-            backend.delete_job(ref=seen.ref)
-        acted += 1
-        if acted == ORPHANS_PER_SWEEP:
-            break
-    return acted
+def grace_start() -> datetime:
+    """Objects made, or rows ended, after this are too young for the orphan collectors (a row
+    read before a commit must not cost a run): JOB_ORPHAN_GRACE_SECONDS ago."""
+    return timezone.now() - timedelta(seconds=settings.JOB_ORPHAN_GRACE_SECONDS)
 
 
-def _rows_of(runs: list[ObservedWorkload]) -> dict[str, Workload]:
+def settled(observations: list[ObservedWorkload]) -> list[ObservedWorkload]:
+    """The leftovers old enough for a kind's orphan collector to act on (`grace_start`)."""
+    before = grace_start()
+    return [o for o in observations if o.created_at is None or o.created_at <= before]
+
+
+def rows_of(observations: list[ObservedWorkload]) -> dict[str, Workload]:
+    """The rows (any state) the observations' ids name, by id, with project and flavor."""
     ids = set()
-    for seen in runs:
+    for seen in observations:
         try:
             ids.add(uuid.UUID(seen.id))
         except ValueError:
-            continue  # not a job id: no row
+            continue  # not a workload id: no row
     rows = Workload.objects.filter(pk__in=ids).select_related("project", "flavor")
     return {str(row.pk): row for row in rows}
 
 
-def _orphan_action(row: Workload | None, seen: ObservedWorkload, before: datetime) -> str:
-    """What to do with the objects of a run no live row of that run claimed: "delete",
-    "stop", or "" to leave them."""
-    if row is None or row.run != seen.run:
-        return "delete"
-    if row.state in LIVE_STATES or not row.logs_archived or row.state_changed_at > before:
-        return ""  # running, or not finalized yet: job_finalize still reads the run
-    if row.state in CLAIM_KEPT_STATES:
-        return "stop" if row.state == JobState.ERROR and seen.phase in STOPPABLE else ""
-    return "delete"
+def _waiting_projects() -> list[int]:
+    """Every project with work waiting for admission: the task layer sends each a pass
+    whatever the queued-admission mark says (the sweep is the repair path, and a mark can
+    belong to a message lost with its worker)."""
+    waiting = Workload.objects.filter(state__in=WAITING_STATES, admitted_at=None)
+    return list(waiting.values_list("project_id", flat=True).distinct())
 
 
-def _notebook_orphans(notebooks: list[ObservedWorkload]) -> int:
-    """A notebook's objects outlive its stops (the workspace claim, the scaled-down server),
-    not its row: those of a deleted notebook go, after the same grace as a job's."""
-    if not notebooks:
-        return 0
-    before = timezone.now() - timedelta(seconds=settings.JOB_ORPHAN_GRACE_SECONDS)
-    notebooks = [n for n in notebooks if n.created_at is None or n.created_at <= before]
-    rows = _rows_of(notebooks)
-    acted = 0
-    for seen in notebooks:
-        row = rows.get(seen.id)
-        if row is None or row.project.namespace != seen.namespace or row.kind != Kind.NOTEBOOK:
-            log.warning("orphan notebook %s in %s: delete", seen.id, seen.namespace)
-            get_backend().delete_notebook(ref=seen.ref)
-            acted += 1
-    return acted
-
-
-def _app_orphans(apps: list[ObservedWorkload]) -> int:
-    """An app's objects (Deployment, Service, Ingress, autoscaler; locally its server) outlive
-    its stops, not its row: those of a deleted app go. Those of an app that ended (FAILED,
-    ERROR) yet still has replicas, which would hold their GPUs unbilled, are stopped, its
-    address kept for a start. Both after the same grace as a job's."""
-    if not apps:
-        return 0
-    before = timezone.now() - timedelta(seconds=settings.JOB_ORPHAN_GRACE_SECONDS)
-    apps = [a for a in apps if a.created_at is None or a.created_at <= before]
-    rows = _rows_of(apps)
-    backend, acted = get_backend(), 0
-    for seen in apps:
-        row = rows.get(seen.id)
-        if row is None or row.project.namespace != seen.namespace or row.kind != Kind.APP:
-            log.warning("orphan app %s in %s: delete", seen.id, seen.namespace)
-            backend.delete_app(ref=seen.ref)
-        elif _app_left_running(row, seen, before):
-            log.warning("app %s ended %s with replicas left: stop", seen.id, row.state)
-            backend.apply_app(app=replace(app_request(row), running=False))
-        else:
-            continue
-        acted += 1
-        if acted == ORPHANS_PER_SWEEP:
-            break
-    return acted
-
-
-def _app_left_running(row: Workload, seen: ObservedWorkload, before: datetime) -> bool:
-    """An ended app whose backend still runs (or restarts) its replicas."""
-    if row.state not in FINAL_STATES or row.state_changed_at > before:
-        return False
-    return seen.phase not in (Phase.STOPPED, Phase.STOPPING)
-
-
-def _admit_waiting() -> None:
-    waiting = (
-        Workload.objects.filter(state__in=WAITING_STATES, admitted_at=None)
-        .values_list("project_id", flat=True)
-        .distinct()
-    )
-    for project_id in waiting:
-        # Sent whatever the mark says: the sweep is the repair path, and a mark can belong to
-        # a message lost with its worker (it would hold the queue until it expires).
-        tasks.project_admit.delay(project_id)
-
-
-def _refinalize() -> None:
+def _unfinalized() -> list[tuple[str, int]]:
+    """Final rows whose log is still not archived this long after they ended: their finalize
+    task was lost."""
     stale = Workload.objects.filter(
         state__in=FINAL_STATES,
         logs_archived=False,
-        # A final row whose log is still not archived this long after it ended lost its task.
         state_changed_at__lt=timezone.now()
         - timedelta(seconds=settings.JOB_FINALIZE_GRACE_SECONDS),
     )
-    for job_id, run in stale.values_list("pk", "run")[:100]:
-        tasks.job_finalize.delay(str(job_id), run)
+    return [(str(pk), run) for pk, run in stale.values_list("pk", "run")[:100]]

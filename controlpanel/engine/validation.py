@@ -1,13 +1,13 @@
-"""Checks a job submission against the contract (contract.py), for the form, the API and
-(through the API) the CLI: `validate_job` returns a JobSpec or raises JobSpecError with every
-problem under its key (`volumes.0`, `env.HF_TOKEN`, `params.rank`); nothing is saved unless
-everything is valid.
+"""What every kind's create request is checked with, written once: the shared fields' checks
+(flavor, units, volumes, env, labels, name, image), each raising a ValidationError with a
+sentence, and `Errors`, which files the problems under the contract's stable keys (contract.py).
+Each kind's `validate_<kind>` (its package's validation.py) puts them together with its own.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from django.conf import settings
@@ -15,39 +15,31 @@ from django.core.exceptions import ValidationError
 
 from controlpanel.core.validators import validate_visible_name
 from controlpanel.engine.contract import (
-    MAX_ARG_CHARS,
-    MAX_ARGS,
-    MAX_COMMAND_BYTES,
     MAX_ENV_BYTES,
     MAX_ENV_VALUE_BYTES,
     MAX_ENV_VARS,
     MAX_LABELS,
-    MAX_TIMEOUT_S,
     MAX_VOLUMES,
-    JobSpec,
-    JobSpecError,
     field_of,
 )
 from controlpanel.engine.datastores import check_volume_access
-from controlpanel.engine.models import DEFAULT_TIMEOUT_S, Preset
-from controlpanel.engine.presets import clean_finetune, finetune_command
 from controlpanel.flavors.models import Flavor
 from controlpanel.projects.models import NAME_RULE_FOR_SECRETS, SECRET_NAME_RE, Project
 from controlpanel.projects.selectors import secret_names
-from deploy import images
-from deploy.local.plan import local_argv, preset_problem
 from storage.volumes import VolumeSpec, VolumeSpecError, check_mount_paths, parse_volume_spec
 
 IMAGE_RE = re.compile(r"^[a-z0-9][a-z0-9._\-/:@]*$", re.IGNORECASE)
 ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 LABEL_RE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
 RESERVED_ENV_PREFIXES = ("AJUSTE_DATASTORE_", "AWS_")
+
+
 # An env value `secret:<name>` is the project secret <name>, never the literal text.
 SECRET_PREFIX = "secret:"  # noqa: S105 (a prefix)
 VOLUME_EXAMPLE = "bucket@ALIAS/prefix:/workspace/data:ro"
 
 
-class _Errors:
+class Errors:
     """Problems found so far, by error key."""
 
     def __init__(self) -> None:
@@ -75,75 +67,16 @@ class _Errors:
         return any(field_of(key) == name for key in self.by_key)
 
 
-def validate_job(*, project: Project, data: Mapping[str, Any]) -> JobSpec:
-    """Check a submission (the API's JSON, or a form's typed values) for `project`."""
-    errors = _Errors()
-    preset = data.get("preset") or ""
-    if preset not in Preset.values:
-        errors.add("preset", f"Unknown preset {preset!r}; use 'finetune' or leave it empty.")
-    finetune = preset == Preset.FINETUNE
-    flavor = errors.check("flavor", _flavor, data.get("flavor"))
-    if finetune and flavor is not None:
-        errors.check("flavor", _runs_the_finetune_image, flavor)
-    gpu = errors.check("gpu", _gpu, data.get("gpu", 1), flavor, project)
-    volumes = _volumes(errors, data.get("volumes") or [], project)
-    image = settings.AJUSTE_FINETUNE_IMAGE if finetune else data.get("image")
-    name = errors.check("name", _name, data.get("name"), image)
-    image = errors.check("image", _image, image)
-    command = _command(errors, data.get("command") or [], finetune)
-    env = _env(errors, data.get("env") or {}, project)
-    labels = _labels(errors, data.get("labels") or {})
-    timeout = errors.check("timeout", _timeout, data.get("timeout"))
-    params = _params(errors, preset, data.get("params"), volumes)
-    if image is not None and runs_only_the_finetune_image():
-        _local_checks(errors, image, preset, params, env)
-    if errors.by_key:
-        raise JobSpecError(errors.by_key)
-    return JobSpec(
-        name=name,
-        image=image,
-        command=command,
-        flavor=flavor,
-        gpu=gpu,
-        volumes=tuple(volumes),
-        env=env,
-        labels=labels,
-        timeout=timeout,
-        preset=preset,
-        params=params,
-    )
-
-
-def _params(
-    errors: _Errors, preset: str, raw: Any, volumes: Sequence[VolumeSpec]
-) -> dict[str, Any]:
-    if preset != Preset.FINETUNE:
-        if raw:
-            errors.add("params", "Parameters are only taken by a preset.")
-        return {}
-    if errors.has("volumes"):
-        return {}  # the preset's own volume checks would only repeat what is said
-    try:
-        params = clean_finetune(params=raw or {}, volumes=volumes)
-    except ValidationError as exc:
-        errors.merge(exc)
-        return {}
-    size = _size(finetune_command(params=params))
-    if size > MAX_COMMAND_BYTES:
-        errors.add("params", _too_big("The preset's command", size, MAX_COMMAND_BYTES))
-    return params
-
-
-def _size(texts: Sequence[str]) -> int:
+def size_of(texts: Sequence[str]) -> int:
     """Bytes of these strings as a process gets them (UTF-8, one NUL each)."""
     return sum(len(t.encode("utf-8", "surrogatepass")) + 1 for t in texts)
 
 
-def _too_big(what: str, size: int, limit: int) -> str:
+def too_big(what: str, size: int, limit: int) -> str:
     return f"{what} is {size:,} bytes; the limit is {limit:,} ({limit // 1024} KiB)."
 
 
-def _flavor(name: Any) -> Flavor:
+def check_flavor(name: Any) -> Flavor:
     if isinstance(name, Flavor) and name.enabled:  # a form's choice, already looked up
         return name
     if not name or not isinstance(name, str):
@@ -155,20 +88,8 @@ def _flavor(name: Any) -> Flavor:
     return flavor
 
 
-def _runs_the_finetune_image(flavor: Flavor) -> Flavor:
-    """The fine-tune image's CUDA build has no kernels for GPUs older than it supports."""
-    needed = images.FINETUNE_MIN_COMPUTE_CAPABILITY
-    if flavor.capability is not None and flavor.capability < needed:
-        raise ValidationError(
-            f"The fine-tune image (a CUDA 13 build) needs a GPU of compute capability "
-            f"{needed[0]}.{needed[1]} or newer; {flavor.name}'s {flavor.gpu_model} has "
-            f"{flavor.compute_capability}. Choose another flavor, or a custom image built for it."
-        )
-    return flavor
-
-
-def _gpu(value: Any, flavor: Flavor | None, project: Project) -> int:
-    units = _integer(value, "The GPU count")
+def check_gpu(value: Any, flavor: Flavor | None, project: Project) -> int:
+    units = whole_number(value, "The GPU count")
     if units < 1:
         raise ValidationError("Ask for at least 1 unit.")
     if flavor is None:
@@ -188,7 +109,7 @@ def _gpu(value: Any, flavor: Flavor | None, project: Project) -> int:
     return units
 
 
-def _integer(value: Any, what: str) -> int:
+def whole_number(value: Any, what: str) -> int:
     if isinstance(value, bool):
         raise ValidationError(f"{what} must be a whole number.")
     try:
@@ -197,7 +118,7 @@ def _integer(value: Any, what: str) -> int:
         raise ValidationError(f"{what} must be a whole number, not {value!r}.") from None
 
 
-def _volumes(errors: _Errors, raw: Any, project: Project) -> list[VolumeSpec]:
+def check_volumes(errors: Errors, raw: Any, project: Project) -> list[VolumeSpec]:
     """The parsed specs; each problem under `volumes.<index>` (a mount path that collides
     with an earlier volume's is the later one's problem)."""
     if not isinstance(raw, list) or not all(isinstance(v, str) for v in raw):
@@ -216,17 +137,17 @@ def _volumes(errors: _Errors, raw: Any, project: Project) -> list[VolumeSpec]:
             where = f" at character {exc.position + 1}" if exc.position is not None else ""
             errors.add(key, f"{text!r}{where}: {exc.message}")
             continue
-        if errors.check(key, _access, project, spec):
+        if errors.check(key, check_access, project, spec):
             specs.append(spec)
     return specs
 
 
-def _access(project: Project, spec: VolumeSpec) -> bool:
+def check_access(project: Project, spec: VolumeSpec) -> bool:
     check_volume_access(project=project, spec=spec)
     return True
 
 
-def _name(value: Any, image: Any) -> str:
+def check_name(value: Any, image: Any) -> str:
     name = (value or "").strip() if isinstance(value, str) or value is None else None
     if name is None:
         raise ValidationError("The name must be text.")
@@ -238,7 +159,7 @@ def _name(value: Any, image: Any) -> str:
     return name
 
 
-def _image(value: Any) -> str:
+def check_image(value: Any) -> str:
     if not value or not isinstance(value, str):
         raise ValidationError("Give a container image, e.g. my-registry/my-image:latest.")
     value = value.strip()
@@ -249,61 +170,7 @@ def _image(value: Any) -> str:
     return value
 
 
-LOCAL_BACKEND_NOTE = (
-    "Custom images need the Kubernetes backend (COMPUTE_BACKEND=kubernetes): this panel runs "
-    f"jobs on its own machine, as its own user, where only the built-in fine-tune preset "
-    f"({images.FINETUNE_IMAGE}) runs. Use the Fine-tune tab, or a cluster."
-)
-LOCAL_COMMAND_NOTE = (
-    "Custom commands need the Kubernetes backend (COMPUTE_BACKEND=kubernetes): on this panel's "
-    "machine a job runs as the panel's own user, beside its secrets, so only the fine-tune "
-    "preset runs. Use the Fine-tune tab, or a cluster."
-)
-
-
-def runs_only_the_finetune_image() -> bool:
-    """True on the local backend (the `make run` default): it runs no container. Read from the
-    settings, not the backend: the web process never builds one (it has no cluster identity)."""
-    return settings.COMPUTE_BACKEND == "local"
-
-
-def _local_checks(
-    errors: _Errors, image: str, preset: str, params: dict[str, Any], env: dict[str, str]
-) -> None:
-    """Refused at submit what the local backend would only fail at start: it runs only the
-    preset's own command (deploy/local/plan.py)."""
-    if not local_argv(image, [], python="python"):
-        errors.add("image", f"{image} cannot run here. {LOCAL_BACKEND_NOTE}")
-    elif preset != Preset.FINETUNE:
-        errors.add("command", LOCAL_COMMAND_NOTE)
-    elif not (errors.has("env") or errors.has("params")):
-        problem = preset_problem(finetune_command(params=params), env)
-        if problem:
-            errors.add("env", problem[0].upper() + problem[1:] + ".")
-
-
-def _command(errors: _Errors, value: Any, finetune: bool) -> list[str]:
-    if finetune:
-        if value:
-            errors.add("command", "The fine-tune preset sets the command; use params instead.")
-        return []
-    if not isinstance(value, list):
-        errors.add("command", "Give the command as a list of arguments (strings).")
-        return []
-    if len(value) > MAX_ARGS:
-        errors.add("command", f"At most {MAX_ARGS} arguments (there are {len(value)}).")
-    for index, arg in enumerate(value):
-        if not isinstance(arg, str) or "\x00" in arg:
-            errors.add(f"command.{index}", f"{arg!r} is not an argument: give text (no NUL).")
-        elif len(arg) > MAX_ARG_CHARS:
-            errors.add(f"command.{index}", f"An argument has at most {MAX_ARG_CHARS:,} characters.")
-    size = _size([a for a in value if isinstance(a, str)])
-    if size > MAX_COMMAND_BYTES:
-        errors.add("command", _too_big("The command", size, MAX_COMMAND_BYTES))
-    return list(value)
-
-
-def _env(errors: _Errors, value: Any, project: Project) -> dict[str, str]:
+def check_env(errors: Errors, value: Any, project: Project) -> dict[str, str]:
     """NAME=value pairs, stored as typed; a value `secret:<name>` references the project's
     secret of that name (checked here, resolved only at launch: the job keeps the name)."""
     if not isinstance(value, dict):
@@ -321,9 +188,9 @@ def _env(errors: _Errors, value: Any, project: Project) -> dict[str, str]:
         if problem:
             errors.add(f"env.{key}", problem)
     texts = [str(k) for k in value] + [v for v in value.values() if isinstance(v, str)]
-    size = _size(texts) - len(texts)
+    size = size_of(texts) - len(texts)
     if size > MAX_ENV_BYTES:
-        errors.add("env", _too_big("The environment (names and values)", size, MAX_ENV_BYTES))
+        errors.add("env", too_big("The environment (names and values)", size, MAX_ENV_BYTES))
     return dict(value)
 
 
@@ -334,9 +201,9 @@ def _env_problem(key: Any, val: Any) -> str | None:
         return f"{key} is reserved: credentials reach jobs only through volumes."
     if not isinstance(val, str) or "\x00" in val:
         return f"The value of {key} must be text (no NUL)."
-    size = _size([val]) - 1
+    size = size_of([val]) - 1
     if size > MAX_ENV_VALUE_BYTES:
-        return _too_big(f"The value of {key}", size, MAX_ENV_VALUE_BYTES)
+        return too_big(f"The value of {key}", size, MAX_ENV_VALUE_BYTES)
     return None
 
 
@@ -356,7 +223,7 @@ def _secret_problem(key: str, name: str, known: set[str]) -> str | None:
     return None
 
 
-def _labels(errors: _Errors, value: Any) -> dict[str, str]:
+def check_labels(errors: Errors, value: Any) -> dict[str, str]:
     if not isinstance(value, dict):
         errors.add("labels", "Give labels as key=value pairs.")
         return {}
@@ -374,12 +241,3 @@ def _labels(errors: _Errors, value: Any) -> dict[str, str]:
 
 def _label_text(text: Any) -> bool:
     return isinstance(text, str) and LABEL_RE.fullmatch(text) is not None
-
-
-def _timeout(value: Any) -> int:
-    if value in (None, ""):
-        return DEFAULT_TIMEOUT_S
-    seconds = _integer(value, "The timeout")
-    if not 60 <= seconds <= MAX_TIMEOUT_S:
-        raise ValidationError(f"The timeout must be between 60 s and {MAX_TIMEOUT_S} s (30 days).")
-    return seconds

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from controlpanel.engine.models import JobState as S
 from controlpanel.engine.registry import KindSpec
+from controlpanel.jobs.states import JobState as S
 
 FINAL = frozenset({S.DONE, S.INTERRUPTED, S.FAILED, S.ERROR, S.SYNC_FAILED})
 
@@ -14,7 +14,23 @@ KIND = KindSpec(
     states=S,
     final=FINAL,
     waiting=S.QUEUED,
+    running=S.RUNNING,
     failed=S.FAILED,
+    error=S.ERROR,
+    failures=frozenset({S.FAILED, S.ERROR, S.SYNC_FAILED}),
+    # PENDING and INITIALIZING share a rank: the pull runs after scheduling, and the user's
+    # image is pulled after it.
+    ranks={
+        S.QUEUED: 0,
+        S.PENDING: 1,
+        S.INITIALIZING: 1,
+        S.RUNNING: 2,
+        S.INTERRUPTING: 3,
+        S.TIMEOUT: 3,
+        S.FINALIZING: 3,
+        **dict.fromkeys(FINAL, 4),
+    },
+    printing=frozenset({S.RUNNING, S.INTERRUPTING, S.TIMEOUT, S.FINALIZING}),
     startable=FINAL,
     start_reason="run {run} requested by {user}",
     start_refusal="Only a finished job can be run again; stop it first.",
@@ -25,5 +41,12 @@ KIND = KindSpec(
     stop_refusal="The job already ended ({state}).",
     deletable=FINAL,
     delete_refusal="Stop the job before deleting it.",
-    model="controlpanel.engine.models.Job",
+    run_claim=True,
+    claim_kept=frozenset({S.SYNC_FAILED, S.ERROR}),
+    claim_released=frozenset({S.DONE, S.FAILED, S.INTERRUPTED}),
+    progress_events=True,
+    judged_by_ends=True,
+    model_path="controlpanel.jobs.models.Job",
+    driver_path="controlpanel.jobs.driver.DRIVER",
+    chores={"notices_resent": "controlpanel.jobs.tasks.notices_resend"},
 )

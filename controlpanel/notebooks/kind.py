@@ -2,18 +2,25 @@
 
 from __future__ import annotations
 
-from controlpanel.engine.models import NotebookState as N
 from controlpanel.engine.registry import KindSpec
+from controlpanel.notebooks.states import NotebookState as N
+
+FINAL = frozenset({N.STOPPED, N.FAILED, N.ERROR})
 
 KIND = KindSpec(
     name="notebook",
     label="Notebook",
     plural="notebooks",
     states=N,
-    final=frozenset({N.STOPPED, N.FAILED, N.ERROR}),
+    final=FINAL,
     waiting=N.STARTING,
+    running=N.RUNNING,
     failed=N.FAILED,
-    startable=frozenset({N.STOPPED, N.FAILED, N.ERROR}),
+    error=N.ERROR,
+    failures=frozenset({N.FAILED, N.ERROR}),
+    ranks={N.STARTING: 0, N.RUNNING: 1, N.STOPPING: 2, N.DELETING: 3, **dict.fromkeys(FINAL, 4)},
+    printing=frozenset({N.RUNNING, N.STOPPING}),
+    startable=FINAL,
     start_reason="started by {user}",
     start_refusal="The notebook is {state}: stop it first.",
     stoppable=frozenset({N.STARTING, N.RUNNING}),
@@ -22,5 +29,8 @@ KIND = KindSpec(
     stop_reason="stopped by {user}",
     stop_refusal="The notebook is {state}: there is nothing to stop.",
     one_name=True,
-    model="controlpanel.engine.models.Notebook",
+    idle_deadline="controlpanel.notebooks.services.idle_deadline",
+    model_path="controlpanel.notebooks.models.Notebook",
+    driver_path="controlpanel.notebooks.driver.DRIVER",
+    chores={"idle_stopped": "controlpanel.notebooks.services.stop_idle_notebooks"},
 )

@@ -2,18 +2,33 @@
 
 from __future__ import annotations
 
-from controlpanel.engine.models import AppState as A
 from controlpanel.engine.registry import KindSpec
+from controlpanel.served.states import AppState as A
+
+FINAL = frozenset({A.STOPPED, A.FAILED, A.ERROR})
 
 KIND = KindSpec(
     name="app",
     label="App",
     plural="apps",
     states=A,
-    final=frozenset({A.STOPPED, A.FAILED, A.ERROR}),
+    final=FINAL,
     waiting=A.QUEUED,
+    running=A.RUNNING,
     failed=A.FAILED,
-    startable=frozenset({A.STOPPED, A.FAILED, A.ERROR}),
+    error=A.ERROR,
+    failures=frozenset({A.FAILED, A.ERROR}),
+    ranks={
+        A.QUEUED: 0,
+        A.INITIALIZING: 1,
+        A.RUNNING: 2,
+        A.SCALING: 2,
+        A.STOPPING: 3,
+        A.DELETING: 3,
+        **dict.fromkeys(FINAL, 4),
+    },
+    printing=frozenset({A.RUNNING, A.SCALING, A.STOPPING}),
+    startable=FINAL,
     start_reason="started by {user}",
     start_refusal="The app is {state}: stop it first.",
     stoppable=frozenset({A.QUEUED, A.INITIALIZING, A.SCALING, A.RUNNING}),
@@ -22,5 +37,6 @@ KIND = KindSpec(
     stop_reason="stopped by {user}",
     stop_refusal="The app is {state}: there is nothing to stop.",
     one_name=True,
-    model="controlpanel.engine.models.App",
+    model_path="controlpanel.served.models.App",
+    driver_path="controlpanel.served.driver.DRIVER",
 )

@@ -91,7 +91,7 @@ def test_a_method_a_route_does_not_take_is_a_json_405(owner_api: APIClient) -> N
 def test_a_server_error_is_json(
     owner: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from controlpanel.engine import selectors
+    from controlpanel.jobs import selectors
 
     def broken(**kwargs: Any) -> None:
         raise RuntimeError("a bug")
@@ -130,8 +130,8 @@ def test_log_paging_parameters_out_of_range_are_a_400(
     owner_api: APIClient, project: Any, owner: Any, query: str, message: dict[str, list[str]]
 ) -> None:
     """They used to be echoed back (`"next": 99999999999999999999999`) or silently replaced."""
-    from controlpanel.engine.models import Job
     from controlpanel.flavors.models import Flavor
+    from controlpanel.jobs.models import Job
 
     job = Job.objects.create(
         project=project,
@@ -148,7 +148,8 @@ def test_log_paging_parameters_out_of_range_are_a_400(
 # text, and a NUL that reached a query answered a 500.
 @pytest.mark.parametrize("path", ["/api/v1/jobs/", "/api/v1/notebooks/"])
 def test_a_nul_in_a_flavor_name_is_a_keyed_400(owner_api: APIClient, path: str) -> None:
-    from controlpanel.engine.models import Job, Notebook
+    from controlpanel.jobs.models import Job
+    from controlpanel.notebooks.models import Notebook
 
     body = {"flavor": "ai1-1-cpu\x00", "image": "x/y:1"}
     response = owner_api.post(f"{path}?project=alpha", body, format="json")

@@ -30,8 +30,10 @@ from schemathesis.specs.openapi.checks import response_schema_conformance, statu
 
 from controlpanel.accounts.models import User
 from controlpanel.accounts.services import token_create
-from controlpanel.engine.models import Job, JobEvent, JobLogLine, JobState
+from controlpanel.engine.models import JobEvent, JobLogLine
 from controlpanel.flavors.models import Flavor
+from controlpanel.jobs.models import Job
+from controlpanel.jobs.states import JobState
 from controlpanel.projects.models import Project
 from storage import objects
 from tests.controlpanel.buckets.conftest import datastore  # noqa: F401  (the test S3 server)

@@ -19,8 +19,10 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from controlpanel.accounts.models import User
-from controlpanel.engine.models import Job, JobEvent, JobLogLine, JobState
+from controlpanel.engine.models import JobEvent, JobLogLine
 from controlpanel.flavors.models import Flavor
+from controlpanel.jobs.models import Job
+from controlpanel.jobs.states import JobState
 from controlpanel.projects.models import Project
 from storage import objects
 from tests.controlpanel.buckets.conftest import datastore  # noqa: F401  (the test S3 server)
@@ -197,7 +199,7 @@ def test_the_submission_schema_is_the_contract(
 ) -> None:
     """The request body of POST /api/v1/jobs/ is built from contract.FIELDS: a submission the
     API takes validates against it, and both its 201 and a refusal's keyed 400 match."""
-    from controlpanel.engine import contract
+    from controlpanel.jobs import contract
 
     operation = schema.document["paths"]["/api/v1/jobs/"]["post"]
     ref = operation["requestBody"]["content"]["application/json"]["schema"]["$ref"]

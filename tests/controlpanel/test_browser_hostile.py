@@ -15,18 +15,15 @@ import pytest
 from django.utils import timezone
 
 from controlpanel.audit.log import record
-from controlpanel.engine.models import (
-    App,
-    AppState,
-    Job,
-    JobEvent,
-    JobLogLine,
-    JobState,
-    Notebook,
-    NotebookState,
-)
+from controlpanel.engine.models import JobEvent, JobLogLine
 from controlpanel.flavors.models import Flavor
+from controlpanel.jobs.models import Job
+from controlpanel.jobs.states import JobState
+from controlpanel.notebooks.models import Notebook
+from controlpanel.notebooks.states import NotebookState
 from controlpanel.projects.models import Project
+from controlpanel.served.models import App
+from controlpanel.served.states import AppState
 from storage import objects
 from tests.fixtures.browser import browser_login, console_errors
 from tests.fixtures.jobs import project_bucket

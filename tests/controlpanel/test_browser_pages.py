@@ -14,8 +14,10 @@ import pytest
 from django.utils import timezone
 from playwright.sync_api import expect
 
-from controlpanel.engine.models import Job, JobEvent, JobLogLine, JobState
+from controlpanel.engine.models import JobEvent, JobLogLine
 from controlpanel.flavors.models import Flavor
+from controlpanel.jobs.models import Job
+from controlpanel.jobs.states import JobState
 from controlpanel.projects.models import Project
 from storage import objects
 from tests.fixtures.browser import browser_login, console_errors

@@ -61,8 +61,8 @@ def _invitation(ctx: dict[str, Any]) -> str:
 
 def _job(ctx: dict[str, Any]) -> str:
     """A job of the owner's project (created directly: no backend is involved)."""
-    from controlpanel.engine.models import Job
     from controlpanel.flavors.models import Flavor
+    from controlpanel.jobs.models import Job
 
     job = Job.objects.filter(owner=ctx["owner"]).first() or Job.objects.create(
         project=Membership.objects.get(user=ctx["owner"]).project,
@@ -90,7 +90,8 @@ def _usage_url(ctx: dict[str, Any]) -> str:
     from django.utils import timezone
 
     from controlpanel.billing.rules import month_of, month_start
-    from controlpanel.engine.models import Job, JobRun
+    from controlpanel.engine.models import JobRun
+    from controlpanel.jobs.models import Job
 
     job = Job.objects.get(pk=_job(ctx))
     if not JobRun.objects.filter(job=job).exists():
@@ -110,8 +111,8 @@ def _usage_url(ctx: dict[str, Any]) -> str:
 
 def _notebook(ctx: dict[str, Any]) -> str:
     """A notebook of the owner's project (a row, STARTING: no backend is involved)."""
-    from controlpanel.engine.models import Notebook
     from controlpanel.flavors.models import Flavor
+    from controlpanel.notebooks.models import Notebook
 
     notebook = Notebook.objects.filter(owner=ctx["owner"]).first() or Notebook.objects.create(
         project=Membership.objects.get(user=ctx["owner"]).project,
@@ -134,8 +135,8 @@ def _api_notebook_url(suffix: str = "") -> Callable[[dict[str, Any]], str]:
     """A notebook of the owner's project, RUNNING (a row only: no backend is involved)."""
 
     def url(ctx: dict[str, Any]) -> str:
-        from controlpanel.engine.models import Notebook
         from controlpanel.flavors.models import Flavor
+        from controlpanel.notebooks.models import Notebook
 
         notebook = Notebook.objects.filter(owner=ctx["owner"], name="api-notebook").first()
         notebook = notebook or Notebook.objects.create(
@@ -154,8 +155,8 @@ def _api_notebook_url(suffix: str = "") -> Callable[[dict[str, Any]], str]:
 
 def _app(ctx: dict[str, Any]) -> str:
     """An app of the owner's project (a row, QUEUED: no backend is involved)."""
-    from controlpanel.engine.models import App
     from controlpanel.flavors.models import Flavor
+    from controlpanel.served.models import App
 
     app = App.objects.filter(owner=ctx["owner"]).first() or App.objects.create(
         project=Membership.objects.get(user=ctx["owner"]).project,

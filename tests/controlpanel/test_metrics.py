@@ -20,8 +20,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from controlpanel.core.metrics import store
 from controlpanel.engine import tasks
 from controlpanel.engine.collector import LogCollector
-from controlpanel.engine.models import Job, Notebook, Workload
+from controlpanel.engine.models import Workload
 from controlpanel.flavors.models import Flavor
+from controlpanel.jobs.models import Job
+from controlpanel.notebooks.models import Notebook
 from tests.fixtures.panel import logged_in
 from tests.fixtures.processes import _forget_queued_tasks
 

@@ -12,7 +12,7 @@ from rest_framework.test import APIClient
 
 from controlpanel.accounts.models import ApiToken, User
 from controlpanel.core.validators import validate_visible_name
-from controlpanel.engine.models import Job
+from controlpanel.jobs.models import Job
 from controlpanel.projects.models import Project
 from tests.fixtures.panel import api_client_for
 

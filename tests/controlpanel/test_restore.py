@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from controlpanel.engine.backend import ensure_project
-from controlpanel.engine.sweep import sweep
+from controlpanel.engine.tasks import sweep_now as sweep
 from controlpanel.projects.models import Project
 from deploy import names
 from deploy.types import NotebookRequest

@@ -22,9 +22,11 @@ from rest_framework.test import APIClient
 from controlpanel.buckets.models import Bucket
 from controlpanel.engine import tasks
 from controlpanel.engine.backend import job_ref
-from controlpanel.engine.models import Job, JobState
-from controlpanel.engine.notifications import sign
+from controlpanel.engine.webhooks import sign
 from controlpanel.flavors.models import Flavor
+from controlpanel.jobs import tasks as job_tasks
+from controlpanel.jobs.models import Job
+from controlpanel.jobs.states import JobState
 from controlpanel.projects.models import Project
 from deploy import names
 from deploy.manifests.jobs import PUSH_BACKOFF_LIMIT
@@ -113,7 +115,7 @@ def test_webhook_is_retried_eight_times_with_growing_waits(
     procs.worker()
     for name in ("down", "flaky"):
         job = _ended_job(project, owner, name)
-        tasks.job_notify.delay(str(job.pk), job.run, job.state)
+        job_tasks.job_notify.delay(str(job.pk), job.run, job.state)
 
     def given_up() -> bool:
         return re.search(r"job_webhook\[[^]]+\] raised unexpected: HTTP", procs.logs()) is not None
@@ -170,7 +172,7 @@ def test_a_receiver_that_never_finishes_holds_up_no_reconcile_and_each_try_ends(
     procs.worker("worker", queues="celery", concurrency=1)
     procs.worker("notifier", queues="notifications", concurrency=1)
     job = _ended_job(project, owner, "slow")
-    tasks.job_webhook.delay(str(job.pk), job.run, job.state)
+    job_tasks.job_webhook.delay(str(job.pk), job.run, job.state)
     wait_for(lambda: trickler.accepted, 30, "the webhook to reach the receiver", procs)
     tasks.job_reconcile.delay(str(uuid.uuid4()))
     wait_for(lambda: _ran(procs, "job_reconcile", "succeeded"), 30, "the reconcile", procs)
@@ -196,7 +198,7 @@ def test_a_mail_server_that_never_answers_is_let_go_after_email_timeout(
     )
     procs.worker("notifier", queues="notifications", concurrency=1)
     job = _ended_job(project, owner, "mailed")
-    tasks.job_notify.delay(str(job.pk), job.run, job.state)
+    job_tasks.job_notify.delay(str(job.pk), job.run, job.state)
     wait_for(lambda: silent_smtp.accepted, 30, "the worker to reach the mail server", procs)
     wait_for(
         lambda: _ran(procs, "job_notify", r"(retry|raised).*timed out"),

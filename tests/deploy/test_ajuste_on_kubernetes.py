@@ -149,7 +149,7 @@ def test_the_images_are_this_release(objects: list[Obj]) -> None:
 
 def test_the_editors_default_images_are_movable() -> None:
     """The notebook images a new install offers are the ones an overlay can move."""
-    from controlpanel.engine.defaults import DEFAULT_IMAGES
+    from controlpanel.notebooks.defaults import DEFAULT_IMAGES
 
     assert {image for _, _, image, _ in DEFAULT_IMAGES} <= set(images.MOVABLE.values())
 

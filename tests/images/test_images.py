@@ -23,7 +23,8 @@ import pytest
 
 from controlpanel.accounts.services import token_create
 from controlpanel.engine.backend import job_ref
-from controlpanel.engine.models import Job, JobState
+from controlpanel.jobs.models import Job
+from controlpanel.jobs.states import JobState
 from controlpanel.projects.models import Project
 from deploy import names
 from deploy.version import REGISTRY, VERSION

@@ -4,7 +4,7 @@ from django.db import migrations, models
 
 
 def add_default_images(apps, schema_editor):  # type: ignore[no-untyped-def]
-    from controlpanel.engine.defaults import ensure_default_images
+    from controlpanel.notebooks.defaults import ensure_default_images
 
     ensure_default_images(apps.get_model("workloads", "NotebookImage"))
 

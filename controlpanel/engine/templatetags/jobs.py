@@ -1,13 +1,22 @@
+"""The template filters of every kind's pages (and the dashboards'): state badges, durations,
+costs, progress, the loss chart's data, a volume's bucket link, a workload's page. (Named
+`jobs` for the templates that load it since jobs were the only kind.)"""
+
 from __future__ import annotations
 
 import json
 import math
 from datetime import datetime, timedelta
 from typing import Any
+from urllib.parse import urlencode
 
 from django import template
+from django.urls import reverse
 from django.utils import timezone
 
+from controlpanel.engine.registry import kinds
+from controlpanel.engine.selectors import job_cost_estimate
+from storage.volumes import VolumeSpecError, parse_volume_spec
 from training.protocol import Snapshot
 
 register = template.Library()
@@ -76,12 +85,6 @@ def run_time(started: datetime | None, finished: datetime | None) -> str:
 @register.simple_tag
 def volume_link(project_slug: str, text: str) -> str:
     """The bucket browser at a volume's prefix (the place its results land)."""
-    from urllib.parse import urlencode
-
-    from django.urls import reverse
-
-    from storage.volumes import VolumeSpecError, parse_volume_spec
-
     try:
         spec = parse_volume_spec(text)
     except VolumeSpecError:
@@ -93,9 +96,19 @@ def volume_link(project_slug: str, text: str) -> str:
 
 
 @register.filter
-def job_cost(job: Any) -> str:
-    from controlpanel.engine.selectors import job_cost_estimate
+def workload_url(row: Any) -> str:
+    """The page of a workload (a row or a dict with its `kind`, `project` slug and `id`): its
+    kind's `<kind>-detail` route; "" for a kind nobody registered any more."""
+    get = row.get if isinstance(row, dict) else lambda name: getattr(row, name, None)
+    kind, project = get("kind"), get("project")
+    slug = getattr(project, "slug", project)
+    if not kind or kind not in {spec.name for spec in kinds()}:
+        return ""
+    return reverse(f"{kind}-detail", kwargs={"slug": slug, f"{kind}_id": get("id")})
 
+
+@register.filter
+def job_cost(job: Any) -> str:
     cost = job_cost_estimate(job=job)
     return "—" if cost is None else f"{cost:.2f}" if cost >= 1 else f"{cost:.4f}"
 

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from controlpanel.engine.models import App
 from controlpanel.projects.models import Project
+from controlpanel.served.models import App
 from storage.datastore import DatastoreConfig
 from tests.fixtures.apps import tiny_model_and_adapter, upload
 from tests.fixtures.jobs import project_bucket

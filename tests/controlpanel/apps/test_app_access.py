@@ -11,9 +11,10 @@ import pytest
 from django.test import Client
 
 from controlpanel.accounts.services import token_create
-from controlpanel.engine.models import App, Job
 from controlpanel.flavors.models import Flavor
+from controlpanel.jobs.models import Job
 from controlpanel.projects.models import Project
+from controlpanel.served.models import App
 
 AUTH_HOST = "ajuste-web.ajuste.svc.cluster.local"
 

@@ -23,14 +23,17 @@ import pytest
 from controlpanel.billing.models import Line
 from controlpanel.buckets.models import Bucket
 from controlpanel.engine.admission import admit_jobs
-from controlpanel.engine.app_services import app_create, app_delete, app_stop
 from controlpanel.engine.lifecycle import apply_observation
 from controlpanel.engine.logs import collect_logs
-from controlpanel.engine.models import App, AppState, JobRun, Kind, Workload
+from controlpanel.engine.models import JobRun, Kind, Workload
 from controlpanel.engine.reconcile import reconcile
-from controlpanel.engine.sweep import record_observation, sweep
+from controlpanel.engine.sweep import record_observation
+from controlpanel.engine.tasks import sweep_now as sweep
 from controlpanel.flavors.models import Flavor
 from controlpanel.projects.models import Project
+from controlpanel.served.models import App
+from controlpanel.served.services import app_create, app_delete, app_stop
+from controlpanel.served.states import AppState
 from deploy.kubernetes.observe import replica_run
 from deploy.local import runs as local_runs
 from deploy.types import ObservedWorkload, Phase, ReplicaRun, WorkloadKind, WorkloadRef

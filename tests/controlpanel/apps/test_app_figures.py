@@ -19,8 +19,8 @@ from django.conf import settings
 from django.test import Client
 
 from controlpanel.core.metrics.store import client as redis_client
-from controlpanel.engine import app_stats
 from controlpanel.projects.models import Project
+from controlpanel.served import stats as app_stats
 from tests.controlpanel.apps.test_app_access import bearer, make_app
 
 FAST_S = 0.12  # in the (0.1, 0.25] bucket, with the proxy's overhead

@@ -11,11 +11,12 @@ import pytest
 
 from controlpanel.buckets.models import Bucket
 from controlpanel.engine.admission import admit_jobs
-from controlpanel.engine.app_services import app_create, app_delete, app_start, app_stop
-from controlpanel.engine.models import App, AppState
 from controlpanel.engine.reconcile import reconcile
-from controlpanel.engine.sweep import sweep
+from controlpanel.engine.tasks import sweep_now as sweep
 from controlpanel.projects.models import Project
+from controlpanel.served.models import App
+from controlpanel.served.services import app_create, app_delete, app_start, app_stop
+from controlpanel.served.states import AppState
 from deploy import images
 from tests.fixtures.jobs import access_for
 

@@ -19,12 +19,14 @@ from django.utils import timezone
 
 from controlpanel.buckets.models import Bucket
 from controlpanel.engine.admission import admit_jobs
-from controlpanel.engine.app_services import app_create
 from controlpanel.engine.lifecycle import record_state
-from controlpanel.engine.models import App, AppState, Workload
+from controlpanel.engine.models import Workload
 from controlpanel.engine.reconcile import reconcile
-from controlpanel.engine.sweep import sweep
+from controlpanel.engine.tasks import sweep_now as sweep
 from controlpanel.projects.models import Project
+from controlpanel.served.models import App
+from controlpanel.served.services import app_create
+from controlpanel.served.states import AppState
 from deploy.local import LocalBackend
 from deploy.local.paths import run_dir
 from deploy.local.plan import ref_dict

@@ -21,10 +21,10 @@ import pytest
 from django.test import Client
 from playwright.sync_api import expect
 
-from controlpanel.engine.app_try import MAX_MESSAGE, server_url
 from controlpanel.engine.backend import job_ref
-from controlpanel.engine.models import App
 from controlpanel.projects.models import Project
+from controlpanel.served.models import App
+from controlpanel.served.try_it import MAX_MESSAGE, server_url
 from deploy.manifests import make_app_service
 from tests.controlpanel.apps.test_app_access import make_app
 from tests.deploy.test_app_manifests import make_app_request

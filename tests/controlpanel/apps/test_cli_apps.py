@@ -8,10 +8,12 @@ from typing import Any
 import pytest
 
 from controlpanel.buckets.models import Bucket
-from controlpanel.cli.apps import APP_STATES
-from controlpanel.engine.models import App, AppState, JobLogLine
+from controlpanel.engine.models import JobLogLine
 from controlpanel.flavors.models import Flavor
 from controlpanel.projects.models import Project, ProjectSecret
+from controlpanel.served.cli import APP_STATES
+from controlpanel.served.models import App
+from controlpanel.served.states import AppState
 from tests.fixtures.cli import cli_as, ok_json
 
 pytestmark = pytest.mark.django_db(transaction=True)

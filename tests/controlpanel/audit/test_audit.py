@@ -28,13 +28,15 @@ from controlpanel.audit.views import CSV_COLUMNS, csv_row
 from controlpanel.billing import budgets
 from controlpanel.billing.prices import price_add
 from controlpanel.billing.services import period_close, period_lock, period_reopen
-from controlpanel.engine.app_services import app_delete, app_start, app_stop
-from controlpanel.engine.models import App, Job, Notebook
-from controlpanel.engine.notebooks import notebook_create, notebook_delete, notebook_stop
-from controlpanel.engine.services import job_delete, job_rerun, job_stop
 from controlpanel.flavors.models import Flavor
+from controlpanel.jobs.models import Job
+from controlpanel.jobs.services import job_delete, job_rerun, job_stop
+from controlpanel.notebooks.models import Notebook
+from controlpanel.notebooks.services import notebook_create, notebook_delete, notebook_stop
 from controlpanel.projects.access import project_access
 from controlpanel.projects.models import Membership, Project, Role
+from controlpanel.served.models import App
+from controlpanel.served.services import app_delete, app_start, app_stop
 from tests.fixtures.jobs import access_for, submit
 from tests.fixtures.panel import UserFactory, api_client_for, logged_in
 

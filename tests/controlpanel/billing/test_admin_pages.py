@@ -22,8 +22,9 @@ from controlpanel.billing import admin_views, receivers
 from controlpanel.billing.models import Line, Period, PeriodState
 from controlpanel.billing.selectors import invoice_lines
 from controlpanel.billing.services import period_close, period_lock, run_record
-from controlpanel.engine.models import Job, JobRun
+from controlpanel.engine.models import JobRun
 from controlpanel.flavors.models import Flavor, FlavorPrice
+from controlpanel.jobs.models import Job
 from controlpanel.projects.models import Project
 from tests.controlpanel.test_settings import _check
 from tests.fixtures.panel import UserFactory, logged_in

@@ -13,8 +13,9 @@ import pytest
 from playwright.sync_api import expect
 
 from controlpanel.billing.models import Period, PeriodState
-from controlpanel.engine.models import Job, JobRun
+from controlpanel.engine.models import JobRun
 from controlpanel.flavors.models import Flavor, FlavorPrice
+from controlpanel.jobs.models import Job
 from controlpanel.projects.models import Project
 from tests.fixtures.browser import browser_login, console_errors
 from tests.fixtures.panel import PASSWORD, UserFactory

@@ -346,7 +346,8 @@ def test_the_engine_records_on_every_change_of_a_run(project: Project, flavor: F
     from django.utils import timezone
 
     from controlpanel.engine.lifecycle import record_state
-    from controlpanel.engine.models import Job, JobState
+    from controlpanel.jobs.models import Job
+    from controlpanel.jobs.states import JobState
     from tests.fixtures.panel import UserFactory
 
     FlavorPrice.objects.create(flavor=flavor, valid_from=BASE, price_per_hour=Decimal(6))

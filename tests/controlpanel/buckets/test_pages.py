@@ -449,9 +449,10 @@ def test_a_finished_job_recounts_the_buckets_it_wrote_to(
     eager_tasks: None,
     django_capture_on_commit_callbacks: Any,
 ) -> None:
-    from controlpanel.engine.models import Job, JobState
     from controlpanel.engine.tasks import job_finalize
     from controlpanel.flavors.models import Flavor
+    from controlpanel.jobs.models import Job
+    from controlpanel.jobs.states import JobState
 
     read_only = services.bucket_create(access=access, by=owner, name=f"{bucket.name}-ro")
     for each in (bucket, read_only):

@@ -265,7 +265,7 @@ def test_the_beat_renews_sts_keys_of_projects_with_live_work_into_their_secret(
     import base64
 
     from controlpanel.engine import tasks
-    from controlpanel.engine.models import JobState
+    from controlpanel.jobs.states import JobState
     from tests.fixtures.jobs import submit
 
     settings.S3_ENDPOINT_URL = moto_s3.endpoint_url

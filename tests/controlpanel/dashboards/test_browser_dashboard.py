@@ -13,8 +13,9 @@ from django.utils import timezone
 from playwright.sync_api import expect
 
 from controlpanel.dashboards.rollups import days_rebuild, recent_days
-from controlpanel.engine.models import JobRun, JobState, Kind, Workload
+from controlpanel.engine.models import JobRun, Kind, Workload
 from controlpanel.flavors.models import Flavor
+from controlpanel.jobs.states import JobState
 from controlpanel.projects.models import Project
 from tests.fixtures.browser import browser_login, console_errors
 from tests.fixtures.panel import PASSWORD

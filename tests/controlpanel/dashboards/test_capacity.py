@@ -19,8 +19,9 @@ from django.utils import timezone
 from controlpanel.dashboards.capacity import CACHE_KEY
 from controlpanel.dashboards.tasks import dashboards_rollup
 from controlpanel.engine import backend as job_backend
-from controlpanel.engine.models import JobState, Kind, Workload
+from controlpanel.engine.models import Kind, Workload
 from controlpanel.flavors.models import Flavor
+from controlpanel.jobs.states import JobState
 from controlpanel.projects.models import Project
 from deploy.local import LocalBackend
 from tests.deploy.test_k8s_capacity import A100, H100, L4, MIG_1G, node, pod

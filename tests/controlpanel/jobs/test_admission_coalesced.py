@@ -16,7 +16,7 @@ from django.db import connection
 
 from controlpanel.engine import admission, tasks
 from controlpanel.engine.backend import job_ref
-from controlpanel.engine.models import Job
+from controlpanel.jobs.models import Job
 from controlpanel.projects.models import Project
 from deploy.names import job_name
 from tests.fixtures.jobs import submit

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import expect
 
-from controlpanel.engine.models import Job
+from controlpanel.jobs.models import Job
 from controlpanel.projects.models import Project
 from tests.controlpanel.jobs.test_local_journey import upload_dir
 from tests.fixtures.browser import browser_login

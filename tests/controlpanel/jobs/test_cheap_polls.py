@@ -13,7 +13,8 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from controlpanel.engine.models import JobLogLine, JobState
+from controlpanel.engine.models import JobLogLine
+from controlpanel.jobs.states import JobState
 from controlpanel.projects.models import Project
 from tests.controlpanel.jobs.test_log_view import make_job, shown_lines
 

@@ -8,9 +8,11 @@ from typing import Any
 import pytest
 
 from controlpanel.buckets.models import Bucket
-from controlpanel.cli.jobs import JOB_STATES
-from controlpanel.engine.models import Job, JobLogLine, JobState
+from controlpanel.engine.models import JobLogLine
 from controlpanel.flavors.models import Flavor
+from controlpanel.jobs.cli import JOB_STATES
+from controlpanel.jobs.models import Job
+from controlpanel.jobs.states import JobState
 from tests.fixtures.cli import cli_as, ok_json
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -255,10 +257,10 @@ def test_logs_json_is_one_object_per_line(run: Any, owner: Any, project: Any) ->
 
 
 def test_retry_push(run: Any, owner: Any, project: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    from controlpanel.engine import tasks
+    from controlpanel.jobs import tasks as job_tasks
 
     sent: list[str] = []
-    monkeypatch.setattr(tasks.job_retry_push, "delay_on_commit", sent.append)
+    monkeypatch.setattr(job_tasks.job_retry_push, "delay_on_commit", sent.append)
     job = make_job(project, owner, "j", state=JobState.SYNC_FAILED)
     body = ok_json(run("job", "retry-push", str(job.pk)[:8], "-o", "json"))
     assert body["state"] == "FINALIZING" and sent == [str(job.pk)]

@@ -9,10 +9,12 @@ from typing import Any
 import pytest
 
 from controlpanel.buckets.models import Bucket
-from controlpanel.cli.notebooks import NOTEBOOK_STATES
-from controlpanel.engine.models import JobLogLine, Notebook, NotebookState
-from controlpanel.engine.notebook_auth import notebook_token
+from controlpanel.engine.models import JobLogLine
 from controlpanel.flavors.models import Flavor
+from controlpanel.notebooks.auth import notebook_token
+from controlpanel.notebooks.cli import NOTEBOOK_STATES
+from controlpanel.notebooks.models import Notebook
+from controlpanel.notebooks.states import NotebookState
 from tests.fixtures.cli import cli_as, ok_json
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -8,9 +8,10 @@ from typing import Any
 import pytest
 
 from controlpanel.engine.admission import admit_jobs
-from controlpanel.engine.backend import job_ref, job_request, project_request
+from controlpanel.engine.backend import job_ref, project_request
 from controlpanel.engine.reconcile import reconcile
 from controlpanel.flavors.models import Flavor
+from controlpanel.jobs.request import job_request
 from controlpanel.projects.models import Project
 from deploy import names
 from deploy.egress import parse_egress

@@ -9,8 +9,8 @@ from django.core.management import call_command
 from django.test import Client
 
 from controlpanel.accounts.models import User
-from controlpanel.engine.demo import demo_form_initial
-from controlpanel.engine.validation import validate_job
+from controlpanel.jobs.demo import demo_form_initial
+from controlpanel.jobs.validation import validate_job
 from controlpanel.projects.models import Project
 from storage.objects import iter_objects
 

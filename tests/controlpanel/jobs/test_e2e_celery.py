@@ -12,7 +12,8 @@ from rest_framework.test import APIClient
 from controlpanel.buckets.models import Bucket
 from controlpanel.engine import tasks
 from controlpanel.engine.backend import job_ref
-from controlpanel.engine.models import Job, JobState
+from controlpanel.jobs.models import Job
+from controlpanel.jobs.states import JobState
 from controlpanel.projects.models import Project
 from deploy import names
 from tests.fixtures.jobs import project_bucket

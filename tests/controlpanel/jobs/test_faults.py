@@ -26,15 +26,9 @@ import pytest
 from django.db import DatabaseError, connection, connections
 
 from controlpanel.engine.backend import job_ref
-from controlpanel.engine.models import (
-    FINAL_STATES,
-    LIVE_STATES,
-    Job,
-    JobEvent,
-    JobLogLine,
-    JobRun,
-    JobState,
-)
+from controlpanel.engine.models import FINAL_STATES, LIVE_STATES, JobEvent, JobLogLine, JobRun
+from controlpanel.jobs.models import Job
+from controlpanel.jobs.states import JobState
 from controlpanel.projects.models import Project
 from deploy import names
 from tests.fixtures.faults import PrivateServices

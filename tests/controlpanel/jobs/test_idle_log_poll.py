@@ -11,8 +11,10 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from controlpanel.engine.models import JobLogLine, JobState, Notebook
-from controlpanel.engine.models import NotebookState as N
+from controlpanel.engine.models import JobLogLine
+from controlpanel.jobs.states import JobState
+from controlpanel.notebooks.models import Notebook
+from controlpanel.notebooks.states import NotebookState as N
 from controlpanel.projects.models import Project
 from tests.controlpanel.jobs.test_log_view import make_job
 from tests.controlpanel.jobs.test_notebook_pages import running

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from controlpanel.buckets.models import Bucket
 from controlpanel.engine.durations import DurationError, format_duration, parse_duration
-from controlpanel.engine.models import Job
+from controlpanel.jobs.models import Job
 
 VALIDATE = {"HTTP_HX_REQUEST": "true"}
 

@@ -12,10 +12,12 @@ from controlpanel.buckets.models import Bucket
 from controlpanel.engine import logs
 from controlpanel.engine.admission import admit_jobs
 from controlpanel.engine.backend import job_ref
-from controlpanel.engine.models import Job, JobRun, JobState
+from controlpanel.engine.models import JobRun
 from controlpanel.engine.reconcile import reconcile
-from controlpanel.engine.services import job_stop
-from controlpanel.engine.sweep import sweep
+from controlpanel.engine.tasks import sweep_now as sweep
+from controlpanel.jobs.models import Job
+from controlpanel.jobs.services import job_stop
+from controlpanel.jobs.states import JobState
 from controlpanel.projects.models import Project
 from deploy import names
 from tests.fixtures.jobs import access_for, project_bucket, submit
@@ -251,8 +253,8 @@ def test_a_forged_run_elsewhere_neither_ends_nor_bills_a_job(
 ) -> None:
     from dataclasses import replace
 
-    from controlpanel.engine.backend import job_request
     from controlpanel.engine.sweep import record_observation
+    from controlpanel.jobs.request import job_request
     from deploy.kubernetes.apply import with_hash
     from deploy.manifests import make_job
     from deploy.types import Phase
@@ -340,8 +342,9 @@ def test_a_clean_end_releases_the_workspace_a_failed_push_keeps_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from controlpanel.engine import tasks
+    from controlpanel.jobs import tasks as job_tasks
 
-    for task in (tasks.job_notify, tasks.project_admit):
+    for task in (job_tasks.job_notify, tasks.project_admit):
         monkeypatch.setattr(task, "delay", lambda *args: None)
     settings.JOB_WORKSPACE_GIB = 50
     project.storage_gib_quota = 60

@@ -14,10 +14,12 @@ from django.utils import timezone
 from controlpanel.engine import tasks
 from controlpanel.engine.admission import admit_jobs
 from controlpanel.engine.backend import job_ref
-from controlpanel.engine.models import Job, JobState
 from controlpanel.engine.reconcile import reconcile
-from controlpanel.engine.services import job_delete, job_rerun, job_stop
-from controlpanel.engine.sweep import sweep
+from controlpanel.engine.tasks import sweep_now as sweep
+from controlpanel.jobs import tasks as job_tasks
+from controlpanel.jobs.models import Job
+from controlpanel.jobs.services import job_delete, job_rerun, job_stop
+from controlpanel.jobs.states import JobState
 from controlpanel.projects.models import Project
 from deploy import names
 from tests.fixtures.jobs import access_for, submit
@@ -35,7 +37,7 @@ class RolledBack(Exception):
 @pytest.fixture(autouse=True)
 def _quiet_tasks(monkeypatch: pytest.MonkeyPatch) -> None:
     """What the finalize task enqueues is not under test here."""
-    for task in (tasks.job_notify, tasks.project_admit, tasks.job_reconcile):
+    for task in (job_tasks.job_notify, tasks.project_admit, tasks.job_reconcile):
         monkeypatch.setattr(task, "delay", lambda *args: None)
 
 

@@ -14,10 +14,11 @@ from controlpanel.buckets import services as buckets
 from controlpanel.engine.admission import admit_jobs
 from controlpanel.engine.backend import job_ref
 from controlpanel.engine.datastores import launch_refusal
-from controlpanel.engine.models import Job, JobState
 from controlpanel.engine.reconcile import reconcile
-from controlpanel.engine.services import job_rerun, job_retry_push
-from controlpanel.engine.sweep import sweep
+from controlpanel.engine.tasks import sweep_now as sweep
+from controlpanel.jobs.models import Job
+from controlpanel.jobs.services import job_rerun, job_retry_push
+from controlpanel.jobs.states import JobState
 from controlpanel.projects.access import project_access
 from controlpanel.projects.models import Project
 from deploy import names

@@ -14,9 +14,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from rest_framework.test import APIClient
 
-from controlpanel.engine.models import Job, JobState
-from controlpanel.engine.selectors import JobFilters, jobs_for_project
+from controlpanel.engine.selectors import ListFilters as JobFilters
 from controlpanel.flavors.models import Flavor
+from controlpanel.jobs.models import Job
+from controlpanel.jobs.selectors import jobs_for_project
+from controlpanel.jobs.states import JobState
 from controlpanel.projects.models import Project
 
 pytestmark = pytest.mark.django_db

@@ -13,8 +13,9 @@ from rest_framework.test import APIClient
 
 from controlpanel.engine import logs
 from controlpanel.engine.admission import admit_jobs
-from controlpanel.engine.models import Job, JobState
 from controlpanel.engine.reconcile import observe, reconcile
+from controlpanel.jobs.models import Job
+from controlpanel.jobs.states import JobState
 from controlpanel.projects.models import Project
 from storage.objects import iter_objects
 from storage.sync import push

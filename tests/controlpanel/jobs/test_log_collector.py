@@ -18,10 +18,12 @@ from controlpanel.engine import logs
 from controlpanel.engine.admission import admit_jobs
 from controlpanel.engine.backend import job_ref
 from controlpanel.engine.collector import LogCollector, note_followed
-from controlpanel.engine.models import Job, JobLogLine, JobState
+from controlpanel.engine.models import JobLogLine
 from controlpanel.engine.reconcile import reconcile
-from controlpanel.engine.sweep import sweep
+from controlpanel.engine.tasks import sweep_now as sweep
 from controlpanel.flavors.models import Flavor
+from controlpanel.jobs.models import Job
+from controlpanel.jobs.states import JobState
 from controlpanel.projects.models import Project
 from deploy import names
 from deploy.kubernetes.logs import MAX_BYTES

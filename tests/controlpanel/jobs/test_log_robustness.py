@@ -18,11 +18,13 @@ from controlpanel.engine.admission import admit_jobs
 from controlpanel.engine.backend import job_ref
 from controlpanel.engine.collector import LogCollector
 from controlpanel.engine.logs import _note_progress
-from controlpanel.engine.models import Job, JobLogLine, JobState
+from controlpanel.engine.models import JobLogLine
 from controlpanel.engine.reconcile import reconcile
-from controlpanel.engine.sweep import sweep
+from controlpanel.engine.tasks import sweep_now as sweep
 from controlpanel.engine.templatetags.jobs import loss_chart, percent, seconds
 from controlpanel.flavors.models import Flavor
+from controlpanel.jobs.models import Job
+from controlpanel.jobs.states import JobState
 from controlpanel.projects.models import Project
 from deploy import names
 from deploy.types import TransientError

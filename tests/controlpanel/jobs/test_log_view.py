@@ -19,8 +19,10 @@ from playwright.sync_api import expect
 from rest_framework.test import APIClient
 
 from controlpanel.engine.logs import _note_progress
-from controlpanel.engine.models import Job, JobLogLine, JobState
+from controlpanel.engine.models import JobLogLine
 from controlpanel.flavors.models import Flavor
+from controlpanel.jobs.models import Job
+from controlpanel.jobs.states import JobState
 from controlpanel.projects.models import Project
 from tests.fixtures.browser import browser_login
 from tests.fixtures.panel import PASSWORD

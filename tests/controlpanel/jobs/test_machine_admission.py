@@ -16,9 +16,10 @@ import pytest
 from controlpanel.engine import admission
 from controlpanel.engine import backend as job_backend
 from controlpanel.engine.admission import admit_jobs
-from controlpanel.engine.models import Job, JobState
 from controlpanel.engine.selectors import queue_position
 from controlpanel.flavors.models import Flavor
+from controlpanel.jobs.models import Job
+from controlpanel.jobs.states import JobState
 from controlpanel.projects.models import Project
 from deploy.local import LocalBackend
 from deploy.types import Capacity

@@ -13,10 +13,12 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from controlpanel.accounts.models import User
-from controlpanel.engine import notebooks
-from controlpanel.engine.models import JobEvent, JobLogLine, Notebook, NotebookState
-from controlpanel.engine.notebook_auth import notebook_token
+from controlpanel.engine.models import JobEvent, JobLogLine
 from controlpanel.flavors.models import Flavor
+from controlpanel.notebooks import validation as notebooks
+from controlpanel.notebooks.auth import notebook_token
+from controlpanel.notebooks.models import Notebook
+from controlpanel.notebooks.states import NotebookState
 from controlpanel.projects.models import Project
 from tests.controlpanel.test_api_schema import Schema, to_json_schema
 from tests.fixtures.panel import api_client_for

@@ -12,10 +12,11 @@ import pytest
 from django.test import Client
 
 from controlpanel.accounts.models import User
-from controlpanel.engine.backend import notebook_request
-from controlpanel.engine.models import Notebook, NotebookState
-from controlpanel.engine.notebook_auth import notebook_token
 from controlpanel.flavors.models import Flavor
+from controlpanel.notebooks.auth import notebook_token
+from controlpanel.notebooks.driver import notebook_request
+from controlpanel.notebooks.models import Notebook
+from controlpanel.notebooks.states import NotebookState
 from controlpanel.projects.models import Project
 from deploy.manifests import make_notebook_ingress, make_notebook_secret
 from tests.fixtures.panel import UserFactory, add_member, logged_in
@@ -201,8 +202,8 @@ def test_a_member_removed_from_the_project_is_refused_at_once(
 def test_the_cluster_holds_the_token_of_the_current_run_and_drops_it_with_the_notebook(
     k8s_cluster: Any, k8s_jobs: Any, project: Project, owner: User
 ) -> None:
-    from controlpanel.engine.notebooks import notebook_delete, notebook_start, notebook_stop
     from controlpanel.engine.reconcile import reconcile
+    from controlpanel.notebooks.services import notebook_delete, notebook_start, notebook_stop
     from tests.controlpanel.jobs.test_notebook_engine import NS, create, started, stopped
     from tests.fixtures.jobs import access_for
 

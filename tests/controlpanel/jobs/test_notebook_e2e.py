@@ -13,7 +13,7 @@ import pytest
 from playwright.sync_api import expect
 
 from controlpanel.engine.backend import job_ref
-from controlpanel.engine.models import Notebook
+from controlpanel.notebooks.models import Notebook
 from controlpanel.projects.models import Project
 from storage.objects import put_object
 from tests.fixtures.browser import browser_login

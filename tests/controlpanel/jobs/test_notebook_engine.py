@@ -16,19 +16,21 @@ from django.utils import timezone
 from controlpanel.engine.admission import admit_jobs
 from controlpanel.engine.backend import job_ref
 from controlpanel.engine.collector import LogCollector
-from controlpanel.engine.contract import JobSpecError
+from controlpanel.engine.contract import SpecError as JobSpecError
 from controlpanel.engine.lifecycle import apply_observation
-from controlpanel.engine.models import JobLogLine, JobRun, Notebook, NotebookState
-from controlpanel.engine.notebooks import (
+from controlpanel.engine.models import JobLogLine, JobRun
+from controlpanel.engine.reconcile import reconcile
+from controlpanel.engine.tasks import sweep_now as sweep
+from controlpanel.notebooks.models import Notebook
+from controlpanel.notebooks.services import (
     notebook_create,
     notebook_delete,
     notebook_keep_alive,
     notebook_start,
     notebook_stop,
-    validate_notebook,
 )
-from controlpanel.engine.reconcile import reconcile
-from controlpanel.engine.sweep import sweep
+from controlpanel.notebooks.states import NotebookState
+from controlpanel.notebooks.validation import validate_notebook
 from controlpanel.projects.models import Project
 from tests.fixtures.jobs import access_for
 

@@ -17,15 +17,11 @@ from django.test import Client
 from django.utils import timezone
 
 from controlpanel.buckets.models import Bucket
-from controlpanel.engine.models import (
-    JobEvent,
-    JobLogLine,
-    JobRun,
-    Notebook,
-    NotebookState,
-)
+from controlpanel.engine.models import JobEvent, JobLogLine, JobRun
 from controlpanel.engine.selectors import workload_cost_estimate
 from controlpanel.flavors.models import Flavor, FlavorPrice
+from controlpanel.notebooks.models import Notebook
+from controlpanel.notebooks.states import NotebookState
 from controlpanel.projects.models import Project, ProjectSecret
 from tests.fixtures.panel import logged_in
 

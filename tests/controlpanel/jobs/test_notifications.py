@@ -23,12 +23,16 @@ from django.db.models import F
 
 from controlpanel.core import public_http
 from controlpanel.engine import backend as backend_module
-from controlpanel.engine import services, tasks
+from controlpanel.engine import tasks
 from controlpanel.engine.lifecycle import apply_observation, record_state
-from controlpanel.engine.models import Job, JobState
-from controlpanel.engine.notifications import post_webhook, send_job_email, sign
-from controlpanel.engine.sweep import sweep
+from controlpanel.engine.tasks import sweep_now as sweep
+from controlpanel.engine.webhooks import sign
 from controlpanel.flavors.models import Flavor
+from controlpanel.jobs import services
+from controlpanel.jobs import tasks as job_tasks
+from controlpanel.jobs.models import Job
+from controlpanel.jobs.notifications import post_webhook, send_job_email
+from controlpanel.jobs.states import JobState
 from controlpanel.projects.access import ProjectAccess, project_access
 from controlpanel.projects.models import Project
 from deploy.types import ObservedWorkload, Phase, WorkloadKind
@@ -75,10 +79,13 @@ def sent(monkeypatch: pytest.MonkeyPatch, settings: Any) -> list[tuple[str, tupl
 
         return delay
 
-    monkeypatch.setattr(tasks.job_notify, "delay", now(tasks.job_notify))
-    monkeypatch.setattr(tasks.job_webhook, "delay", now(tasks.job_webhook))
-    for name in ("project_admit", "job_finalize", "job_retry_push"):
-        task = getattr(tasks, name)
+    monkeypatch.setattr(job_tasks.job_notify, "delay", now(job_tasks.job_notify))
+    monkeypatch.setattr(job_tasks.job_webhook, "delay", now(job_tasks.job_webhook))
+    for name, task in (
+        ("project_admit", tasks.project_admit),
+        ("job_finalize", tasks.job_finalize),
+        ("job_retry_push", job_tasks.job_retry_push),
+    ):
         record = (lambda n: lambda *a, **k: calls.append((n, a)))(name)
         monkeypatch.setattr(task, "delay", record)
         monkeypatch.setattr(task, "delay_on_commit", record)
@@ -143,15 +150,15 @@ def test_done_after_retried_push_is_told_once_each(
     secret = _with_webhook(project, url)
     pushes: list[str] = []
     fake = SimpleNamespace(retry_push=lambda *, job: pushes.append(job.id))
-    monkeypatch.setattr(tasks, "get_backend", lambda: fake)
+    monkeypatch.setattr(job_tasks, "get_backend", lambda: fake)
     job = _job(project, owner, S.SYNC_FAILED, state_reason="final push failed: 503")
     finalize(str(job.pk), 1)
     finalize(str(job.pk), 1)  # a duplicate never notifies twice
     access = project_access(user=owner, slug="alpha")
     job = services.job_retry_push(access=access, user=owner, job=job)
     finalize(str(job.pk), 1)  # a late one while FINALIZING waits for the end
-    tasks.job_retry_push(str(job.pk))
-    tasks.job_retry_push(str(job.pk))  # the task retried
+    job_tasks.job_retry_push(str(job.pk))
+    job_tasks.job_retry_push(str(job.pk))  # the task retried
     assert len(pushes) == 2
     record_state(job, S.DONE, "exit code 0")
     finalize(str(job.pk), 1)
@@ -179,7 +186,7 @@ def test_a_push_that_fails_again_is_told_again(
     job = services.job_retry_push(
         access=project_access(user=owner, slug="alpha"), user=owner, job=job
     )
-    tasks.job_retry_push(str(job.pk))
+    job_tasks.job_retry_push(str(job.pk))
     record_state(job, S.SYNC_FAILED, "final push failed again")
     finalize(str(job.pk), 1)
     finalize(str(job.pk), 1)
@@ -190,11 +197,11 @@ def test_stale_notice_of_a_state_the_job_left_is_dropped(
     project: Project, owner: Any, sent: Any
 ) -> None:
     job = _job(project, owner, S.DONE, run=2)
-    tasks.job_notify(str(job.pk), 1, S.DONE)  # run 1's notice, queued before "run again"
-    tasks.job_notify(str(job.pk), 2, S.SYNC_FAILED)  # before the push was retried
-    tasks.job_webhook(str(job.pk), 2, S.SYNC_FAILED)
+    job_tasks.job_notify(str(job.pk), 1, S.DONE)  # run 1's notice, queued before "run again"
+    job_tasks.job_notify(str(job.pk), 2, S.SYNC_FAILED)  # before the push was retried
+    job_tasks.job_webhook(str(job.pk), 2, S.SYNC_FAILED)
     assert mail.outbox == []
-    tasks.job_notify(str(job.pk))  # queued by the previous version: still sent
+    job_tasks.job_notify(str(job.pk))  # queued by the previous version: still sent
     assert [m.subject for m in mail.outbox] == ["[Ajuste] train: DONE"]
 
 
@@ -548,12 +555,12 @@ def test_a_notice_claimed_then_lost_is_sent_once_by_the_sweep(
     url, received = receiver
     _with_webhook(project, url)
     job = _job(project, owner, S.FAILED, state_reason="exit code 1")
-    deliver = tasks.job_notify.delay
+    deliver = job_tasks.job_notify.delay
     # The worker dies between the claim's commit and the message: nothing goes out.
-    monkeypatch.setattr(tasks.job_notify, "delay", lambda *args: None)
+    monkeypatch.setattr(job_tasks.job_notify, "delay", lambda *args: None)
     finalize(str(job.pk), 1)
     assert Job.objects.get(pk=job.pk).notified_run == 1
-    monkeypatch.setattr(tasks.job_notify, "delay", deliver)
+    monkeypatch.setattr(job_tasks.job_notify, "delay", deliver)
     with django_capture_on_commit_callbacks(execute=True):
         sweep()  # within the period: the message may still be on its way
     assert mail.outbox == [] and received == []
@@ -571,7 +578,7 @@ def test_a_notice_sent_at_its_claim_is_never_sent_again(
 ) -> None:
     job = _job(project, owner, S.DONE)
     finalize(str(job.pk), 1)
-    tasks.job_notify(str(job.pk), 1, S.DONE)  # a duplicate message, after the first
+    job_tasks.job_notify(str(job.pk), 1, S.DONE)  # a duplicate message, after the first
     assert [m.subject for m in mail.outbox] == ["[Ajuste] train: DONE"]
     _claimed_long_ago(job)
     with django_capture_on_commit_callbacks(execute=True):

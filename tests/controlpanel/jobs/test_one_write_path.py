@@ -14,14 +14,17 @@ from django.utils import timezone
 from controlpanel.billing.tasks import billing_catch_up, budget_check_task
 from controlpanel.buckets.models import Bucket
 from controlpanel.engine.admission import admit_jobs
-from controlpanel.engine.app_services import app_create, app_start
-from controlpanel.engine.models import App, Job, JobRun, Notebook, Workload
-from controlpanel.engine.notebooks import notebook_start
+from controlpanel.engine.models import JobRun, Workload
 from controlpanel.engine.reconcile import reconcile
-from controlpanel.engine.services import job_rerun
-from controlpanel.engine.sweep import sweep
+from controlpanel.engine.tasks import sweep_now as sweep
 from controlpanel.flavors.models import Flavor
+from controlpanel.jobs.models import Job
+from controlpanel.jobs.services import job_rerun
+from controlpanel.notebooks.models import Notebook
+from controlpanel.notebooks.services import notebook_start
 from controlpanel.projects.models import Project
+from controlpanel.served.models import App
+from controlpanel.served.services import app_create, app_start
 from tests.fixtures.jobs import access_for
 from tests.fixtures.panel import api_client_for
 

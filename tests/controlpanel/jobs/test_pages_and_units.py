@@ -16,9 +16,11 @@ from django.utils import timezone
 from controlpanel.engine.ansi import ansi_to_html
 from controlpanel.engine.lifecycle import apply_observation
 from controlpanel.engine.logs import _note_progress
-from controlpanel.engine.models import Job, JobEvent, JobLogLine, JobState
+from controlpanel.engine.models import JobEvent, JobLogLine
 from controlpanel.engine.selectors import job_cost_estimate
 from controlpanel.flavors.models import Flavor, FlavorPrice
+from controlpanel.jobs.models import Job
+from controlpanel.jobs.states import JobState
 from controlpanel.projects.models import Project
 from deploy.types import ObservedWorkload, Phase, WorkloadKind
 

@@ -13,7 +13,7 @@ from rest_framework.test import APIClient
 
 from controlpanel.buckets.models import Bucket
 from controlpanel.engine import contract
-from controlpanel.engine.models import Job
+from controlpanel.jobs.models import Job
 from storage.volumes import Mode, VolumeSpec
 
 GOOD = {

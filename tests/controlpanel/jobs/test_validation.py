@@ -8,8 +8,9 @@ import pytest
 from django.core.exceptions import ValidationError
 
 from controlpanel.buckets.models import Bucket
-from controlpanel.engine.models import Job, JobState
-from controlpanel.engine.validation import LOCAL_BACKEND_NOTE, LOCAL_COMMAND_NOTE, validate_job
+from controlpanel.jobs.models import Job
+from controlpanel.jobs.states import JobState
+from controlpanel.jobs.validation import LOCAL_BACKEND_NOTE, LOCAL_COMMAND_NOTE, validate_job
 from controlpanel.projects.models import Project
 from deploy import images
 from storage.volumes import render_volume_spec

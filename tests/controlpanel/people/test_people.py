@@ -13,7 +13,8 @@ from django.test import Client
 from controlpanel.accounts.models import ApiToken, User
 from controlpanel.accounts.services import token_create
 from controlpanel.audit.models import AuditEvent
-from controlpanel.engine.models import Job, JobState
+from controlpanel.jobs.models import Job
+from controlpanel.jobs.states import JobState
 from controlpanel.projects.models import Membership, Project, Role
 from tests.fixtures.panel import PASSWORD, UserFactory, logged_in
 

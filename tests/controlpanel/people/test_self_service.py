@@ -14,8 +14,10 @@ from controlpanel.accounts.models import GroupGrant, User
 from controlpanel.accounts.selectors import user_month_usage
 from controlpanel.billing.selectors import current_month
 from controlpanel.billing.services import run_record
-from controlpanel.engine.models import Job, JobRun, JobState
+from controlpanel.engine.models import JobRun
 from controlpanel.flavors.models import Flavor
+from controlpanel.jobs.models import Job
+from controlpanel.jobs.states import JobState
 from controlpanel.projects.models import Project
 from tests.fixtures.panel import logged_in
 

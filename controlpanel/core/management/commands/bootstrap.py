@@ -33,7 +33,7 @@ class Command(BaseCommand):
             self._demo()
 
     def _demo(self) -> None:
-        from controlpanel.engine.demo import seed_demo
+        from controlpanel.jobs.demo import seed_demo
 
         project = Project.objects.filter(slug="demo").first()
         admin = get_user_model().objects.filter(is_superuser=True).order_by("pk").first()

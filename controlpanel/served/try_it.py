@@ -20,10 +20,11 @@ from typing import Any
 import httpx
 from django.conf import settings
 
-from controlpanel.engine.app_auth import _loopback, upstream_client
-from controlpanel.engine.app_services import SERVING, AppConfig
 from controlpanel.engine.backend import job_ref
-from controlpanel.engine.models import App
+from controlpanel.served.auth import _loopback, upstream_client
+from controlpanel.served.config import SERVING
+from controlpanel.served.config import Serving as AppConfig
+from controlpanel.served.models import App
 from deploy import names
 from deploy.manifests.apps import SERVICE_PORT
 

@@ -12,20 +12,21 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from controlpanel.api.scoping import api_project
-from controlpanel.engine import app_services as apps
 from controlpanel.engine.api import (
     LOG_PARAMETERS,
     PROJECT_PARAM,
     SUBMISSION_ERRORS,
     LogPageSerializer,
-)
-from controlpanel.engine.models import App, AppState
-from controlpanel.engine.served_api import (
-    ServedEventSerializer,
     ServedSerializer,
-    ServedViewSet,
     create_serializer,
 )
+from controlpanel.engine.api import EventSerializer as ServedEventSerializer
+from controlpanel.engine.api import WorkloadViewSet as ServedViewSet
+from controlpanel.served import selectors as apps
+from controlpanel.served import services, validation
+from controlpanel.served.config import Serving, app_url, replicas, user_volumes
+from controlpanel.served.models import App
+from controlpanel.served.states import AppState
 
 
 class AppEventSerializer(ServedEventSerializer):
@@ -71,10 +72,10 @@ class AppSerializer(ServedSerializer):
         ]
 
     def get_url(self, app: App) -> str:
-        return apps.app_url(app)
+        return app_url(app)
 
     def get_config(self, app: App) -> dict[str, Any]:
-        config = apps.AppConfig.of(app)
+        config = Serving.of(app)
         scaling = config.scaling
         return {
             "model": config.model,
@@ -91,15 +92,15 @@ class AppSerializer(ServedSerializer):
         }
 
     def get_volumes(self, app: App) -> list[str]:
-        return apps.user_volumes(app)
+        return user_volumes(app)
 
     def get_replicas(self, app: App) -> dict[str, int]:
-        ready, wanted = apps.replicas(app)
+        ready, wanted = replicas(app)
         return {"ready": ready, "wanted": wanted}
 
 
 AppCreateSerializer = create_serializer(
-    "AppCreateSerializer", "A new app: the fields of app_services.FIELDS.", apps.FIELDS
+    "AppCreateSerializer", "A new app: the fields of app_services.FIELDS.", validation.FIELDS
 )
 
 
@@ -126,23 +127,23 @@ class AppViewSet(ServedViewSet):
         },
     )
     def create(self, request: Request) -> Response:
-        return self._create(request, apps.app_create)
+        return self._create(request, services.app_create)
 
     def destroy(self, request: Request, pk: str) -> Response:
         """Delete: its objects go, then its row (its billed runs stay)."""
-        return self._delete(request, pk, apps.app_delete)
+        return self._delete(request, pk, services.app_delete)
 
     @extend_schema(request=None, responses=AppSerializer)
     @action(detail=True, methods=["post"])
     def start(self, request: Request, pk: str) -> Response:
         """Start a stopped app: a new run, the same URL."""
-        return self._act(request, pk, apps.app_start)
+        return self._act(request, pk, services.app_start)
 
     @extend_schema(request=None, responses=AppSerializer)
     @action(detail=True, methods=["post"])
     def stop(self, request: Request, pk: str) -> Response:
         """Stop: its replicas go, its URL stays."""
-        return self._act(request, pk, apps.app_stop)
+        return self._act(request, pk, services.app_stop)
 
     @extend_schema(parameters=LOG_PARAMETERS, responses=LogPageSerializer)
     @action(detail=True, methods=["get"])

@@ -9,7 +9,6 @@ token), and `open_url` is the panel page that sends a member on to the editor.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
 from datetime import datetime
 
 from django.conf import settings
@@ -23,20 +22,22 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from controlpanel.api.scoping import api_project
-from controlpanel.engine import notebooks, selectors
+from controlpanel.engine import selectors
 from controlpanel.engine.api import (
     LOG_PARAMETERS,
     PROJECT_PARAM,
     SUBMISSION_ERRORS,
     LogPageSerializer,
-)
-from controlpanel.engine.models import Notebook, NotebookState
-from controlpanel.engine.served_api import (
-    ServedEventSerializer,
     ServedSerializer,
-    ServedViewSet,
     create_serializer,
 )
+from controlpanel.engine.api import EventSerializer as ServedEventSerializer
+from controlpanel.engine.api import WorkloadViewSet as ServedViewSet
+from controlpanel.notebooks import selectors as notebook_rows
+from controlpanel.notebooks import services as notebooks
+from controlpanel.notebooks.models import Notebook
+from controlpanel.notebooks.states import NotebookState
+from controlpanel.notebooks.validation import FIELDS
 
 
 class NotebookEventSerializer(ServedEventSerializer):
@@ -105,7 +106,7 @@ class NotebookSerializer(ServedSerializer):
 
 
 NotebookCreateSerializer = create_serializer(
-    "NotebookCreateSerializer", "A new notebook: the fields of notebooks.FIELDS.", notebooks.FIELDS
+    "NotebookCreateSerializer", "A new notebook: the fields of notebooks.FIELDS.", FIELDS
 )
 
 
@@ -114,23 +115,12 @@ def notebooks_filtered(
 ) -> QuerySet[Notebook]:
     """The list narrowed as the job list is (state, owner, label, q); ValidationError by filter
     name on a bad one. A state is a notebook's (any case)."""
-    filters = selectors.JobFilters.from_query(query)
-    filters, problems = selectors.job_filters_check(filters=replace(filters, state=""))
-    wanted = str(query.get("state", "")).strip().upper()
-    if wanted and wanted not in NotebookState.values:
-        choices = ", ".join(NotebookState.values)
-        problems["state"] = f"Unknown state {query.get('state')!r}: choose one of {choices}."
+    filters, problems = selectors.list_filters_check(
+        filters=selectors.ListFilters.from_query(query), states=NotebookState.values
+    )
     if problems:
         raise ValidationError(problems)
-    if wanted:
-        notebooks_ = notebooks_.filter(state=wanted)
-    if filters.owner:
-        notebooks_ = notebooks_.filter(owner__username=filters.owner)
-    if filters.label:
-        notebooks_ = selectors._with_label(notebooks_, filters.label)
-    if filters.q:
-        notebooks_ = notebooks_.filter(name__icontains=filters.q)
-    return notebooks_
+    return selectors.filtered(notebooks_, filters)
 
 
 @extend_schema(parameters=[PROJECT_PARAM])
@@ -140,7 +130,7 @@ class NotebookViewSet(ServedViewSet):
     serializer_class = NotebookSerializer
     queryset = Notebook.objects.none()  # tells the schema the id type
     noun = "notebook"
-    get_row = staticmethod(selectors.notebook_get)
+    get_row = staticmethod(notebook_rows.notebook_get)
 
     @extend_schema(
         parameters=[
@@ -153,7 +143,7 @@ class NotebookViewSet(ServedViewSet):
     )
     def list(self, request: Request) -> Response:
         access = api_project(request)
-        rows = selectors.notebooks_for_project(project=access.project).defer(None)
+        rows = notebook_rows.notebooks_for_project(project=access.project).defer(None)
         rows = notebooks_filtered(notebooks_=rows, query=request.query_params)
         return self._page(request, rows.prefetch_related("events"))
 

@@ -1,7 +1,6 @@
-"""Job pages and their htmx fragments. Every view starts with the project access helper.
-
-They read rows only: the watcher, the sweep and the tasks talk to the cluster (a GET never
-does), so a page costs the same whether one person watches a job or fifty."""
+"""Job pages and their htmx fragments: the list, the form, the detail page with its status
+block (polled, answered 204 while unchanged) and its log (engine/pages.py), the actions.
+Every view starts with the project access helper."""
 
 from __future__ import annotations
 
@@ -15,50 +14,44 @@ from django import forms
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
-from django.db.models import Exists, OuterRef
 from django.http import HttpResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
-from django.urls import reverse
 from django.views.decorators.http import require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
-from controlpanel.api.pagination import MAX_OFFSET
 from controlpanel.buckets.selectors import buckets_for_project
 from controlpanel.core.htmx import wants_fragment
 from controlpanel.dashboards.utilisation import workload_utilisation
-from controlpanel.engine import logs, selectors, services
+from controlpanel.engine import selectors
 from controlpanel.engine.admission import WAITING_STATES
-from controlpanel.engine.collector import note_followed
-from controlpanel.engine.demo import demo_form_initial
-from controlpanel.engine.forms import CustomJobForm, FinetuneForm
-from controlpanel.engine.logpage import LogPage, log_page, log_tail
-from controlpanel.engine.models import (
-    FINAL_STATES,
-    Job,
-    JobLogLine,
-    JobState,
-    Kind,
-    Workload,
-)
-from controlpanel.engine.validation import (
+from controlpanel.engine.logpage import log_tail
+from controlpanel.engine.pages import LOG_TAIL, idle_log_poll, log_context, log_download, log_lines
+from controlpanel.flavors.models import Flavor
+from controlpanel.jobs import selectors as jobs
+from controlpanel.jobs import services
+from controlpanel.jobs.demo import demo_form_initial
+from controlpanel.jobs.forms import CustomJobForm, FinetuneForm
+from controlpanel.jobs.models import Job
+from controlpanel.jobs.states import JobState
+from controlpanel.jobs.validation import (
     LOCAL_BACKEND_NOTE,
     runs_only_the_finetune_image,
     validate_job,
 )
-from controlpanel.flavors.models import Flavor
 from controlpanel.projects.access import ProjectRequest, project_view
 from training.protocol import Snapshot
 
 log = logging.getLogger(__name__)
+
+
 PAGE_SIZE = 50
-LOG_TAIL = 500
 
 
 @project_view()
 def job_list(request: ProjectRequest) -> HttpResponse:
     project = request.access.project
-    filters, problems = selectors.job_filters_check(
-        filters=selectors.JobFilters.from_query(request.GET)
+    filters, problems = selectors.list_filters_check(
+        filters=selectors.ListFilters.from_query(request.GET), states=JobState.values
     )
     if problems and wants_fragment(request):
         # The fragment has no room for messages: reload the page, which shows them.
@@ -68,9 +61,9 @@ def job_list(request: ProjectRequest) -> HttpResponse:
     query = request.GET.copy()
     for name in problems:
         query.pop(name, None)  # pager links and polling use only the valid filters
-    page = Paginator(
-        selectors.jobs_for_project(project=project, filters=filters), PAGE_SIZE
-    ).get_page(request.GET.get("page"))
+    page = Paginator(jobs.jobs_for_project(project=project, filters=filters), PAGE_SIZE).get_page(
+        request.GET.get("page")
+    )
     context = {
         "project": project,
         "page": page,
@@ -215,7 +208,7 @@ def _detail_context(job: Job, queue_position: int | None) -> dict[str, Any]:
 
 @project_view()
 def job_detail(request: ProjectRequest, job_id: str) -> HttpResponse:
-    job = selectors.job_get(project=request.access.project, job_id=job_id)
+    job = jobs.job_get(project=request.access.project, job_id=job_id)
     position = selectors.queue_position(job=job)
     context = _detail_context(job, position) | log_context(job, log_tail(job=job, count=LOG_TAIL))
     context["earlier_runs"] = range(job.run - 1, 0, -1)
@@ -228,110 +221,27 @@ def job_status(request: ProjectRequest, job_id: str) -> HttpResponse:
     it would show (status_version)."""
     if unchanged_status(request, job_id):
         return HttpResponse(status=204)
-    job = selectors.job_get(project=request.access.project, job_id=job_id)
+    job = jobs.job_get(project=request.access.project, job_id=job_id)
     position = selectors.queue_position(job=job)
     if request.GET.get("v") == status_version(job, position):
         return HttpResponse(status=204)
     return render(request, "jobs/detail.html#job-status", _detail_context(job, position))
 
 
-def log_context(workload: Workload, page: LogPage) -> dict[str, Any]:
-    """What the log section and its poller show; their links are the workload kind's routes
-    (a job's, a notebook's), so the one section serves both pages."""
-    kind, key = {
-        Kind.NOTEBOOK: ("notebook", "notebook_id"),
-        Kind.APP: ("app", "app_id"),
-    }.get(Kind(workload.kind), ("job", "job_id"))
-    kwargs = {"slug": workload.project.slug, key: workload.pk}
-    return {
-        "workload": workload,
-        "log": page,
-        "lines": page.lines,
-        "last_seq": page.next,
-        "following": page.following,
-        "detail_url": reverse(f"{kind}-detail", kwargs=kwargs),
-        "logs_url": reverse(f"{kind}-logs", kwargs=kwargs),
-        "download_url": reverse(f"{kind}-log-download", kwargs=kwargs),
-    }
-
-
 @project_view()
 def job_logs(request: ProjectRequest, job_id: str) -> HttpResponse:
     """Lines after `?after=` of `?run=` (htmx: appended out of band, with the next poller)."""
-    if idle_log_poll(request, Kind.JOB, job_id):
+    if idle_log_poll(request, "job", job_id):
         return HttpResponse(status=204)
-    job = selectors.job_get(project=request.access.project, job_id=job_id)
+    job = jobs.job_get(project=request.access.project, job_id=job_id)
     return log_lines(request, job)
-
-
-def idle_log_poll(request: ProjectRequest, kind: Kind, workload_id: str) -> bool:
-    """Whether a log poller's question (htmx, `?run=N&after=S`) has nothing new to answer: N is
-    the workload's current run, its log is still followed and no line of N comes after S. One
-    indexed query, nothing else loaded; any other case (another project's or a missing workload
-    included) goes the whole way, which answers it (404, the end of the log, the lines)."""
-    if not wants_fragment(request):
-        return False
-    try:
-        key = uuid.UUID(workload_id)
-        run, after = int(request.GET["run"]), int(request.GET["after"])
-    except (KeyError, ValueError):
-        return False
-    if after < 0 or after > MAX_OFFSET:
-        return False
-    newer = JobLogLine.objects.filter(job=OuterRef("pk"), run=run, seq__gt=after)
-    found = (
-        Workload.objects.filter(pk=key, kind=kind, project=request.access.project)
-        .annotate(newer=Exists(newer))
-        .values_list("run", "state", "logs_archived", "newer")
-        .first()
-    )
-    if found is None:
-        return False
-    current, state, archived, has_newer = found
-    if current != run or has_newer or (state in FINAL_STATES and archived):
-        return False
-    note_followed(key)  # read every collector round while someone follows
-    return True
-
-
-def log_lines(request: ProjectRequest, workload: Workload) -> HttpResponse:
-    """The lines of a job's or a notebook's log after `?after=` of `?run=`."""
-    try:
-        run = logs.resolve_run(job=workload, value=request.GET.get("run"))
-    except logs.UnknownRun as exc:
-        return HttpResponse(str(exc), status=404, content_type="text/plain; charset=utf-8")
-    try:
-        after = min(max(int(request.GET.get("after", 0)), 0), MAX_OFFSET)
-    except ValueError:
-        after = 0
-    note_followed(workload.pk)  # read every collector round while someone follows
-    page = log_page(job=workload, after=after, limit=LOG_TAIL, run=run)
-    context = {"project": workload.project} | log_context(workload, page)
-    if wants_fragment(request):
-        return render(request, "jobs/detail.html#log-append", context)
-    return render(request, "jobs/logs.html", context)
 
 
 @project_view()
 def job_log_download(request: ProjectRequest, job_id: str) -> HttpResponse | StreamingHttpResponse:
     """The whole log of `?run=` (default: the current run) as a text file."""
-    job = selectors.job_get(project=request.access.project, job_id=job_id)
+    job = jobs.job_get(project=request.access.project, job_id=job_id)
     return log_download(job, request.GET.get("run"))
-
-
-def log_download(workload: Workload, run_value: str | None) -> HttpResponse | StreamingHttpResponse:
-    """The whole log of run `run_value` (default: the current run) of a job or a notebook."""
-    try:
-        run = logs.resolve_run(job=workload, value=run_value)
-    except logs.UnknownRun as exc:
-        # Plain text, not the bare 404 page: the message says which runs exist.
-        return HttpResponse(str(exc), status=404, content_type="text/plain; charset=utf-8")
-    response = StreamingHttpResponse(
-        logs.iter_log_text(job=workload, run=run), content_type="text/plain; charset=utf-8"
-    )
-    name = f"{workload.kind}-{workload.short_id}-run{run}.log"
-    response["Content-Disposition"] = f'attachment; filename="{name}"'
-    return response
 
 
 ACTIONS = {
@@ -346,7 +256,7 @@ ACTIONS = {
 @project_view()
 def job_action(request: ProjectRequest, job_id: str, action: str) -> HttpResponse:
     access = request.access
-    job = selectors.job_get(project=access.project, job_id=job_id)
+    job = jobs.job_get(project=access.project, job_id=job_id)
     if action not in ACTIONS:
         return HttpResponse("Unknown action.", status=404)
     service, done = ACTIONS[action]

@@ -15,12 +15,12 @@ from typing import Any
 import click
 
 from controlpanel.cli.client import Api, state
-from controlpanel.cli.jobs import flag_of
 from controlpanel.cli.output import emit, output_option, wants_json
 from controlpanel.cli.workloads import (
     action_command,
     emit_workload,
     env_option,
+    flag_of,
     flavor_option,
     get_command,
     label_option,

@@ -14,13 +14,28 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from controlpanel.core.htmx import wants_fragment
-from controlpanel.engine import app_services as apps
-from controlpanel.engine import app_stats, app_try, selectors
-from controlpanel.engine.models import App, AppState, Job, JobState, Kind
-from controlpanel.engine.served_views import act, gone, list_page, log_section
-from controlpanel.engine.views import idle_log_poll, log_download, log_lines
+from controlpanel.engine import selectors
+from controlpanel.engine.pages import (
+    act,
+    gone,
+    idle_log_poll,
+    list_page,
+    log_download,
+    log_lines,
+    log_section,
+)
 from controlpanel.flavors.models import Flavor
+from controlpanel.jobs import selectors as jobs
+from controlpanel.jobs.models import Job
+from controlpanel.jobs.states import JobState
 from controlpanel.projects.access import ProjectRequest, project_view
+from controlpanel.served import selectors as apps
+from controlpanel.served import services
+from controlpanel.served import stats as app_stats
+from controlpanel.served import try_it as app_try
+from controlpanel.served.config import Serving, app_url, replicas, user_volumes
+from controlpanel.served.models import App
+from controlpanel.served.states import AppState
 from storage.volumes import parse_volume_spec, render_volume_spec
 
 CHANGING = frozenset(
@@ -86,7 +101,7 @@ class AppForm(forms.Form):
 def app_list(request: ProjectRequest) -> HttpResponse:
     project = request.access.project
     page = list_page(request, apps.apps_for_project(project=project))
-    rows = [(app, apps.AppConfig.of(app), apps.replicas(app)) for app in page]
+    rows = [(app, Serving.of(app), replicas(app)) for app in page]
     context = {
         "project": project,
         "page": page,
@@ -117,13 +132,13 @@ def app_new(request: ProjectRequest) -> HttpResponse:
     initial: dict[str, Any] = {"flavor": "ai1-1-cpu"}
     from_job = request.GET.get("from_job")
     if from_job:
-        job = selectors.job_get(project=access.project, job_id=from_job)
+        job = jobs.job_get(project=access.project, job_id=from_job)
         if job.preset == "finetune" and job.state == JobState.DONE:
             initial |= adapter_initial(job)
     form = AppForm(request.POST if request.method == "POST" else None, initial=initial)
     if request.method == "POST" and form.is_valid():
         try:
-            app = apps.app_create(access=access, user=request.user, data=form.submission())
+            app = services.app_create(access=access, user=request.user, data=form.submission())
         except ValidationError as exc:
             form.place_errors(exc)
         else:
@@ -136,16 +151,16 @@ def app_new(request: ProjectRequest) -> HttpResponse:
 
 
 def _detail_context(app: App) -> dict[str, Any]:
-    config = apps.AppConfig.of(app)
-    ready, wanted = apps.replicas(app)
+    config = Serving.of(app)
+    ready, wanted = replicas(app)
     return {
         "app": app,
         "project": app.project,
         "config": config,
         "ready": ready,
         "wanted": wanted,
-        "base_url": apps.app_url(app),
-        "user_volumes": apps.user_volumes(app),
+        "base_url": app_url(app),
+        "user_volumes": user_volumes(app),
         "events": app.events.order_by("at", "pk"),
         "cost": selectors.workload_cost_estimate(workload=app),
         "hourly": selectors.hourly_price(flavor=app.flavor, units=app.gpu),
@@ -177,7 +192,7 @@ def app_status(request: ProjectRequest, app_id: str) -> HttpResponse:
 
 @project_view()
 def app_logs(request: ProjectRequest, app_id: str) -> HttpResponse:
-    if idle_log_poll(request, Kind.APP, app_id):
+    if idle_log_poll(request, "app", app_id):
         return HttpResponse(status=204)
     return log_lines(request, _get(request, app_id))
 
@@ -207,9 +222,9 @@ def app_try_it(request: ProjectRequest, app_id: str) -> HttpResponse | Streaming
 
 
 ACTIONS = {
-    "start": (apps.app_start, "Starting, at the same URL."),
-    "stop": (apps.app_stop, "Stopping: its URL is kept."),
-    "delete": (apps.app_delete, "Deleting the app."),
+    "start": (services.app_start, "Starting, at the same URL."),
+    "stop": (services.app_stop, "Stopping: its URL is kept."),
+    "delete": (services.app_delete, "Deleting the app."),
 }
 
 

@@ -26,10 +26,11 @@ from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpRe
 from django.views.decorators.csrf import csrf_exempt
 
 from controlpanel.accounts.services import token_authenticate
-from controlpanel.engine import app_stats
-from controlpanel.engine.app_services import SERVING, AppConfig, app_path
-from controlpanel.engine.models import App
 from controlpanel.projects.models import Membership
+from controlpanel.served import stats as app_stats
+from controlpanel.served.config import SERVING, app_path
+from controlpanel.served.config import Serving as AppConfig
+from controlpanel.served.models import App
 
 AUTH_PREFIX = "/auth/app/"
 # Request headers the server never sees: the caller's credentials, and hop-by-hop ones.

@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from controlpanel.engine.models import NotebookImage
+from controlpanel.notebooks.models import NotebookImage
 
 
 @admin.register(NotebookImage)

@@ -1,4 +1,4 @@
-"""`ajuste job run|list|get|logs|stop|delete|rerun|retry-push` and `ajuste flavor list`.
+"""`ajuste job run|list|get|logs|stop|delete|rerun|retry-push`.
 
 `ajuste job run` takes the `ovhai job run` flags:
 `ajuste job run --gpu 1 --flavor h100-1-gpu --volume b@GRA/data:/workspace/data:ro IMAGE -- CMD`.
@@ -16,6 +16,7 @@ from controlpanel.cli.output import emit, output_option
 from controlpanel.cli.workloads import (
     action_command,
     emit_workload,
+    flag_of,
     get_command,
     list_options,
     logs_command,
@@ -36,15 +37,7 @@ JOB_COLUMNS = [
     ("OWNER", "owner"),
     ("CREATED", "created_at"),
 ]
-FLAVOR_COLUMNS = [
-    ("NAME", "name"),
-    ("GPU", "gpu"),
-    ("VCPU", "vcpu_per_unit"),
-    ("MEMORY GIB", "memory_gib_per_unit"),
-    ("MAX UNITS", "max_units"),
-    ("PRICE/H", "price_per_hour"),
-]
-# JobState.values (controlpanel/engine/models.py), repeated: the CLI imports no Django.
+# JobState.values (controlpanel/jobs/states.py), repeated: the CLI imports no Django.
 # tests/controlpanel/jobs/test_cli_jobs.py checks that the two lists agree.
 JOB_STATES = (
     "QUEUED",
@@ -128,22 +121,6 @@ def run(
     show(state().api().post("jobs/", body, name=flag_of))
 
 
-# The `job run` flag or argument each submission field comes from (contract.py's keys).
-FLAGS = {"volumes": "--volume", "env": "--env", "labels": "--label", "params": "--param"}
-NUMBERED = {"volumes": "--volume", "command": "COMMAND argument"}
-
-
-def flag_of(key: str) -> str:
-    """An error key of the API as the user typed it: `volumes.0` → `--volume 1`,
-    `env.HF_TOKEN` → `--env HF_TOKEN`, `gpu` → `--gpu`, `image` → `IMAGE`."""
-    field, _, part = key.partition(".")
-    if part.isdigit() and field in NUMBERED:
-        return f"{NUMBERED[field]} {int(part) + 1}"
-    if part:
-        return f"{FLAGS.get(field, field)} {part}"
-    return field.upper() if field in ("image", "command") else f"--{field}"
-
-
 @job.command("list")
 @list_options(JOB_STATES, "job")
 def list_jobs(wanted_state: str | None, label: str | None, owner: str | None) -> None:
@@ -175,18 +152,3 @@ job.command("retry-push", help="Push the kept data again after SYNC_FAILED.")(
     _action("retry-push/", "Pushing {key} again.")
 )
 job.command("delete", help="Delete a finished job and its log.")(_action("", "Deleted {key}."))
-
-
-@click.group("flavor")
-def flavor() -> None:
-    """Machine flavors and their prices."""
-
-
-@flavor.command("list")
-@output_option
-def list_flavors() -> None:
-    """Flavors you can run on: GPU model, vCPU, memory, price per unit-hour."""
-    rows = state().api().get("flavors/")
-    for row in rows:
-        row["gpu"] = f"{row['gpus_per_unit']}x {row['gpu_model']}" if row["gpus_per_unit"] else "-"
-    emit(rows, FLAVOR_COLUMNS)

@@ -12,11 +12,11 @@ from typing import Any
 import click
 
 from controlpanel.cli.client import Api, state
-from controlpanel.cli.jobs import flag_of
 from controlpanel.cli.output import emit, output_option
 from controlpanel.cli.workloads import (
     action_command,
     emit_workload,
+    flag_of,
     get_command,
     list_options,
     logs_command,

@@ -21,12 +21,23 @@ from django.views.decorators.http import require_POST
 from controlpanel.buckets.selectors import buckets_for_project
 from controlpanel.core.htmx import wants_fragment
 from controlpanel.dashboards.utilisation import workload_utilisation
-from controlpanel.engine import notebooks, selectors
-from controlpanel.engine.models import Kind, Notebook, NotebookImage, NotebookState
-from controlpanel.engine.notebook_forms import EDITOR_LABELS, NotebookForm
-from controlpanel.engine.served_views import act, gone, list_page, log_section
-from controlpanel.engine.views import idle_log_poll, log_download, log_lines
+from controlpanel.engine import selectors
+from controlpanel.engine.pages import (
+    act,
+    gone,
+    idle_log_poll,
+    list_page,
+    log_download,
+    log_lines,
+    log_section,
+)
 from controlpanel.flavors.models import Flavor
+from controlpanel.notebooks import selectors as notebook_rows
+from controlpanel.notebooks import services as notebooks
+from controlpanel.notebooks.forms import EDITOR_LABELS, NotebookForm
+from controlpanel.notebooks.models import Notebook, NotebookImage
+from controlpanel.notebooks.states import NotebookState
+from controlpanel.notebooks.validation import validate_notebook
 from controlpanel.projects.access import ProjectRequest, project_view
 
 IDLE_WARNING_MINUTES = 10
@@ -47,8 +58,8 @@ class NotebookRow:
 @project_view()
 def notebook_list(request: ProjectRequest) -> HttpResponse:
     project = request.access.project
-    page = list_page(request, selectors.notebooks_for_project(project=project))
-    images = selectors.notebook_images()
+    page = list_page(request, notebook_rows.notebooks_for_project(project=project))
+    images = notebook_rows.notebook_images()
     rows = [
         NotebookRow(
             notebook=notebook,
@@ -120,7 +131,7 @@ def notebook_new(request: ProjectRequest) -> HttpResponse:
                     "notebook-detail", slug=access.project.slug, notebook_id=notebook.pk
                 )
             # Also check what the form itself accepted, so every problem shows at once.
-            notebooks.validate_notebook(project=access.project, data=form.submission())
+            validate_notebook(project=access.project, data=form.submission())
         except ValidationError as exc:
             form.place_errors(exc)
         if validating:
@@ -149,7 +160,7 @@ def _detail_context(notebook: Notebook) -> dict[str, Any]:
     return {
         "notebook": notebook,
         "project": notebook.project,
-        "image_label": _image_label(selectors.notebook_images(), notebook),
+        "image_label": _image_label(notebook_rows.notebook_images(), notebook),
         "editor_label": EDITOR_LABELS.get(notebook.editor, notebook.editor),
         "events": notebook.events.order_by("at", "pk"),
         "cost": selectors.workload_cost_estimate(workload=notebook),
@@ -162,7 +173,7 @@ def _detail_context(notebook: Notebook) -> dict[str, Any]:
 
 
 def _get(request: ProjectRequest, notebook_id: str) -> Notebook:
-    return selectors.notebook_get(project=request.access.project, notebook_id=notebook_id)
+    return notebook_rows.notebook_get(project=request.access.project, notebook_id=notebook_id)
 
 
 @project_view()
@@ -184,7 +195,7 @@ def notebook_status(request: ProjectRequest, notebook_id: str) -> HttpResponse:
 @project_view()
 def notebook_logs(request: ProjectRequest, notebook_id: str) -> HttpResponse:
     """Lines after `?after=` of `?run=` (htmx: appended out of band, with the next poller)."""
-    if idle_log_poll(request, Kind.NOTEBOOK, notebook_id):
+    if idle_log_poll(request, "notebook", notebook_id):
         return HttpResponse(status=204)
     return log_lines(request, _get(request, notebook_id))
 

@@ -12,8 +12,8 @@ from django import forms
 from django.http import QueryDict
 
 from controlpanel.engine.forms import ContainerForm
-from controlpanel.engine.models import NotebookImage
-from controlpanel.engine.notebooks import editor_unavailable
+from controlpanel.notebooks.models import NotebookImage
+from controlpanel.notebooks.validation import editor_unavailable
 from deploy.types import Editor
 
 EDITOR_LABELS: dict[str, str] = {Editor.JUPYTERLAB: "JupyterLab", Editor.VSCODE: "VS Code"}

@@ -8,7 +8,7 @@ another. 401 sends a browser to log in (the Ingress's auth-signin); everything e
 ingress-nginx, any other status is its own failure, a 500). It reads rows only.
 
 ingress-nginx calls it over plain http at the web Service's cluster name, so it is answered
-before the ALLOWED_HOSTS and HTTPS checks (NotebookAuthMiddleware, like the health probes): it
+before the ALLOWED_HOSTS and HTTPS checks (engine/forward_auth.py, like the health probes): it
 builds no URL from the Host header and sets no cookie, so neither check protects anything here.
 
 The editor's token is derived (HMAC of SECRET_KEY, the notebook and its run) rather than stored:
@@ -22,7 +22,6 @@ the panel's own Ingress never routes), so a browser asking the endpoint itself n
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
 from importlib import import_module
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -31,16 +30,20 @@ from django.conf import settings
 from django.contrib import auth
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
-from django.urls import Resolver404, resolve
 from django.utils.crypto import salted_hmac
 
-from controlpanel.engine.backend import notebook_path
-from controlpanel.engine.models import Notebook, NotebookState, Workload
+from controlpanel.engine.models import Workload
+from controlpanel.notebooks.models import Notebook
+from controlpanel.notebooks.states import NotebookState
 from controlpanel.projects.access import project_access
 
 # The states in which a notebook's editor may be reached (STOPPING: saving before it stops).
 SERVING = frozenset({NotebookState.STARTING, NotebookState.RUNNING, NotebookState.STOPPING})
-PREFIX = "/auth/notebook/"
+
+
+def notebook_path(notebook: Workload) -> str:
+    """Where the notebook is served on NOTEBOOK_HOST: stable across stop and start."""
+    return f"/nb/{notebook.project.slug}/{notebook.id}/"
 
 
 def notebook_token(notebook: Workload) -> str:
@@ -122,25 +125,3 @@ def _from_the_ingress(request: HttpRequest) -> bool:
     sets Host from the auth URL), not at the panel's public address."""
     host = request.META.get("HTTP_HOST", "").rsplit(":", 1)[0].lower()
     return host == (urlsplit(settings.NOTEBOOK_AUTH_URL).hostname or "").lower()
-
-
-class NotebookAuthMiddleware:
-    """Answers `/auth/notebook/<id>` before the host and HTTPS checks (top of MIDDLEWARE):
-    ingress-nginx asks it at the web Service's cluster name, over plain http."""
-
-    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
-        self.get_response = get_response
-
-    def __call__(self, request: HttpRequest) -> HttpResponse:
-        if request.path_info.startswith((PREFIX, "/auth/app/")):
-            try:
-                match = resolve(request.path_info)
-            except Resolver404:
-                match = None
-            if match is not None and match.url_name == "notebook-auth":
-                return notebook_auth(request, **match.kwargs)
-            if match is not None and match.url_name == "app-auth":  # apps' forward-auth
-                from controlpanel.engine.app_auth import app_auth
-
-                return app_auth(request, **match.kwargs)
-        return self.get_response(request)

@@ -1,0 +1,118 @@
+"""What a kind gives the engine to run it: how its objects are driven through deploy/'s backend
+and what an observation of them means for its states. Each kind subclasses `Driver` in its
+package's driver.py and its spec (registry.py) names the instance; the engine (reconcile,
+lifecycle, sweep, tasks) calls it and knows no kind."""
+
+from __future__ import annotations
+
+import logging
+from abc import ABC, abstractmethod
+from datetime import datetime
+
+from controlpanel.engine.backend import ensure_project, job_ref
+from controlpanel.engine.lifecycle import end_runs, record_launch
+from controlpanel.engine.models import DELETING, Workload
+from controlpanel.engine.sweep import ORPHANS_PER_SWEEP, rows_of, settled
+from deploy.types import ObservedWorkload, Phase, WorkloadRef
+
+log = logging.getLogger(__name__)
+
+
+class Driver(ABC):
+    """One kind's part of reconcile, observation, the sweep and finalizing."""
+
+    @abstractmethod
+    def drive(self, workload: Workload) -> ObservedWorkload | None:
+        """One reconcile step: move the backend toward what the row says (the row is locked,
+        admitted, its launch checked); what the backend shows after, or None when the step
+        ended the workload here instead (its objects gone, a push refused)."""
+
+    @abstractmethod
+    def observe(self, workload: Workload) -> ObservedWorkload:
+        """A fresh read of what the backend has of the workload."""
+
+    @abstractmethod
+    def targets(self, workload: Workload, observed: ObservedWorkload) -> list[tuple[str, str]]:
+        """The state(s) an observation of the current run leads to, in order, with reasons."""
+
+    @abstractmethod
+    def delete_objects(self, ref: WorkloadRef) -> None:
+        """Delete a run's objects (404: already gone)."""
+
+    def passed(
+        self, workload: Workload, observed: ObservedWorkload
+    ) -> list[tuple[str, str, datetime]]:
+        """States the run went through between two observations, at the backend's times."""
+        return []
+
+    def stale(self, workload: Workload, observed: ObservedWorkload) -> bool:
+        """Whether an observation speaks of something the row has moved past (and must not be
+        applied) that ranks cannot tell."""
+        return False
+
+    def start_push(self, workload: Workload) -> ObservedWorkload | None:
+        """The run's final push is still to start (`needs_apply`): start it; what the backend
+        shows after, or None when the run ended here instead. Only a kind with a final push
+        is ever told this; any other looks again."""
+        return self.observe(workload)
+
+    def orphans(self, observations: list[ObservedWorkload]) -> int:
+        """Act on the kind's objects that no live row claimed (the sweep's leftovers); how
+        many were acted on."""
+        return 0
+
+    def ended(self, workload: Workload, run: int) -> None:  # noqa: B027 (most kinds: nothing)
+        """A run ended and its end is committed (the finalize task): the kind's own follow-up
+        (a job's end notice)."""
+
+
+class OneNameDriver(Driver):
+    """A kind whose objects keep one name across its runs (the same address, the same
+    workspace): started and stopped in place, and deleted before its row (DELETING)."""
+
+    @abstractmethod
+    def apply(self, workload: Workload) -> ObservedWorkload:
+        """Create or update its objects, running or stopped as the row says."""
+
+    def drive(self, workload: Workload) -> ObservedWorkload | None:
+        if workload.state == DELETING:
+            self.delete_objects(job_ref(workload))
+            if self.observe(workload).phase is Phase.GONE:
+                end_runs(workload)
+                workload.delete()  # its runs stay, for billing
+            return None
+        ensure_project(workload.project)
+        if not workload.stop_requested:
+            record_launch(workload)
+        return self.apply(workload)
+
+    def orphans(self, observations: list[ObservedWorkload]) -> int:
+        """Its objects outlive its stops, not its row: those of a deleted one go, after the
+        same grace as a job's."""
+        seen = settled(observations)
+        rows, acted = rows_of(seen), 0
+        for observed in seen:
+            row = rows.get(observed.id)
+            if (
+                row is None
+                or row.project.namespace != observed.namespace
+                or row.kind != observed.kind.value
+            ):
+                log.warning(
+                    "orphan %s %s in %s: delete",
+                    observed.kind.value,
+                    observed.id,
+                    observed.namespace,
+                )
+                self.delete_objects(observed.ref)
+            elif not self.left_running(row, observed):
+                continue
+            acted += 1
+            if acted == ORPHANS_PER_SWEEP:
+                break
+        return acted
+
+    def left_running(self, row: Workload, observed: ObservedWorkload) -> bool:
+        """Whether the objects of a row that is still there must be stopped (stopping them
+        if so): none by default."""
+        return False

@@ -1,0 +1,98 @@
+"""How the engine runs a notebook: its request for deploy/ (one name across its starts, the
+same address and workspace), what an observation of it means (it runs until stopped: a stop it
+did not ask for is a failure), and its objects' cleanup."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.urls import reverse
+
+from controlpanel.engine.backend import get_backend, job_ref, split_secret_env
+from controlpanel.engine.driver import OneNameDriver
+from controlpanel.engine.models import Workload
+from controlpanel.notebooks.auth import notebook_path, notebook_token
+from controlpanel.notebooks.states import NotebookState as N
+from deploy.types import Editor, NotebookRequest, ObservedWorkload, Phase, WorkloadRef
+
+_PHASES = {
+    Phase.QUEUED: N.STARTING,
+    Phase.INITIALIZING: N.STARTING,
+    Phase.PENDING: N.STARTING,
+    Phase.RUNNING: N.RUNNING,
+    Phase.STOPPING: N.STOPPING,
+    Phase.FINALIZING: N.STOPPING,
+    Phase.SUCCEEDED: N.STOPPED,
+    Phase.STOPPED: N.STOPPED,
+    Phase.FAILED: N.FAILED,
+    Phase.ERROR: N.ERROR,
+}
+
+
+def notebook_request(notebook: Workload) -> NotebookRequest:
+    env, secret_env = split_secret_env(notebook.env)
+    return NotebookRequest(
+        id=str(notebook.id),
+        project=notebook.project.slug,
+        namespace=notebook.project.namespace,
+        name=notebook.name,
+        image=notebook.image,
+        flavor=notebook.flavor.to_spec(),
+        editor=Editor(notebook.editor or Editor.JUPYTERLAB),
+        units=notebook.gpu,
+        running=not notebook.stop_requested,
+        env=env,
+        secret_env=secret_env,
+        labels=dict(notebook.labels),
+        volumes=notebook.volume_specs,
+        workspace_gib=settings.NOTEBOOK_WORKSPACE_GIB,
+        storage_class=settings.KUBERNETES_STORAGE_CLASS,
+        host=settings.NOTEBOOK_HOST,
+        path=notebook_path(notebook),
+        auth_url=f"{settings.NOTEBOOK_AUTH_URL}/{notebook.id}",
+        signin_url=f"{settings.SITE_URL}{reverse('login')}",
+        tls_secret=settings.NOTEBOOK_TLS_SECRET or None,
+        ingress_class=settings.NOTEBOOK_INGRESS_CLASS,
+        image_pull_secrets=settings.KUBERNETES_IMAGE_PULL_SECRETS,
+        sync_image=settings.AJUSTE_SYNC_IMAGE,
+        token=notebook_token(notebook),
+    )
+
+
+def notebook_states(notebook: Workload, observed: ObservedWorkload) -> list[tuple[str, str]]:
+    """A notebook runs until it is stopped: a stop it did not ask for is a failure, and a
+    stopped server seen while the row wants it running is the previous start's (ignored:
+    reconcile starts it)."""
+    phase, reason = observed.phase, observed.reason
+    if phase is Phase.GONE:
+        if notebook.launched_run >= notebook.run and notebook.state != N.DELETING:
+            return [(N.ERROR, "the notebook disappeared from the cluster")]
+        return []
+    if phase is Phase.SYNC_FAILED:
+        return [(N.FAILED, f"the push of rw volumes failed, the workspace is kept: {reason}")]
+    if phase is Phase.SUCCEEDED and not notebook.stop_requested:
+        return [(N.FAILED, reason or "the notebook server exited")]
+    state = _PHASES[phase]
+    if state in (N.STOPPING, N.STOPPED) and not notebook.stop_requested:
+        return []
+    if notebook.stop_requested and state in (N.STARTING, N.RUNNING):
+        state = N.STOPPING
+    if state == N.STOPPED:
+        reason = reason or "stopped"
+    return [(state, reason)]
+
+
+class NotebookDriver(OneNameDriver):
+    def apply(self, notebook: Workload) -> ObservedWorkload:
+        return get_backend().apply_notebook(notebook=notebook_request(notebook))
+
+    def observe(self, notebook: Workload) -> ObservedWorkload:
+        return get_backend().observe_notebook(ref=job_ref(notebook))
+
+    def targets(self, notebook: Workload, observed: ObservedWorkload) -> list[tuple[str, str]]:
+        return notebook_states(notebook, observed)
+
+    def delete_objects(self, ref: WorkloadRef) -> None:
+        get_backend().delete_notebook(ref=ref)
+
+
+DRIVER = NotebookDriver()

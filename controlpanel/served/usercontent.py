@@ -1,0 +1,68 @@
+"""An app as user content (controlpanel/usercontent): on `app-<id>.<domain>`, for anyone when
+its project made it public, else for a project API token (`Authorization: Bearer`, never
+forwarded to its server) or a member signed in to the panel who opened it. API clients read a
+refusal as an OpenAI-shaped error; every request reaches the panel (nothing is cached), which
+counts it for the app's figures and its request-rate autoscaling."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import PermissionDenied
+from django.http import Http404
+
+from controlpanel.engine.backend import job_ref
+from controlpanel.projects.access import project_access
+from controlpanel.served.auth import app_caller
+from controlpanel.served.config import SERVING
+from controlpanel.served.config import Serving as AppConfig
+from controlpanel.served.models import App
+from controlpanel.usercontent.served import Target, cluster_address, loopback_address
+from deploy import names
+from deploy.manifests.apps import SERVICE_PORT
+
+
+class AppContent:
+    kind = "app"
+    prefix = "app"
+    noun = "app"
+    browser = False
+    cacheable = False
+
+    def find(self, workload_id: uuid.UUID) -> App | None:
+        rows = App.objects.select_related("project")
+        return rows.filter(pk=workload_id).first()
+
+    def admits(self, app: App, *, user: Any, authorization: str) -> tuple[int, str]:
+        if AppConfig.of(app).public or (user is None and authorization):
+            status, why = app_caller(app, authorization)
+            return (403, why) if status == 404 else (status, why)
+        if user is None:
+            return 401, "Send a project API token: Authorization: Bearer <token>."
+        try:
+            project_access(user=user, slug=app.project.slug)
+        except (Http404, PermissionDenied):
+            return 403, "No such app."
+        return 200, ""
+
+    def target(self, app: App) -> Target | None:
+        if app.state not in SERVING:
+            return None
+        if settings.COMPUTE_BACKEND == "kubernetes":
+            return Target(
+                cluster_address(
+                    service=names.app_name(job_ref(app)),
+                    namespace=app.project.namespace,
+                    port=SERVICE_PORT,
+                )
+            )
+        address = loopback_address(app.url)
+        return Target(address) if address else None
+
+    def landing(self, app: App) -> str:
+        return "/v1/models"
+
+
+SERVED = AppContent()
