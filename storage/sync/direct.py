@@ -4,13 +4,14 @@ per-call machinery.
 A botocore `get_object` costs about 1.1 ms of CPU (events, models, parsing, retries); for a
 volume of small files that, not the network, is the pull's bottleneck on a small machine. This
 module signs a request itself (AWS Signature Version 4, the same headers botocore signs),
-sends it on a keep-alive connection of the calling thread (`http.client`), and streams the
-answer: about 0.2 ms a request. It covers the happy path only: the listing of a volume
-(ListObjectsV2), the GET of one object and the PUT of a small one. Anything else (a status
-other than 200, a broken connection, an unexpected answer) raises `DirectError`, and the
-caller redoes that one call through boto3 (storage/client.py), whose retries, redirects and
-error messages then apply. A store that cannot be reached this way at all (a proxy is
-configured for it, or its first connection fails) is not tried again by that `Direct`.
+sends it on a keep-alive connection of the calling thread (storage/sync/wire.py, which reads
+the answer's headers without `http.client`'s email parser), and streams the answer. It covers
+the happy path only: the listing of a volume (ListObjectsV2), the GET of one object and the
+PUT of a small one. Anything else (a status other than 200, a broken connection, an
+unexpected answer) raises `DirectError`, and the caller redoes that one call through boto3
+(storage/client.py), whose retries, redirects and error messages then apply. A store that
+cannot be reached this way at all (a proxy is configured for it, or a connection cannot be
+made) is not tried again by that `Direct`.
 
 Integrity is the caller's: a GET's bytes are checked against the listed ETag, a PUT's ETag
 against the MD5 of what was sent (and a store that checks Content-MD5 refuses other bytes).
@@ -21,19 +22,21 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-import http.client
 import os
-import ssl
 import threading
-import urllib.request
 import xml.etree.ElementTree as ElementTree
 from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 from urllib.parse import quote, unquote, urlsplit
 
 from storage.client import CONNECT_TIMEOUT_S, READ_TIMEOUT_S
 from storage.datastore import DatastoreConfig
 from storage.objects import ObjectInfo
+from storage.sync.wire import Connection, ProtocolError, Response, Unreachable
+
+if TYPE_CHECKING:  # ssl loads only for an https store
+    import ssl
 
 EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 _S3 = "{http://s3.amazonaws.com/doc/2006-03-01/}"
@@ -59,7 +62,7 @@ class Direct:
         self._base = url.path.rstrip("/")
         self._region = config.region or "us-east-1"
         self._local = threading.local()
-        self._connections: list[http.client.HTTPConnection] = []
+        self._connections: list[Connection] = []
         self._lock = threading.Lock()
         self._keys: dict[str, bytes] = {}
         self._context: ssl.SSLContext | None = None
@@ -91,21 +94,18 @@ class Direct:
         """Stream one object to `write`, block by block; the number of bytes. DirectError
         before the first block is written when the answer is not 200; a failure after that
         raises DirectError too (the caller starts the file again)."""
-        connection = self._send("GET", f"/{bucket}/{key}", {}, b"", {})
+        connection, response = self._send("GET", f"/{bucket}/{key}", {}, b"", {})
         try:
-            response = connection.getresponse()
             if response.status != 200:
                 response.read()
                 raise DirectError(f"GET answered {response.status}")
             size = 0
-            while block := response.read(READ_BLOCK):
+            for block in response.stream(READ_BLOCK):  # ProtocolError if cut short
                 write(block)
                 size += len(block)
-            if response.length:  # the body stopped before its Content-Length
-                raise DirectError("the answer was cut short")
             return size
-        except (OSError, http.client.HTTPException) as error:
-            self._drop(connection)
+        except (OSError, ProtocolError) as error:
+            connection.close()
             raise DirectError(f"GET failed: {error}") from None
 
     def put_object(self, bucket: str, key: str, data: bytes, md5: bytes) -> str:
@@ -113,16 +113,15 @@ class Direct:
         it with that MD5)."""
         headers = {"Content-MD5": base64.b64encode(md5).decode(), "Content-Length": str(len(data))}
         payload = hashlib.sha256(data).hexdigest()
-        connection = self._send("PUT", f"/{bucket}/{key}", {}, data, headers, payload)
+        connection, response = self._send("PUT", f"/{bucket}/{key}", {}, data, headers, payload)
         try:
-            response = connection.getresponse()
             response.read()
-        except (OSError, http.client.HTTPException) as error:
-            self._drop(connection)
+        except (OSError, ProtocolError) as error:
+            connection.close()
             raise DirectError(f"PUT failed: {error}") from None
         if response.status != 200:
             raise DirectError(f"PUT answered {response.status}")
-        return str(response.getheader("ETag", "")).strip('"')
+        return response.headers.get("etag", "").strip('"')
 
     def close(self) -> None:
         with self._lock:
@@ -133,12 +132,11 @@ class Direct:
     # ---- plumbing ----------------------------------------------------------------------
 
     def _request(self, method: str, path: str, query: dict[str, str]) -> tuple[int, bytes]:
-        connection = self._send(method, path, query, b"", {})
+        connection, response = self._send(method, path, query, b"", {})
         try:
-            response = connection.getresponse()
             return response.status, response.read()
-        except (OSError, http.client.HTTPException) as error:
-            self._drop(connection)
+        except (OSError, ProtocolError) as error:
+            connection.close()
             raise DirectError(f"{method} failed: {error}") from None
 
     def _send(
@@ -149,7 +147,8 @@ class Direct:
         body: bytes,
         headers: dict[str, str],
         payload_hash: str = EMPTY_SHA256,
-    ) -> http.client.HTTPConnection:
+    ) -> tuple[Connection, Response]:
+        """Send a signed request; the connection and the answer, its body not read yet."""
         if not self.usable:
             raise DirectError("plain requests are off for this store")
         uri = quote(self._base + path, safe="/~")
@@ -158,18 +157,16 @@ class Direct:
             for name, value in sorted(query.items())
         )
         signed = self._sign(method, uri, query_string, payload_hash, headers)
+        signed["Accept-Encoding"] = "identity"  # as http.client sent it: no compressed bodies
         target = f"{uri}?{query_string}" if query_string else uri
-        connection: http.client.HTTPConnection | None = None
+        connection = self._connection()
         try:
-            connection = self._connection()
-            connection.request(method, target, body=body or None, headers=signed)
-        except (OSError, http.client.HTTPException) as error:
-            if connection is not None:
-                self._drop(connection)
-            if isinstance(error, ConnectionRefusedError | ssl.SSLError | TimeoutError):
+            return connection, connection.request(method, target, signed, body)
+        except (OSError, ProtocolError) as error:
+            connection.close()
+            if isinstance(error, Unreachable):
                 self.usable = False  # not reachable this way: boto3 from now on
             raise DirectError(f"{method} could not be sent: {error}") from None
-        return connection
 
     def _sign(
         self, method: str, uri: str, query: str, payload: str, extra: dict[str, str]
@@ -214,36 +211,26 @@ class Direct:
             self._keys = {day: key}
         return key
 
-    def _connection(self) -> http.client.HTTPConnection:
-        connection: http.client.HTTPConnection | None = getattr(self._local, "connection", None)
+    def _connection(self) -> Connection:
+        connection: Connection | None = getattr(self._local, "connection", None)
         if connection is None:
-            if self._https:
-                connection = http.client.HTTPSConnection(
-                    self._hostname, self._port, timeout=READ_TIMEOUT_S, context=self._tls()
-                )
-            else:
-                connection = http.client.HTTPConnection(
-                    self._hostname, self._port, timeout=READ_TIMEOUT_S
-                )
+            connection = Connection(
+                self._hostname,
+                self._port or (443 if self._https else 80),
+                tls=self._tls if self._https else None,
+                connect_timeout=CONNECT_TIMEOUT_S,
+                read_timeout=READ_TIMEOUT_S,
+            )
             self._local.connection = connection
             with self._lock:
                 self._connections.append(connection)
-        if connection.sock is None:
-            connection.timeout = CONNECT_TIMEOUT_S
-            try:
-                connection.connect()
-            finally:
-                connection.timeout = READ_TIMEOUT_S
-            if connection.sock is not None:
-                connection.sock.settimeout(READ_TIMEOUT_S)
         return connection
-
-    def _drop(self, connection: http.client.HTTPConnection) -> None:
-        connection.close()  # the next request of this thread opens a new one
 
     def _tls(self) -> ssl.SSLContext:
         if self._context is None:
             # The CA bundle botocore would use: AWS_CA_BUNDLE, else the bundled certifi one.
+            import ssl
+
             from botocore.httpsession import get_cert_path
 
             bundle = os.environ.get("AWS_CA_BUNDLE") or get_cert_path(True)
@@ -252,6 +239,12 @@ class Direct:
 
 
 def _proxied(scheme: str, hostname: str) -> bool:
+    # urllib.request reads the proxies from *_proxy variables only (on Linux); without one,
+    # its import (http.client, the email package: ~40 ms of every command) is not needed.
+    if not any(name.lower().endswith("_proxy") and value for name, value in os.environ.items()):
+        return False
+    import urllib.request
+
     proxies = urllib.request.getproxies()
     return bool(proxies.get(scheme)) and not urllib.request.proxy_bypass(hostname)
 
