@@ -165,7 +165,7 @@ def test_an_unlabelled_namespace_is_privileged(
     assert core.create_namespaced_pod(NS, body).spec.host_network is True
 
 
-def test_a_jobs_and_a_deployments_pods_are_refused_as_failed_creates(
+def test_the_controllers_pods_are_refused_as_failed_creates(
     k8s_cluster: EmulatedCluster, client: ApiClient
 ) -> None:
     """A template that violates the policy is accepted (only pods are checked); the pods its
@@ -180,12 +180,19 @@ def test_a_jobs_and_a_deployments_pods_are_refused_as_failed_creates(
     deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"}}
     deployment["spec"] = {"selector": {"matchLabels": {"app": "x"}}, "template": template}
     AppsV1Api(client).create_namespaced_deployment(NS, deployment)
+    stateful = {"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "s"}}
+    stateful["spec"] = {**deployment["spec"], "serviceName": "s"}
+    AppsV1Api(client).create_namespaced_stateful_set(NS, stateful)
     k8s_cluster.reconcile()
     assert k8s_cluster.list("pods") == []
     events = {e["involvedObject"]["kind"]: e for e in k8s_cluster.list("events", NS)}
-    assert events["Job"]["reason"] == events["ReplicaSet"]["reason"] == "FailedCreate"
+    assert {e["reason"] for e in events.values()} == {"FailedCreate"}
+    assert events.keys() == {"Job", "ReplicaSet", "StatefulSet"}
     assert events["Job"]["message"].startswith('Error creating: pods "j-" is forbidden: violates')
     assert "host namespaces (hostIPC=true)" in events["ReplicaSet"]["message"]
+    assert events["StatefulSet"]["message"].startswith(
+        'create Pod s-0 in StatefulSet s failed error: pods "s-0" is forbidden: violates'
+    )
 
 
 # -- ResourceQuota -----------------------------------------------------------------------------
