@@ -82,9 +82,9 @@ def setup_panel() -> tuple[Any, str]:
     return project, token_create(user=owner, name="bench")[1]
 
 
-def start_panel(cluster_url: str, port: int, logs: Path) -> list[subprocess.Popen[bytes]]:
+def start_panel(kubeconfig: str, port: int, logs: Path) -> list[subprocess.Popen[bytes]]:
     commands = {"web": gunicorn(port, 2), "worker": thread_worker(8), "watcher": WATCHER}
-    return start_processes(commands, logs, KUBERNETES_API_HOST=cluster_url)
+    return start_processes(commands, logs, KUBECONFIG=kubeconfig)  # the emulator's token
 
 
 class PodClock:
@@ -330,7 +330,7 @@ def main() -> None:
     if args.sweep_only:
         bench_sweep(cluster, project, [int(s) for s in args.sweep_sizes.split(",")])
         return cluster.close()
-    procs = start_panel(cluster.url, port, logs)
+    procs = start_panel(cluster.kubeconfig, port, logs)
     clock = PodClock(cluster)  # stopped before the sweep: it scans the whole store
     try:
         wait_http(f"{base}/healthz")

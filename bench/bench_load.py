@@ -216,7 +216,7 @@ def queue_worker(queue: str, concurrency: int, *more: str) -> list[str]:
     ]
 
 
-def start_processes(cluster_url: str, port: int, logs: Path) -> list[subprocess.Popen[bytes]]:
+def start_processes(kubeconfig: str, port: int, logs: Path) -> list[subprocess.Popen[bytes]]:
     """The panel's processes as the manifests run them (k8s/web.yaml, worker.yaml, beat.yaml,
     watcher.yaml), bound to loopback."""
     commands = {
@@ -232,7 +232,7 @@ def start_processes(cluster_url: str, port: int, logs: Path) -> list[subprocess.
         ],
         "watcher": WATCHER,
     }
-    return start(commands, logs, KUBERNETES_API_HOST=cluster_url)
+    return start(commands, logs, KUBECONFIG=kubeconfig)  # the emulator's token
 
 
 def cpu_seconds(procs: dict[str, Any]) -> dict[str, float]:
@@ -295,7 +295,7 @@ def main() -> None:
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     logs = Path(tempfile.mkdtemp(prefix="bench-load-"))
-    procs = start_processes(cluster.url, port, logs)
+    procs = start_processes(cluster.kubeconfig, port, logs)
     feeding = threading.Event()
     try:
         wait_http(f"{base}/healthz")

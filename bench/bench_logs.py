@@ -225,7 +225,7 @@ def main() -> None:
     port = bench_jobs.free_port()
     base = f"http://127.0.0.1:{port}"
     logdir = Path(tempfile.mkdtemp(prefix="bench-logs-"))
-    procs = bench_jobs.start_panel(cluster.url, port, logdir)
+    procs = bench_jobs.start_panel(cluster.kubeconfig, port, logdir)
     pollers: subprocess.Popen[str] | None = None
     # Gaps between printed lines from 0.1 s to 3 s: lines land at every point of the page's poll
     # period and of the collector's back-off (0.25 s after a line, doubling up to 2 s when quiet).
