@@ -33,6 +33,10 @@ _PREFIXES = (
     "DASHBOARD_",
     "DCGM_",
     "UPLOAD",
+    "SWEEP_",
+    "MLFLOW_",
+    "USER_CONTENT_",
+    "GPU_IDLE_",
 )
 _NAMES = {
     "ALLOWED_HOSTS",
@@ -56,6 +60,7 @@ _NAMES = {
     "REDIS_URL",
     "SITE_URL",
     "STATIC_MANIFEST",
+    "STATIC_COMPRESS",
     "AWS_ACCESS_KEY_ID",
     "AWS_SECRET_ACCESS_KEY",
     "AWS_SESSION_TOKEN",
