@@ -221,6 +221,10 @@ class JobRequest:
     datastore_secret: str = DATASTORE_SECRET_NAME
     run: int = 1
     queue_name: str | None = None
+    # Kueue's WorkloadPriorityClass (QUEUE_ENGINE=kueue); `preemptible` adds the pod failure
+    # policy that ignores disruptions, so an evicted or drained pod never fails the job.
+    priority_class: str | None = None
+    preemptible: bool = False
     image_pull_secrets: tuple[str, ...] = ()
     workspace_gib: int = 50
     storage_class: str | None = None

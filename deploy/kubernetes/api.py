@@ -74,6 +74,14 @@ KINDS: dict[str, Kind] = {
     "NetworkPolicy": Kind("networking.k8s.io/v1", "networkpolicies"),
     "RoleBinding": Kind("rbac.authorization.k8s.io/v1", "rolebindings"),
     "Lease": Kind("coordination.k8s.io/v1", "leases"),
+    # Kueue (QUEUE_ENGINE=kueue): what Ajuste configures, and the Workloads it reads.
+    "ResourceFlavor": Kind("kueue.x-k8s.io/v1beta2", "resourceflavors", namespaced=False),
+    "ClusterQueue": Kind("kueue.x-k8s.io/v1beta2", "clusterqueues", namespaced=False),
+    "WorkloadPriorityClass": Kind(
+        "kueue.x-k8s.io/v1beta2", "workloadpriorityclasses", namespaced=False
+    ),
+    "LocalQueue": Kind("kueue.x-k8s.io/v1beta2", "localqueues"),
+    "Workload": Kind("kueue.x-k8s.io/v1beta2", "workloads"),
 }
 
 

@@ -46,6 +46,7 @@ from deploy.manifests.common import (
 from deploy.types import JobRequest
 
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+KUEUE_PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 # Long enough for the sidecar's last push when the pod ends.
 TERMINATION_GRACE_S = 300
 PUSH_BACKOFF_LIMIT = 2
@@ -83,8 +84,22 @@ def make_job(*, job: JobRequest) -> Manifest:
     }
     if job.queue_name:
         meta["labels"][KUEUE_QUEUE_LABEL] = job.queue_name
+        if job.priority_class:
+            meta["labels"][KUEUE_PRIORITY_LABEL] = job.priority_class
         # Kueue admits a suspended Job by unsuspending it once the quota allows.
         spec["suspend"] = True
+    if job.preemptible:
+        # A pod ended by a disruption (Kueue's preemption, a node drain, the eviction API) is
+        # not the job's failure: the Job makes a new pod when it may run again, and the
+        # training resumes from the checkpoint its SIGTERM saved and the sidecar pushed.
+        spec["podFailurePolicy"] = {
+            "rules": [
+                {
+                    "action": "Ignore",
+                    "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
+                }
+            ]
+        }
     return {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta, "spec": spec}
 
 
