@@ -17,6 +17,7 @@ from django.utils import timezone
 from controlpanel.engine.models import FINAL_STATES, JobEvent, JobRun, Workload
 from controlpanel.engine.registry import kind_of
 from controlpanel.engine.replicas import REPLICA_UIDS, record_replicas, serving_replicas
+from controlpanel.streams import channels
 from deploy.types import ObservedWorkload, Phase
 
 # Sent inside the transaction that records a final state, with `workload_id` and `run`: the
@@ -44,6 +45,14 @@ def record_state(
     job.state = state
     job.state_reason = reason
     job.save(update_fields=["state", "state_reason", "state_changed_at", "updated_at"])
+    channels.state_recorded(
+        workload_id=job.pk,
+        run=job.run,
+        state=state,
+        reason=reason,
+        at=job.state_changed_at,
+        final=state in FINAL_STATES,
+    )
     if state in FINAL_STATES:
         # A run whose pod went away without a finish time (a stopped notebook's, an evicted
         # pod's) ends here: billing never meters an open run past its end.

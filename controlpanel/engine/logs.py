@@ -18,6 +18,7 @@ from django.db.models import Max
 from controlpanel.engine.backend import get_backend, job_ref
 from controlpanel.engine.models import JobLogLine, Workload
 from controlpanel.engine.replicas import OBSERVED_PROGRESS
+from controlpanel.streams import channels
 from training.protocol import Snapshot, clean_text, curve_point, read_event
 
 # Every logged step up to this many (a 10,000-step run logging every 10 steps fits whole).
@@ -58,15 +59,17 @@ def collect_logs(*, job_id: Any, limit: int = COLLECT_LIMIT) -> tuple[int, bool]
 
 def _store(job: Workload, lines: tuple[str, ...] | list[str]) -> None:
     start = job.log_lines
+    texts = [clean_text(line) for line in lines]
     JobLogLine.objects.bulk_create(
         [
-            JobLogLine(job=job, run=job.run, seq=start + i, text=clean_text(line))
-            for i, line in enumerate(lines, start=1)
+            JobLogLine(job=job, run=job.run, seq=start + i, text=text)
+            for i, text in enumerate(texts, start=1)
         ],
         batch_size=1000,
     )
     _note_progress(job, lines)
     job.log_lines = start + len(lines)
+    channels.lines_stored(workload_id=job.pk, run=job.run, first=start + 1, texts=texts)
 
 
 def archive_logs(*, job_id: Any, max_rounds: int = 1000) -> bool:
@@ -84,6 +87,8 @@ def archive_logs(*, job_id: Any, max_rounds: int = 1000) -> bool:
             return False
         if not job.logs_archived and not eof:
             _store(job, [f"{MARK} log truncated: the archive stopped before the end of the log"])
+        if not job.logs_archived:
+            channels.log_archived(workload_id=job.pk, run=job.run)
         job.logs_archived = True
         job.save(update_fields=["log_lines", "progress", "loss_curve", "logs_archived"])
     return True

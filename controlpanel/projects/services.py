@@ -27,6 +27,7 @@ from controlpanel.projects.settings_rules import (
     project_settings_check,
     project_settings_parse,
 )
+from controlpanel.streams import channels
 
 
 def project_create(*, by: Any, slug: str, name: str, **settings: Any) -> Project:
@@ -198,6 +199,7 @@ def member_remove(*, access: ProjectAccess, membership: Membership) -> None:
         role=membership.role,
     )
     membership.delete()
+    channels.member_removed(project_id=access.project.pk, user_id=membership.user_id)
 
 
 def _keep_one_manager(membership: Membership, *, leaving: bool) -> None:

@@ -91,8 +91,11 @@ def notebook_request() -> NotebookRequest:
         image="quay.io/jupyter/pytorch-notebook:cuda12-python-3.11",
         flavor=H100,
         volumes=(DATASET, OUTPUT),
-        host="nb-7.usercontent.ajuste.example",
-        path="/",
+        host="nb.ajuste.example",
+        path="/notebooks/7/",
+        auth_url="http://ajuste-web.ajuste.svc/auth/notebooks/7",
+        signin_url="https://ajuste.example/login/",
+        tls_secret="nb-tls",
         token="editor-token-7",
         install=INSTALL,
     )

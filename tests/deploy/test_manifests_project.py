@@ -111,11 +111,7 @@ def test_each_mig_profile_a_flavor_asks_for_is_held_to_the_gpu_quota(
     }
 
 
-def test_default_deny_with_dns_the_gateway_and_s3(project_request: ProjectRequest) -> None:
-    """Notebooks and apps take requests from the user-content gateway's pods only (picked by
-    label in the panel's namespace), apps also from the web pods ("Try it"); no ingress
-    controller's namespace is a peer."""
-
+def test_default_deny_with_dns_ingress_controller_and_s3(project_request: ProjectRequest) -> None:
     def policy(name: str, spec: dict[str, object]) -> dict[str, object]:
         return {
             "apiVersion": "networking.k8s.io/v1",
@@ -125,15 +121,6 @@ def test_default_deny_with_dns_the_gateway_and_s3(project_request: ProjectReques
         }
 
     kube_system = {"kubernetes.io/metadata.name": "kube-system"}
-    gateway = {
-        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ajuste"}},
-        "podSelector": {
-            "matchLabels": {
-                "app.kubernetes.io/name": "ajuste",
-                "app.kubernetes.io/component": "gateway",
-            }
-        },
-    }
     dns_ports = [
         {"protocol": proto, "port": port} for port in (53, 5353) for proto in ("UDP", "TCP")
     ]
@@ -161,18 +148,39 @@ def test_default_deny_with_dns_the_gateway_and_s3(project_request: ProjectReques
             },
         ),
         policy(
-            "ajuste-allow-gateway",
+            "ajuste-allow-ingress-controller",
             {
                 "podSelector": {"matchLabels": {"ajuste.io/kind": "notebook"}},
-                "ingress": [{"from": [gateway], "ports": [{"protocol": "TCP", "port": 8888}]}],
+                "ingress": [
+                    {
+                        "from": [
+                            {
+                                "namespaceSelector": {
+                                    "matchLabels": {"kubernetes.io/metadata.name": "ingress-nginx"}
+                                }
+                            }
+                        ],
+                        "ports": [{"protocol": "TCP", "port": 8888}],
+                    }
+                ],
                 "policyTypes": ["Ingress"],
             },
         ),
         policy(
-            "ajuste-allow-gateway-apps",
+            "ajuste-allow-ingress-controller-apps",
             {
                 "podSelector": {"matchLabels": {"ajuste.io/kind": "app"}},
-                "ingress": [{"from": [gateway]}],
+                "ingress": [
+                    {
+                        "from": [
+                            {
+                                "namespaceSelector": {
+                                    "matchLabels": {"kubernetes.io/metadata.name": "ingress-nginx"}
+                                }
+                            }
+                        ]
+                    }
+                ],
                 "policyTypes": ["Ingress"],
             },
         ),

@@ -1,0 +1,212 @@
+"""One stream: a workload's log lines from an offset, then live, with its state changes, until
+its log ends or the viewer loses the project.
+
+The stream joins its channels before it reads the rows, and keeps the number of the last line
+it sent: a notice that arrives while the rows are read repeats nothing, a notice missed (a full
+queue, lines too many to carry) is a gap read back from the rows, so nothing is lost. Rows are
+read on the loop's shared threads (never a thread of its own) and the database connection is
+closed after each read: an open stream holds no connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.db import close_old_connections, connection
+from django.http import Http404
+
+from controlpanel.engine.ansi import ansi_to_html
+from controlpanel.engine.models import FINAL_STATES, JobLogLine, Workload
+from controlpanel.projects.access import project_access
+from controlpanel.streams import hub as hubs
+from controlpanel.streams.channels import project_channel, workload_channel
+from training.protocol import is_event
+
+READ_BATCH = 500
+NO_ACCESS = "You no longer have access to this project."
+
+
+@dataclass(frozen=True)
+class Watched:
+    """What a stream follows, as its first read found it."""
+
+    workload_id: uuid.UUID
+    project_id: int
+    slug: str
+    run: int  # the run followed
+    current_run: int
+    state: str
+    reason: str
+    over: bool  # its log is complete (an earlier run, or final and archived)
+
+
+def _read(fn: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:
+    """A row read on the loop's shared threads, its connection closed afterwards."""
+
+    def closed(*args: Any, **kwargs: Any) -> Any:
+        close_old_connections()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            connection.close()
+
+    return sync_to_async(closed, thread_sensitive=False)
+
+
+def _watched(user: Any, kind: str, workload_id: uuid.UUID, slug: str | None, run: Any) -> Watched:
+    """The workload if `user` may read its log (the page's own check), else Http404."""
+    workload = (
+        Workload.objects.select_related("project")
+        .filter(pk=workload_id, kind=kind)
+        .only("run", "state", "state_reason", "logs_archived", "project__slug")
+        .first()
+    )
+    if workload is None or (slug is not None and workload.project.slug != slug):
+        raise Http404("No such workload.")
+    project_access(user=user, slug=workload.project.slug)
+    followed = workload.run if run is None else run
+    if not 1 <= followed <= workload.run:
+        raise Http404(f"This workload has no run {followed}: its runs are 1 to {workload.run}.")
+    return Watched(
+        workload_id=workload.pk,
+        project_id=workload.project_id,
+        slug=workload.project.slug,
+        run=followed,
+        current_run=workload.run,
+        state=workload.state,
+        reason=workload.state_reason,
+        over=followed < workload.run or (workload.state in FINAL_STATES and workload.logs_archived),
+    )
+
+
+watched = _read(_watched)
+
+
+@_read
+def _rows(workload_id: uuid.UUID, run: int, after: int) -> tuple[list[tuple[int, str]], bool]:
+    """Up to READ_BATCH lines after `after`, and whether the run's log is complete."""
+    rows = list(
+        JobLogLine.objects.filter(job_id=workload_id, run=run, seq__gt=after)
+        .order_by("seq")
+        .values_list("seq", "text")[:READ_BATCH]
+    )
+    now = Workload.objects.filter(pk=workload_id).values("run", "state", "logs_archived").first()
+    over = (
+        now is None or run < now["run"] or (now["state"] in FINAL_STATES and now["logs_archived"])
+    )
+    return rows, over
+
+
+@_read
+def _still_allowed(user: Any, slug: str) -> bool:
+    try:
+        project_access(user=user, slug=slug)
+    except Http404:
+        return False
+    return True
+
+
+def event(name: str, data: dict[str, Any], event_id: int | None = None) -> bytes:
+    head = f"id: {event_id}\n" if event_id is not None else ""
+    return f"{head}event: {name}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
+
+
+def line_event(seq: int, text: str, time: str | None) -> bytes:
+    """A log line: its number (the event id), when it was stored when known, the text as
+    printed, the text as the page draws it (escaped, colours as spans) and whether it is a
+    progress event."""
+    data = {
+        "n": seq,
+        "time": time,
+        "text": text,
+        "html": ansi_to_html(text),
+        "event": is_event(text),
+    }
+    return event("line", data, seq)
+
+
+def state_event(run: int, state: str, reason: str, at: str | None = None) -> bytes:
+    final = state in FINAL_STATES
+    return event("state", {"run": run, "state": state, "reason": reason, "at": at, "final": final})
+
+
+class Stream:
+    """The events of one viewer's stream (`events()`); `last` is the last line number sent."""
+
+    def __init__(self, user: Any, watch: Watched, after: int, heartbeat_s: float) -> None:
+        self.user, self.watch, self.last = user, watch, after
+        self.heartbeat_s = heartbeat_s
+        self.channels = [workload_channel(watch.workload_id), project_channel(watch.project_id)]
+        self.on_heartbeat: Callable[[], Awaitable[None]] | None = None
+
+    async def events(self) -> AsyncGenerator[bytes]:
+        hub = hubs.hub()
+        queue = await hub.join(self.channels)
+        try:
+            yield b"retry: 2000\n\n"
+            yield state_event(self.watch.run, self.watch.state, self.watch.reason)
+            over = False
+            async for chunk in self._catch_up():
+                yield chunk
+            over = self._over
+            while not over:
+                try:
+                    message = await asyncio.wait_for(queue.get(), self.heartbeat_s)
+                except TimeoutError:
+                    yield b": keep-alive\n\n"
+                    if self.on_heartbeat is not None:
+                        await self.on_heartbeat()
+                    continue
+                async for chunk in self._handle(message):
+                    yield chunk
+                over = self._over
+        finally:
+            await hub.leave(self.channels, queue)
+
+    _over = False
+
+    async def _catch_up(self) -> AsyncIterator[bytes]:
+        """The rows after `last`; ends the stream with `end` once the log is complete."""
+        while True:
+            rows, over = await _rows(self.watch.workload_id, self.watch.run, self.last)
+            for seq, text in rows:
+                yield line_event(seq, text, None)
+                self.last = seq
+            if len(rows) < READ_BATCH:
+                break
+        if over:
+            self._over = True
+            yield event("end", {"run": self.watch.run, "lines": self.last})
+
+    async def _handle(self, message: dict[str, Any]) -> AsyncIterator[bytes]:
+        kind, run = message.get("t"), int(message.get("run") or 0)
+        if kind == "broken":  # the browser reconnects from its Last-Event-ID
+            self._over = True
+        elif kind == "access" and message.get("user") == str(self.user.pk):
+            if not await _still_allowed(self.user, self.watch.slug):
+                self._over = True
+                yield event("end", {"run": self.watch.run, "reason": NO_ACCESS})
+        elif kind == "state":
+            yield state_event(run, message["state"], message["reason"], message.get("at"))
+            if run != self.watch.run:  # a new run began: this run's log is read to its end
+                async for chunk in self._catch_up():
+                    yield chunk
+        elif kind == "end" and run == self.watch.run:
+            async for chunk in self._catch_up():
+                yield chunk
+        elif kind == "lines" and run == self.watch.run and message["last"] > self.last:
+            texts = message.get("lines")
+            if texts is None or message["first"] > self.last + 1:  # a gap: the rows have it
+                async for chunk in self._catch_up():
+                    yield chunk
+                return
+            for seq, text in enumerate(texts, start=message["first"]):
+                if seq > self.last:
+                    yield line_event(seq, text, message.get("time"))
+                    self.last = seq
