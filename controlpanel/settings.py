@@ -16,6 +16,7 @@ from django.core.exceptions import ImproperlyConfigured
 from controlpanel.accounts.oidc_settings import read_oidc_settings
 from controlpanel.api.rates import env_rate
 from controlpanel.env import env_bool, env_choice, env_int, env_list, env_percent, env_str
+from controlpanel.usercontent.domain import parse_content_domain
 from deploy import images
 from deploy.egress import parse_cidrs, parse_dns, parse_egress, parse_node_local_dns
 
@@ -67,6 +68,7 @@ INSTALLED_APPS = [
     "controlpanel.billing",
     "controlpanel.dashboards",
     "controlpanel.audit",
+    "controlpanel.usercontent",
     "controlpanel.sweeps",
     "controlpanel.api",
 ]
@@ -80,9 +82,9 @@ MIDDLEWARE = [
     "controlpanel.core.metrics.http.MetricsScrapeMiddleware",
     # /healthz and /readyz for probes, before the ALLOWED_HOSTS and HTTPS checks.
     "controlpanel.core.middleware.HealthProbeMiddleware",
-    # ingress-nginx's forward-auth for notebooks and apps, asked at the web Service's cluster
-    # name (each kind's `<kind>-auth` route).
-    "controlpanel.engine.forward_auth.ForwardAuthMiddleware",
+    # Notebooks' and apps' own hosts, and the user-content gateway's questions: answered before
+    # the panel's session, cookies and host checks (controlpanel/usercontent/middleware.py).
+    "controlpanel.usercontent.middleware.UserContentMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "csp.middleware.CSPMiddleware",
@@ -473,6 +475,11 @@ KUBERNETES_NAMESPACE = env_str("KUBERNETES_NAMESPACE") or "ajuste"
 KUBERNETES_PANEL_URL = (
     env_str("KUBERNETES_PANEL_URL") or f"http://ajuste-web.{KUBERNETES_NAMESPACE}.svc.cluster.local"
 ).rstrip("/")
+if (
+    urlsplit(KUBERNETES_PANEL_URL).scheme not in ("http", "https")
+    or not urlsplit(KUBERNETES_PANEL_URL).hostname
+):
+    raise ImproperlyConfigured("KUBERNETES_PANEL_URL: an http:// or https:// URL with a host")
 # Read pods and workloads one project namespace at a time (clusters that grant no cluster-wide
 # reads; k8s/components/namespaced gives the RBAC): the sweep lists each project namespace.
 KUBERNETES_NAMESPACED = env_bool("KUBERNETES_NAMESPACED", False)
@@ -512,32 +519,16 @@ try:
     KUBERNETES_EGRESS_ALLOW_PRIVATE = parse_cidrs(env_str("KUBERNETES_EGRESS_ALLOW_PRIVATE") or "")
 except ValueError as exc:
     raise ImproperlyConfigured(f"KUBERNETES_EGRESS_ALLOW_PRIVATE: {exc}") from None
-KUBERNETES_INGRESS_NAMESPACE = env_str("KUBERNETES_INGRESS_NAMESPACE") or "ingress-nginx"
 KUBERNETES_IMAGE_PULL_SECRETS = tuple(env_list("KUBERNETES_IMAGE_PULL_SECRETS", []))
 KUBERNETES_STORAGE_CLASS = env_str("KUBERNETES_STORAGE_CLASS") or None
 JOB_WORKSPACE_GIB = env_int("JOB_WORKSPACE_GIB", 50, minimum=1)
-# Notebooks on a cluster: served at https://NOTEBOOK_HOST/nb/<project>/<id>/ by the ingress
-# controller, which asks the panel (NOTEBOOK_AUTH_URL/<id>, the web Service inside the cluster)
-# before every request; the workspace claim's size.
-NOTEBOOK_HOST = env_str("NOTEBOOK_HOST") or (urlsplit(SITE_URL).hostname or "localhost")
-NOTEBOOK_AUTH_URL = (
-    env_str("NOTEBOOK_AUTH_URL") or f"{KUBERNETES_PANEL_URL}/auth/notebook"
-).rstrip("/")
-NOTEBOOK_TLS_SECRET = env_str("NOTEBOOK_TLS_SECRET") or ""
-NOTEBOOK_INGRESS_CLASS = env_str("NOTEBOOK_INGRESS_CLASS") or "nginx"
+# The workspace claim of a notebook on a cluster (GiB).
 NOTEBOOK_WORKSPACE_GIB = env_int("NOTEBOOK_WORKSPACE_GIB", 20, minimum=1)
-# Apps on a cluster: served at https://APP_HOST/a/<project>/<id>/v1 by the ingress controller,
-# which asks the panel (APP_AUTH_URL/<id>) for the caller's API token before every request;
 # APP_KEDA: KEDA is installed, so autoscaled apps use a ScaledObject (scale to zero).
-# On the local backend the panel's own /a/<project>/<id>/v1 proxies to the app's process.
-APP_HOST = env_str("APP_HOST") or NOTEBOOK_HOST
-APP_AUTH_URL = (env_str("APP_AUTH_URL") or f"{KUBERNETES_PANEL_URL}/auth/app").rstrip("/")
-APP_TLS_SECRET = env_str("APP_TLS_SECRET") or ""
-APP_INGRESS_CLASS = env_str("APP_INGRESS_CLASS") or "nginx"
 APP_KEDA = env_bool("APP_KEDA", False)
-# Where the panel's "Try it" reaches an app on a cluster: its Service, inside the cluster
-# ({service}, {namespace} and {port} are filled in; the project's network policy lets the
-# panel's web pods through to app pods).
+# Where the panel's "Try it" reaches an app, and the user-content gateway a notebook or an app,
+# on a cluster: its Service, inside the cluster ({service}, {namespace} and {port} are filled
+# in; the project's network policy lets the gateway's pods, and the web pods to apps, through).
 APP_SERVICE_URL = (
     env_str("APP_SERVICE_URL") or "http://{service}.{namespace}.svc.cluster.local:{port}"
 ).rstrip("/")
@@ -550,7 +541,37 @@ except (KeyError, IndexError, ValueError) as exc:
 if _service_url.scheme not in ("http", "https") or not _service_url.hostname:
     raise ImproperlyConfigured("APP_SERVICE_URL: an http:// or https:// URL with a host")
 APP_MODEL_GIB = env_int("APP_MODEL_GIB", 20, minimum=1)
-# Where KEDA reads an app's request rate (ingress-nginx's metrics in Prometheus).
+# User content (DESIGN.md rule 17): every notebook and app on a host of its own under
+# USER_CONTENT_DOMAIN (`nb-<id>.<domain>`), never on the panel's; on a cluster behind the
+# user-content gateway (images/gateway), under `make run` proxied by the panel itself on its own
+# port (`localhost:<port>`: browsers resolve *.localhost to loopback). Required on a cluster
+# (system check ajuste.E110). A ticket of Open is good for TICKET_SECONDS, the host's cookie
+# for SESSION_SECONDS; the gateway keeps a notebook's yes for CACHE_SECONDS (the bound on
+# how long a removed member, a logged-out session or a stopped notebook still gets through).
+try:
+    _site_port = urlsplit(SITE_URL).port
+    _content_domain = env_str("USER_CONTENT_DOMAIN") or (
+        f"localhost{f':{_site_port}' if _site_port else ''}" if COMPUTE_BACKEND == "local" else ""
+    )
+    USER_CONTENT_DOMAIN = parse_content_domain(_content_domain) if _content_domain else None
+except ValueError as exc:
+    raise ImproperlyConfigured(f"USER_CONTENT_DOMAIN: {exc}") from None
+USER_CONTENT_TICKET_SECONDS = env_int("USER_CONTENT_TICKET_SECONDS", 60, minimum=5)
+USER_CONTENT_SESSION_SECONDS = env_int("USER_CONTENT_SESSION_SECONDS", 43200, minimum=60)
+USER_CONTENT_CACHE_SECONDS = env_int("USER_CONTENT_CACHE_SECONDS", 5, minimum=0)
+# Ingresses of their own with ingress-nginx's forward-auth served notebooks and apps before the
+# gateway did: their settings say nothing any more, and a value left set is refused.
+for _retired in (
+    "NOTEBOOK_HOST", "NOTEBOOK_AUTH_URL", "NOTEBOOK_TLS_SECRET", "NOTEBOOK_INGRESS_CLASS",
+    "APP_HOST", "APP_AUTH_URL", "APP_TLS_SECRET", "APP_INGRESS_CLASS",
+    "KUBERNETES_INGRESS_NAMESPACE",
+):  # fmt: skip
+    if env_str(_retired):
+        raise ImproperlyConfigured(
+            f"{_retired} is retired: notebooks and apps are served by the user-content gateway "
+            "on hosts under USER_CONTENT_DOMAIN (README: Configuration)."
+        )
+# Where KEDA reads an app's request rate (the panel's ajuste_app_requests_total, scraped).
 APP_PROMETHEUS_URL = (
     env_str("APP_PROMETHEUS_URL") or "http://prometheus-operated.monitoring.svc:9090"
 )

@@ -19,6 +19,7 @@ urlpatterns = [
     path("", include("controlpanel.billing.urls")),
     path("", include("controlpanel.billing.team_urls")),
     path("", include("controlpanel.audit.urls")),
+    path("", include("controlpanel.usercontent.urls")),
     path("", include("controlpanel.sweeps.urls")),
     path("", include("controlpanel.api.urls")),
 ]

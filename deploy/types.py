@@ -253,11 +253,11 @@ class JobRequest:
 class NotebookRequest:
     """A notebook as the panel wants it: `running` False keeps the workspace but no pod.
 
-    It is served at `https://{host}{path}` behind ingress-nginx, which asks `auth_url` (a panel
-    endpoint answering 2xx only for members of the project) before every request and sends
-    unauthenticated browsers to `signin_url`. `command` None means the editor's default.
-    `token` is the editor's own token (JupyterLab requires it): the auth endpoint sends it
-    upstream in the `Authorization` header, so no browser ever holds it.
+    It is served at `https://{host}{path}`, a host of its own under the panel's user-content
+    domain, by the user-content gateway, which asks the panel before every request (members
+    of the project only) and sends the request to the notebook's Service. `command` None
+    means the editor's default. `token` is the editor's own token (JupyterLab requires it):
+    the gateway sends it upstream in the `Authorization` header, so no browser ever holds it.
     """
 
     id: str
@@ -277,12 +277,8 @@ class NotebookRequest:
     volumes: tuple[VolumeSpec, ...] = ()
     workspace_gib: int = 20
     storage_class: str | None = None
-    host: str = "notebooks.ajuste.local"
+    host: str = "nb.usercontent.ajuste.local"
     path: str = "/"
-    auth_url: str = "http://ajuste-web.ajuste.svc.cluster.local/auth/notebook"
-    signin_url: str = "https://ajuste.local/login/"
-    tls_secret: str | None = None
-    ingress_class: str = "nginx"
     datastore_secret: str = DATASTORE_SECRET_NAME
     image_pull_secrets: tuple[str, ...] = ()
     command: tuple[str, ...] | None = None
@@ -344,8 +340,9 @@ class AppRequest:
     optional `adapter` (a peft LoRA) to APP_ADAPTER_PATH by the sync init container, with the
     read-only `volumes`; the server (`image`, vLLM with `--enable-lora` by default; `command`
     None means the image's) answers the OpenAI API on `port`, ready when `probe_path` does.
-    It is served at `https://{host}{path}` behind ingress-nginx, which asks `auth_url` (a
-    panel endpoint that checks the caller's project API token, unless `public`).
+    It is served at `https://{host}{path}`, a host of its own under the panel's user-content
+    domain, by the user-content gateway, which asks the panel before every request (a project
+    API token, unless `public`) and sends the request to the app's Service.
     `served_name` is the model's id in the API. `prometheus_url` is where KEDA (`keda`) reads
     the request rate that scales the app (and wakes it from zero).
     """
@@ -372,11 +369,8 @@ class AppRequest:
     command: tuple[str, ...] | None = None
     public: bool = False
     keda: bool = False
-    host: str = "apps.ajuste.local"
+    host: str = "app.usercontent.ajuste.local"
     path: str = "/"
-    auth_url: str = "http://ajuste-web.ajuste.svc.cluster.local/auth/app"
-    tls_secret: str | None = None
-    ingress_class: str = "nginx"
     datastore_secret: str = DATASTORE_SECRET_NAME
     image_pull_secrets: tuple[str, ...] = ()
     sync_image: str | None = None
@@ -430,8 +424,8 @@ class ProjectRequest:
     `egress` lists what pods may reach besides DNS (at least the S3 endpoints); `dns` the
     resolvers they may ask (port 53 nowhere else); `private_allowed` the private and
     link-local blocks a wide egress rule may still reach (see `deploy.egress`).
-    `ingress_namespace` is where the ingress controller runs (let through to notebooks).
-    `panel_namespace` is where the panel runs: its web pods may reach apps ("Try it").
+    `panel_namespace` is where the panel runs: its user-content gateway's pods alone reach
+    notebooks and apps, and its web pods reach apps too ("Try it").
     `gpu_quota` GPUs at most; the CPU (vCPU), memory (GiB), pod and storage (GiB) quotas
     likewise, 0 meaning no limit. `mig_resources` are the MIG profiles flavors ask for
     (`nvidia.com/mig-1g.10gb`): each is held to `gpu_quota` slices too. `secrets` (name →
@@ -445,7 +439,6 @@ class ProjectRequest:
     datastores: tuple[DatastoreConfig, ...] = ()
     egress: tuple[EgressRule, ...] = ()
     datastore_secret: str = DATASTORE_SECRET_NAME
-    ingress_namespace: str = "ingress-nginx"
     panel_namespace: str = "ajuste"
     gpu_resource_key: str = GPU_RESOURCE_KEY
     default_cpu: str = "500m"

@@ -66,21 +66,17 @@ def test_the_kubeconfig_is_a_secret_and_no_process_pings_redis_for_liveness() ->
 
 
 def test_notebooks_and_apps_reach_the_panel_where_the_operator_says() -> None:
-    """The cluster calls the panel back for notebooks' and apps' forward-auth: with Compose,
-    at an address of the Docker host (KUBERNETES_PANEL_URL), not a cluster Service."""
+    """The user-content gateway on the cluster asks the panel about every request to a notebook
+    or an app: with Compose, at an address of the Docker host (KUBERNETES_PANEL_URL), not a
+    cluster Service; the panel answers that question at that host only."""
     from tests.deploy.test_ajuste_on_kubernetes import panel_settings
 
     env = _compose()["services"]["web"]["environment"]
     assert env["KUBERNETES_PANEL_URL"] == "${KUBERNETES_PANEL_URL:-}"
     derived = panel_settings(
-        {"KUBERNETES_PANEL_URL": "http://docker-host.corp.example:8000"},
-        "NOTEBOOK_AUTH_URL",
-        "APP_AUTH_URL",
+        {"KUBERNETES_PANEL_URL": "http://docker-host.corp.example:8000"}, "KUBERNETES_PANEL_URL"
     )
-    assert derived == [
-        "http://docker-host.corp.example:8000/auth/notebook",
-        "http://docker-host.corp.example:8000/auth/app",
-    ]
+    assert derived == ["http://docker-host.corp.example:8000"]
 
 
 def test_the_docs_say_what_works_and_that_the_s3_identity_is_an_admin() -> None:

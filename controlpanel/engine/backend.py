@@ -129,7 +129,6 @@ def project_request(project: Project) -> ProjectRequest:
         storage_gib_quota=project.storage_gib_quota,
         datastores=datastores,
         egress=tuple(rule for i, rule in enumerate(egress) if rule not in egress[:i]),
-        ingress_namespace=settings.KUBERNETES_INGRESS_NAMESPACE,
         panel_namespace=settings.KUBERNETES_NAMESPACE,
         dns=(*settings.KUBERNETES_DNS, *settings.KUBERNETES_NODE_LOCAL_DNS),
         private_allowed=settings.KUBERNETES_EGRESS_ALLOW_PRIVATE,

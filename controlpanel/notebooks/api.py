@@ -35,9 +35,12 @@ from controlpanel.engine.api import EventSerializer as ServedEventSerializer
 from controlpanel.engine.api import WorkloadViewSet as ServedViewSet
 from controlpanel.notebooks import selectors as notebook_rows
 from controlpanel.notebooks import services as notebooks
+from controlpanel.notebooks.auth import notebook_path
 from controlpanel.notebooks.models import Notebook
 from controlpanel.notebooks.states import NotebookState
+from controlpanel.notebooks.usercontent import SERVED
 from controlpanel.notebooks.validation import FIELDS
+from controlpanel.usercontent.hosts import content_host
 
 
 class NotebookEventSerializer(ServedEventSerializer):
@@ -95,7 +98,11 @@ class NotebookSerializer(ServedSerializer):
         return str(notebook.params.get("image", ""))
 
     def get_url(self, notebook: Notebook) -> str:
-        return notebook.url.split("?", 1)[0].split("#", 1)[0]
+        """Its address on its own host (opened through `open_url`, which signs the browser
+        in there), once it has been served."""
+        if not notebook.url:
+            return ""
+        return content_host(SERVED.prefix, notebook.pk).origin + notebook_path(notebook)
 
     def get_open_url(self, notebook: Notebook) -> str:
         path = reverse("notebook-open", args=[notebook.project.slug, notebook.pk])

@@ -5,13 +5,14 @@ did not ask for is a failure), and its objects' cleanup."""
 from __future__ import annotations
 
 from django.conf import settings
-from django.urls import reverse
 
 from controlpanel.engine.backend import get_backend, job_ref, split_secret_env
 from controlpanel.engine.driver import OneNameDriver
 from controlpanel.engine.models import Workload
 from controlpanel.notebooks.auth import notebook_path, notebook_token
 from controlpanel.notebooks.states import NotebookState as N
+from controlpanel.notebooks.usercontent import SERVED
+from controlpanel.usercontent.hosts import content_host
 from deploy.types import Editor, NotebookRequest, ObservedWorkload, Phase, WorkloadRef
 
 _PHASES = {
@@ -46,12 +47,8 @@ def notebook_request(notebook: Workload) -> NotebookRequest:
         volumes=notebook.volume_specs,
         workspace_gib=settings.NOTEBOOK_WORKSPACE_GIB,
         storage_class=settings.KUBERNETES_STORAGE_CLASS,
-        host=settings.NOTEBOOK_HOST,
+        host=content_host(SERVED.prefix, notebook.id).netloc,
         path=notebook_path(notebook),
-        auth_url=f"{settings.NOTEBOOK_AUTH_URL}/{notebook.id}",
-        signin_url=f"{settings.SITE_URL}{reverse('login')}",
-        tls_secret=settings.NOTEBOOK_TLS_SECRET or None,
-        ingress_class=settings.NOTEBOOK_INGRESS_CLASS,
         image_pull_secrets=settings.KUBERNETES_IMAGE_PULL_SECRETS,
         sync_image=settings.AJUSTE_SYNC_IMAGE,
         token=notebook_token(notebook),

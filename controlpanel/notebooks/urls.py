@@ -1,10 +1,10 @@
-"""Notebook pages (`/p/<slug>/notebooks/...`), the editor's forward-auth endpoint and the API's
-`/api/v1/notebooks/`."""
+"""Notebook pages (`/p/<slug>/notebooks/...`) and the API's `/api/v1/notebooks/` (the editor
+itself is served on its own host: controlpanel/usercontent)."""
 
 from django.urls import path
 
 from controlpanel.api.routes import ApiRoutes
-from controlpanel.notebooks import api, auth, views
+from controlpanel.notebooks import api, views
 
 NB = "p/<slug:slug>/notebooks/"
 ONE = NB + "<str:notebook_id>/"
@@ -17,8 +17,6 @@ urlpatterns = [
     path(ONE + "logs/download/", views.notebook_log_download, name="notebook-log-download"),
     path(ONE + "open/", views.notebook_open, name="notebook-open"),
     path(ONE + "<slug:action>/", views.notebook_action, name="notebook-action"),
-    # Answered by engine/forward_auth.py before the host checks; routed here for reverse().
-    path("auth/notebook/<uuid:notebook_id>", auth.notebook_auth, name="notebook-auth"),
 ]
 
 

@@ -39,6 +39,7 @@ from controlpanel.notebooks.models import Notebook, NotebookImage
 from controlpanel.notebooks.states import NotebookState
 from controlpanel.notebooks.validation import validate_notebook
 from controlpanel.projects.access import ProjectRequest, project_view
+from controlpanel.usercontent.views import open_workload
 
 IDLE_WARNING_MINUTES = 10
 # States that change on their own soon: the pages poll fast while one is shown.
@@ -209,11 +210,11 @@ def notebook_log_download(
 
 @project_view()
 def notebook_open(request: ProjectRequest, notebook_id: str) -> HttpResponse:
-    """To the editor (on the local backend its URL carries the server's token: only members
-    reach this redirect, and no page shows the URL)."""
+    """To the editor, on the notebook's own host, through a one-time ticket that becomes that
+    host's cookie (controlpanel/usercontent): the panel's cookies never go there."""
     notebook = _get(request, notebook_id)
     if notebook.state == NotebookState.RUNNING and notebook.url:
-        return redirect(notebook.url)
+        return open_workload(request, kind="notebook", workload=notebook)
     context = _detail_context(notebook)
     return render(request, "notebooks/not_running.html", context, status=409)
 

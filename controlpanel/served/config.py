@@ -6,16 +6,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from django.conf import settings
-from django.urls import reverse
-
 from controlpanel.served.states import AppState as A
+from controlpanel.usercontent.hosts import content_host
 from deploy.types import APP_ADAPTER_PATH, APP_MODEL_PATH, Scaling
 
 WEIGHT_PATHS = (APP_MODEL_PATH, APP_ADAPTER_PATH)
 
 
-# States in which an app's server may answer (the proxy and the forward-auth let calls in).
+# States in which an app's server may answer (the gateway and the local proxy let calls in).
 SERVING = frozenset({A.RUNNING, A.SCALING})
 
 
@@ -58,15 +56,16 @@ class Serving:
 
 
 def app_path(app: Any) -> str:
-    """Where the app is served (on APP_HOST on a cluster, on the panel locally): stable."""
-    return f"/a/{app.project.slug}/{app.id}/"
+    """Where the app is served on its own host: the root (its API under `/v1`)."""
+    return "/"
 
 
 def app_url(app: Any) -> str:
-    """The OpenAI base URL of the app (what `openai.OpenAI(base_url=...)` takes)."""
-    if settings.COMPUTE_BACKEND == "kubernetes":
-        return f"https://{settings.APP_HOST}{app_path(app)}v1"
-    return f"{settings.SITE_URL}{reverse('app-proxy', args=[app.project.slug, app.id, 'v1'])}"
+    """The OpenAI base URL of the app (what `openai.OpenAI(base_url=...)` takes), on the app's
+    own host under USER_CONTENT_DOMAIN, on a cluster and under `make run` alike."""
+    from controlpanel.served.usercontent import SERVED  # it reads this module
+
+    return f"{content_host(SERVED.prefix, app.pk).origin}{app_path(app)}v1"
 
 
 def user_volumes(app: Any) -> list[str]:

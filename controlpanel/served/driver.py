@@ -16,6 +16,7 @@ from controlpanel.engine.models import FINAL_STATES, Workload
 from controlpanel.engine.sweep import grace_start
 from controlpanel.served.config import Serving, app_path
 from controlpanel.served.states import AppState as A
+from controlpanel.usercontent.hosts import content_host
 from deploy.types import AppRequest, ObservedWorkload, Phase, WorkloadRef
 
 log = logging.getLogger(__name__)
@@ -60,11 +61,8 @@ def app_request(app: Workload) -> AppRequest:
         port=config.port,
         public=config.public,
         keda=settings.APP_KEDA,
-        host=settings.APP_HOST,
+        host=content_host("app", app.id).netloc,
         path=app_path(app),
-        auth_url=f"{settings.APP_AUTH_URL}/{app.id}",
-        tls_secret=settings.APP_TLS_SECRET or None,
-        ingress_class=settings.APP_INGRESS_CLASS,
         image_pull_secrets=settings.KUBERNETES_IMAGE_PULL_SECRETS,
         sync_image=settings.AJUSTE_SYNC_IMAGE,
         model_gib=settings.APP_MODEL_GIB,

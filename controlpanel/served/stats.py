@@ -1,8 +1,9 @@
 """Request figures of each app, as its detail page shows them: requests per second over the
 last minute and the last five, latency p50/p95 and the 5xx answers.
 
-The local proxy (`app_auth.app_proxy`) records every request it forwards, when its answer has
-been relayed (or the server failed to answer: a 502), in one pipelined round trip to Redis:
+The local proxy (controlpanel/usercontent/proxy.py, `make run`) records every request to an
+app it forwards, when its answer has been relayed (or the server failed to answer: a 502), in
+one pipelined round trip to Redis:
 a hash per app and 10-second slot, `<REDIS_KEY_PREFIX>:app-requests:<app id>:<slot>`, with
 `n` (requests), `err` (5xx answers) and `b<i>` (requests whose duration falls in LATENCY
 bucket i, i = len(LATENCY) for slower ones). Each hash expires an hour after its slot. Only

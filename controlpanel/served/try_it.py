@@ -1,13 +1,13 @@
 """The "Try it" box of an app's page: one chat message from a signed-in member, sent by the
-panel to the app's server as the local proxy would (app_auth.app_proxy), the answer streamed
+panel to the app's server as the user-content gateway would, the answer streamed
 back as plain text. The browser never holds an API token: the session and the CSRF token are
 the caller's credentials, checked by the view (`project_view`) before anything here runs.
 
 On the local backend the panel reaches the app's server on 127.0.0.1; on a cluster, the app's
 Service inside the cluster (`APP_SERVICE_URL`: `http://app-<id>.<namespace>.svc.cluster.local:80`),
-which the project's network policy opens to the panel's web pods besides the ingress
-controller. Either way the request carries no credential: the server sits behind the token
-check (the proxy or forward-auth), and the member's session was checked here instead.
+which the project's network policy opens to the panel's web pods besides the user-content
+gateway's. Either way the request carries no credential: the server sits behind the token
+check (the gateway or the local proxy), and the member's session was checked here instead.
 """
 
 from __future__ import annotations

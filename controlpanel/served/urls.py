@@ -1,10 +1,10 @@
-"""App pages (`/p/<slug>/apps/...`), an app's URL on the local backend, its forward-auth
-endpoint and the API's `/api/v1/apps/`."""
+"""App pages (`/p/<slug>/apps/...`) and the API's `/api/v1/apps/` (the app itself is served on
+its own host: controlpanel/usercontent)."""
 
 from django.urls import path
 
 from controlpanel.api.routes import ApiRoutes
-from controlpanel.served import api, auth, views
+from controlpanel.served import api, views
 
 AP = "p/<slug:slug>/apps/"
 APP = AP + "<str:app_id>/"
@@ -17,10 +17,6 @@ urlpatterns = [
     path(APP + "logs/download/", views.app_log_download, name="app-log-download"),
     path(APP + "try/", views.app_try_it, name="app-try"),
     path(APP + "<slug:action>/", views.app_action, name="app-action"),
-    # An app's URL on the local backend (token checked, then proxied to its server).
-    path("a/<slug:slug>/<uuid:app_id>/<path:rest>", auth.app_proxy, name="app-proxy"),
-    # Answered by engine/forward_auth.py before the host checks; routed here for reverse().
-    path("auth/app/<uuid:app_id>", auth.app_auth, name="app-auth"),
 ]
 
 

@@ -13,8 +13,10 @@ from django.conf import settings
 from django.core.exceptions import PermissionDenied
 from django.http import Http404
 
+from controlpanel.core.metrics import store
 from controlpanel.engine.backend import job_ref
 from controlpanel.projects.access import project_access
+from controlpanel.served import stats as app_stats
 from controlpanel.served.auth import app_caller
 from controlpanel.served.config import SERVING
 from controlpanel.served.config import Serving as AppConfig
@@ -51,18 +53,22 @@ class AppContent:
         if app.state not in SERVING:
             return None
         if settings.COMPUTE_BACKEND == "kubernetes":
-            return Target(
-                cluster_address(
-                    service=names.app_name(job_ref(app)),
-                    namespace=app.project.namespace,
-                    port=SERVICE_PORT,
-                )
+            service = names.app_name(job_ref(app))
+            # The rate its autoscaler reads: counted even while no replica serves (KEDA wakes it).
+            store.count_app_request(namespace=app.project.namespace, app=service)
+            address = cluster_address(
+                service=service, namespace=app.project.namespace, port=SERVICE_PORT
             )
-        address = loopback_address(app.url)
-        return Target(address) if address else None
+            return Target(address)
+        local = loopback_address(app.url)
+        return Target(local) if local else None
 
     def landing(self, app: App) -> str:
         return "/v1/models"
+
+    def record(self, workload_id: uuid.UUID, *, status: int, seconds: float) -> None:
+        """One request the panel's own proxy forwarded, for the app's page's figures."""
+        app_stats.record(app_id=workload_id, status=status, seconds=seconds)
 
 
 SERVED = AppContent()

@@ -11,12 +11,14 @@ the browser's Origin already). Its answer may not set the content cookie."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from http.cookies import CookieError, SimpleCookie
 
 import httpx
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 
+from controlpanel.usercontent import served as kinds
 from controlpanel.usercontent.gate import Verdict, Visit, gate_check
 from controlpanel.usercontent.tickets import cookie_name
 from controlpanel.usercontent.views import refusal, refusal_text
@@ -72,11 +74,14 @@ def content_proxy(request: HttpRequest) -> HttpResponse | StreamingHttpResponse:
         headers=upstream_headers(request.headers.items(), verdict, bool(visit.origin)),
         content=_body(request),
     )
+    began = time.perf_counter()
+    record = _recorder(verdict)
     try:
         answer = client().send(upstream, stream=True)
     except httpx.HTTPError:
+        record(502, time.perf_counter() - began)
         return refusal_text(502, "The server did not answer: it may be starting or stopped.")
-    return _answer(answer)
+    return _answer(answer, lambda status: record(status, time.perf_counter() - began))
 
 
 def upstream_headers(items: object, verdict: Verdict, origin: bool) -> list[tuple[str, str]]:
@@ -102,8 +107,18 @@ def _body(request: HttpRequest) -> Iterator[bytes] | bytes:
     return iter(lambda: request.read(CHUNK), b"")
 
 
-def _answer(answer: httpx.Response) -> StreamingHttpResponse:
-    response = StreamingHttpResponse(_relay(answer), status=answer.status_code)
+def _recorder(verdict: Verdict) -> Callable[[int, float], None]:
+    """The kind's count of one forwarded request (an app's figures), or nothing."""
+    host = verdict.host
+    served = kinds.by_prefix(host.prefix) if host else None
+    record = getattr(served, "record", None)
+    if host is None or record is None:
+        return lambda status, seconds: None
+    return lambda status, seconds: record(host.workload_id, status=status, seconds=seconds)
+
+
+def _answer(answer: httpx.Response, done: Callable[[int], None]) -> StreamingHttpResponse:
+    response = StreamingHttpResponse(_relay(answer, done), status=answer.status_code)
     for name, value in answer.headers.multi_items():
         lowered = name.lower()
         if lowered == "set-cookie":
@@ -126,8 +141,14 @@ def _pass_cookie(response: StreamingHttpResponse, header: str) -> None:
             response.cookies[name] = morsel
 
 
-def _relay(answer: httpx.Response) -> Iterator[bytes]:
+def _relay(answer: httpx.Response, done: Callable[[int], None]) -> Iterator[bytes]:
+    """The server's answer as it comes; counted when it ends (or the browser went away)."""
+    status = answer.status_code
     try:
         yield from answer.iter_raw(CHUNK)
+    except httpx.HTTPError:
+        status = 502  # the server broke off mid-answer
+        raise
     finally:
         answer.close()
+        done(status)

@@ -57,6 +57,10 @@ class Served(Protocol):
         ...
 
 
+# A kind may also count what the panel's own proxy forwarded (`make run`):
+#   def record(self, workload_id: uuid.UUID, *, status: int, seconds: float) -> None
+
+
 @functools.cache
 def _all() -> dict[str, Served]:
     found: dict[str, Served] = {}

@@ -133,8 +133,10 @@ def gateway_auth(request: HttpRequest) -> HttpResponse:
         response["X-Ajuste-Authorization"] = verdict.authorization
         response["X-Ajuste-Cookie"] = verdict.cookie
     else:
-        response["X-Ajuste-Reason"] = verdict.reason
+        # nginx writes it into a JSON string or a text page: nothing that would end either.
+        response["X-Ajuste-Reason"] = verdict.reason.replace('"', "'").replace("\\", "/")
         response["X-Ajuste-Signin"] = verdict.signin
+        response["X-Ajuste-Format"] = "text" if verdict.browser else "json"
     return response
 
 

@@ -230,7 +230,14 @@ class KubernetesBackend:
         # The token first: a pod the StatefulSet starts reads it as it is.
         apply(self.api, manifests.make_notebook_secret(notebook=notebook))
         apply(self.api, manifests.make_notebook_service(notebook=notebook))
-        apply(self.api, manifests.make_notebook_ingress(notebook=notebook))
+        # The user-content gateway serves it: an earlier version's Ingress goes (404: none).
+        delete(
+            self.api,
+            "Ingress",
+            notebook.namespace,
+            names.notebook_name(notebook.ref),
+            install=self.install_id,
+        )
         apply(self.api, manifests.make_notebook_statefulset(notebook=notebook))
         return self.observe_notebook(ref=notebook.ref)
 
@@ -246,7 +253,7 @@ class KubernetesBackend:
         return notebook_state(self.api, self._ref(ref))
 
     def apply_app(self, *, app: AppRequest) -> ObservedWorkload:
-        """Service and Ingress first (the URL answers as soon as a replica serves), then the
+        """The Service first (the URL answers as soon as a replica serves), then the
         Deployment, then what scales it. An autoscaler that no longer applies (a fixed count,
         a stop, KEDA switched) goes before the Deployment takes its count, so it cannot scale
         the app back meanwhile. A changed template is a rolling update of the same
@@ -262,7 +269,7 @@ class KubernetesBackend:
                 # 404: none, or no KEDA
                 delete(self.api, kind, app.namespace, name, install=self.install_id)
         apply(self.api, manifests.make_app_service(app=app))
-        apply(self.api, manifests.make_app_ingress(app=app))
+        delete(self.api, "Ingress", app.namespace, name, install=self.install_id)  # see above
         annotations = ((current or {}).get("metadata") or {}).get("annotations") or {}
         started = current is not None and annotations.get(names.STOPPED) != "true"
         deployment = manifests.make_app_deployment(app=app, keep_replicas=started)

@@ -6,8 +6,8 @@
 It answers `GET /v1/models`, `POST /v1/chat/completions` and `POST /v1/completions` (both with
 `"stream": true` as server-sent events, ending with `data: [DONE]`), and `GET /health` once the
 weights are loaded. It listens on 127.0.0.1 only and checks no key: the panel's proxy in front of
-it does (controlpanel/engine/app_proxy.py). It never logs a request's headers (uvicorn's
-access log is off), so a key that reaches it is never written down.
+it does (controlpanel/usercontent, on the app's own host). It never logs a request's headers
+(uvicorn's access log is off), so a key that reaches it is never written down.
 
 Why not `transformers serve`: it loads models by hub id into a cache, and applies no local peft
 adapter; vLLM (the cluster's serving image) needs a GPU. This is starlette on uvicorn, one

@@ -8,13 +8,11 @@ from deploy.manifests.apps import (
     make_app_autoscaler,
     make_app_deployment,
     make_app_hpa,
-    make_app_ingress,
     make_app_scaled_object,
     make_app_service,
 )
 from deploy.manifests.jobs import make_job, make_push_job, make_workspace_claim
 from deploy.manifests.notebooks import (
-    make_notebook_ingress,
     make_notebook_secret,
     make_notebook_service,
     make_notebook_statefulset,
@@ -34,7 +32,6 @@ __all__ = [
     "make_app_autoscaler",
     "make_app_deployment",
     "make_app_hpa",
-    "make_app_ingress",
     "make_app_scaled_object",
     "make_app_service",
     "make_datastore_secret",
@@ -42,7 +39,6 @@ __all__ = [
     "make_limit_range",
     "make_namespace",
     "make_network_policies",
-    "make_notebook_ingress",
     "make_notebook_secret",
     "make_notebook_service",
     "make_notebook_statefulset",

@@ -1,14 +1,16 @@
 """An app as Kubernetes objects: a Deployment whose pods pull the weights (read-only) into a
-volume of their own and serve them with vLLM's OpenAI-compatible server, a Service, an Ingress
-that asks the panel (forward-auth) for the caller's project API token before every request
-unless the app is public, and, when the app autoscales, a HorizontalPodAutoscaler or (where
-KEDA is installed: scale to zero) a KEDA ScaledObject.
+volume of their own and serve them with vLLM's OpenAI-compatible server, a Service, and, when
+the app autoscales, a HorizontalPodAutoscaler or (where KEDA is installed: scale to zero) a KEDA
+ScaledObject. No Ingress: the user-content gateway serves every app on its own host
+(`app-<id>.<USER_CONTENT_DOMAIN>`), asks the panel for the caller's project API token before
+every request unless the app is public, and sends what it lets through to this Service; the
+panel counts those requests (`ajuste_app_requests_total`), the rate the autoscalers read.
 
 Rolling updates never lower the capacity (maxUnavailable 0, maxSurge 1): a new model or
 adapter starts one new pod at a time, and an old pod goes only once a new one answers its
-readiness probe. The caller's `Authorization` header never reaches the server: it is listed
-in auth-response-headers and the auth endpoint never answers with one, so ingress-nginx
-drops it from the proxied request (a token is never logged by a server that never sees it).
+readiness probe. The caller's `Authorization` header never reaches the server: the gateway
+sends the one the panel answers (none, for an app), so a token is never logged by a server
+that never sees it.
 
 The pods are restricted like job pods: the `restricted` Pod Security Standard, no
 service-account token, the datastore credentials in the pull container only, as files.
@@ -36,13 +38,6 @@ from deploy.manifests.common import (
 from deploy.types import APP_ADAPTER_PATH, APP_MODEL_PATH, AppRequest
 
 COMPONENT = "app"
-NGINX = "nginx.ingress.kubernetes.io/"
-# Stripped from the proxied request by ingress-nginx (the auth endpoint never returns it).
-AUTH_RESPONSE_HEADERS = ("Authorization",)
-# The largest request body the panel's own proxy takes too (app_auth.MAX_BODY).
-MAX_BODY = "10m"
-# Streamed answers of a long generation: the connection may stay quiet this long.
-PROXY_TIMEOUT_S = "600"
 # vLLM loads the weights before its probe answers: at most this long (30 min) before the
 # kubelet restarts it; the readiness and liveness probes start counting after that.
 STARTUP_PERIOD_S = 10
@@ -54,7 +49,7 @@ MAX_LORA_RANK = 64
 # The suffix of the base model's id when an adapter is served under the app's model name.
 BASE_SUFFIX = "-base"
 # autoscaling/v2 `Pods` metric for a requests-per-second target without KEDA: served by a
-# custom metrics adapter (prometheus-adapter) from the ingress controller's request counts.
+# custom metrics adapter (prometheus-adapter) from the panel's count of the gateway's requests.
 RPS_METRIC = "ajuste_app_requests_per_second"
 # KEDA's Prometheus trigger: how long its poll and cool-down are.
 KEDA_POLLING_S = 15
@@ -63,7 +58,7 @@ KEDA_COOLDOWN_S = 300
 # while requests come: its threshold is far above any real rate per replica.
 WAKE_THRESHOLD = "1000000"
 SCALE_DOWN_WINDOW_S = 300
-# The Service's port (to the server's `http` port): the ingress and the panel's "Try it" use it.
+# The Service's port (to the server's `http` port): the gateway and the panel's "Try it" use it.
 SERVICE_PORT = 80
 
 
@@ -151,52 +146,6 @@ def make_app_service(*, app: AppRequest) -> Manifest:
     }
 
 
-def make_app_ingress(*, app: AppRequest) -> Manifest:
-    """ingress-nginx Ingress on `host` under `path` (`/a/<project>/<id>/`, stripped before the
-    server, which answers at `/v1/...`), with forward-auth to `auth_url` unless public."""
-    ref = app.ref
-    name = names.app_name(ref)
-    base = app.path.rstrip("/")
-    backend = {"service": {"name": name, "port": {"name": "http"}}}
-    path = {"path": f"{base}(/|$)(.*)", "pathType": "ImplementationSpecific", "backend": backend}
-    spec: Manifest = {
-        "ingressClassName": app.ingress_class,
-        "rules": [{"host": app.host, "http": {"paths": [path]}}],
-    }
-    if app.tls_secret:
-        spec["tls"] = [{"hosts": [app.host], "secretName": app.tls_secret}]
-    annotations = {
-        **workload_annotations(ref, {}),
-        NGINX + "use-regex": "true",
-        NGINX + "rewrite-target": "/$2",
-        # Streamed answers (server-sent events) go out token by token.
-        NGINX + "proxy-buffering": "off",
-        NGINX + "proxy-read-timeout": PROXY_TIMEOUT_S,
-        NGINX + "proxy-send-timeout": PROXY_TIMEOUT_S,
-        NGINX + "proxy-body-size": MAX_BODY,
-    }
-    if not app.public:
-        annotations.update(
-            {
-                NGINX + "auth-url": app.auth_url,
-                # GET, so ingress-nginx also sends X-Original-URI (the endpoint checks the path).
-                NGINX + "auth-method": "GET",
-                NGINX + "auth-response-headers": ",".join(AUTH_RESPONSE_HEADERS),
-            }
-        )
-    return {
-        "apiVersion": "networking.k8s.io/v1",
-        "kind": "Ingress",
-        "metadata": metadata(
-            name=name,
-            namespace=app.namespace,
-            labels=names.workload_labels(ref, component=COMPONENT),
-            annotations=annotations,
-        ),
-        "spec": spec,
-    }
-
-
 def make_app_autoscaler(*, app: AppRequest) -> Manifest | None:
     """What scales a running autoscaled app: a KEDA ScaledObject where KEDA is installed,
     else a HorizontalPodAutoscaler; None for a fixed count or a stopped app."""
@@ -235,10 +184,10 @@ def make_app_hpa(*, app: AppRequest) -> Manifest:
 
 def make_app_scaled_object(*, app: AppRequest) -> Manifest:
     """keda.sh/v1alpha1 ScaledObject (a CRD: its shape is checked by our tests, not by the
-    official schemas). Requests per second come from Prometheus (the ingress controller's
-    request counts for this Ingress, which exist even with no pod, so a request wakes an app
-    scaled to zero); CPU from the metrics server, with a wake-up trigger when the lower bound
-    is zero (KEDA's CPU scaler alone never scales from zero)."""
+    official schemas). Requests per second come from Prometheus (the panel's count of the
+    requests the gateway let through to this app, which grows even with no pod, so a request
+    wakes an app scaled to zero); CPU from the metrics server, with a wake-up trigger when the
+    lower bound is zero (KEDA's CPU scaler alone never scales from zero)."""
     scaling = app.scaling
     triggers: list[Manifest] = []
     if scaling.target_rps is not None:
@@ -264,10 +213,10 @@ def make_app_scaled_object(*, app: AppRequest) -> Manifest:
 
 
 def requests_query(app: AppRequest) -> str:
-    """Requests per second reaching the app's Ingress, from ingress-nginx's metrics as
-    Prometheus scrapes them (the Ingress's namespace becomes `exported_namespace`)."""
-    selector = f'exported_namespace="{app.namespace}",ingress="{names.app_name(app.ref)}"'
-    return f"sum(rate(nginx_ingress_controller_requests{{{selector}}}[1m]))"
+    """Requests per second the gateway let through to the app, as the panel counts them
+    (controlpanel/core/metrics: `ajuste_app_requests_total`, scraped from the web pods)."""
+    selector = f'app_namespace="{app.namespace}",app="{names.app_name(app.ref)}"'
+    return f"sum(rate(ajuste_app_requests_total{{{selector}}}[1m]))"
 
 
 def quantity(value: float) -> str:

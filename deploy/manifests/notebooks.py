@@ -1,12 +1,13 @@
 """A notebook as Kubernetes objects: a one-replica StatefulSet (replicas 0 when stopped) whose
-claim template keeps /workspace across stop and start, a Service, and an Ingress that asks the
-panel (forward-auth) before every request, so only members of the project get through.
+claim template keeps /workspace across stop and start, and a Service. No Ingress: the
+user-content gateway (images/gateway, k8s/components/usercontent-gateway) serves every notebook
+on its own host (`nb-<id>.<USER_CONTENT_DOMAIN>`) and sends what the panel lets through to this
+Service; the project's NetworkPolicy lets nothing else reach the editor's port.
 
 A second lock behind it: JupyterLab requires its own token, kept in the notebook's Secret and
-read from a file (never the environment, which kernels and tools copy around). The panel's auth
-endpoint answers with `Authorization: token <t>`, which ingress-nginx puts on the request it
-sends upstream; the browser never holds the token, and a request that reaches the Service
-without passing the ingress gets nothing.
+read from a file (never the environment, which kernels and tools copy around). The panel's
+answer to the gateway carries `Authorization: token <t>`, which the gateway puts on the request
+it sends upstream; the browser never holds the token.
 """
 
 from __future__ import annotations
@@ -32,13 +33,8 @@ from deploy.manifests.common import (
 from deploy.types import Editor, NotebookRequest
 
 PORT = 8888
-# Identity headers the panel's auth endpoint returns. Listing them in auth-response-headers
-# makes ingress-nginx overwrite (or drop, when absent) whatever a client sent under these
-# names, so a browser cannot forge its identity towards the notebook.
-IDENTITY_HEADERS = ("X-Ajuste-User", "X-Ajuste-Project")
-# The editor's token, as the auth endpoint returns it for the upstream request.
-AUTH_RESPONSE_HEADERS = (*IDENTITY_HEADERS, "Authorization")
-NGINX = "nginx.ingress.kubernetes.io/"
+# The Service's port (to the editor's `http` port): the user-content gateway sends requests there.
+SERVICE_PORT = 80
 TOKEN_KEY = "token"  # noqa: S105  (a key name, not a secret)
 TOKEN_VOLUME = "editor-token"  # noqa: S105
 TOKEN_DIR = "/ajuste-editor"  # noqa: S105
@@ -48,9 +44,9 @@ TOKEN_ENV = ("JUPYTER_TOKEN", "JUPYTER_TOKEN_FILE")
 
 
 def editor_command(notebook: NotebookRequest) -> list[str]:
-    """The editor's command line. JupyterLab takes its token from JUPYTER_TOKEN_FILE (the
-    notebook's Secret); code-server has no token it could take from a header, so forward-auth
-    alone guards it."""
+    """The editor's command line, serving at the root of the notebook's own host. JupyterLab
+    takes its token from JUPYTER_TOKEN_FILE (the notebook's Secret); code-server has no token
+    it could take from a header, so the gateway's check alone guards it."""
     if notebook.command is not None:
         return list(notebook.command)
     if notebook.editor is Editor.VSCODE:
@@ -130,67 +126,11 @@ def make_notebook_service(*, notebook: NotebookRequest) -> Manifest:
         "spec": {
             "type": "ClusterIP",
             "selector": names.selector_labels(ref),
-            "ports": [{"name": "http", "port": 80, "targetPort": "http", "protocol": "TCP"}],
+            "ports": [
+                {"name": "http", "port": SERVICE_PORT, "targetPort": "http", "protocol": "TCP"}
+            ],
         },
     }
-
-
-def make_notebook_ingress(*, notebook: NotebookRequest) -> Manifest:
-    """ingress-nginx Ingress with forward-auth to the panel; same host and path after restart."""
-    ref = notebook.ref
-    name = names.notebook_name(ref)
-    path, path_type, extra = _ingress_path(notebook)
-    backend = {"service": {"name": name, "port": {"name": "http"}}}
-    spec: Manifest = {
-        "ingressClassName": notebook.ingress_class,
-        "rules": [
-            {
-                "host": notebook.host,
-                "http": {"paths": [{"path": path, "pathType": path_type, "backend": backend}]},
-            }
-        ],
-    }
-    if notebook.tls_secret:
-        spec["tls"] = [{"hosts": [notebook.host], "secretName": notebook.tls_secret}]
-    annotations = {**workload_annotations(ref, {}), **_auth_annotations(notebook), **extra}
-    return {
-        "apiVersion": "networking.k8s.io/v1",
-        "kind": "Ingress",
-        "metadata": metadata(
-            name=name,
-            namespace=notebook.namespace,
-            labels=names.workload_labels(ref, component="notebook"),
-            annotations=annotations,
-        ),
-        "spec": spec,
-    }
-
-
-def _auth_annotations(notebook: NotebookRequest) -> dict[str, str]:
-    return {
-        NGINX + "auth-url": notebook.auth_url,
-        NGINX + "auth-signin": notebook.signin_url,
-        NGINX + "auth-signin-redirect-param": "next",
-        # GET, so ingress-nginx also sends X-Original-URI (the endpoint checks the path).
-        NGINX + "auth-method": "GET",
-        NGINX + "auth-response-headers": ",".join(AUTH_RESPONSE_HEADERS),
-        # Editors keep websockets (kernels, terminals) open for the whole session; streamed
-        # outputs and uploads pass as they come.
-        NGINX + "proxy-read-timeout": "3600",
-        NGINX + "proxy-send-timeout": "3600",
-        NGINX + "proxy-body-size": "512m",
-        NGINX + "proxy-buffering": "off",
-        NGINX + "proxy-request-buffering": "off",
-    }
-
-
-def _ingress_path(notebook: NotebookRequest) -> tuple[str, str, dict[str, str]]:
-    """JupyterLab serves under its base_url; code-server wants the prefix stripped."""
-    base = notebook.path.rstrip("/")
-    if notebook.editor is Editor.VSCODE and base:
-        rewrite = {NGINX + "use-regex": "true", NGINX + "rewrite-target": "/$2"}
-        return f"{base}(/|$)(.*)", "ImplementationSpecific", rewrite
-    return notebook.path, "Prefix", {}
 
 
 def _claim_spec(notebook: NotebookRequest) -> Manifest:

@@ -1,5 +1,5 @@
 """A project's namespace and guard rails: Pod Security `restricted`, quotas, container
-defaults without a GPU default, default-deny networking with DNS, ingress-controller and S3
+defaults without a GPU default, default-deny networking with DNS, user-content gateway and S3
 exceptions, the datastore Secret, and the RoleBinding that lets the panel manage it.
 """
 
@@ -16,6 +16,9 @@ LIMITS_NAME = "ajuste-defaults"
 NOTEBOOK_PORT = 8888
 # The panel's web pods (k8s/web.yaml): "Try it" reaches apps through their Service.
 PANEL_WEB_LABELS = {"app.kubernetes.io/name": "ajuste", "app.kubernetes.io/component": "web"}
+# The user-content gateway's pods (k8s/components/usercontent-gateway), in the panel's namespace:
+# the only peer notebooks and apps take requests from, whatever routes to the gateway.
+GATEWAY_LABELS = {"app.kubernetes.io/name": "ajuste", "app.kubernetes.io/component": "gateway"}
 
 
 def make_namespace(*, project: ProjectRequest) -> Manifest:
@@ -99,30 +102,33 @@ def make_limit_range(*, project: ProjectRequest) -> Manifest:
 
 
 def make_network_policies(*, project: ProjectRequest) -> list[Manifest]:
-    """Default deny both ways, then DNS, the ingress controller (to notebooks' editor port and
-    to apps, whose server's port each app chooses: app pods listen on nothing else), the
-    panel's web pods to apps (its "Try it" box) and the project's egress rules (the S3
-    endpoints)."""
+    """Default deny both ways, then DNS, the user-content gateway's pods (to notebooks' editor
+    port and to apps, whose server's port each app chooses: app pods listen on nothing else),
+    the panel's web pods to apps (its "Try it" box) and the project's egress rules (the S3
+    endpoints). Peers are pods picked by label in the panel's namespace: no ingress
+    controller's namespace (host-network controllers and Cilium's own proxy are no pods in
+    one), and nothing that reaches the gateway reaches a notebook without passing it."""
+    gateway = _panel_peer(project.panel_namespace, GATEWAY_LABELS)
     policies = [
         _policy(project, "ajuste-default-deny", {}, ingress=[], egress=[]),
         _policy(project, "ajuste-allow-dns", {}, egress=_dns_rules(project)),
         _policy(
             project,
-            "ajuste-allow-ingress-controller",
+            "ajuste-allow-gateway",
             {names.KIND: "notebook"},
-            ingress=[_ingress_controller_rule(project.ingress_namespace)],
+            ingress=[{"from": [gateway], "ports": [{"protocol": "TCP", "port": NOTEBOOK_PORT}]}],
         ),
         _policy(
             project,
-            "ajuste-allow-ingress-controller-apps",
+            "ajuste-allow-gateway-apps",
             {names.KIND: "app"},
-            ingress=[{"from": _ingress_controller_rule(project.ingress_namespace)["from"]}],
+            ingress=[{"from": [gateway]}],
         ),
         _policy(
             project,
             "ajuste-allow-panel-apps",
             {names.KIND: "app"},
-            ingress=[{"from": [_panel_web_peer(project.panel_namespace)]}],
+            ingress=[{"from": [_panel_peer(project.panel_namespace, PANEL_WEB_LABELS)]}],
         ),
     ]
     if project.egress:
@@ -226,19 +232,10 @@ def _tcp_udp(port: int) -> list[Manifest]:
     return [{"protocol": "UDP", "port": port}, {"protocol": "TCP", "port": port}]
 
 
-def _ingress_controller_rule(namespace: str) -> Manifest:
-    return {
-        "from": [
-            {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}}
-        ],
-        "ports": [{"protocol": "TCP", "port": NOTEBOOK_PORT}],
-    }
-
-
-def _panel_web_peer(namespace: str) -> Manifest:
+def _panel_peer(namespace: str, labels: dict[str, str]) -> Manifest:
     return {
         "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
-        "podSelector": {"matchLabels": dict(PANEL_WEB_LABELS)},
+        "podSelector": {"matchLabels": dict(labels)},
     }
 
 

@@ -393,11 +393,9 @@ PUBLIC = {
     "api-docs",
     "api-root",
     "api-not-found",  # any unrouted path under /api/: a JSON 404 (test_api_errors)
-    # ingress-nginx's forward-auth, session only: 401 / 403 (jobs/test_notebook_auth.py)
-    "notebook-auth",
-    # an app's URL and its forward-auth: API tokens, not sessions (apps/test_app_access.py)
-    "app-proxy",
-    "app-auth",
+    # Open through a one-time ticket to a notebook's or app's own host: the kind's own rule
+    # decides, unknown and others' alike 404 (usercontent/test_local_proxy.py, test_gateway.py)
+    "usercontent-open",
     # single sign-on, and links whose token is the credential (tests/controlpanel/people)
     "oidc-login",
     "oidc-callback",

@@ -42,6 +42,10 @@ def _check(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
         ({"DEBUG": "1", "WEBHOOK_DENY_CIDRS": "10.0.0.0/33"}, "WEBHOOK_DENY_CIDRS"),
         ({"DEBUG": "1", "APP_SERVICE_URL": "http://{svc}.x"}, "APP_SERVICE_URL"),
         ({"DEBUG": "1", "APP_SERVICE_URL": "{service}:{port}"}, "APP_SERVICE_URL"),
+        ({"DEBUG": "1", "KUBERNETES_PANEL_URL": "ajuste-web:80"}, "KUBERNETES_PANEL_URL"),
+        ({"DEBUG": "1", "USER_CONTENT_DOMAIN": "*.uc.example.net"}, "USER_CONTENT_DOMAIN"),
+        ({"DEBUG": "1", "NOTEBOOK_HOST": "ajuste.example.com"}, "NOTEBOOK_HOST is retired"),
+        ({"DEBUG": "1", "APP_AUTH_URL": "http://x/auth/app"}, "APP_AUTH_URL is retired"),
     ],
 )
 def test_bad_value_stops_startup_naming_the_variable(env: dict[str, str], named: str) -> None:
@@ -64,6 +68,7 @@ def test_deploy_check_is_clean_with_production_settings() -> None:
             "SECRET_KEY": "k" * 20 + "Zq9-v8!x#P2m@L5r$T7w%Y3n^B6c&D1f",
             "ALLOWED_HOSTS": "ajuste.example.com",
             "COMPUTE_BACKEND": "kubernetes",  # the local backend refuses a public host name
+            "USER_CONTENT_DOMAIN": "usercontent.example.net",  # else ajuste.E110
         },
         "--deploy",
         "--fail-level",

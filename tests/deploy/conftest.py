@@ -91,11 +91,8 @@ def notebook_request() -> NotebookRequest:
         image="quay.io/jupyter/pytorch-notebook:cuda12-python-3.11",
         flavor=H100,
         volumes=(DATASET, OUTPUT),
-        host="nb.ajuste.example",
-        path="/notebooks/7/",
-        auth_url="http://ajuste-web.ajuste.svc/auth/notebooks/7",
-        signin_url="https://ajuste.example/login/",
-        tls_secret="nb-tls",
+        host="nb-7.usercontent.ajuste.example",
+        path="/",
         token="editor-token-7",
         install=INSTALL,
     )

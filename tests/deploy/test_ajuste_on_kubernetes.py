@@ -21,7 +21,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from deploy import images
+from deploy import images, names
 from deploy.kubernetes import KubernetesBackend
 from deploy.kubernetes.apply import apply
 from deploy.kubernetes.lease import SWEEP_LEASE, LeaseLock
@@ -276,16 +276,11 @@ def test_the_panel_knows_its_namespace_from_its_pod(tmp_path: Path) -> None:
         )
         assert binding["subjects"][0]["namespace"] == "tools"
     assert find(objects, "Role", "ajuste-leader-election")["metadata"]["namespace"] == "tools"
-    # What the cluster calls back (notebook and app forward-auth) follows the namespace.
+    # What the cluster calls back (the user-content gateway's questions) follows the namespace.
     derived = panel_settings(
-        config(objects) | {"KUBERNETES_NAMESPACE": "tools"},
-        "NOTEBOOK_AUTH_URL",
-        "APP_AUTH_URL",
+        config(objects) | {"KUBERNETES_NAMESPACE": "tools"}, "KUBERNETES_PANEL_URL"
     )
-    assert derived == [
-        "http://ajuste-web.tools.svc.cluster.local/auth/notebook",
-        "http://ajuste-web.tools.svc.cluster.local/auth/app",
-    ]
+    assert derived == ["http://ajuste-web.tools.svc.cluster.local"]
 
 
 def panel_settings(env: dict[str, str], *names: str) -> list[str]:
@@ -584,7 +579,6 @@ def project_steps(
         project,
         gpu_quota=4,
         default_cpu="1",
-        ingress_namespace="ingress",
         egress=(EgressRule(cidr="198.51.100.0/24"),),
         datastores=(DatastoreConfig("GRA", "https://s3.gra", "gra", "new-key", "new-secret"),),
     )
@@ -622,6 +616,27 @@ def job_steps(cluster: EmulatedCluster, backend: KubernetesBackend, job: JobRequ
 def notebook_steps(
     cluster: EmulatedCluster, backend: KubernetesBackend, notebook: NotebookRequest
 ) -> None:
+    # An earlier version's Ingress of the notebook (before the user-content gateway): it goes.
+    backend_ref = {"service": {"name": "nb-7", "port": {"name": "http"}}}
+    path = {"path": "/", "pathType": "Prefix", "backend": backend_ref}
+    legacy = {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "Ingress",
+        "metadata": {
+            "name": "nb-7",
+            "namespace": NS,
+            "labels": names.workload_labels(notebook.ref, component="notebook"),
+        },
+        "spec": {"rules": [{"http": {"paths": [path]}}]},
+    }
+    cluster.create(legacy)
+    # As the panel runs it, with its install's id: an object is read (is it ours?) before it goes.
+    client = cluster.api_client()
+    KubernetesBackend(api_client=client, install_id=notebook.install).apply_notebook(
+        notebook=notebook
+    )
+    client.close()
+    assert cluster.get("ingresses", NS, "nb-7") is None
     backend.apply_notebook(notebook=notebook)
     backend.observe_notebook(ref=notebook.ref)
     stop = threading.Event()

@@ -19,7 +19,7 @@ pytestmark = [pytest.mark.k8s, pytest.mark.usefixtures("vision_namespace")]
 
 NS = "ajuste-vision"
 NAME = "app-5f0c"
-URL = "https://apps.ajuste.example/a/vision/5f0c/"
+URL = "https://app-5f0c.usercontent.ajuste.example/"
 NEW_ADAPTER = VolumeSpec("corpus", "GRA", "runs/43/adapter", APP_ADAPTER_PATH, Mode.RO)
 APP_OBJECTS = ("deployments", "replicasets", "services", "ingresses", "pods")
 AUTOSCALERS = ("horizontalpodautoscalers", "scaledobjects")
@@ -65,8 +65,9 @@ def test_app_journey_scale_rolling_update_stop_start_delete(
     kubelet = k8s_cluster.kubelet
     first = k8s_backend.apply_app(app=app)
     assert (first.phase, first.replicas, first.url) == (Phase.PENDING, (0, 1), URL)
-    for plural in ("deployments", "services", "ingresses"):
+    for plural in ("deployments", "services"):
         assert k8s_cluster.get(plural, NS, NAME) is not None
+    assert k8s_cluster.list("ingresses", NS) == []  # the user-content gateway serves it
     [pod] = pods(k8s_cluster)
     name = pod["metadata"]["name"]
 
@@ -141,7 +142,7 @@ def test_app_journey_scale_rolling_update_stop_start_delete(
     stopped = k8s_backend.observe_app(ref=app.ref)
     assert (stopped.phase, stopped.url, stopped.replica_runs) == (Phase.STOPPED, URL, ())
     assert k8s_cluster.list("pods", NS) == []
-    assert k8s_cluster.get("ingresses", NS, NAME) is not None
+    assert k8s_cluster.get("services", NS, NAME) is not None
     again = k8s_backend.apply_app(app=updated)
     assert (again.phase, again.url) == (Phase.PENDING, URL)
     serve_all(k8s_cluster)

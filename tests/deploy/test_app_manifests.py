@@ -9,11 +9,11 @@ from typing import Any
 import kubernetes_validate
 import pytest
 
+from deploy import manifests
 from deploy.manifests import (
     make_app_autoscaler,
     make_app_deployment,
     make_app_hpa,
-    make_app_ingress,
     make_app_scaled_object,
     make_app_service,
 )
@@ -44,8 +44,7 @@ SELECTOR = {
 # The selector leaves the install out (a Deployment's selector never changes); labels carry it.
 LABELS = {**SELECTOR, "ajuste.io/component": "app", "ajuste.io/install": INSTALL}
 ANNOTATIONS = {"ajuste.io/project": "vision", "ajuste.io/id": APP_ID}
-URL = "https://apps.ajuste.example/a/vision/5f0c/"
-NGINX = "nginx.ingress.kubernetes.io/"
+URL = "https://app-5f0c.usercontent.ajuste.example/"
 TARGET = {"apiVersion": "apps/v1", "kind": "Deployment", "name": "app-5f0c"}
 PROBE = {"httpGet": {"path": "/health", "port": "http"}}
 SERVING = "ghcr.io/ajuste/serving:0.1.0"
@@ -67,10 +66,8 @@ def make_app_request(**changes: Any) -> AppRequest:
         "volumes": (DATASET,),
         "env": {"VLLM_LOGGING_LEVEL": "INFO", "HF_TOKEN": "hf"},
         "secret_env": {"HF_TOKEN": "hf"},
-        "host": "apps.ajuste.example",
-        "path": "/a/vision/5f0c/",
-        "auth_url": "http://ajuste-web.ajuste.svc/auth/app/5f0c",
-        "tls_secret": "apps-tls",
+        "host": "app-5f0c.usercontent.ajuste.example",
+        "path": "/",
         "model_gib": 40,
         "install": INSTALL,
     }
@@ -298,56 +295,12 @@ def test_service_in_front_of_the_server(app_request: AppRequest) -> None:
     }
 
 
-def test_ingress_asks_the_panel_and_strips_the_callers_token(app_request: AppRequest) -> None:
-    assert make_app_ingress(app=app_request) == {
-        "apiVersion": "networking.k8s.io/v1",
-        "kind": "Ingress",
-        "metadata": {
-            "name": "app-5f0c",
-            "namespace": NS,
-            "labels": LABELS,
-            "annotations": {
-                **ANNOTATIONS,
-                NGINX + "use-regex": "true",
-                NGINX + "rewrite-target": "/$2",
-                NGINX + "proxy-buffering": "off",
-                NGINX + "proxy-read-timeout": "600",
-                NGINX + "proxy-send-timeout": "600",
-                NGINX + "proxy-body-size": "10m",
-                NGINX + "auth-url": "http://ajuste-web.ajuste.svc/auth/app/5f0c",
-                NGINX + "auth-method": "GET",
-                NGINX + "auth-response-headers": "Authorization",
-            },
-        },
-        "spec": {
-            "ingressClassName": "nginx",
-            "rules": [
-                {
-                    "host": "apps.ajuste.example",
-                    "http": {
-                        "paths": [
-                            {
-                                "path": "/a/vision/5f0c(/|$)(.*)",
-                                "pathType": "ImplementationSpecific",
-                                "backend": {
-                                    "service": {"name": "app-5f0c", "port": {"name": "http"}}
-                                },
-                            }
-                        ]
-                    },
-                }
-            ],
-            "tls": [{"hosts": ["apps.ajuste.example"], "secretName": "apps-tls"}],
-        },
-    }
-
-
-def test_public_app_has_no_forward_auth(app_request: AppRequest) -> None:
-    public = make_app_ingress(app=replace(app_request, public=True, tls_secret=None))
-    annotations = public["metadata"]["annotations"]
-    assert not [key for key in annotations if key.startswith(NGINX + "auth-")]
-    assert annotations[NGINX + "rewrite-target"] == "/$2"
-    assert "tls" not in public["spec"]
+def test_no_ingress_the_gateway_serves_it(app_request: AppRequest) -> None:
+    """The user-content gateway serves every app on its own host and reaches it through the
+    Service: no per-app Ingress, no ingress controller's annotation."""
+    assert not hasattr(manifests, "make_app_ingress")
+    deployment = make_app_deployment(app=app_request)
+    assert not [k for k in deployment["metadata"]["annotations"] if "ingress" in k]
 
 
 def test_hpa_on_cpu(app_request: AppRequest) -> None:
@@ -401,10 +354,7 @@ def test_keda_scales_to_zero_on_requests_per_second(app_request: AppRequest) -> 
     )
     scaled = make_app_autoscaler(app=app)
     assert scaled == make_app_scaled_object(app=app)
-    query = (
-        "sum(rate(nginx_ingress_controller_requests"
-        '{exported_namespace="ajuste-vision",ingress="app-5f0c"}[1m]))'
-    )
+    query = 'sum(rate(ajuste_app_requests_total{app_namespace="ajuste-vision",app="app-5f0c"}[1m]))'
     assert requests_query(app) == query
     assert scaled == {
         "apiVersion": "keda.sh/v1alpha1",
@@ -491,14 +441,13 @@ def test_quantity(value: float, text: str) -> None:
 def test_every_core_app_object_is_valid(app_request: AppRequest) -> None:
     for app in (
         app_request,
-        replace(app_request, adapter=None, flavor=CPU, units=1, public=True, tls_secret=None),
+        replace(app_request, adapter=None, flavor=CPU, units=1, public=True),
         replace(app_request, running=False),
         replace(app_request, command=("python", "-m", "server")),
     ):
         validate_130(make_app_deployment(app=app))
         validate_130(make_app_deployment(app=app, keep_replicas=True))
         validate_130(make_app_service(app=app))
-        validate_130(make_app_ingress(app=app))
     for scaling in (
         Scaling(min_replicas=1, max_replicas=5, target_cpu=70),
         Scaling(min_replicas=2, max_replicas=10, target_rps=2.5),

@@ -29,6 +29,7 @@ from tests.deploy.test_ajuste_on_kubernetes import (
 )
 
 HOST = "panel.corp.example"
+CONTENT = "uc.corp.example"
 # What an operator writes: the host, once, in the ConfigMap (the components copy it).
 SITE = {
     "configMapGenerator": [
@@ -36,11 +37,20 @@ SITE = {
             "name": "ajuste-config",
             "namespace": "ajuste",
             "behavior": "merge",
-            "literals": [f"ALLOWED_HOSTS={HOST},old.corp.example", f"SITE_URL=https://{HOST}"],
+            "literals": [
+                f"ALLOWED_HOSTS={HOST},old.corp.example",
+                f"SITE_URL=https://{HOST}",
+                f"USER_CONTENT_DOMAIN={CONTENT}",
+            ],
         }
     ]
 }
-NEEDS = {"tls": ["ingress"]}
+# The routes of the ingress and gateway-api components reach the user-content gateway too.
+NEEDS = {
+    "tls": ["usercontent-gateway", "ingress"],
+    "ingress": ["usercontent-gateway"],
+    "gateway-api": ["usercontent-gateway"],
+}
 CRDS = {"HTTPRoute", "ServiceMonitor"}
 
 
@@ -62,6 +72,7 @@ def test_every_component_is_a_component() -> None:
         "service-monitor",
         "tls",
         "topology-spread",
+        "usercontent-gateway",
     ]
     for name in COMPONENTS:
         kustomization = yaml.safe_load(
@@ -330,6 +341,61 @@ def test_selectors_select_the_pods(tmp_path: Path, name: str) -> None:
     for deployment, labels in selectors:
         pod = find(objects, "Deployment", deployment)["spec"]["template"]["metadata"]["labels"]
         assert labels.items() <= pod.items()
+
+
+def test_every_content_host_reaches_the_gateway_by_any_route(tmp_path: Path) -> None:
+    """*.USER_CONTENT_DOMAIN, from the ConfigMap, to the gateway's Service: an Ingress with no
+    controller-specific annotation, or an HTTPRoute; the wildcard certificate for TLS."""
+    objects = render(tmp_path, "tls")
+    ingress = find(objects, "Ingress", "ajuste-usercontent")
+    assert [rule["host"] for rule in ingress["spec"]["rules"]] == [f"*.{CONTENT}"]
+    assert not ingress["metadata"].get("annotations")
+    assert ingress["spec"]["tls"] == [
+        {"hosts": [f"*.{CONTENT}"], "secretName": "ajuste-usercontent-tls"}
+    ]
+    backend = ingress["spec"]["rules"][0]["http"]["paths"][0]["backend"]["service"]
+    assert_reaches_gateway(objects, backend["name"], backend["port"]["name"])
+    (tmp_path / "route").mkdir()
+    routed = render(tmp_path / "route", "gateway-api")
+    route = find(routed, "HTTPRoute", "ajuste-usercontent")
+    assert route["spec"]["hostnames"] == [f"*.{CONTENT}"]
+    backend = route["spec"]["rules"][0]["backendRefs"][0]
+    assert_reaches_gateway(routed, backend["name"], backend["port"])
+
+
+def assert_reaches_gateway(objects: list[Obj], service_name: str, port: str | int) -> None:
+    service = find(objects, "Service", service_name)
+    [service_port] = [p for p in service["spec"]["ports"] if port in (p["name"], p["port"])]
+    gateway = find(objects, "Deployment", "ajuste-gateway")
+    labels = gateway["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["selector"].items() <= labels.items()
+    container = pod_of(objects, "ajuste-gateway")["containers"][0]
+    assert service_port["targetPort"] in {p["name"] for p in container["ports"]}
+
+
+def test_the_gateway_asks_the_panel_at_its_internal_address(tmp_path: Path) -> None:
+    """The gateway's pods carry this release's image, no token and no secret, on a read-only
+    root; they ask the web Service of their own namespace, as KUBERNETES_PANEL_URL names it,
+    and the project policies' gateway peer selects them."""
+    from deploy.manifests.projects import GATEWAY_LABELS
+    from deploy.version import VERSION
+
+    objects = render(tmp_path, "usercontent-gateway", namespace="tools")
+    pod = pod_of(objects, "ajuste-gateway")
+    [container] = pod["containers"]
+    assert container["image"] == f"ghcr.io/ajuste/gateway:{VERSION}"
+    assert pod["automountServiceAccountToken"] is False and "volumes" in pod
+    assert not [v for v in pod["volumes"] if "secret" in v]
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    env = {e["name"]: e for e in container["env"]}
+    assert (
+        env["AJUSTE_PANEL_URL"]["value"] == "http://ajuste-web.$(POD_NAMESPACE).svc.cluster.local"
+    )
+    assert env["POD_NAMESPACE"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+    labels = find(objects, "Deployment", "ajuste-gateway")["spec"]["template"]["metadata"]
+    assert GATEWAY_LABELS.items() <= labels["labels"].items()
+    service = find(objects, "Service", "ajuste-web")
+    assert service["metadata"]["namespace"] == "tools"
 
 
 def test_network_policy_lets_the_ingress_controller_reach_the_web_port(tmp_path: Path) -> None:

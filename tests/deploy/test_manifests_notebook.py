@@ -1,4 +1,5 @@
-"""A notebook as Kubernetes objects: literal dicts, forward-auth, and validation."""
+"""A notebook as Kubernetes objects: literal dicts and validation. No Ingress: the user-content
+gateway serves it on its own host and reaches it through its Service."""
 
 from __future__ import annotations
 
@@ -6,8 +7,8 @@ from dataclasses import replace
 
 import pytest
 
+from deploy import manifests
 from deploy.manifests import (
-    make_notebook_ingress,
     make_notebook_secret,
     make_notebook_service,
     make_notebook_statefulset,
@@ -33,7 +34,6 @@ SELECTOR = {
 # The selector leaves the install out (a StatefulSet's selector never changes); labels carry it.
 LABELS = {**SELECTOR, "ajuste.io/component": "notebook", "ajuste.io/install": INSTALL}
 ANNOTATIONS = {"ajuste.io/project": "vision", "ajuste.io/id": "7"}
-NGINX = "nginx.ingress.kubernetes.io/"
 TOKEN_MOUNT = {"name": "editor-token", "mountPath": "/ajuste-editor", "readOnly": True}
 TOKEN_VOLUME = {
     "name": "editor-token",
@@ -77,7 +77,7 @@ def test_statefulset_keeps_the_workspace_claim(notebook_request: NotebookRequest
         mounts,
     )
     one_gpu = {"cpu": "26", "memory": "200Gi", "nvidia.com/gpu": "1"}
-    annotations = {**ANNOTATIONS, "ajuste.io/url": "https://nb.ajuste.example/notebooks/7/"}
+    annotations = {**ANNOTATIONS, "ajuste.io/url": "https://nb-7.usercontent.ajuste.example/"}
     assert make_notebook_statefulset(notebook=notebook_request) == {
         "apiVersion": "apps/v1",
         "kind": "StatefulSet",
@@ -117,7 +117,7 @@ def test_statefulset_keeps_the_workspace_claim(notebook_request: NotebookRequest
                                 "--ip=0.0.0.0",
                                 "--port=8888",
                                 "--no-browser",
-                                "--ServerApp.base_url=/notebooks/7/",
+                                "--ServerApp.base_url=/",
                                 "--ServerApp.root_dir=/workspace",
                                 "--ServerApp.trust_xheaders=True",
                             ],
@@ -161,7 +161,7 @@ def test_statefulset_keeps_the_workspace_claim(notebook_request: NotebookRequest
     }
 
 
-def test_service_and_forward_auth_ingress(notebook_request: NotebookRequest) -> None:
+def test_a_service_and_no_ingress(notebook_request: NotebookRequest) -> None:
     assert make_notebook_service(notebook=notebook_request) == {
         "apiVersion": "v1",
         "kind": "Service",
@@ -177,46 +177,7 @@ def test_service_and_forward_auth_ingress(notebook_request: NotebookRequest) -> 
             "ports": [{"name": "http", "port": 80, "targetPort": "http", "protocol": "TCP"}],
         },
     }
-    assert make_notebook_ingress(notebook=notebook_request) == {
-        "apiVersion": "networking.k8s.io/v1",
-        "kind": "Ingress",
-        "metadata": {
-            "name": "nb-7",
-            "namespace": "ajuste-vision",
-            "labels": LABELS,
-            "annotations": {
-                **ANNOTATIONS,
-                NGINX + "auth-url": "http://ajuste-web.ajuste.svc/auth/notebooks/7",
-                NGINX + "auth-signin": "https://ajuste.example/login/",
-                NGINX + "auth-signin-redirect-param": "next",
-                NGINX + "auth-method": "GET",
-                NGINX + "auth-response-headers": "X-Ajuste-User,X-Ajuste-Project,Authorization",
-                NGINX + "proxy-read-timeout": "3600",
-                NGINX + "proxy-send-timeout": "3600",
-                NGINX + "proxy-body-size": "512m",
-                NGINX + "proxy-buffering": "off",
-                NGINX + "proxy-request-buffering": "off",
-            },
-        },
-        "spec": {
-            "ingressClassName": "nginx",
-            "rules": [
-                {
-                    "host": "nb.ajuste.example",
-                    "http": {
-                        "paths": [
-                            {
-                                "path": "/notebooks/7/",
-                                "pathType": "Prefix",
-                                "backend": {"service": {"name": "nb-7", "port": {"name": "http"}}},
-                            }
-                        ]
-                    },
-                }
-            ],
-            "tls": [{"hosts": ["nb.ajuste.example"], "secretName": "nb-tls"}],
-        },
-    }
+    assert not hasattr(manifests, "make_notebook_ingress")  # the gateway serves it
 
 
 def test_stopped_notebook_has_no_replica_but_the_same_claim(
@@ -226,18 +187,13 @@ def test_stopped_notebook_has_no_replica_but_the_same_claim(
     stopped = make_notebook_statefulset(notebook=replace(notebook_request, running=False))
     assert stopped["spec"]["replicas"] == 0
     assert stopped["spec"]["volumeClaimTemplates"] == running["spec"]["volumeClaimTemplates"]
-    assert make_notebook_ingress(notebook=replace(notebook_request, running=False)) == (
-        make_notebook_ingress(notebook=notebook_request)
+    assert make_notebook_service(notebook=replace(notebook_request, running=False)) == (
+        make_notebook_service(notebook=notebook_request)
     )
 
 
-def test_vscode_gets_its_prefix_stripped(notebook_request: NotebookRequest) -> None:
+def test_vscode_serves_at_the_root_of_its_own_host(notebook_request: NotebookRequest) -> None:
     vscode = replace(notebook_request, editor=Editor.VSCODE, volumes=())
-    ingress = make_notebook_ingress(notebook=vscode)
-    path = ingress["spec"]["rules"][0]["http"]["paths"][0]
-    assert path["path"] == "/notebooks/7(/|$)(.*)"
-    assert path["pathType"] == "ImplementationSpecific"
-    assert ingress["metadata"]["annotations"][NGINX + "rewrite-target"] == "/$2"
     pod = make_notebook_statefulset(notebook=vscode)["spec"]["template"]["spec"]
     assert pod["containers"][0]["command"][:3] == [
         "code-server",
@@ -251,7 +207,6 @@ def test_every_notebook_object_is_valid(notebook_request: NotebookRequest) -> No
     for request in (notebook_request, replace(notebook_request, editor=Editor.VSCODE)):
         validate(make_notebook_statefulset(notebook=request))
         validate(make_notebook_service(notebook=request))
-        validate(make_notebook_ingress(notebook=request))
         validate(make_notebook_secret(notebook=request))
 
 

@@ -111,7 +111,11 @@ def test_each_mig_profile_a_flavor_asks_for_is_held_to_the_gpu_quota(
     }
 
 
-def test_default_deny_with_dns_ingress_controller_and_s3(project_request: ProjectRequest) -> None:
+def test_default_deny_with_dns_the_gateway_and_s3(project_request: ProjectRequest) -> None:
+    """Notebooks and apps take requests from the user-content gateway's pods only (picked by
+    label in the panel's namespace), apps also from the web pods ("Try it"); no ingress
+    controller's namespace is a peer."""
+
     def policy(name: str, spec: dict[str, object]) -> dict[str, object]:
         return {
             "apiVersion": "networking.k8s.io/v1",
@@ -121,6 +125,15 @@ def test_default_deny_with_dns_ingress_controller_and_s3(project_request: Projec
         }
 
     kube_system = {"kubernetes.io/metadata.name": "kube-system"}
+    gateway = {
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ajuste"}},
+        "podSelector": {
+            "matchLabels": {
+                "app.kubernetes.io/name": "ajuste",
+                "app.kubernetes.io/component": "gateway",
+            }
+        },
+    }
     dns_ports = [
         {"protocol": proto, "port": port} for port in (53, 5353) for proto in ("UDP", "TCP")
     ]
@@ -148,39 +161,18 @@ def test_default_deny_with_dns_ingress_controller_and_s3(project_request: Projec
             },
         ),
         policy(
-            "ajuste-allow-ingress-controller",
+            "ajuste-allow-gateway",
             {
                 "podSelector": {"matchLabels": {"ajuste.io/kind": "notebook"}},
-                "ingress": [
-                    {
-                        "from": [
-                            {
-                                "namespaceSelector": {
-                                    "matchLabels": {"kubernetes.io/metadata.name": "ingress-nginx"}
-                                }
-                            }
-                        ],
-                        "ports": [{"protocol": "TCP", "port": 8888}],
-                    }
-                ],
+                "ingress": [{"from": [gateway], "ports": [{"protocol": "TCP", "port": 8888}]}],
                 "policyTypes": ["Ingress"],
             },
         ),
         policy(
-            "ajuste-allow-ingress-controller-apps",
+            "ajuste-allow-gateway-apps",
             {
                 "podSelector": {"matchLabels": {"ajuste.io/kind": "app"}},
-                "ingress": [
-                    {
-                        "from": [
-                            {
-                                "namespaceSelector": {
-                                    "matchLabels": {"kubernetes.io/metadata.name": "ingress-nginx"}
-                                }
-                            }
-                        ]
-                    }
-                ],
+                "ingress": [{"from": [gateway]}],
                 "policyTypes": ["Ingress"],
             },
         ),

@@ -47,7 +47,7 @@ class StoreCollector(Collector):
             "ajuste_metrics_store_up", "Whether Redis, where every process writes, answered."
         )
         try:
-            http, tasks, failures, sweep, logs = self._read_store()
+            http, tasks, failures, sweep, logs, apps = self._read_store()
             queues = self._queue_lengths()
         except RedisError:
             up.add_metric([], 0)
@@ -87,10 +87,19 @@ class StoreCollector(Collector):
             sweep,
         )
         yield from self._log_collector(logs)
+        served = CounterMetricFamily(
+            "ajuste_app_requests",
+            "Requests the user-content gateway let through to an app (its autoscalers' rate).",
+            labels=["app_namespace", "app"],
+        )
+        for labels, count in sorted(apps.items()):
+            served.add_metric(labels.decode().split(store.SEP, 1), int(count))
+        yield served
 
     def _read_store(self) -> list[dict[bytes, bytes]]:
         pipe = store.client(settings.REDIS_URL).pipeline(transaction=False)
-        for name in (store.HTTP, store.TASKS, store.TASK_FAILURES, store.SWEEP, store.COLLECTOR):
+        names = (store.HTTP, store.TASKS, store.TASK_FAILURES, store.SWEEP, store.COLLECTOR)
+        for name in (*names, store.APP_REQUESTS):
             pipe.hgetall(store.key(name))
         return pipe.execute()
 

@@ -36,6 +36,7 @@ TASKS = "tasks"
 TASK_FAILURES = "task-failures"
 SWEEP = "sweep"
 COLLECTOR = "log-collector"
+APP_REQUESTS = "app-requests"
 HTTP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 TASK_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 SEP = "|"
@@ -98,6 +99,13 @@ def observe_request(*, route: str, method: str, status: str, seconds: float) -> 
 
 def observe_task(*, task: str, seconds: float) -> None:
     _observe(TASKS, (task,), seconds, TASK_BUCKETS)
+
+
+def count_app_request(*, namespace: str, app: str) -> None:
+    """A request the user-content gateway lets through to an app (what its autoscaler reads)."""
+    _write(
+        lambda pipe: pipe.hincrby(key(APP_REQUESTS), f"{_label(namespace)}{SEP}{_label(app)}", 1)
+    )
 
 
 def count_task_failure(*, task: str) -> None:

@@ -17,6 +17,7 @@ from controlpanel.projects.models import Project
 from controlpanel.served.models import App
 from controlpanel.served.services import app_create, app_delete, app_start, app_stop
 from controlpanel.served.states import AppState
+from controlpanel.usercontent.domain import parse_content_domain
 from deploy import images
 from tests.fixtures.jobs import access_for
 
@@ -48,7 +49,7 @@ def test_an_app_on_the_cluster_runs_scales_stops_starts_and_goes(
     data_bucket: Bucket,
     settings: Any,
 ) -> None:
-    settings.APP_HOST = "apps.ajuste.example"
+    settings.USER_CONTENT_DOMAIN = parse_content_domain("uc.ajuste.example")
     access = access_for(project)
     data = {
         "name": "bot",
@@ -67,14 +68,14 @@ def test_an_app_on_the_cluster_runs_scales_stops_starts_and_goes(
     server = deployment["spec"]["template"]["spec"]["containers"][0]
     assert server["image"] == images.SERVING_IMAGE
     assert "--enable-lora" in server["args"]
-    ingress = k8s_cluster.get("ingresses", NS, f"app-{app.pk}")
-    assert ingress["spec"]["rules"][0]["host"] == "apps.ajuste.example"
-    assert ingress["spec"]["rules"][0]["http"]["paths"][0]["path"].startswith(f"/a/alpha/{app.pk}(")
+    # No Ingress: the user-content gateway serves it on its own host.
+    assert k8s_cluster.list("ingresses", NS) == []
 
     app = serve(k8s_cluster, app)
     assert (app.state, app.state_reason) == (A.RUNNING, "1 replica ready")
     assert app.progress["replicas"] == [1, 1]
     url = app.url
+    assert url == f"https://app-{app.pk.hex}.uc.ajuste.example/"
 
     # An autoscaler asks for two: SCALING until the second serves.
     k8s_cluster.store.patch("deployments", NS, f"app-{app.pk}", {"spec": {"replicas": 2}})
@@ -96,7 +97,7 @@ def test_an_app_on_the_cluster_runs_scales_stops_starts_and_goes(
     sweep()
     app.refresh_from_db()
     assert app.state == A.STOPPED and pods(k8s_cluster, app) == []
-    assert k8s_cluster.get("ingresses", NS, f"app-{app.pk}") is not None
+    assert k8s_cluster.get("services", NS, f"app-{app.pk}") is not None
 
     app = app_start(access=access, user=owner, app=app)
     app = serve(k8s_cluster, app)

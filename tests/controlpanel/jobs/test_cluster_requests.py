@@ -24,14 +24,13 @@ def test_project_pods_may_reach_the_datastores_and_the_admin_list(
 ) -> None:
     port = int(panel_s3.endpoint_url.rsplit(":", 1)[1])
     settings.KUBERNETES_EGRESS = parse_egress("10.0.0.0/8:3128, 127.0.0.1/32")
-    settings.KUBERNETES_INGRESS_NAMESPACE = "traefik"
     request = project_request(project)
     assert request.egress == (
         EgressRule(cidr="10.0.0.0/8", ports=(3128,)),
         EgressRule(cidr="127.0.0.1/32"),
         EgressRule(cidr="127.0.0.1/32", ports=(port,)),  # LOCAL, where its bucket is
     )
-    assert request.ingress_namespace == "traefik"
+    assert request.panel_namespace == settings.KUBERNETES_NAMESPACE
     settings.KUBERNETES_EGRESS_FROM_DATASTORES = False
     assert project_request(project).egress == settings.KUBERNETES_EGRESS
 

@@ -1,12 +1,14 @@
-"""The forward-auth endpoint ingress-nginx asks before every request to a notebook on a cluster
-(`/auth/notebook/<id>`), through the Django test client, as ingress-nginx calls it: at the web
-Service's cluster name over plain http, with the session cookie of the browser and the
-original request's address in X-Original-URL / X-Original-URI."""
+"""Who may open a notebook, as the user-content gateway asks the panel before every request to
+the notebook's own host (`/_ajuste/auth` at the web Service's cluster name, over plain http,
+with the browser's content cookie for that host and the original request's URI), through the
+Django test client. The cookie is the one the ticket exchange gives (controlpanel/usercontent);
+here it is issued and redeemed through the same services."""
 
 from __future__ import annotations
 
 import base64
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from django.test import Client
@@ -18,7 +20,9 @@ from controlpanel.notebooks.driver import notebook_request
 from controlpanel.notebooks.models import Notebook
 from controlpanel.notebooks.states import NotebookState
 from controlpanel.projects.models import Project
-from deploy.manifests import make_notebook_ingress, make_notebook_secret
+from controlpanel.usercontent.hosts import content_host
+from controlpanel.usercontent.tickets import cookie_name, cookie_value, ticket_issue, ticket_redeem
+from deploy.manifests import make_notebook_secret
 from tests.fixtures.panel import UserFactory, add_member, logged_in
 
 pytestmark = pytest.mark.django_db
@@ -35,18 +39,37 @@ def make_notebook(project: Project, owner: User, state: str = N.RUNNING) -> Note
         editor="jupyterlab",
         flavor=Flavor.objects.get(name="ai1-1-cpu"),
         state=state,
+        url="http://127.0.0.1:8888/?token=t",
     )
 
 
-def ask(client: Client, notebook: Notebook, path: str = "", host: str = INTERNAL) -> Any:
-    """What ingress-nginx sends for a request to `path` (default: the notebook's lab page)."""
-    path = path or f"/nb/{notebook.project.slug}/{notebook.pk}/lab?reset"
-    return client.get(
-        f"/auth/notebook/{notebook.pk}",
+def cookie_for(client: Client, notebook: Notebook) -> str:
+    """The content cookie the ticket exchange gives `client`'s user for the notebook's host."""
+    host = content_host("nb", notebook.pk)
+    user = User.objects.get(pk=client.session["_auth_user_id"])
+    url = ticket_issue(
+        user=user,
+        session_key=client.session.session_key or "",
+        kind="notebook",
+        host=host,
+        next_path="/",
+    )
+    ticket = ticket_redeem(raw=parse_qs(urlsplit(url).query)["ticket"][0], host=host)
+    assert ticket is not None
+    return f"{cookie_name()}={cookie_value(ticket, host)}"
+
+
+def ask(
+    client: Client | None, notebook: Notebook, path: str = "/lab?reset", host: str = INTERNAL
+) -> Any:
+    """What the gateway sends before a request to `path` on the notebook's host."""
+    return Client().get(
+        "/_ajuste/auth",
         HTTP_HOST=host,
-        HTTP_X_ORIGINAL_URL=f"https://notebooks.example.com{path}",
+        HTTP_X_AJUSTE_HOST=content_host("nb", notebook.pk).netloc,
         HTTP_X_ORIGINAL_URI=path,
-        HTTP_X_SENT_FROM="nginx-ingress-controller",
+        HTTP_X_ORIGINAL_METHOD="GET",
+        HTTP_COOKIE=cookie_for(client, notebook) if client else "",
     )
 
 
@@ -61,8 +84,8 @@ def test_the_owner_gets_through_with_the_editor_token(
     settings.SECURE_SSL_REDIRECT = True  # plain http at the Service: answered all the same
     response = ask(owner_client, notebook)
     assert response.status_code == 200
-    assert response["Authorization"] == f"token {notebook_token(notebook)}"
-    assert (response["X-Ajuste-User"], response["X-Ajuste-Project"]) == ("owner", "alpha")
+    assert response["X-Ajuste-Authorization"] == f"token {notebook_token(notebook)}"
+    assert response["X-Ajuste-Upstream"] == "127.0.0.1:8888"
     assert response["Cache-Control"] == "no-store"
     assert "Set-Cookie" not in response
 
@@ -71,25 +94,35 @@ def test_another_member_of_the_project_gets_through(
     notebook: Notebook, member: User, project: Project
 ) -> None:
     response = ask(logged_in(member), notebook)
-    assert response.status_code == 200 and response["X-Ajuste-User"] == "member"
+    assert response.status_code == 200 and response["X-Ajuste-Authorization"]
 
 
 def test_a_member_of_another_project_is_refused(
     notebook: Notebook, outsider_client: Client
 ) -> None:
     response = ask(outsider_client, notebook)
-    assert response.status_code == 403 and "Authorization" not in response
+    assert response.status_code == 403 and "X-Ajuste-Authorization" not in response
+    assert response["X-Ajuste-Reason"] == "No such notebook."
 
 
 def test_anonymous_is_sent_to_log_in(notebook: Notebook) -> None:
-    assert ask(Client(), notebook).status_code == 401
+    response = ask(None, notebook)
+    assert response.status_code == 401
+    assert response["X-Ajuste-Signin"].endswith(f"?host=nb-{notebook.pk.hex}&next=%2Flab%3Freset")
 
 
 def test_an_inactive_user_is_anonymous(notebook: Notebook, owner: User) -> None:
     client = logged_in(owner)
+    cookie = cookie_for(client, notebook)
     owner.is_active = False
     owner.save()
-    assert ask(client, notebook).status_code == 401
+    answer = Client().get(
+        "/_ajuste/auth",
+        HTTP_HOST=INTERNAL,
+        HTTP_X_AJUSTE_HOST=content_host("nb", notebook.pk).netloc,
+        HTTP_COOKIE=cookie,
+    )
+    assert answer.status_code == 401
 
 
 @pytest.mark.parametrize("state", [N.STOPPED, N.FAILED, N.ERROR, N.DELETING])
@@ -108,51 +141,35 @@ def test_a_notebook_starting_or_stopping_is_served(
 
 
 def test_a_cookie_for_one_notebook_never_opens_another(
-    project: Project, other_project: Project, owner: User, owner_client: Client
+    project: Project, owner: User, owner_client: Client
 ) -> None:
-    """The owner may open both A and B; a request nginx routed to A (by its normalised path)
-    whose original path names B, or no notebook, is refused: each notebook's answer (and its
-    token) vouches for that notebook's own path only."""
+    """The owner may open both A and B; A's cookie sent to B's host opens nothing there: each
+    host's cookie is signed for that host alone."""
     a, b = make_notebook(project, owner), make_notebook(project, owner)
-    mine = f"/nb/alpha/{a.pk}"
-    assert ask(owner_client, a, f"{mine}/api/kernels").status_code == 200
-    assert ask(owner_client, a, mine).status_code == 200  # the bare prefix (a redirect)
-    for path in [
-        f"/nb/alpha/{b.pk}/api/kernels",
-        f"{mine}/../{b.pk}/api/kernels",
-        f"{mine}/%2E%2E/{b.pk}/api",
-        f"{mine}x/api",
-        f"/nb/beta/{a.pk}/api",
-        "/admin/",
-    ]:
-        assert ask(owner_client, a, path).status_code == 403, path
-    # Both headers must agree: nginx sends both, a forged one of them is refused.
-    mixed = owner_client.get(
-        f"/auth/notebook/{a.pk}",
-        HTTP_HOST=INTERNAL,
-        HTTP_X_ORIGINAL_URL=f"https://notebooks.example.com{mine}/lab",
-        HTTP_X_ORIGINAL_URI=f"/nb/alpha/{b.pk}/lab",
-    )
-    assert mixed.status_code == 403
-    bare = owner_client.get(f"/auth/notebook/{a.pk}", HTTP_HOST=INTERNAL)
-    assert bare.status_code == 403  # no original path: nothing to vouch for
+    cookie = cookie_for(owner_client, a)
+    for target, status in ((a, 200), (b, 401)):
+        answer = Client().get(
+            "/_ajuste/auth",
+            HTTP_HOST=INTERNAL,
+            HTTP_X_AJUSTE_HOST=content_host("nb", target.pk).netloc,
+            HTTP_COOKIE=cookie,
+        )
+        assert answer.status_code == status
 
 
 def test_the_token_never_reaches_a_browser_asking_the_panel_itself(
     notebook: Notebook, owner_client: Client
 ) -> None:
-    """At the panel's public address (what a browser could ask) the answer is the same, less
-    the token: only a caller that addressed the cluster-internal Service gets it."""
+    """At the panel's public address (what a browser could ask) there is no such endpoint:
+    only a caller that addressed the cluster-internal Service gets an answer, and the token."""
     response = ask(owner_client, notebook, host="testserver")
-    assert response.status_code == 200 and "Authorization" not in response
+    assert response.status_code == 404 and "X-Ajuste-Authorization" not in response
 
 
-def test_an_unknown_notebook_or_a_bad_id_is_refused(owner_client: Client) -> None:
-    unknown = owner_client.get(
-        "/auth/notebook/00000000-0000-0000-0000-000000000000", HTTP_HOST=INTERNAL
-    )
-    assert unknown.status_code == 403
-    assert owner_client.get("/auth/notebook/nope", HTTP_HOST="testserver").status_code == 404
+def test_an_unknown_notebook_or_a_bad_host_is_refused(owner_client: Client) -> None:
+    for host in ("nb-00000000000000000000000000000000.localhost:8000", "nb-nope.localhost:8000"):
+        answer = Client().get("/_ajuste/auth", HTTP_HOST=INTERNAL, HTTP_X_AJUSTE_HOST=host)
+        assert answer.status_code == 403
 
 
 def test_each_start_has_its_own_token(notebook: Notebook) -> None:
@@ -161,21 +178,17 @@ def test_each_start_has_its_own_token(notebook: Notebook) -> None:
     assert notebook_token(notebook) != first and len(first) == 64
 
 
-def test_the_ingress_asks_this_endpoint_and_forwards_the_token(
-    notebook: Notebook, settings: Any
+def test_the_cluster_gets_the_token_the_gateway_is_answered_with(
+    notebook: Notebook, owner_client: Client
 ) -> None:
-    """What the cluster gets: the auth URL is this route, the sign-in URL the log-in page, the
-    token the one the endpoint answers with, in the notebook's own Secret."""
-    settings.SITE_URL = "https://panel.example.com"
+    """The notebook's own Secret holds the token the panel gives the gateway, and the notebook
+    is served on its own host at its root."""
     request = notebook_request(notebook)
-    annotations = make_notebook_ingress(notebook=request)["metadata"]["annotations"]
-    nginx = "nginx.ingress.kubernetes.io/"
-    assert annotations[nginx + "auth-url"] == (f"http://{INTERNAL}/auth/notebook/{notebook.pk}")
-    assert annotations[nginx + "auth-signin"] == "https://panel.example.com/login/"
-    assert "Authorization" in annotations[nginx + "auth-response-headers"].split(",")
     assert make_notebook_secret(notebook=request)["stringData"] == {
         "token": notebook_token(notebook)
     }
+    assert (request.host, request.path) == (content_host("nb", notebook.pk).netloc, "/")
+    assert ask(owner_client, notebook)["X-Ajuste-Authorization"] == f"token {request.token}"
 
 
 def test_a_site_admin_outside_the_project_gets_through_like_everywhere_else(

@@ -32,6 +32,7 @@ from controlpanel.notebooks.services import (
 from controlpanel.notebooks.states import NotebookState
 from controlpanel.notebooks.validation import validate_notebook
 from controlpanel.projects.models import Project
+from controlpanel.usercontent.hosts import content_host
 from tests.fixtures.jobs import access_for
 
 pytestmark = [pytest.mark.k8s, pytest.mark.django_db(transaction=True)]
@@ -74,7 +75,8 @@ def test_start_stop_start_keeps_the_address_and_the_workspace(
     notebook = started(k8s_cluster, notebook)
     assert notebook.state == N.RUNNING, notebook.state_reason
     url = notebook.url
-    assert url.endswith(f"/nb/alpha/{notebook.pk}/")
+    # Its own host under USER_CONTENT_DOMAIN, served at its root.
+    assert url == f"https://{content_host('nb', notebook.pk).netloc}/"
     workspace = claim_uid(k8s_cluster, notebook)
     k8s_cluster.kubelet.log(NS, f"nb-{notebook.pk}-0", "[I ServerApp] Jupyter Server is running")
     LogCollector().tick()
