@@ -611,6 +611,10 @@ def job_steps(cluster: EmulatedCluster, backend: KubernetesBackend, job: JobRequ
     backend.apply_job(job=second)
     cluster.kubelet.run(NS, cluster.pod_of(NS, "job-43-r1"))
     backend.stop_job(job=second)
+    # Its one-second deadline passes (the Job controller ends the pod) before the next steps, on
+    # the cluster's clock rather than the test's pace: otherwise its 2 GPUs still count in the
+    # quota, and whether the app's pod is admitted after it depends on how fast the steps ran.
+    cluster.advance(2)
 
 
 def notebook_steps(
