@@ -14,7 +14,16 @@ from controlpanel.kinds import KINDS
 # controlpanel/kinds.py; the engine's are what they share (the flavors).
 KIND_APPS = [package.rpartition(".")[2] for package in KINDS.values()]
 
-API_APPS = ["projects", "accounts", "buckets", *KIND_APPS, "engine", "billing", "dashboards", "sweeps"]
+API_APPS = [
+    "projects",
+    "accounts",
+    "buckets",
+    *KIND_APPS,
+    "engine",
+    "billing",
+    "dashboards",
+    "sweeps",
+]
 # Apps whose `api_routes()` is not in their urls.py (billing's urls.py is the admins' pages).
 API_MODULES = {"billing": "controlpanel.billing.team_urls"}
 
