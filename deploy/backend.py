@@ -111,6 +111,15 @@ class ComputeBackend(Protocol):
         """Every workload this backend knows of (the periodic sweep); one entry per run."""
         ...
 
+    def stop_orphan(self, *, ref: WorkloadRef) -> bool:
+        """Stop a run of this install that no row names (an orphan): what holds the nodes
+        goes, its workspace stays. True when a workspace is left for `delete_orphan`."""
+        ...
+
+    def delete_orphan(self, *, ref: WorkloadRef) -> None:
+        """Remove what is left of an orphan run of this install, its workspace included."""
+        ...
+
     def watch(
         self, *, stop: threading.Event, namespace: str | None = None, resync_s: float = 300.0
     ) -> Iterator[ObservedWorkload]:

@@ -37,6 +37,8 @@ _PREFIXES = (
     "MLFLOW_",
     "USER_CONTENT_",
     "GPU_IDLE_",
+    "WORKSPACE_",
+    "LEADER_",
 )
 _NAMES = {
     "ALLOWED_HOSTS",

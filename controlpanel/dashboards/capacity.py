@@ -22,6 +22,7 @@ from django.utils import timezone
 from controlpanel.engine.admission import WAITING_STATES
 from controlpanel.engine.backend import get_backend
 from controlpanel.engine.models import LIVE_STATES, Workload
+from controlpanel.engine.orphans import orphan_report
 from controlpanel.flavors.models import Flavor
 from deploy.gpu_resources import mig_profile
 from deploy.local.gpus import gpu_matches
@@ -86,6 +87,7 @@ def capacity_figures() -> dict[str, Any]:
         "mig_totals": _totals(p for p in pools if p["mig_profile"]),
         "flavors": flavor_rows(reading),
         "cpu_in_use": cpu_in_use,
+        "orphans": orphan_report(),
     }
 
 

@@ -12,6 +12,7 @@ from datetime import datetime
 from controlpanel.engine.backend import ensure_project, job_ref
 from controlpanel.engine.lifecycle import end_runs, record_launch
 from controlpanel.engine.models import DELETING, Workload
+from controlpanel.engine.orphans import unknown
 from controlpanel.engine.sweep import ORPHANS_PER_SWEEP, rows_of, settled
 from deploy.types import ObservedWorkload, Phase, WorkloadRef
 
@@ -87,25 +88,15 @@ class OneNameDriver(Driver):
         return self.apply(workload)
 
     def orphans(self, observations: list[ObservedWorkload]) -> int:
-        """Its objects outlive its stops, not its row: those of a deleted one go, after the
-        same grace as a job's."""
+        """Its objects outlive its stops, not its row: those left running by a row that
+        says otherwise are stopped (`left_running`). Those of a row that is gone (a deleted
+        one's, a restored dump's) are orphans.py's: stopped after a grace, their workspace
+        deleted after a day or more."""
         seen = settled(observations)
         rows, acted = rows_of(seen), 0
         for observed in seen:
             row = rows.get(observed.id)
-            if (
-                row is None
-                or row.project.namespace != observed.namespace
-                or row.kind != observed.kind.value
-            ):
-                log.warning(
-                    "orphan %s %s in %s: delete",
-                    observed.kind.value,
-                    observed.id,
-                    observed.namespace,
-                )
-                self.delete_objects(observed.ref)
-            elif not self.left_running(row, observed):
+            if row is None or unknown(observed, row) or not self.left_running(row, observed):
                 continue
             acted += 1
             if acted == ORPHANS_PER_SWEEP:

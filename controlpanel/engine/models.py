@@ -218,3 +218,33 @@ class JobLogLine(models.Model):
 
     def __str__(self) -> str:
         return f"{self.seq}: {self.text[:40]}"
+
+
+class Orphan(models.Model):
+    """A run of this install on the backend that no row names (made after the dump a restored
+    database came from, or by a transaction that rolled back), from the sweep that first
+    noticed it: its pods are stopped JOB_ORPHAN_GRACE_SECONDS later, its workspace deleted
+    WORKSPACE_ORPHAN_GRACE_SECONDS later (engine/orphans.py). Listed on the capacity page
+    meanwhile. A restore empties this table with the rest: the grace counts from the first
+    sweep after it, however old the objects are."""
+
+    kind = models.CharField(max_length=20)
+    namespace = models.CharField(max_length=63)
+    workload_id = models.CharField(max_length=100)
+    run = models.PositiveIntegerField()
+    project = models.CharField(max_length=100, blank=True)
+    created_at = models.DateTimeField(null=True, blank=True)  # its newest object's creation
+    noticed_at = models.DateTimeField(default=timezone.now)
+    stopped_at = models.DateTimeField(null=True, blank=True)
+    workspace_kept = models.BooleanField(default=False)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["kind", "namespace", "workload_id", "run"], name="one_orphan_per_run"
+            )
+        ]
+        ordering = ["noticed_at", "pk"]
+
+    def __str__(self) -> str:
+        return f"orphan {self.kind} {self.workload_id} run {self.run} in {self.namespace}"

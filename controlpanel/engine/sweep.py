@@ -21,6 +21,7 @@ from controlpanel.engine.admission import WAITING_STATES
 from controlpanel.engine.backend import get_backend
 from controlpanel.engine.lifecycle import is_behind, target_states
 from controlpanel.engine.models import DELETING, FINAL_STATES, LIVE_STATES, Workload
+from controlpanel.engine.orphans import collect_unknown, unknown
 from controlpanel.engine.reconcile import observe
 from controlpanel.engine.registry import kinds
 from controlpanel.engine.replicas import REPLICA_UIDS, serving_replicas
@@ -67,12 +68,26 @@ def sweep() -> Sweep:
         elif _differs(job, seen):
             observe(str(job.pk), seen)
             counts["changed"] += 1
-    for kind in kinds():
-        leftovers = [o for o in observed.values() if o.kind.value == kind.name]
-        counts["orphans"] += kind.driver.orphans(leftovers) if leftovers else 0
+    counts["orphans"] = _orphans(list(observed.values()))
     result.admit = _waiting_projects()
     result.finalize = _unfinalized()
     return result
+
+
+def _orphans(leftovers: list[ObservedWorkload]) -> int:
+    """What no live row claimed: runs no row names at all go to orphans.py (noted, stopped
+    after a grace, their workspace deleted after a longer one); each kind acts on the runs of
+    its rows that ended or moved on. Objects made before install ids (`unlabelled`) are left
+    out: nothing says whose they are, so no install deletes them."""
+    leftovers = [o for o in leftovers if not o.unlabelled]
+    rows = rows_of(leftovers)
+    strays = [o for o in leftovers if unknown(o, rows.get(o.id))]
+    acted = collect_unknown(strays, budget=ORPHANS_PER_SWEEP)
+    claimed = [o for o in leftovers if not unknown(o, rows.get(o.id))]
+    for kind in kinds():
+        mine = [o for o in claimed if o.kind.value == kind.name]
+        acted += kind.driver.orphans(mine) if mine else 0
+    return acted
 
 
 def _alive(seen: ObservedWorkload) -> list[str]:

@@ -81,9 +81,10 @@ class JobDriver(Driver):
 
 def collect_orphans(runs: list[ObservedWorkload]) -> int:
     """Delete what runs on for no live job: the objects of a run whose row ended (and was
-    finalized), is gone, or is at another run. The case that needs it: the Job was created,
+    finalized) or moved on to a later run. The case that needs it: the Job was created,
     the reconcile's transaction rolled back, and 'stop' then ended the never-launched row
-    without the cluster; its pod kept its GPUs, out of the quota and unbilled.
+    without the cluster; its pod kept its GPUs, out of the quota and unbilled. A run no row
+    names at all is not deleted here (engine/orphans.py: a restored dump's missing rows).
 
     Only after `JOB_ORPHAN_GRACE_SECONDS`, from the row's end and the objects' creation (a
     row read before a commit must not cost a run). SYNC_FAILED keeps everything (the retried
@@ -113,8 +114,10 @@ def collect_orphans(runs: list[ObservedWorkload]) -> int:
 def _orphan_action(row: Workload | None, seen: ObservedWorkload) -> str:
     """What to do with the objects of a run no live row of that run claimed: "delete",
     "stop", or "" to leave them."""
-    if row is None or row.run != seen.run:
-        return "delete"
+    if row is None or row.run < seen.run:
+        return ""  # no row names it: engine/orphans.py's, with its graces
+    if row.run > seen.run:
+        return "delete"  # an earlier run of a job that ran again
     if row.state in LIVE_STATES or not row.logs_archived or row.state_changed_at > grace_start():
         return ""  # running, or not finalized yet: job_finalize still reads the run
     if row.state in (S.SYNC_FAILED, S.ERROR):  # the claim is kept

@@ -131,7 +131,7 @@ def delete(api: KubeApi, kind: str, namespace: str | None, name: str, *, install
         if not names.belongs(found, install):
             log.warning("%s %s/%s is another install's: not deleted", kind, namespace, name)
             return False
-        return _delete_found(api, found, kind)
+        return delete_found(api, found, kind)
     except ApiException as exc:
         if exc.status == 404:
             return False
@@ -145,10 +145,10 @@ def delete_labelled(
     treat as its own (`names.belongs`); how many went."""
     items, _ = api.list(kind, namespace, label_selector=selector)
     mine = [item for item in items if names.belongs(item, install)]
-    return sum(_delete_found(api, item, kind) for item in mine)
+    return sum(delete_found(api, item, kind) for item in mine)
 
 
-def _delete_found(api: KubeApi, found: Obj, kind: str) -> bool:
+def delete_found(api: KubeApi, found: Obj, kind: str) -> bool:
     """Delete the object as listed or read: a 409 (it was replaced since, by a new object of
     the same name) or a 404 leaves it alone."""
     meta = found["metadata"]

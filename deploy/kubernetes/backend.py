@@ -13,6 +13,7 @@ from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
 from deploy import manifests, names
+from deploy.kubernetes import orphans
 from deploy.kubernetes.api import KubeApi, Obj
 from deploy.kubernetes.apply import apply, delete, delete_labelled, label_install
 from deploy.kubernetes.capacity import read_capacity
@@ -289,6 +290,12 @@ class KubernetesBackend:
     def observe_app(self, *, ref: WorkloadRef) -> ObservedWorkload:
         return app_state(self.api, self._ref(ref))
 
+    def stop_orphan(self, *, ref: WorkloadRef) -> bool:
+        return orphans.stop_orphan(self.api, ref, install=self.install_id)
+
+    def delete_orphan(self, *, ref: WorkloadRef) -> None:
+        orphans.delete_orphan(self.api, ref, install=self.install_id)
+
     def _read(self, kind: str, namespace: str, name: str) -> Obj | None:
         try:
             return self.api.read(kind, namespace, name)
@@ -320,6 +327,7 @@ class KubernetesBackend:
             resync_s=resync_s,
             watch_timeout_s=self.watch_timeout_s,
             observe=self._observe_after_event,
+            install=self.install_id,
         )
 
     def _poll_namespaces(self, stop: threading.Event) -> Iterator[ObservedWorkload]:

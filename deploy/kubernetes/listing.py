@@ -310,19 +310,24 @@ def _observe_listed(
     kept: dict[tuple[object, ...], ObservedWorkload] = {}
     for ref, group in sorted(by_ref.items(), key=_order):
         if ref.kind is not WorkloadKind.JOB:
-            observations.append(_labelled(_observe_group(api, ref, group), group))
+            observations.append(_labelled(_observe_group(api, ref, group), group, install))
             continue
         cached, observed = cache.observe(api, ref, group)
-        observed = _labelled(observed, group)
+        observed = _labelled(observed, group, install)
         if not _asks_events(group["jobs"], group["pods"]):
             kept[cached] = observed
         observations.append(observed)
     return observations, kept, pods_version
 
 
-def _labelled(observed: ObservedWorkload, group: dict[str, list[Obj]]) -> ObservedWorkload:
-    """`unlabelled` when no object of the run carries an install label."""
-    unlabelled = not any(names.install_of(o) for objects in group.values() for o in objects)
+def _labelled(
+    observed: ObservedWorkload, group: dict[str, list[Obj]], install: str
+) -> ObservedWorkload:
+    """`unlabelled` when no object of the run carries an install label, for a listing of one
+    install (a listing without one, as a backend without an identity makes, owns them all)."""
+    unlabelled = bool(install) and not any(
+        names.install_of(o) for objects in group.values() for o in objects
+    )
     return (
         observed if observed.unlabelled == unlabelled else replace(observed, unlabelled=unlabelled)
     )

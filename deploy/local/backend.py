@@ -43,6 +43,7 @@ from deploy.types import (
     ObservedWorkload,
     Phase,
     ProjectRequest,
+    WorkloadKind,
     WorkloadRef,
 )
 
@@ -142,6 +143,19 @@ class LocalBackend:
             runs.spawn(run, python=self.python, push_only=True)
 
     def delete_job(self, *, ref: WorkloadRef) -> None:
+        self._delete(run_dir(self.base, ref))
+
+    def stop_orphan(self, *, ref: WorkloadRef) -> bool:
+        """The run's process stops; a job's or notebook's directory (workspace, outputs, log)
+        stays. An app keeps nothing: its server and directory go at once."""
+        run = run_dir(self.base, ref)
+        if ref.kind is WorkloadKind.APP:
+            self._delete(run)
+            return False
+        self._stop(run)
+        return run.exists()
+
+    def delete_orphan(self, *, ref: WorkloadRef) -> None:
         self._delete(run_dir(self.base, ref))
 
     def release_workspace(self, *, ref: WorkloadRef) -> None:

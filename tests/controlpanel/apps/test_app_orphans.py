@@ -3,7 +3,8 @@ Deployment, its ReplicaSets and pods, the Service, the Ingress, the HorizontalPo
 KEDA's ScaledObject; locally, the server's processes) are deleted once the grace period has
 passed; an app that ended (FAILED, ERROR, STOPPED) with replicas still up is stopped, its
 address kept. Another project's live app, and anything younger than the grace, is left alone.
-Each orphan is made first, the way it happens: the objects exist, then the row goes."""
+Each orphan is made first, the way it happens: the objects exist, then the row goes. The grace of
+objects no row names counts from the sweep that first noticed them (engine/orphans.py)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from django.utils import timezone
 from controlpanel.buckets.models import Bucket
 from controlpanel.engine.admission import admit_jobs
 from controlpanel.engine.lifecycle import record_state
-from controlpanel.engine.models import Workload
+from controlpanel.engine.models import Orphan, Workload
 from controlpanel.engine.reconcile import reconcile
 from controlpanel.engine.tasks import sweep_now as sweep
 from controlpanel.projects.models import Project
@@ -111,12 +112,19 @@ def test_the_sweep_deletes_what_a_deleted_app_left_and_stops_an_ended_one(
     record_state(failed, A.FAILED, "the server exits (exit code 1)")
     Workload.objects.filter(pk=failed.pk).update(state_changed_at=timezone.now() - LONG_AGO)
 
-    assert sweep()["orphans"] == 3
+    assert sweep()["orphans"] == 1  # the ended one; those no row names are noted
+    assert {o.workload_id for o in Orphan.objects.all()} == {
+        str(cpu.pk),
+        str(keda.pk),
+        str(young.pk),
+    }
+    Orphan.objects.exclude(workload_id=str(young.pk)).update(noticed_at=timezone.now() - LONG_AGO)
+    assert sweep()["orphans"] == 2
     k8s_cluster.reconcile()
     assert objects_of(k8s_cluster, cpu) == {}
     assert objects_of(k8s_cluster, keda) == {}
     left = objects_of(k8s_cluster, failed)
-    assert left.get("pods", 0) == 0 and left["ingresses"] == left["services"] == 1
+    assert left.get("pods", 0) == 0 and left["services"] == 1  # its address kept
     deployment = k8s_cluster.get("deployments", project.namespace, f"app-{failed.pk}")
     assert deployment["spec"]["replicas"] == 0
     # Another project's live app and an orphan within its grace period are untouched.
@@ -152,6 +160,8 @@ def test_the_sweep_ends_the_server_of_a_deleted_local_app(
         }
         write_json(run / "state.json", state)
         assert read_state(run) is not None
+        assert sweep()["orphans"] == 0  # noted: its grace counts from now
+        Orphan.objects.update(noticed_at=timezone.now() - LONG_AGO)
         assert sweep()["orphans"] == 1
         assert server.wait(timeout=30) == -9  # SIGKILL
         assert not run.exists()

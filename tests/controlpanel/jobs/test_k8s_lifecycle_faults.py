@@ -14,6 +14,7 @@ from django.utils import timezone
 from controlpanel.engine import tasks
 from controlpanel.engine.admission import admit_jobs
 from controlpanel.engine.backend import job_ref
+from controlpanel.engine.models import Orphan
 from controlpanel.engine.reconcile import reconcile
 from controlpanel.engine.tasks import sweep_now as sweep
 from controlpanel.jobs import tasks as job_tasks
@@ -151,10 +152,16 @@ def test_a_deleted_row_and_an_earlier_run_lose_their_objects(
     again = start(again)
     assert len(run_objects(k8s_cluster, again, run=2)) == 2
 
-    assert sweep()["orphans"] == 2
-    assert run_objects(k8s_cluster, gone) == []
+    # The earlier run goes; the run no row names is noted, its grace counting from now.
+    assert sweep()["orphans"] == 1
     assert run_objects(k8s_cluster, again, run=1) == []
+    assert len(run_objects(k8s_cluster, gone)) == 2
+    assert [(o.workload_id, o.run) for o in Orphan.objects.all()] == [(str(gone.pk), 1)]
+    Orphan.objects.update(noticed_at=timezone.now() - LONG_AGO)
+    assert sweep()["orphans"] == 1
+    assert run_objects(k8s_cluster, gone) == []
     assert len(run_objects(k8s_cluster, again, run=2)) == 2  # the live run is untouched
+    assert not Orphan.objects.exists()  # no workspace to keep: forgotten once stopped
 
 
 def test_a_failed_push_keeps_its_objects_a_live_job_too(
