@@ -6,23 +6,30 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 TORCH_VERSION ?= 2.13.0
 STAMP := $(VENV)/.installed
+RUN_STAMP := $(VENV)/.installed-run
 
 .PHONY: install run test test-main test-browser test-fast test-images images lint format bench clean services lock
 
-# Every install takes the locked versions (requirements/dev.lock, package-lock.json): every
-# machine tests the same software. `make lock` moves the lock forward.
-$(STAMP): pyproject.toml requirements/dev.lock package.json package-lock.json
+# Every install takes the locked versions (requirements/*.lock, package-lock.json): every
+# machine tests the same software. `make lock` moves the locks forward. `make run` installs
+# only what it runs (requirements/run.lock: same versions); the test and lint tools come with
+# the first `make test` (requirements/dev.lock).
+$(RUN_STAMP): pyproject.toml requirements/run.lock package.json package-lock.json
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	# torch first and pinned: an unpinned torch pulls a multi-GB CUDA build.
 	$(PIP) install -q "torch==$(TORCH_VERSION)"
-	$(PIP) install -q --require-hashes --no-deps -r requirements/dev.lock
+	$(PIP) install -q --require-hashes --no-deps -r requirements/run.lock
 	$(PIP) install -q --no-deps --no-build-isolation -e .
 	npm ci --no-audit --no-fund --loglevel=error
+	@touch $(RUN_STAMP)
+
+$(STAMP): $(RUN_STAMP) requirements/dev.lock
+	$(PIP) install -q --require-hashes --no-deps -r requirements/dev.lock
 	@touch $(STAMP)
 
 install: $(STAMP)
 
-run: $(STAMP)
+run: $(RUN_STAMP)
 	@$(PY) -m controlpanel.run
 
 services:

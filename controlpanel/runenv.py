@@ -30,6 +30,12 @@ KEYS = (
     "S3_REGION",
     "S3_ALIAS",
     "S3_CORS_ORIGINS",
+    "S3_CREDENTIAL_MODE",
+    "EMAIL_BACKEND",
+    "EMAIL_FILE_PATH",
+    "STATIC_COMPRESS",
+    # Only when make run was started with it: `manage.py migrate` then agrees (ajuste.E001).
+    "AJUSTE_LOCAL_BACKEND_TRUSTED",
 )
 
 

@@ -130,11 +130,21 @@ def start_embedded_s3(
 def _spawn(
     command: list[str], env: dict[str, str], log_path: Path | None
 ) -> subprocess.Popen[bytes]:
-    """Start the launcher: stdout is ours (its port), stderr goes to the log or nowhere."""
+    """Start the launcher: stdout is ours (its port), stderr goes to the log or nowhere. In a
+    session of its own: a Ctrl-C in the terminal reaches its owner, which stops it last (the
+    local runs' final pushes still need it), and a process group to stop after a crash."""
     if log_path is None:
-        return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+        return subprocess.Popen(
+            command,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
+        )
     with open(log_path, "ab") as log:  # the child keeps its own descriptor
-        return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log, env=env)
+        return subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=log, env=env, start_new_session=True
+        )
 
 
 def _kill(process: subprocess.Popen[bytes]) -> None:

@@ -49,6 +49,15 @@ def readme_manage_commands() -> list[list[str]]:
     return commands
 
 
+# What seed_history made: how many, how many not finished, in which projects.
+SEEDED = (
+    "from django.apps import apps; W = apps.get_model('workloads', 'Workload'); "
+    "s = W.objects.filter(labels__demo='seed_history'); "
+    "print(s.count(), s.filter(finished_at=None).count(), "
+    "*sorted(set(s.values_list('project__slug', flat=True))))"
+)
+
+
 @pytest.fixture
 def made_run(tmp_path: Path) -> Iterator[tuple[dict[str, str], str]]:
     """`make run` (python -m controlpanel.run) on free ports; its shell env and URL."""
@@ -125,6 +134,11 @@ def test_readme_manage_commands_after_make_run(made_run: tuple[dict[str, str], s
             # The admin `make run` made is `admin`: a stray DJANGO_SUPERUSER_USERNAME without its
             # password does not rename it.
             assert me.json()["username"] == "admin"
+    # The dashboards' tip seeded history that is over, in a project of its own: it holds no
+    # quota a newcomer's next job would wait behind (#32).
+    assert ("seed_history",) in names
+    seeded = _manage(env, ["python", "manage.py", "shell", "-v", "0", "-c", SEEDED]).split()
+    assert seeded == ["2000", "0", "history"], seeded
     someone = _manage(env, ["python", "manage.py", "apitoken", "someone"]).strip()
     me = httpx.get(f"{url}/api/v1/me/", headers={"Authorization": f"Bearer {someone}"})
     assert me.json()["username"] == "someone"

@@ -73,6 +73,10 @@ def notebook_states(notebook: Workload, observed: ObservedWorkload) -> list[tupl
         return []
     if notebook.stop_requested and state in (N.STARTING, N.RUNNING):
         state = N.STOPPING
+    if notebook.stop_requested and notebook.state == N.STOPPING and notebook.state_reason:
+        # Why it stops is what the stop said (the user, the idle limit, the GPU policy), not
+        # what the backend shows of its objects meanwhile nor its word for any stop.
+        reason = notebook.state_reason
     if state == N.STOPPED:
         reason = reason or "stopped"
     return [(state, reason)]

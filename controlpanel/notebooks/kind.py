@@ -32,5 +32,9 @@ KIND = KindSpec(
     idle_deadline="controlpanel.notebooks.services.idle_deadline",
     model_path="controlpanel.notebooks.models.Notebook",
     driver_path="controlpanel.notebooks.driver.DRIVER",
-    chores={"idle_stopped": "controlpanel.notebooks.services.stop_idle_notebooks"},
+    # Its server's activity is read (on a cluster) before the idle stop looks at it.
+    chores={
+        "activity_read": "controlpanel.notebooks.activity.cluster_activity_read",
+        "idle_stopped": "controlpanel.notebooks.services.stop_idle_notebooks",
+    },
 )

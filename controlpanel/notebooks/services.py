@@ -31,6 +31,9 @@ from controlpanel.projects.access import ProjectAccess
 from storage.volumes import render_volume_spec
 
 N = NotebookState
+# An idle stop's reason (what its server last did is read by activity.py on a cluster, by the
+# supervisor locally): its own words, never a user's request.
+IDLE_REASON = "idle for {minutes} min: no kernel, terminal or request"
 
 
 @transaction.atomic
@@ -103,8 +106,7 @@ def stop_idle_notebooks() -> int:
         deadline = idle_deadline(notebook)
         if deadline is None or deadline > now:
             continue
-        minutes = notebook.project.notebook_idle_minutes
-        reason = f"stopped after {minutes} min idle (the project's limit)"
+        reason = IDLE_REASON.format(minutes=notebook.project.notebook_idle_minutes)
         try:
             notebook_stop(access=None, user=None, notebook=notebook, reason=reason)
         except ValidationError:

@@ -14,6 +14,7 @@ from typing import Any
 
 from django.db import transaction
 
+from controlpanel.engine.contract import SpecError
 from controlpanel.engine.services import (
     workload_create,
     workload_delete,
@@ -25,11 +26,17 @@ from controlpanel.served.models import App
 from controlpanel.served.validation import validate_app
 from storage.volumes import render_volume_spec
 
+PUBLIC_REFUSAL = "Only the project's managers can make an app public."
+
 
 @transaction.atomic
 def app_create(*, access: ProjectAccess, user: Any, data: Mapping[str, Any]) -> App:
     """Validate and store an app, then start it through the project's quota."""
     spec = validate_app(project=access.project, data=data)
+    if spec.params["public"] and not access.can_manage:
+        # A public app serves its image's pages and API to anyone, with no log-in: the
+        # project's decision, not any member's (issue 25).
+        raise SpecError({"public": [PUBLIC_REFUSAL]})
     app = App(
         project=access.project,
         owner=user,

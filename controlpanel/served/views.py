@@ -72,8 +72,12 @@ class AppForm(forms.Form):
     env = forms.CharField(widget=forms.Textarea(attrs={"rows": 2}), required=False)
     public = forms.BooleanField(required=False, label="Public (no token needed)")
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, can_manage: bool = True, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        if not can_manage:  # app_create refuses it too: this only says so before
+            public = self.fields["public"]
+            public.widget.attrs["disabled"] = True
+            public.help_text = services.PUBLIC_REFUSAL
         flavors = Flavor.objects.filter(enabled=True)
         flavor = self.fields["flavor"]
         assert isinstance(flavor, forms.ChoiceField)
@@ -135,7 +139,11 @@ def app_new(request: ProjectRequest) -> HttpResponse:
         job = jobs.job_get(project=access.project, job_id=from_job)
         if job.preset == "finetune" and job.state == JobState.DONE:
             initial |= adapter_initial(job)
-    form = AppForm(request.POST if request.method == "POST" else None, initial=initial)
+    form = AppForm(
+        request.POST if request.method == "POST" else None,
+        initial=initial,
+        can_manage=access.can_manage,
+    )
     if request.method == "POST" and form.is_valid():
         try:
             app = services.app_create(access=access, user=request.user, data=form.submission())

@@ -38,9 +38,9 @@ def stop_runs(base: Path, *, wait_s: float = 30.0) -> list[str]:
     while time.monotonic() < deadline and any(_alive(run) for run, _ in stopping):
         time.sleep(POLL_S)
     for run, _ in stopping:
-        state = read_state(run)
-        if state is not None:
-            runs.kill(state)  # nothing when it ended: it checks the supervisor lives
+        last = read_state(run)
+        if last is not None:
+            runs.kill(last)  # nothing when it ended: it checks the supervisor lives
     return [run.name for run, _ in stopping]
 
 

@@ -44,11 +44,12 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _start(var: Path) -> tuple[dict[str, str], list[subprocess.Popen]]:
+def _start(var: Path, port: int) -> tuple[dict[str, str], list[subprocess.Popen]]:
     env = {"SITE_URL": "http://127.0.0.1:8000"}
-    children: list[subprocess.Popen] = []
-    embedded_store.start_object_store(var, env, children)
-    return env, children
+    assert embedded_store.plan_object_store(var, env, port)
+    process, said = embedded_store.start_object_store(var, env)
+    assert said.startswith(f"• embedded object store on http://127.0.0.1:{port} (data in {var}")
+    return env, [process]
 
 
 def _stop(children: list[subprocess.Popen]) -> None:
@@ -57,13 +58,11 @@ def _stop(children: list[subprocess.Popen]) -> None:
         child.wait(10)
 
 
-def test_make_run_starts_the_object_store_and_exports_it(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(embedded_store, "PORT", _free_port())
-    env, children = _start(tmp_path)
+def test_make_run_starts_the_object_store_and_exports_it(tmp_path: Path) -> None:
+    port = _free_port()
+    env, children = _start(tmp_path, port)
     try:
-        assert env["S3_ENDPOINT_URL"] == f"http://127.0.0.1:{embedded_store.PORT}"
+        assert env["S3_ENDPOINT_URL"] == f"http://127.0.0.1:{port}"
         assert env["S3_ALIAS"] == "LOCAL"
         assert env["S3_CORS_ORIGINS"] == "http://127.0.0.1:8000,http://localhost:8000"
         config = DatastoreConfig(
@@ -77,12 +76,20 @@ def test_make_run_starts_the_object_store_and_exports_it(
         assert (tmp_path / "s3_secret_key").stat().st_mode & 0o777 == 0o600
     finally:
         _stop(children)
-    again, children = _start(tmp_path)  # the next `make run`: same data, same credentials
+    again, children = _start(tmp_path, port)  # the next `make run`: same data, same credentials
     try:
         assert again == env
         assert [b.name for b in objects.list_buckets(config)] == ["made-under-make-run"]
     finally:
         _stop(children)
     configured: dict[str, str] = {"S3_ENDPOINT_URL": "https://s3.example.net"}
-    embedded_store.start_object_store(tmp_path, configured, children)
-    assert configured == {"S3_ENDPOINT_URL": "https://s3.example.net"}  # nothing started
+    assert not embedded_store.plan_object_store(tmp_path, configured, port)
+    assert configured == {"S3_ENDPOINT_URL": "https://s3.example.net"}  # nothing to start
+
+
+def test_the_stores_cors_follows_the_webs_port(tmp_path: Path) -> None:
+    """`make run` moved the web to 8001 (8000 taken): a browser upload comes from there."""
+    env = {"SITE_URL": "http://127.0.0.1:8001"}
+    embedded_store.plan_object_store(tmp_path, env, 9101)
+    assert env["S3_CORS_ORIGINS"] == "http://127.0.0.1:8001,http://localhost:8001"
+    assert env["AJUSTE_S3_PORT"] == "9101"

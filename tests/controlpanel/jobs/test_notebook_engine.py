@@ -145,7 +145,8 @@ def test_an_idle_notebook_is_stopped_unless_kept_alive(
     busy.refresh_from_db()
     assert busy.state == N.RUNNING and busy.last_activity_at > long_ago
     idle.refresh_from_db()
-    assert idle.state == N.STOPPING and "30 min idle" in idle.state_reason
+    assert idle.state == N.STOPPING
+    assert idle.state_reason == "idle for 30 min: no kernel, terminal or request"
 
 
 def test_delete_removes_the_objects_then_the_row_and_keeps_the_runs(
