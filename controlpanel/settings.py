@@ -61,6 +61,7 @@ INSTALLED_APPS = [
     "controlpanel.buckets",
     "controlpanel.flavors",
     "controlpanel.engine",
+    "controlpanel.queues",
     # The workload kinds (controlpanel/kinds.py): their models keep the engine's app label.
     "controlpanel.jobs",
     "controlpanel.notebooks",
@@ -378,6 +379,13 @@ DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL") or "ajuste@localhost"
 EMAIL_FILE_PATH = env_str("EMAIL_FILE_PATH") or str(VAR_DIR / "mail")
 
 COMPUTE_BACKEND = env_choice("COMPUTE_BACKEND", "local", ("local", "kubernetes"))
+# Who queues the work: the panel's own admission (`builtin`: per-project quotas, first in first
+# out), or Kueue (`kueue`, a cluster with Kueue v0.19.2 installed: one ClusterQueue per project
+# in a cohort, borrowing, priorities, preemption; controlpanel/queues). Kueue needs kubernetes
+# (system check ajuste.E120).
+QUEUE_ENGINE = env_choice("QUEUE_ENGINE", "builtin", ("builtin", "kueue"))
+# How often beat reconciles Kueue's configuration (also after each project or flavor change).
+QUEUES_RECONCILE_SECONDS = env_int("QUEUES_RECONCILE_SECONDS", 600, minimum=10)
 # The local backend runs workloads as this machine's user: a server reachable by other host
 # names than loopback, or with more than one active user, refuses to start with it unless the
 # operator accepts one trust domain (controlpanel/engine/checks.py).
@@ -632,6 +640,12 @@ CELERY_BEAT_SCHEDULE["pod-credentials-renew"] = {
 }
 # Open runs are billed up to now, and runs a crash left unrecorded are recorded, this often.
 BILLING_CATCH_UP_SECONDS = env_int("BILLING_CATCH_UP_SECONDS", 300, minimum=10)
+if QUEUE_ENGINE == "kueue":
+    CELERY_BEAT_SCHEDULE["queues-reconcile"] = {
+        "task": "controlpanel.queues.tasks.queues_reconcile_task",
+        "schedule": float(QUEUES_RECONCILE_SECONDS),
+        "options": {"expires": float(QUEUES_RECONCILE_SECONDS)},
+    }
 CELERY_BEAT_SCHEDULE["billing-catch-up"] = {
     "task": "controlpanel.billing.tasks.billing_catch_up",
     "schedule": float(BILLING_CATCH_UP_SECONDS),

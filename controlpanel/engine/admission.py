@@ -38,6 +38,7 @@ from controlpanel.engine.lifecycle import record_state
 from controlpanel.engine.models import LIVE_STATES, Workload
 from controlpanel.engine.registry import kind_of, states_of
 from controlpanel.projects.models import Project
+from controlpanel.queues.selectors import kueue_on
 from deploy.types import Capacity
 from storage.volumes import Mode
 
@@ -266,7 +267,12 @@ def _admit(
     position = 0
     for job in jobs:
         pk, need = job.project_id, job_need(job)
-        reason = held[pk] or _project_wait(projects[pk], used[pk], need, blocked[pk])
+        # With Kueue the project's quotas are its ClusterQueue's: the job goes straight to it
+        # (one queue, not two); the budget hold stays here (Kueue knows no money).
+        quota_wait = (
+            None if kueue_on() else _project_wait(projects[pk], used[pk], need, blocked[pk])
+        )
+        reason = held[pk] or quota_wait
         if reason is None and machine is not None:
             reason = machine.wait_reason(machine_need(job))
         if reason is None:

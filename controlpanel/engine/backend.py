@@ -16,6 +16,7 @@ from django.core.cache import cache
 from controlpanel.engine.models import Workload
 from controlpanel.flavors.models import Flavor
 from controlpanel.projects.models import Project
+from controlpanel.queues.selectors import namespace_gpu_quota
 from deploy.backend import ComputeBackend
 from deploy.egress import egress_for_endpoint
 from deploy.gpu_resources import mig_profile
@@ -122,7 +123,7 @@ def project_request(project: Project) -> ProjectRequest:
     return ProjectRequest(
         slug=project.slug,
         namespace=project.namespace,
-        gpu_quota=project.gpu_quota,
+        gpu_quota=namespace_gpu_quota(project),
         cpu_quota=project.cpu_quota,
         memory_gib_quota=project.memory_gib_quota,
         pod_quota=project.pod_quota,

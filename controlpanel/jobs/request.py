@@ -7,6 +7,7 @@ from django.conf import settings
 from controlpanel.engine.backend import split_secret_env
 from controlpanel.engine.models import Workload
 from controlpanel.jobs.presets import finetune_command
+from controlpanel.queues.selectors import job_queue
 from deploy.types import JobRequest
 
 
@@ -14,6 +15,7 @@ def job_request(job: Workload) -> JobRequest:
     """The job's current run as deploy/ takes it (plain values)."""
     command = finetune_command(params=job.params) if job.preset == "finetune" else job.command
     env, secret_env = split_secret_env(job.env)
+    queue_name, priority_class, preemptible = job_queue(project=job.project, preset=job.preset)
     if job.preset == "finetune" and not job.params.get("base_model"):
         env.setdefault("HF_HUB_OFFLINE", "1")  # the model comes from a volume
     return JobRequest(
@@ -31,7 +33,9 @@ def job_request(job: Workload) -> JobRequest:
         volumes=job.volume_specs,
         timeout_s=job.timeout,
         run=job.run,
-        queue_name=job.project.kueue_queue or None,
+        queue_name=queue_name,
+        priority_class=priority_class,
+        preemptible=preemptible,
         sync_image=settings.AJUSTE_SYNC_IMAGE,
         image_pull_secrets=settings.KUBERNETES_IMAGE_PULL_SECRETS,
         workspace_gib=settings.JOB_WORKSPACE_GIB,

@@ -1,6 +1,7 @@
 from django.contrib import admin
 
 from controlpanel.projects.models import QUOTA_FIELDS, Membership, Project
+from controlpanel.queues.admin import ProjectQueueInline
 
 
 class MembershipInline(admin.TabularInline):
@@ -19,6 +20,6 @@ class ProjectAdmin(admin.ModelAdmin):
         "created_at",
     ]
     search_fields = ["name", "slug"]
-    inlines = [MembershipInline]
+    inlines = [MembershipInline, ProjectQueueInline]
     # Managers see and rotate the webhook secret on the project page; it is encrypted at rest.
     exclude = ["webhook_secret"]

@@ -1,0 +1,74 @@
+"""What Kueue is told, read from the panel's rows (QUEUE_ENGINE=kueue)."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db.models import Sum
+
+from controlpanel.flavors.models import Flavor
+from controlpanel.projects.models import Project
+from controlpanel.queues.models import ProjectQueue
+from deploy.manifests import kueue
+from deploy.types import FlavorSpec
+
+
+def kueue_on() -> bool:
+    """Whether Kueue is the queue (else the panel's own admission, `builtin`)."""
+    return bool(settings.QUEUE_ENGINE == "kueue")
+
+
+def project_queue(project: Project) -> ProjectQueue:
+    """The project's sharing settings (Kueue's defaults where it has no row; not saved)."""
+    try:
+        return project.queue
+    except ProjectQueue.DoesNotExist:
+        return ProjectQueue(project=project)
+
+
+def queue_request(project: Project, *, install: str = "") -> kueue.QueueRequest:
+    settings_row = project_queue(project)
+    return kueue.QueueRequest(
+        slug=project.slug,
+        namespace=project.namespace,
+        gpu_quota=project.gpu_quota,
+        cpu_quota=project.cpu_quota,
+        memory_gib_quota=project.memory_gib_quota,
+        borrowing_limit=settings_row.borrowing_limit,
+        lending_limit=settings_row.lending_limit,
+        weight=settings_row.fair_sharing_weight,
+        install=install,
+    )
+
+
+def queue_flavors() -> list[FlavorSpec]:
+    return [flavor.to_spec() for flavor in Flavor.objects.filter(enabled=True)]
+
+
+def namespace_gpu_quota(project: Project) -> int:
+    """The GPUs the namespace's ResourceQuota allows: the project's quota with the builtin
+    engine; with Kueue, that plus what it may borrow (the cohort's other quotas when its
+    borrowing has no limit), so the cluster's own guarantee never refuses what Kueue admitted."""
+    if not kueue_on():
+        return project.gpu_quota
+    limit = project_queue(project).borrowing_limit
+    if limit is not None:
+        return project.gpu_quota + limit
+    total = Project.objects.aggregate(total=Sum("gpu_quota"))["total"] or 0
+    return max(int(total), project.gpu_quota)
+
+
+def priority_tier(*, interactive: bool, preemptible: bool) -> str:
+    if interactive:
+        return "interactive"
+    return "preemptible" if preemptible else "batch"
+
+
+def job_queue(*, project: Project, preset: str) -> tuple[str | None, str | None, bool]:
+    """A job's queue name, priority class and whether it is preemptible: with Kueue, the
+    project's LocalQueue, and fine-tunes preemptible (they checkpoint on SIGTERM and resume);
+    with the builtin engine, only the queue-name an operator set on the project by hand."""
+    if not kueue_on():
+        return project.kueue_queue or None, None, False
+    preemptible = preset == "finetune"
+    tier = priority_tier(interactive=False, preemptible=preemptible)
+    return kueue.LOCAL_QUEUE, kueue.priority_class_name(tier), preemptible
