@@ -694,10 +694,16 @@ CELERY_BEAT_SCHEDULE["sweeps-tick"] = {
 MLFLOW_TRACKING_URI = env_str("MLFLOW_TRACKING_URI")
 
 # Live pages (controlpanel/streams): Server-Sent Events served by the ASGI server
-# (controlpanel.asgi, the Procfile's `events`). STREAMS_URL is where pages open them (empty:
-# the panel's own origin, as behind a gateway that routes /p/*/events/ and
-# /api/v1/*/logs/stream/ to the events server); pages poll when a stream cannot be held.
+# (controlpanel.asgi, the Procfile's `events`). STREAMS_URL is where pages open them: the
+# events server's own URL (make run sets it), or the panel's (SITE_URL) behind a gateway that
+# routes /p/*/events/ and /api/v1/*/logs/stream/ to it; empty, pages poll. They poll too when
+# a stream cannot be held.
 STREAMS_URL = (env_str("STREAMS_URL") or "").rstrip("/")
 STREAMS_ALLOWED_ORIGINS = env_list("STREAMS_ALLOWED_ORIGINS", [SITE_URL])
 STREAMS_MAX_PER_USER = env_int("STREAMS_MAX_PER_USER", 20, minimum=1)
 STREAMS_HEARTBEAT_SECONDS = env_int("STREAMS_HEARTBEAT_SECONDS", 15, minimum=1)
+if STREAMS_URL:  # pages may open EventSources there
+    _streams = urlsplit(STREAMS_URL)
+    CONTENT_SECURITY_POLICY["DIRECTIVES"]["connect-src"].append(
+        f"{_streams.scheme}://{_streams.netloc}"
+    )
