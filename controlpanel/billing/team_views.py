@@ -30,6 +30,7 @@ from controlpanel.billing.usage import (
     usage_months,
     usage_rows,
 )
+from controlpanel.kinds import KINDS
 from controlpanel.projects.access import ProjectRequest, project_view
 
 
@@ -107,10 +108,6 @@ def _context(request: ProjectRequest, month: date, form: BudgetForm) -> dict[str
     }
 
 
-DETAIL = {"job": ("job-detail", "job_id"), "notebook": ("notebook-detail", "notebook_id")}
-DETAIL["app"] = ("app-detail", "app_id")
-
-
 def _shown(row: Row, by: str, slug: str) -> dict[str, Any]:
     """A rolled-up row as the page shows it: its label (and the workload's page)."""
     _, _, user, workload, name, kind, flavor = row.key
@@ -121,9 +118,8 @@ def _shown(row: Row, by: str, slug: str) -> dict[str, Any]:
         label = flavor
     else:
         label = name or (workload or "")[:8] or "(no workload)"
-        if workload and kind in DETAIL:
-            route, arg = DETAIL[kind]
-            url = reverse(route, kwargs={"slug": slug, arg: workload})
+        if workload and kind in KINDS:  # its page: `<kind>-detail` with `<kind>_id`
+            url = reverse(f"{kind}-detail", kwargs={"slug": slug, f"{kind}_id": workload})
     return {
         "label": label,
         "kind": kind,
