@@ -71,6 +71,7 @@ INSTALLED_APPS = [
     "controlpanel.audit",
     "controlpanel.usercontent",
     "controlpanel.sweeps",
+    "controlpanel.reclaim",
     "controlpanel.api",
 ]
 
@@ -360,6 +361,8 @@ CELERY_TASK_ROUTES = {
     "controlpanel.workloads.tasks.job_webhook": {"queue": "notifications"},
     "controlpanel.billing.tasks.budget_alert_notify": {"queue": "notifications"},
     "controlpanel.billing.tasks.budget_alert_webhook": {"queue": "notifications"},
+    "controlpanel.reclaim.tasks.gpu_idle_notify": {"queue": "notifications"},
+    "controlpanel.reclaim.tasks.gpu_idle_webhook": {"queue": "notifications"},
 }
 
 EMAIL_BACKEND = env_str("EMAIL_BACKEND") or (
@@ -675,6 +678,19 @@ DCGM_METRIC = env_choice(
     "DCGM_METRIC", "DCGM_FI_DEV_GPU_UTIL", ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_PROF_GR_ENGINE_ACTIVE")
 )
 DCGM_TIMEOUT_SECONDS = env_int("DCGM_TIMEOUT_SECONDS", 3, minimum=1)
+# The GPU idle policy (controlpanel/reclaim): running GPU workloads' DCGM samples are read this
+# often (a warning or a stop comes on this beat); idle GPUs are priced hour by hour.
+GPU_IDLE_CHECK_SECONDS = env_int("GPU_IDLE_CHECK_SECONDS", 60, minimum=10)
+CELERY_BEAT_SCHEDULE["reclaim-check"] = {
+    "task": "controlpanel.reclaim.tasks.gpu_idle_check_task",
+    "schedule": float(GPU_IDLE_CHECK_SECONDS),
+    "options": {"expires": float(GPU_IDLE_CHECK_SECONDS)},
+}
+CELERY_BEAT_SCHEDULE["reclaim-money"] = {
+    "task": "controlpanel.reclaim.tasks.idle_money_task",
+    "schedule": 300.0,
+    "options": {"expires": 300.0},
+}
 CELERY_BEAT_SCHEDULE["jobs-sweep"] = {
     "task": "controlpanel.workloads.tasks.jobs_sweep",
     "schedule": float(JOB_SWEEP_SECONDS),
