@@ -12,8 +12,7 @@ class Job(_OneKind, Workload):
     """A training job: runs its command once (again on "run again") and ends."""
 
     KIND = "job"
-    # django-stubs types the manager as KindManager[Self]: the same rows, for mypy too.
-    objects: ClassVar[KindManager[Job]] = KindManager()  # type: ignore[assignment]
+    objects: ClassVar[KindManager[Job]] = KindManager()
 
     class Meta:
         proxy = True

@@ -16,8 +16,7 @@ class Notebook(_OneKind, Workload):
     """An editor in the browser: runs until stopped (or idle), keeps its workspace."""
 
     KIND = "notebook"
-    # django-stubs types the manager as KindManager[Self]: the same rows, for mypy too.
-    objects: ClassVar[KindManager[Notebook]] = KindManager()  # type: ignore[assignment]
+    objects: ClassVar[KindManager[Notebook]] = KindManager()
 
     class Meta:
         proxy = True

@@ -16,12 +16,7 @@ from controlpanel.projects.models import (
     ProjectSecret,
     Role,
 )
-from controlpanel.projects.settings_rules import (
-    ADMIN_ONLY,
-    GPU_IDLE_FIELDS,
-    SETTING_FIELDS,
-    project_field,
-)
+from controlpanel.projects.settings_rules import ADMIN_ONLY, SETTING_FIELDS
 
 
 class ProjectSerializer(serializers.ModelSerializer):
@@ -34,14 +29,13 @@ class ProjectSerializer(serializers.ModelSerializer):
             "monthly_budget",
             "budget_stops_running",
             "notebook_idle_minutes",
-            *GPU_IDLE_FIELDS,
             "created_at",
         ]
         read_only_fields = ["created_at"]
 
 
 def _help(name: str) -> str:
-    return str(project_field(name).help_text)
+    return str(Project._meta.get_field(name).help_text)
 
 
 class ProjectUpdateSerializer(serializers.ModelSerializer):

@@ -14,8 +14,7 @@ class App(_OneKind, Workload):
     (controlpanel/served/config.py reads them)."""
 
     KIND = "app"
-    # django-stubs types the manager as KindManager[Self]: the same rows, for mypy too.
-    objects: ClassVar[KindManager[App]] = KindManager()  # type: ignore[assignment]
+    objects: ClassVar[KindManager[App]] = KindManager()
 
     class Meta:
         proxy = True
