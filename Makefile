@@ -1,4 +1,5 @@
-# Ajuste: `make run` starts everything on this machine; `make test` runs every test.
+# Ajuste: `make run` starts everything on this machine; `make test` runs the tests (but the
+# slow ones: `make test-slow`).
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
@@ -8,7 +9,7 @@ TORCH_VERSION ?= 2.13.0
 STAMP := $(VENV)/.installed
 RUN_STAMP := $(VENV)/.installed-run
 
-.PHONY: install run test test-main test-browser test-fast test-images images lint format bench clean services lock
+.PHONY: install run test test-main test-browser test-slow test-fast test-images images lint format bench clean services lock
 
 # Every install takes the locked versions (requirements/*.lock, package-lock.json): every
 # machine tests the same software. `make lock` moves the locks forward. `make run` installs
@@ -35,20 +36,27 @@ run: $(RUN_STAMP)
 services:
 	@scripts/ensure-services
 
-# Every test but the container images' (make test-images: they need podman and a build), in
-# two tiers that each fail fast: a systemic failure (every test waiting out its 300 s timeout)
-# must end within CI's 90 minutes and show its cause. The main tier stops after MAXFAIL_MAIN
-# failures or once BUDGET_MAIN seconds have passed; the browser and end-to-end tier (Chromium,
-# real Celery workers: each may wait 60-300 s when something is wrong) after MAXFAIL_BROWSER or
-# BUDGET_BROWSER. A budget is checked between tests (pytest-timeout's --session-timeout, so the
-# summary is printed); `timeout` ends a tier whose last test hangs past it (SIGINT: fixtures
-# still stop their processes). .ci/run runs the tiers one by one to say which failed first.
+# `make test`: every test but the slow ones (`make test-slow`) and the container images'
+# (`make test-images`: they need podman and a build), in under 20 minutes on a 2-core machine.
+# CI runs all four. Each tier fails fast: a systemic failure (every test waiting out its 300 s
+# timeout) must end within CI's 90 minutes and show its cause. The main tier stops after
+# MAXFAIL_MAIN failures or once BUDGET_MAIN seconds have passed; the browser and end-to-end tier
+# (Chromium, real Celery workers: each may wait 60-300 s when something is wrong) after
+# MAXFAIL_BROWSER or BUDGET_BROWSER; the slow tier (tests marked `slow`, > 30 s each: real
+# fine-tunes, the fault suite's processes, the sweep journey, the ledger's 400-example property)
+# after MAXFAIL_SLOW or BUDGET_SLOW. A budget is checked between tests (pytest-timeout's
+# --session-timeout, so the summary is printed); `timeout` ends a tier whose last test hangs past
+# it (SIGINT: fixtures still stop their processes). .ci/run runs the tiers one by one to say
+# which failed first. BUDGET_MAIN + BUDGET_BROWSER is `make test`'s 20 minutes.
 MAXFAIL_MAIN ?= 20
-BUDGET_MAIN ?= 1500
+BUDGET_MAIN ?= 900
 MAXFAIL_BROWSER ?= 3
-BUDGET_BROWSER ?= 900
-MAIN_TIER := not images and not browser and not e2e
-BROWSER_TIER := (browser or e2e) and not images
+BUDGET_BROWSER ?= 300
+MAXFAIL_SLOW ?= 5
+BUDGET_SLOW ?= 2400
+MAIN_TIER := not images and not browser and not e2e and not slow
+BROWSER_TIER := (browser or e2e) and not images and not slow
+SLOW_TIER := slow and not images
 # tier(marker expression, maxfail, budget): exit 5 (nothing of the tier selected) is a pass.
 tier = timeout --signal=INT --kill-after=60 $$(( $(3) + 420 )) $(VENV)/bin/pytest -m "$(1)" \
 	--maxfail=$(2) --session-timeout=$(3) $(PYTEST_ARGS) || { rc=$$?; [ $$rc -eq 5 ] || exit $$rc; }
@@ -62,6 +70,9 @@ test-main: $(STAMP) services
 test-browser: $(STAMP) services
 	$(call tier,$(BROWSER_TIER),$(MAXFAIL_BROWSER),$(BUDGET_BROWSER))
 
+test-slow: $(STAMP) services
+	$(call tier,$(SLOW_TIER),$(MAXFAIL_SLOW),$(BUDGET_SLOW))
+
 # The images built from the repository's Dockerfiles (panel, sync, CPU fine-tune) on a base made
 # from Debian's packages, then run: migrate, serve, a job through the panel started from its image.
 test-images: $(STAMP) services
@@ -72,8 +83,9 @@ test-images: $(STAMP) services
 images:
 	scripts/build-images panel finetune serving
 
+# The main tier without its budget or maxfail (a quick local run).
 test-fast: $(STAMP) services
-	$(VENV)/bin/pytest -m "not slow and not browser and not e2e and not images" $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -m "$(MAIN_TIER)" $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff format --check .

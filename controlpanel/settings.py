@@ -71,6 +71,7 @@ INSTALLED_APPS = [
     "controlpanel.audit",
     "controlpanel.usercontent",
     "controlpanel.sweeps",
+    "controlpanel.reclaim",
     "controlpanel.api",
 ]
 
@@ -360,6 +361,8 @@ CELERY_TASK_ROUTES = {
     "controlpanel.workloads.tasks.job_webhook": {"queue": "notifications"},
     "controlpanel.billing.tasks.budget_alert_notify": {"queue": "notifications"},
     "controlpanel.billing.tasks.budget_alert_webhook": {"queue": "notifications"},
+    "controlpanel.reclaim.tasks.gpu_idle_notify": {"queue": "notifications"},
+    "controlpanel.reclaim.tasks.gpu_idle_webhook": {"queue": "notifications"},
 }
 
 EMAIL_BACKEND = env_str("EMAIL_BACKEND") or (
@@ -675,6 +678,19 @@ DCGM_METRIC = env_choice(
     "DCGM_METRIC", "DCGM_FI_DEV_GPU_UTIL", ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_PROF_GR_ENGINE_ACTIVE")
 )
 DCGM_TIMEOUT_SECONDS = env_int("DCGM_TIMEOUT_SECONDS", 3, minimum=1)
+# The GPU idle policy (controlpanel/reclaim): running GPU workloads' DCGM samples are read this
+# often (a warning or a stop comes on this beat); idle GPUs are priced hour by hour.
+GPU_IDLE_CHECK_SECONDS = env_int("GPU_IDLE_CHECK_SECONDS", 60, minimum=10)
+CELERY_BEAT_SCHEDULE["reclaim-check"] = {
+    "task": "controlpanel.reclaim.tasks.gpu_idle_check_task",
+    "schedule": float(GPU_IDLE_CHECK_SECONDS),
+    "options": {"expires": float(GPU_IDLE_CHECK_SECONDS)},
+}
+CELERY_BEAT_SCHEDULE["reclaim-money"] = {
+    "task": "controlpanel.reclaim.tasks.idle_money_task",
+    "schedule": 300.0,
+    "options": {"expires": 300.0},
+}
 CELERY_BEAT_SCHEDULE["jobs-sweep"] = {
     "task": "controlpanel.workloads.tasks.jobs_sweep",
     "schedule": float(JOB_SWEEP_SECONDS),
@@ -694,10 +710,16 @@ CELERY_BEAT_SCHEDULE["sweeps-tick"] = {
 MLFLOW_TRACKING_URI = env_str("MLFLOW_TRACKING_URI")
 
 # Live pages (controlpanel/streams): Server-Sent Events served by the ASGI server
-# (controlpanel.asgi, the Procfile's `events`). STREAMS_URL is where pages open them (empty:
-# the panel's own origin, as behind a gateway that routes /p/*/events/ and
-# /api/v1/*/logs/stream/ to the events server); pages poll when a stream cannot be held.
+# (controlpanel.asgi, the Procfile's `events`). STREAMS_URL is where pages open them: the
+# events server's own URL (make run sets it), or the panel's (SITE_URL) behind a gateway that
+# routes /p/*/events/ and /api/v1/*/logs/stream/ to it; empty, pages poll. They poll too when
+# a stream cannot be held.
 STREAMS_URL = (env_str("STREAMS_URL") or "").rstrip("/")
 STREAMS_ALLOWED_ORIGINS = env_list("STREAMS_ALLOWED_ORIGINS", [SITE_URL])
 STREAMS_MAX_PER_USER = env_int("STREAMS_MAX_PER_USER", 20, minimum=1)
 STREAMS_HEARTBEAT_SECONDS = env_int("STREAMS_HEARTBEAT_SECONDS", 15, minimum=1)
+if STREAMS_URL:  # pages may open EventSources there
+    _streams = urlsplit(STREAMS_URL)
+    CONTENT_SECURITY_POLICY["DIRECTIVES"]["connect-src"].append(
+        f"{_streams.scheme}://{_streams.netloc}"
+    )

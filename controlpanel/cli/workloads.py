@@ -264,7 +264,22 @@ def action_command(
     return command
 
 
-# The `job run` flag or argument each submission field comes from (contract.py's keys).
+def add_actions(
+    group: click.Group,
+    collection: str,
+    resolve: Callable[[Api, str], str],
+    show: Callable[[dict[str, Any]], None],
+    actions: list[tuple[str, str, str, str]],
+) -> None:
+    """A kind's commands on one workload (start, stop, delete...): each `(command, path, help,
+    message)` POSTs to `<collection>/<id>/<path>` (DELETEs the workload when `path` is "")."""
+    for name, path, help_text, message in actions:
+        command = action_command(collection, resolve, show, path, message)
+        group.command(name, help=help_text)(command)
+
+
+# The flag or argument each submission field comes from (engine/contract.py's keys): `job
+# run`'s, which the other kinds' commands share where they mean the same.
 FLAGS = {"volumes": "--volume", "env": "--env", "labels": "--label", "params": "--param"}
 
 NUMBERED = {"volumes": "--volume", "command": "COMMAND argument"}

@@ -62,6 +62,7 @@ def shell(request: HttpRequest) -> dict[str, Any]:
             _switch_links, user, section[1] if section and not section[2] else "project-home"
         ),
         "nav_sections": sections,
+        "streams_url": settings.STREAMS_URL,  # where live pages open their streams
     }
 
 

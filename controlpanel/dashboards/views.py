@@ -18,7 +18,7 @@ from django_htmx.http import HttpResponseClientRedirect
 
 from controlpanel.core.htmx import wants_fragment
 from controlpanel.core.install import install_id
-from controlpanel.dashboards import capacity, selectors
+from controlpanel.dashboards import capacity, charts, selectors, tables
 from controlpanel.dashboards.filters import RANGES, DashboardFilters, dashboard_filters
 from controlpanel.dashboards.selectors import Scope, Usage
 from controlpanel.dashboards.utilisation import Utilisation, dashboard_utilisation
@@ -30,10 +30,10 @@ REFRESH_SECONDS = 30
 
 def _tables(scope: Scope, f: DashboardFilters, usage: Usage) -> dict[str, list[dict[str, Any]]]:
     return {
-        "top": selectors.top_by_cost(scope, f, usage),
-        "waiting": selectors.waiting_now(scope, f),
-        "idle": selectors.idle_notebooks(scope, f),
-        "failures": selectors.recent_failures(scope, f),
+        "top": tables.top_by_cost(scope, f, usage),
+        "waiting": tables.waiting_now(scope, f),
+        "idle": tables.idle_notebooks(scope, f),
+        "failures": tables.recent_failures(scope, f),
     }
 
 
@@ -50,9 +50,9 @@ def _context(scope: Scope, f: DashboardFilters) -> dict[str, Any]:
     return {
         "scope": scope,
         "f": f,
-        "headline": selectors.headline(scope, f, usage),
+        "headline": charts.headline(scope, f, usage),
         "spend": selectors.month_spend(scope),
-        "charts": selectors.charts(scope, f, usage),
+        "charts": charts.charts(scope, f, usage),
         "tables": tables,
         "rolled_up_at": selectors.rolled_up_at(f),
         "now": timezone.now(),
@@ -175,7 +175,7 @@ def _csv(scope: Scope, request: HttpRequest, table: str) -> HttpResponse:
         for row in rows:
             writer.writerow([_csv_cell(row.get(key)) for _, key in COLUMNS[table]])
         return response
-    chart = selectors.charts(scope, f, usage)[table]
+    chart = charts.charts(scope, f, usage)[table]
     writer.writerow(["label", *[_csv_cell(s["name"]) for s in chart["series"]]])
     for n, label in enumerate(chart["labels"]):
         writer.writerow([_csv_cell(label), *[_csv_cell(s["data"][n]) for s in chart["series"]]])
@@ -187,12 +187,12 @@ def _tables_one(
 ) -> list[dict[str, Any]]:
     if table == "top":
         found = dashboard_utilisation(scope, f)["found"]
-        return _with_utilisation(selectors.top_by_cost(scope, f, usage), found)
+        return _with_utilisation(tables.top_by_cost(scope, f, usage), found)
     if table == "waiting":
-        return selectors.waiting_now(scope, f)
+        return tables.waiting_now(scope, f)
     if table == "idle":
-        return selectors.idle_notebooks(scope, f)
-    return selectors.recent_failures(scope, f)
+        return tables.idle_notebooks(scope, f)
+    return tables.recent_failures(scope, f)
 
 
 def _known(table: str) -> None:

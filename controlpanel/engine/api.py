@@ -10,8 +10,9 @@ from typing import Any, ClassVar
 
 from django.db.models import Model, QuerySet
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers, status, viewsets
+from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -179,8 +180,9 @@ def create_serializer(name: str, doc: str, fields: Iterable[contract.Field]) -> 
 
 class WorkloadViewSet(viewsets.ViewSet):
     """A project's workloads of one kind. A subclass sets `serializer_class`, `queryset`, `noun`
-    (the services' keyword: `notebook`, `app`) and `get_row` (`<noun>_get(project=,
-    <noun>_id=)`)."""
+    (the kind's name, the services' keyword: `job`, `notebook`, `app`) and `get_row`
+    (`<noun>_get(project=, <noun>_id=)`), and declares its endpoints (`list`, and the members
+    made by `created_by`, `deleted_by`, `acted_by`, `log_lines_of`)."""
 
     pagination_class = Pagination
     lookup_value_regex = "[0-9a-fA-F-]{1,36}"
@@ -226,3 +228,52 @@ class WorkloadViewSet(viewsets.ViewSet):
 
     def _logs(self, request: Request, pk: str) -> Response:
         return log_answer(request, self._workload(request, pk)[1])
+
+
+# A kind's view set declares its endpoints with these, each with its own help (the schema's
+# description) and serializers: the answer is the same for every kind.
+Method = Callable[..., Response]
+
+
+def created_by(service: Callable[..., Model], request: type, answer: type) -> Method:
+    """`create`: the kind's create service on the request's body; 201 and the new row."""
+
+    def create(self: WorkloadViewSet, request: Request) -> Response:
+        return self._create(request, service)
+
+    errors = OpenApiResponse(SUBMISSION_ERRORS, description="Problems by key.")
+    return extend_schema(request=request, responses={201: answer, 400: errors})(create)
+
+
+def deleted_by(service: Callable[..., Any], doc: str | None = None) -> Method:
+    """`destroy`: the kind's delete service; 204."""
+
+    def destroy(self: WorkloadViewSet, request: Request, pk: str) -> Response:
+        return self._delete(request, pk, service)
+
+    destroy.__doc__ = doc
+    return destroy
+
+
+def acted_by(name: str, service: Callable[..., Model], answer: type, doc: str) -> Method:
+    """A POST action on one workload (`<id>/<name>/`): the service, then the row as it is."""
+
+    def act(self: WorkloadViewSet, request: Request, pk: str) -> Response:
+        return self._act(request, pk, service)
+
+    act.__name__ = act.__qualname__ = name.replace("-", "_")
+    act.__doc__ = doc
+    url_path = name if "-" in name else None
+    decorated = action(detail=True, methods=["post"], url_path=url_path)(act)
+    return extend_schema(request=None, responses=answer)(decorated)
+
+
+def log_lines_of(doc: str) -> Method:
+    """`<id>/logs/`: a page of the workload's stored log (log_answer)."""
+
+    def logs(self: WorkloadViewSet, request: Request, pk: str) -> Response:
+        return self._logs(request, pk)
+
+    logs.__doc__ = doc
+    decorated = action(detail=True, methods=["get"])(logs)
+    return extend_schema(parameters=LOG_PARAMETERS, responses=LogPageSerializer)(decorated)

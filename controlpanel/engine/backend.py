@@ -13,9 +13,13 @@ from pathlib import Path
 from django.conf import settings
 from django.core.cache import cache
 
+from controlpanel.core.install import install_id
+from controlpanel.engine.datastores import project_datastores
 from controlpanel.engine.models import Workload
+from controlpanel.engine.validation import secret_reference
 from controlpanel.flavors.models import Flavor
 from controlpanel.projects.models import Project
+from controlpanel.projects.selectors import secret_names, secret_values
 from controlpanel.queues.selectors import namespace_gpu_quota
 from deploy.backend import ComputeBackend
 from deploy.egress import egress_for_endpoint
@@ -43,7 +47,7 @@ def set_backend(backend: ComputeBackend | None) -> None:
 
 def _build_backend() -> ComputeBackend:
     if settings.COMPUTE_BACKEND == "kubernetes":
-        from controlpanel.core.install import install_id
+        # Deferred: the Kubernetes client is a heavy import that the local backend never needs.
         from deploy.kubernetes.backend import KubernetesBackend
         from deploy.kubernetes.client import make_api_client
 
@@ -57,7 +61,7 @@ def _build_backend() -> ComputeBackend:
             namespaced=settings.KUBERNETES_NAMESPACED,
             images=settings.AJUSTE_IMAGE_MAP,
         )
-    from deploy.local import LocalBackend
+    from deploy.local import LocalBackend  # deferred, as the Kubernetes one: one is used
 
     return LocalBackend(
         base_dir=Path(settings.VAR_DIR) / "workloads",
@@ -92,8 +96,6 @@ def job_ref(job: Workload) -> WorkloadRef:
 def split_secret_env(env: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
     """The job's env as typed → (plain values, env name → project secret name): a value
     `secret:<name>` becomes a reference, never text in the workload."""
-    from controlpanel.engine.validation import secret_reference
-
     plain, secret = {}, {}
     for key, value in env.items():
         name = secret_reference(value)
@@ -106,16 +108,11 @@ def split_secret_env(env: dict[str, str]) -> tuple[dict[str, str], dict[str, str
 
 def missing_secrets(job: Workload) -> list[str]:
     """The project secrets the job's env references that the project no longer has."""
-    from controlpanel.projects.selectors import secret_names
-
     wanted = set(split_secret_env(job.env)[1].values())
     return sorted(wanted - secret_names(project=job.project)) if wanted else []
 
 
 def project_request(project: Project) -> ProjectRequest:
-    from controlpanel.engine.datastores import project_datastores
-    from controlpanel.projects.selectors import secret_values
-
     datastores = tuple(project_datastores(project=project))
     egress = list(settings.KUBERNETES_EGRESS)
     if settings.KUBERNETES_EGRESS_FROM_DATASTORES:

@@ -13,6 +13,7 @@ import ipaddress
 from typing import Any
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.core.checks import Error, Tags, register
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError
@@ -34,8 +35,6 @@ def _loopback(host: str) -> bool:
 
 
 def _active_users() -> int | None:
-    from django.contrib.auth import get_user_model
-
     try:
         return get_user_model().objects.filter(is_active=True).count()
     except DatabaseError:  # not migrated yet (migrate runs the checks first)

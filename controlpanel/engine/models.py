@@ -23,7 +23,8 @@ DELETING = "DELETING"
 # The kinds (controlpanel/kinds.py) and every state any of them can be in: the engine's queries
 # span the kinds. No state name is final for one kind and live for another, so one set of each
 # serves them all (checked here, as the models load).
-Kind = models.TextChoices(
+# (django-stubs types only the functional API's string form of the members.)
+Kind = models.TextChoices(  # type: ignore[call-overload]
     "Kind", [(spec.name.upper(), (spec.name, spec.label)) for spec in kinds()]
 )
 STATE_CHOICES = list(dict(choice for spec in kinds() for choice in spec.states.choices).items())

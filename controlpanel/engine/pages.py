@@ -61,10 +61,12 @@ def act(
     workload: Workload,
     action: str,
     actions: Mapping[str, tuple[Callable[..., Any], str]],
-    noun: str,
+    noun: str | None = None,
 ) -> HttpResponse:
     """A button's POST: `actions[action]`'s service on the workload, its message (or the
-    refusal's) for the next page, which is the detail page (the list after a delete)."""
+    refusal's) for the next page, which is the detail page (the list after a delete). The
+    services' keyword and the routes are the kind's name (`noun`, by default)."""
+    noun = noun or kind_of(workload).name
     access = request.access
     if action not in actions:
         return HttpResponse("Unknown action.", status=404)
@@ -144,8 +146,8 @@ def log_lines(request: ProjectRequest, workload: Workload) -> HttpResponse:
     page = log_page(job=workload, after=after, limit=LOG_TAIL, run=run)
     context = {"project": workload.project} | log_context(workload, page)
     if wants_fragment(request):
-        return render(request, "jobs/detail.html#log-append", context)
-    return render(request, "jobs/logs.html", context)
+        return render(request, "engine/log_section.html#log-append", context)
+    return render(request, "engine/logs.html", context)
 
 
 def log_download(workload: Workload, run_value: str | None) -> HttpResponse | StreamingHttpResponse:

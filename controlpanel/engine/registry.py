@@ -29,33 +29,37 @@ if TYPE_CHECKING:  # the driver imports the engine: only for the type
 class KindSpec:
     """What the engine needs of one kind. `name` is the `kind` column's value, deploy's
     WorkloadKind and the `ajuste.io/kind` label, and the noun of its routes (`<name>-detail`
-    with `<name>_id`) and of its services' keyword (`job=`, `notebook=`, `app=`)."""
+    with `<name>_id`) and of its services' keyword (`job=`, `notebook=`, `app=`).
+
+    The defaults are a kind that runs until it is stopped (started again at will, FAILED and
+    ERROR its failures); a kind says only where it differs."""
 
     name: str
     label: str
-    plural: str
     states: type[TextChoices]
     final: frozenset[str]  # its runs end in these (no state name is live for another kind)
     waiting: str  # where it waits for admission (admitted_at None)
-    running: str  # its process runs (serves)
-    failed: str  # a launch refused (a bucket or a secret gone) ends the run here
-    error: str  # a platform fault, from any state
-    failures: frozenset[str]  # the final states that are failures (the dashboards count them)
     # Where each state lies within one run: an observation that leads below the row's state is
     # older than what was recorded, and is ignored (lifecycle.is_behind).
     ranks: Mapping[str, int]
     printing: frozenset[str]  # its process may print: the log collector reads it
-    # Its writes (services.py): from which states, to which, in which words.
-    startable: frozenset[str]
-    start_reason: str  # .format(run=, user=)
-    start_refusal: str  # .format(state=)
-    stoppable: frozenset[str]
-    stopping: str
-    stopped: str  # a stop before the backend was ever asked ends here
-    stop_reason: str  # .format(user=), when the stop says no reason of its own
-    stop_refusal: str  # .format(state=)
+    stoppable: frozenset[str]  # a stop is taken in these (services.py)
     model_path: str  # its proxy model, by dotted path
     driver_path: str  # its Driver (driver.py), by dotted path
+    plural: str = ""  # default: name + "s"
+    running: str = "RUNNING"  # its process runs (serves)
+    failed: str = "FAILED"  # a launch refused (a bucket or a secret gone) ends the run here
+    error: str = "ERROR"  # a platform fault, from any state
+    failures: frozenset[str] = frozenset()  # final states that are failures; default both above
+    # Its writes (services.py): from which states, to which, in which words (`.format` gets
+    # name, state, run and user).
+    startable: frozenset[str] = frozenset()  # default: its final states
+    start_reason: str = "started by {user}"
+    start_refusal: str = "The {name} is {state}: stop it first."
+    stopping: str = "STOPPING"
+    stopped: str = "STOPPED"  # a stop before the backend was ever asked ends here
+    stop_reason: str = "stopped by {user}"  # when the stop says no reason of its own
+    stop_refusal: str = "The {name} is {state}: there is nothing to stop."
     deletable: frozenset[str] | None = None  # None: in any state
     delete_refusal: str = ""
     # Its objects keep one name across runs (the same address, the same workspace): the
@@ -69,8 +73,24 @@ class KindSpec:
     progress_events: bool = False  # its log carries the fine-tune protocol's events
     judged_by_ends: bool = False  # the dashboards' success rate and final-state chart
     idle_deadline: str = ""  # when a running one stops for idleness (dashboards), by path
+    # What the GPU idle policy does once its grace is over (controlpanel/reclaim): "stop",
+    # "warn" (only), or "choice" (the project's gpu_idle_jobs says which).
+    gpu_idle: str = "warn"
     # Run after every sweep by the task layer: what each counts, and its function by path.
     chores: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        derived = {
+            "plural": self.plural or f"{self.name}s",
+            "failures": self.failures or frozenset({self.failed, self.error}),
+            "startable": self.startable or self.final,
+        }
+        for name, value in derived.items():
+            object.__setattr__(self, name, value)  # frozen: the defaults that derive
+
+    def said(self, text: str, **words: Any) -> str:
+        """One of its sentences (a refusal, a reason) with its words filled in."""
+        return text.format(name=self.name, **words)
 
     @property
     def model(self) -> Any:

@@ -3,6 +3,7 @@ workload's cost so far and per hour, and its place in the admission queue."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -11,6 +12,7 @@ from typing import Any, TypeVar, cast
 
 from django.db.models import Prefetch, QuerySet
 from django.db.models.fields.json import KeyTransform
+from django.http import Http404
 from django.utils import timezone
 
 from controlpanel.billing.rules import billed_minutes, segments
@@ -166,3 +168,29 @@ def queue_position(*, job: Workload) -> int | None:
     if not shares_machine():
         ahead = ahead.filter(project=job.project_id)
     return ahead.count() + 1
+
+
+def listed(model: Any, *, project: Any, defer: tuple[str, ...]) -> QuerySet[Any]:
+    """A project's rows of one kind (`model`, its proxy), newest first, with what a list shows
+    (flavor prices and runs for the cost so far) read in a fixed number of queries; `defer`
+    leaves the big fields the list never shows unread."""
+    return (
+        model.objects.filter(project=project)
+        .select_related("project", "owner", "flavor")
+        .prefetch_related("flavor__prices", billed_runs())
+        .defer(*defer)
+        .order_by("-created_at")
+    )
+
+
+def one_of(rows: QuerySet[Any], workload_id: Any, noun: str) -> Any:
+    """The row of `rows` with this id, or 404 (also for malformed ids, and for ids that
+    `rows`, one project's, does not hold): "No such <noun>."."""
+    try:
+        key = uuid.UUID(str(workload_id))
+    except ValueError:
+        raise Http404(f"No such {noun}.") from None
+    found = rows.filter(pk=key).first()
+    if found is None:
+        raise Http404(f"No such {noun}.")
+    return found

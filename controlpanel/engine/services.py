@@ -8,6 +8,7 @@ rest, a new run's reset above all, is written once: every kind starts a run from
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, TypeVar
 
 from django.core.exceptions import PermissionDenied, ValidationError
@@ -20,6 +21,7 @@ from controlpanel.engine.lifecycle import record_state
 from controlpanel.engine.models import DELETING, JobEvent, JobLogLine, Workload
 from controlpanel.engine.registry import KindSpec, kind_of
 from controlpanel.projects.access import ProjectAccess
+from storage.volumes import render_volume_spec
 
 W = TypeVar("W", bound=Workload)
 
@@ -35,8 +37,13 @@ def workload_locked(*, access: ProjectAccess | None, user: Any, workload: W) -> 
 
 
 @transaction.atomic
-def workload_create(*, access: ProjectAccess, user: Any, workload: W, reason: str) -> W:
-    """Store a new workload (made by its kind's service, unsaved), waiting for admission."""
+def workload_create(
+    *, access: ProjectAccess, user: Any, model: type[W], fields: Mapping[str, Any], reason: str
+) -> W:
+    """Store a new workload of a kind (`model`, its proxy) from a valid request's `fields`
+    (its volumes rendered as stored), waiting for admission."""
+    volumes = [render_volume_spec(spec) for spec in fields.get("volumes", ())]
+    workload = model(project=access.project, owner=user, **{**fields, "volumes": volumes})
     workload.state, workload.state_reason = kind_of(workload).waiting, reason
     workload.save(force_insert=True)
     JobEvent.objects.create(job=workload, run=workload.run, state=workload.state, reason=reason)
@@ -64,10 +71,10 @@ def workload_start(*, access: ProjectAccess, user: Any, workload: W) -> W:
     workload = workload_locked(access=access, user=user, workload=workload)
     kind = kind_of(workload)
     if workload.state not in kind.startable:
-        raise ValidationError(kind.start_refusal.format(state=workload.state))
+        raise ValidationError(kind.said(kind.start_refusal, state=workload.state))
     _new_run(workload)
     workload.save()
-    reason = kind.start_reason.format(run=workload.run, user=user.username)
+    reason = kind.said(kind.start_reason, run=workload.run, user=user.username)
     record_state(workload, kind.waiting, reason)
     audit.record(
         "workload.start",
@@ -88,7 +95,7 @@ def workload_stop(*, access: ProjectAccess | None, user: Any, workload: W, reaso
     workload = workload_locked(access=access, user=user, workload=workload)
     kind = kind_of(workload)
     if workload.state not in kind.stoppable:
-        raise ValidationError(kind.stop_refusal.format(state=workload.state))
+        raise ValidationError(kind.said(kind.stop_refusal, state=workload.state))
     audit.record(
         "workload.stop",
         actor=user,
@@ -106,7 +113,9 @@ def workload_stop(*, access: ProjectAccess | None, user: Any, workload: W, reaso
             record_state(workload, kind.stopped, f"{said} before it started")
             tasks.admit_soon(workload.project_id)
             return workload
-        record_state(workload, kind.stopping, reason or kind.stop_reason.format(user=user.username))
+        record_state(
+            workload, kind.stopping, reason or kind.said(kind.stop_reason, user=user.username)
+        )
     tasks.job_reconcile.delay_on_commit(str(workload.pk))
     return workload
 

@@ -7,24 +7,23 @@ from typing import Any
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
     OpenApiParameter,
-    OpenApiResponse,
     extend_schema,
     extend_schema_field,
 )
 from rest_framework import serializers
-from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from controlpanel.api.scoping import api_project
 from controlpanel.engine import selectors
 from controlpanel.engine.api import (
-    LOG_PARAMETERS,
     PROJECT_PARAM,
-    SUBMISSION_ERRORS,
-    LogPageSerializer,
     WorkloadViewSet,
+    acted_by,
     create_serializer,
+    created_by,
+    deleted_by,
+    log_lines_of,
 )
 from controlpanel.engine.models import JobEvent
 from controlpanel.jobs import contract, services
@@ -120,39 +119,23 @@ class JobViewSet(WorkloadViewSet):
         rows = jobs.jobs_for_project(project=access.project, filters=filters, whole=True)
         return self._page(request, rows.prefetch_related("events"))
 
-    @extend_schema(
-        request=JobCreateSerializer,
-        responses={
-            201: JobSerializer,
-            400: OpenApiResponse(SUBMISSION_ERRORS, description="Problems by key."),
-        },
+    create = created_by(services.job_submit, JobCreateSerializer, JobSerializer)
+    destroy = deleted_by(services.job_delete)
+    stop = acted_by(
+        "stop",
+        services.job_stop,
+        JobSerializer,
+        "Stop: INTERRUPTING, then INTERRUPTED once rw volumes are pushed.",
     )
-    def create(self, request: Request) -> Response:
-        return self._create(request, services.job_submit)
-
-    def destroy(self, request: Request, pk: str) -> Response:
-        return self._delete(request, pk, services.job_delete)
-
-    @extend_schema(request=None, responses=JobSerializer)
-    @action(detail=True, methods=["post"])
-    def stop(self, request: Request, pk: str) -> Response:
-        """Stop: INTERRUPTING, then INTERRUPTED once rw volumes are pushed."""
-        return self._act(request, pk, services.job_stop)
-
-    @extend_schema(request=None, responses=JobSerializer)
-    @action(detail=True, methods=["post"])
-    def rerun(self, request: Request, pk: str) -> Response:
-        """Run a finished job again (a new run, queued)."""
-        return self._act(request, pk, services.job_rerun)
-
-    @extend_schema(request=None, responses=JobSerializer)
-    @action(detail=True, methods=["post"], url_path="retry-push")
-    def retry_push(self, request: Request, pk: str) -> Response:
-        """Push the kept data again after SYNC_FAILED."""
-        return self._act(request, pk, services.job_retry_push)
-
-    @extend_schema(parameters=LOG_PARAMETERS, responses=LogPageSerializer)
-    @action(detail=True, methods=["get"])
-    def logs(self, request: Request, pk: str) -> Response:
-        """Log lines after `?after=` (a sequence number; 0 = the start), up to `limit`."""
-        return self._logs(request, pk)
+    rerun = acted_by(
+        "rerun", services.job_rerun, JobSerializer, "Run a finished job again (a new run, queued)."
+    )
+    retry_push = acted_by(
+        "retry-push",
+        services.job_retry_push,
+        JobSerializer,
+        "Push the kept data again after SYNC_FAILED.",
+    )
+    logs = log_lines_of(
+        "Log lines after `?after=` (a sequence number; 0 = the start), up to `limit`."
+    )

@@ -14,7 +14,7 @@ import click
 from controlpanel.cli.client import Api, state
 from controlpanel.cli.output import emit, output_option
 from controlpanel.cli.workloads import (
-    action_command,
+    add_actions,
     emit_workload,
     flag_of,
     get_command,
@@ -140,15 +140,20 @@ job.command(
 )(logs_command("jobs", job_id, "job", "DONE"))
 
 
-def _action(path: str, message: str) -> Any:
-    return action_command("jobs", job_id, show, path, message)
-
-
-job.command("stop", help="Stop a job (INTERRUPTING, then INTERRUPTED).")(
-    _action("stop/", "Stopping {key}.")
+add_actions(
+    job,
+    "jobs",
+    job_id,
+    show,
+    [
+        ("stop", "stop/", "Stop a job (INTERRUPTING, then INTERRUPTED).", "Stopping {key}."),
+        ("rerun", "rerun/", "Run a finished job again.", "Queued {key} again."),
+        (
+            "retry-push",
+            "retry-push/",
+            "Push the kept data again after SYNC_FAILED.",
+            "Pushing {key} again.",
+        ),
+        ("delete", "", "Delete a finished job and its log.", "Deleted {key}."),
+    ],
 )
-job.command("rerun", help="Run a finished job again.")(_action("rerun/", "Queued {key} again."))
-job.command("retry-push", help="Push the kept data again after SYNC_FAILED.")(
-    _action("retry-push/", "Pushing {key} again.")
-)
-job.command("delete", help="Delete a finished job and its log.")(_action("", "Deleted {key}."))

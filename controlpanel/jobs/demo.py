@@ -17,6 +17,7 @@ from controlpanel.projects.access import ProjectAccess
 from controlpanel.projects.models import Project, Role
 from storage.sync import push
 from storage.volumes import Mode, VolumeSpec
+from training.demo import make_demo_assets
 
 DEMO_BUCKET = "demo"
 MODEL_PREFIX = "tiny-llama"
@@ -46,8 +47,6 @@ def seed_demo(*, project: Project, admin: Any) -> Bucket | None:
     """Create and fill the demo bucket once; None when it already exists."""
     if Bucket.objects.filter(project=project, name=DEMO_BUCKET).exists():
         return None
-    from training.demo import make_demo_assets  # torch: only when seeding
-
     access = ProjectAccess(project=project, role=Role.MANAGER, is_admin=True)
     bucket = bucket_create(
         access=access, by=admin, name=DEMO_BUCKET, datastore=default_datastore_alias()

@@ -1,4 +1,5 @@
-"""What the engine needs of a job (controlpanel/engine/registry.py)."""
+"""What the engine needs of a job (controlpanel/engine/registry.py): it runs its command once,
+and again on "run again" (a new run with objects of its own), and ends."""
 
 from __future__ import annotations
 
@@ -10,13 +11,9 @@ FINAL = frozenset({S.DONE, S.INTERRUPTED, S.FAILED, S.ERROR, S.SYNC_FAILED})
 KIND = KindSpec(
     name="job",
     label="Job",
-    plural="jobs",
     states=S,
     final=FINAL,
     waiting=S.QUEUED,
-    running=S.RUNNING,
-    failed=S.FAILED,
-    error=S.ERROR,
     failures=frozenset({S.FAILED, S.ERROR, S.SYNC_FAILED}),
     # PENDING and INITIALIZING share a rank: the pull runs after scheduling, and the user's
     # image is pulled after it.
@@ -31,7 +28,6 @@ KIND = KindSpec(
         **dict.fromkeys(FINAL, 4),
     },
     printing=frozenset({S.RUNNING, S.INTERRUPTING, S.TIMEOUT, S.FINALIZING}),
-    startable=FINAL,
     start_reason="run {run} requested by {user}",
     start_refusal="Only a finished job can be run again; stop it first.",
     stoppable=frozenset(set(S) - FINAL),
@@ -46,6 +42,7 @@ KIND = KindSpec(
     claim_released=frozenset({S.DONE, S.FAILED, S.INTERRUPTED}),
     progress_events=True,
     judged_by_ends=True,
+    gpu_idle="choice",  # warned only, or stopped, as its project chooses
     model_path="controlpanel.jobs.models.Job",
     driver_path="controlpanel.jobs.driver.DRIVER",
     chores={"notices_resent": "controlpanel.jobs.tasks.notices_resend"},

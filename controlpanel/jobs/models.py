@@ -12,7 +12,8 @@ class Job(_OneKind, Workload):
     """A training job: runs its command once (again on "run again") and ends."""
 
     KIND = "job"
-    objects: ClassVar[KindManager[Job]] = KindManager()
+    # django-stubs types the manager as KindManager[Self]: the same rows, for mypy too.
+    objects: ClassVar[KindManager[Job]] = KindManager()  # type: ignore[assignment]
 
     class Meta:
         proxy = True

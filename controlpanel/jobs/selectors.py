@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db.models import F, OrderBy, QuerySet
 from django.db.models.functions import Coalesce, Now
-from django.http import Http404
 
-from controlpanel.engine.selectors import ListFilters, billed_runs, filtered, list_filters_check
+from controlpanel.engine.selectors import (
+    ListFilters,
+    billed_runs,
+    filtered,
+    list_filters_check,
+    one_of,
+)
 from controlpanel.jobs.models import Job
 from controlpanel.jobs.states import JobState
 from controlpanel.projects.models import Project
@@ -57,16 +61,6 @@ def jobs_for_project(
 
 def job_get(*, project: Project, job_id: Any) -> Job:
     """A job of this project, or 404 (also for malformed ids and other projects' jobs)."""
-    try:
-        key = uuid.UUID(str(job_id))
-    except ValueError:
-        raise Http404("No such job.") from None
-    job = (
-        Job.objects.select_related("project", "owner", "flavor")
-        .prefetch_related(billed_runs())
-        .filter(pk=key, project=project)
-        .first()
-    )
-    if job is None:
-        raise Http404("No such job.")
+    rows = Job.objects.filter(project=project).select_related("project", "owner", "flavor")
+    job: Job = one_of(rows.prefetch_related(billed_runs()), job_id, "job")
     return job

@@ -27,7 +27,6 @@ from controlpanel.jobs.observation import PUSH_RETRIED
 from controlpanel.jobs.states import JobState
 from controlpanel.jobs.validation import validate_job
 from controlpanel.projects.access import ProjectAccess
-from storage.volumes import render_volume_spec
 
 S = JobState
 SUBMITTED = "submitted"
@@ -37,9 +36,7 @@ SUBMITTED = "submitted"
 def job_submit(*, access: ProjectAccess, user: Any, data: Mapping[str, Any]) -> Job:
     """Validate and store a job (QUEUED), then admit it through the project's quota."""
     spec = validate_job(project=access.project, data=data)
-    fields = vars(spec) | {"volumes": [render_volume_spec(v) for v in spec.volumes]}
-    job = Job(project=access.project, owner=user, **fields)
-    return workload_create(access=access, user=user, workload=job, reason=SUBMITTED)
+    return workload_create(access=access, user=user, model=Job, fields=vars(spec), reason=SUBMITTED)
 
 
 def job_stop(*, access: ProjectAccess, user: Any, job: Job, reason: str = "") -> Job:

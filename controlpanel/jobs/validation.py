@@ -10,8 +10,13 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import ValidationError
 
-from controlpanel.engine.contract import MAX_ARG_CHARS, MAX_ARGS, MAX_COMMAND_BYTES, MAX_TIMEOUT_S
-from controlpanel.engine.contract import SpecError as JobSpecError
+from controlpanel.engine.contract import (
+    MAX_ARG_CHARS,
+    MAX_ARGS,
+    MAX_COMMAND_BYTES,
+    MAX_TIMEOUT_S,
+    SpecError,
+)
 from controlpanel.engine.models import DEFAULT_TIMEOUT_S, Preset
 from controlpanel.engine.validation import (
     Errors,
@@ -58,7 +63,7 @@ def validate_job(*, project: Project, data: Mapping[str, Any]) -> JobSpec:
     if image is not None and runs_only_the_finetune_image():
         _local_checks(errors, image, preset, params, env)
     if errors.by_key:
-        raise JobSpecError(errors.by_key)
+        raise SpecError(errors.by_key)
     return JobSpec(
         name=name,
         image=image,

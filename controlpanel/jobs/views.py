@@ -12,7 +12,7 @@ from typing import Any, cast
 
 from django import forms
 from django.contrib import messages
-from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
 from django.http import HttpResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
@@ -24,8 +24,7 @@ from controlpanel.core.htmx import wants_fragment
 from controlpanel.dashboards.utilisation import workload_utilisation
 from controlpanel.engine import selectors
 from controlpanel.engine.admission import WAITING_STATES
-from controlpanel.engine.logpage import log_tail
-from controlpanel.engine.pages import LOG_TAIL, idle_log_poll, log_context, log_download, log_lines
+from controlpanel.engine.pages import act, idle_log_poll, log_download, log_lines, log_section
 from controlpanel.flavors.models import Flavor
 from controlpanel.jobs import selectors as jobs
 from controlpanel.jobs import services
@@ -210,8 +209,7 @@ def _detail_context(job: Job, queue_position: int | None) -> dict[str, Any]:
 def job_detail(request: ProjectRequest, job_id: str) -> HttpResponse:
     job = jobs.job_get(project=request.access.project, job_id=job_id)
     position = selectors.queue_position(job=job)
-    context = _detail_context(job, position) | log_context(job, log_tail(job=job, count=LOG_TAIL))
-    context["earlier_runs"] = range(job.run - 1, 0, -1)
+    context = _detail_context(job, position) | log_section(job)
     return render(request, "jobs/detail.html", context)
 
 
@@ -255,20 +253,6 @@ ACTIONS = {
 @require_POST
 @project_view()
 def job_action(request: ProjectRequest, job_id: str, action: str) -> HttpResponse:
-    access = request.access
-    job = jobs.job_get(project=access.project, job_id=job_id)
-    if action not in ACTIONS:
-        return HttpResponse("Unknown action.", status=404)
-    service, done = ACTIONS[action]
-    try:
-        service(access=access, user=request.user, job=job)
-    except ValidationError as exc:
-        messages.error(request, " ".join(exc.messages))
-    except PermissionDenied as exc:
-        messages.error(request, str(exc))
-        return redirect("job-detail", slug=access.project.slug, job_id=job.pk)
-    else:
-        messages.success(request, done)
-        if action == "delete":
-            return redirect("job-list", slug=access.project.slug)
-    return redirect("job-detail", slug=access.project.slug, job_id=job.pk)
+    return act(
+        request, jobs.job_get(project=request.access.project, job_id=job_id), action, ACTIONS
+    )

@@ -15,21 +15,21 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
 from django.urls import reverse
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers
-from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from controlpanel.api.scoping import api_project
 from controlpanel.engine import selectors
 from controlpanel.engine.api import (
-    LOG_PARAMETERS,
     PROJECT_PARAM,
-    SUBMISSION_ERRORS,
-    LogPageSerializer,
     ServedSerializer,
+    acted_by,
     create_serializer,
+    created_by,
+    deleted_by,
+    log_lines_of,
 )
 from controlpanel.engine.api import EventSerializer as ServedEventSerializer
 from controlpanel.engine.api import WorkloadViewSet as ServedViewSet
@@ -154,40 +154,27 @@ class NotebookViewSet(ServedViewSet):
         rows = notebooks_filtered(notebooks_=rows, query=request.query_params)
         return self._page(request, rows.prefetch_related("events"))
 
-    @extend_schema(
-        request=NotebookCreateSerializer,
-        responses={
-            201: NotebookSerializer,
-            400: OpenApiResponse(SUBMISSION_ERRORS, description="Problems by key."),
-        },
+    create = created_by(notebooks.notebook_create, NotebookCreateSerializer, NotebookSerializer)
+    destroy = deleted_by(
+        notebooks.notebook_delete,
+        "Delete: its objects and workspace go, then its row (its billed runs stay).",
     )
-    def create(self, request: Request) -> Response:
-        return self._create(request, notebooks.notebook_create)
-
-    def destroy(self, request: Request, pk: str) -> Response:
-        """Delete: its objects and workspace go, then its row (its billed runs stay)."""
-        return self._delete(request, pk, notebooks.notebook_delete)
-
-    @extend_schema(request=None, responses=NotebookSerializer)
-    @action(detail=True, methods=["post"])
-    def start(self, request: Request, pk: str) -> Response:
-        """Start a stopped notebook: a new run at the same address, with the same workspace."""
-        return self._act(request, pk, notebooks.notebook_start)
-
-    @extend_schema(request=None, responses=NotebookSerializer)
-    @action(detail=True, methods=["post"])
-    def stop(self, request: Request, pk: str) -> Response:
-        """Stop: STOPPING while rw volumes are pushed, then STOPPED (the workspace is kept)."""
-        return self._act(request, pk, notebooks.notebook_stop)
-
-    @extend_schema(request=None, responses=NotebookSerializer)
-    @action(detail=True, methods=["post"], url_path="keep-alive")
-    def keep_alive(self, request: Request, pk: str) -> Response:
-        """Count as activity now: the idle stop waits a full limit again."""
-        return self._act(request, pk, notebooks.notebook_keep_alive)
-
-    @extend_schema(parameters=LOG_PARAMETERS, responses=LogPageSerializer)
-    @action(detail=True, methods=["get"])
-    def logs(self, request: Request, pk: str) -> Response:
-        """The editor's log lines after `?after=` (0 = the start), up to `limit`."""
-        return self._logs(request, pk)
+    start = acted_by(
+        "start",
+        notebooks.notebook_start,
+        NotebookSerializer,
+        "Start a stopped notebook: a new run at the same address, with the same workspace.",
+    )
+    stop = acted_by(
+        "stop",
+        notebooks.notebook_stop,
+        NotebookSerializer,
+        "Stop: STOPPING while rw volumes are pushed, then STOPPED (the workspace is kept).",
+    )
+    keep_alive = acted_by(
+        "keep-alive",
+        notebooks.notebook_keep_alive,
+        NotebookSerializer,
+        "Count as activity now: the idle stop waits a full limit again.",
+    )
+    logs = log_lines_of("The editor's log lines after `?after=` (0 = the start), up to `limit`.")

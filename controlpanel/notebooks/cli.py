@@ -14,7 +14,7 @@ import click
 from controlpanel.cli.client import Api, state
 from controlpanel.cli.output import emit, output_option
 from controlpanel.cli.workloads import (
-    action_command,
+    add_actions,
     emit_workload,
     flag_of,
     get_command,
@@ -39,7 +39,7 @@ COLUMNS = [
     ("CREATED", "created_at"),
 ]
 # NotebookState.values (controlpanel/engine/models.py), repeated: the CLI imports no Django.
-# tests/controlpanel/jobs/test_cli_notebooks.py checks that the two lists agree.
+# tests/controlpanel/notebooks/test_cli_notebooks.py checks that the two lists agree.
 NOTEBOOK_STATES = ("STARTING", "RUNNING", "STOPPING", "STOPPED", "FAILED", "ERROR", "DELETING")
 EDITORS = ("jupyterlab", "vscode")
 
@@ -111,19 +111,35 @@ notebook.command(
 )(logs_command("notebooks", notebook_id, "notebook", "STOPPED"))
 
 
-def _action(path: str, message: str) -> Any:
-    return action_command("notebooks", notebook_id, show, path, message)
-
-
-notebook.command("start", help="Start a stopped notebook (same address, same workspace).")(
-    _action("start/", "Starting {key}.")
-)
-notebook.command("stop", help="Stop a notebook (rw volumes pushed, the workspace kept).")(
-    _action("stop/", "Stopping {key}.")
-)
-notebook.command("keep-alive", help="Count as activity now (the idle stop waits again).")(
-    _action("keep-alive/", "Kept {key} running.")
-)
-notebook.command("delete", help="Delete a notebook and its workspace.")(
-    _action("", "Deleting {key}: its workspace goes with it.")
+add_actions(
+    notebook,
+    "notebooks",
+    notebook_id,
+    show,
+    [
+        (
+            "start",
+            "start/",
+            "Start a stopped notebook (same address, same workspace).",
+            "Starting {key}.",
+        ),
+        (
+            "stop",
+            "stop/",
+            "Stop a notebook (rw volumes pushed, the workspace kept).",
+            "Stopping {key}.",
+        ),
+        (
+            "keep-alive",
+            "keep-alive/",
+            "Count as activity now (the idle stop waits again).",
+            "Kept {key} running.",
+        ),
+        (
+            "delete",
+            "",
+            "Delete a notebook and its workspace.",
+            "Deleting {key}: its workspace goes with it.",
+        ),
+    ],
 )

@@ -2,43 +2,26 @@
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
 from django.db.models import QuerySet
-from django.http import Http404
 
-from controlpanel.engine.selectors import billed_runs
+from controlpanel.engine.selectors import billed_runs, listed, one_of
 from controlpanel.notebooks.models import Notebook, NotebookImage
 from controlpanel.projects.models import Project
 
 
 def notebooks_for_project(*, project: Project) -> QuerySet[Notebook]:
-    """The project's notebooks, newest first, with what the list shows (flavor prices and
-    runs for the cost so far) read in a fixed number of queries."""
-    return (
-        Notebook.objects.filter(project=project)
-        .select_related("project", "owner", "flavor")
-        .prefetch_related("flavor__prices", billed_runs())
-        .defer("progress", "loss_curve", "log_cursor", "env")
-        .order_by("-created_at")
-    )
+    """The project's notebooks, newest first, with what the list shows."""
+    return listed(Notebook, project=project, defer=("progress", "loss_curve", "log_cursor", "env"))
 
 
 def notebook_get(*, project: Project, notebook_id: Any) -> Notebook:
     """A notebook of this project, or 404 (also for malformed ids and other projects' ones)."""
-    try:
-        key = uuid.UUID(str(notebook_id))
-    except ValueError:
-        raise Http404("No such notebook.") from None
-    notebook = (
-        Notebook.objects.select_related("project", "owner", "flavor")
-        .prefetch_related("flavor__prices", billed_runs())
-        .filter(pk=key, project=project)
-        .first()
+    rows = Notebook.objects.filter(project=project).select_related("project", "owner", "flavor")
+    notebook: Notebook = one_of(
+        rows.prefetch_related("flavor__prices", billed_runs()), notebook_id, "notebook"
     )
-    if notebook is None:
-        raise Http404("No such notebook.")
     return notebook
 
 

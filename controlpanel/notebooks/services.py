@@ -28,7 +28,6 @@ from controlpanel.notebooks.models import Notebook
 from controlpanel.notebooks.states import NotebookState
 from controlpanel.notebooks.validation import validate_notebook
 from controlpanel.projects.access import ProjectAccess
-from storage.volumes import render_volume_spec
 
 N = NotebookState
 # An idle stop's reason (what its server last did is read by activity.py on a cluster, by the
@@ -40,20 +39,11 @@ IDLE_REASON = "idle for {minutes} min: no kernel, terminal or request"
 def notebook_create(*, access: ProjectAccess, user: Any, data: Mapping[str, Any]) -> Notebook:
     """Validate and store a notebook, then start it through the project's quota."""
     spec = validate_notebook(project=access.project, data=data)
-    notebook = Notebook(
-        project=access.project,
-        owner=user,
-        name=spec.name,
-        image=spec.image.image,
-        editor=spec.editor,
-        flavor=spec.flavor,
-        gpu=spec.gpu,
-        volumes=[render_volume_spec(v) for v in spec.volumes],
-        env=spec.env,
-        labels=spec.labels,
-        params={"image": spec.image.name},
+    # The image's container reference runs; its name in the admin's list is remembered.
+    fields = vars(spec) | {"image": spec.image.image, "params": {"image": spec.image.name}}
+    return workload_create(
+        access=access, user=user, model=Notebook, fields=fields, reason="created"
     )
-    return workload_create(access=access, user=user, workload=notebook, reason="created")
 
 
 def notebook_start(*, access: ProjectAccess, user: Any, notebook: Notebook) -> Notebook:

@@ -25,6 +25,7 @@ from controlpanel.engine.validation import (
 from controlpanel.flavors.models import Flavor
 from controlpanel.notebooks.models import NotebookImage
 from controlpanel.projects.models import Project
+from deploy.local.editors import editor_problem
 from deploy.types import Editor
 from storage.volumes import VolumeSpec
 
@@ -72,8 +73,6 @@ def editor_unavailable(editor: str) -> str:
     this machine's own installation; a cluster runs the image's)."""
     if settings.COMPUTE_BACKEND != "local":
         return ""
-    from deploy.local.editors import editor_problem
-
     return editor_problem(Editor(editor))
 
 

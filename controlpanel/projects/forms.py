@@ -14,6 +14,7 @@ from controlpanel.projects.models import (
     Role,
     validate_webhook_url,
 )
+from controlpanel.projects.settings_rules import GPU_IDLE_FIELDS
 
 
 class ProjectForm(forms.ModelForm):
@@ -35,7 +36,12 @@ class ProjectSettingsForm(forms.Form):
 
     def __init__(self, *args: Any, with_quotas: bool, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        names = ["notebook_idle_minutes", "monthly_budget", "budget_stops_running"]
+        names = [
+            "notebook_idle_minutes",
+            *GPU_IDLE_FIELDS,
+            "monthly_budget",
+            "budget_stops_running",
+        ]
         names += list(QUOTA_FIELDS) if with_quotas else []
         self.fields.update(forms.fields_for_model(Project, fields=names))
         for field in self.fields.values():
@@ -46,7 +52,7 @@ class ProjectSettingsForm(forms.Form):
 
     def changes(self) -> dict[str, Any]:
         """The values given (an empty number is left as it is)."""
-        return {name: value for name, value in self.cleaned_data.items() if value is not None}
+        return {name: value for name, value in self.cleaned_data.items() if value not in (None, "")}
 
 
 class WebhookForm(forms.Form):

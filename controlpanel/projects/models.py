@@ -8,7 +8,7 @@ from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.core.validators import MinValueValidator, RegexValidator
+from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
 from django.utils import timezone
 
@@ -78,6 +78,8 @@ class Role(models.TextChoices):
 
 # What a project may use at once, in the order pages, forms and the API list them.
 QUOTA_FIELDS = ("gpu_quota", "cpu_quota", "memory_gib_quota", "pod_quota", "storage_gib_quota")
+GPU_IDLE_MAX_MINUTES = 24 * 60  # a check reads its whole span at once (Prometheus's points)
+GPU_IDLE_JOBS = [("warn", "warn only"), ("stop", "stop")]
 
 
 class Project(models.Model):
@@ -137,6 +139,32 @@ class Project(models.Model):
     )
     notebook_idle_minutes = models.PositiveIntegerField(
         default=120, help_text="Stop notebooks idle for this long (0 = never)."
+    )
+    # The GPU idle policy (controlpanel/reclaim): judged by what the GPUs do, from DCGM.
+    gpu_idle_percent = models.PositiveSmallIntegerField(
+        "GPU idle below (%)",
+        default=10,
+        validators=[MinValueValidator(1), MaxValueValidator(100)],
+        help_text="A GPU below this utilisation counts as idle (the policy, idle money).",
+    )
+    gpu_idle_minutes = models.PositiveIntegerField(
+        "GPU idle warning after (minutes)",
+        default=0,
+        validators=[MaxValueValidator(GPU_IDLE_MAX_MINUTES)],
+        help_text="Warn the owner of work whose GPUs sat idle this long (0 = no policy).",
+    )
+    gpu_idle_grace_minutes = models.PositiveIntegerField(
+        "then act after (minutes)",
+        default=30,
+        validators=[MaxValueValidator(GPU_IDLE_MAX_MINUTES)],
+        help_text="After the warning: notebooks are stopped (workspace kept), jobs as below.",
+    )
+    gpu_idle_jobs = models.CharField(
+        "idle jobs",
+        max_length=10,
+        choices=GPU_IDLE_JOBS,
+        default="warn",
+        help_text="What an idle job gets after the grace period: a warning only, or a stop.",
     )
     kueue_queue = models.CharField(
         max_length=63,

@@ -16,7 +16,12 @@ from controlpanel.projects.models import (
     ProjectSecret,
     Role,
 )
-from controlpanel.projects.settings_rules import ADMIN_ONLY, SETTING_FIELDS
+from controlpanel.projects.settings_rules import (
+    ADMIN_ONLY,
+    GPU_IDLE_FIELDS,
+    SETTING_FIELDS,
+    project_field,
+)
 
 
 class ProjectSerializer(serializers.ModelSerializer):
@@ -29,13 +34,14 @@ class ProjectSerializer(serializers.ModelSerializer):
             "monthly_budget",
             "budget_stops_running",
             "notebook_idle_minutes",
+            *GPU_IDLE_FIELDS,
             "created_at",
         ]
         read_only_fields = ["created_at"]
 
 
 def _help(name: str) -> str:
-    return str(Project._meta.get_field(name).help_text)
+    return str(project_field(name).help_text)
 
 
 class ProjectUpdateSerializer(serializers.ModelSerializer):

@@ -10,12 +10,27 @@ from typing import Any
 
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.validators import URLValidator
+from django.db import models
 
 from controlpanel.projects.access import ProjectAccess
 from controlpanel.projects.models import QUOTA_FIELDS, Project, validate_webhook_url
 
+# The GPU idle policy (controlpanel/reclaim/policy.py).
+GPU_IDLE_FIELDS = (
+    "gpu_idle_percent",
+    "gpu_idle_minutes",
+    "gpu_idle_grace_minutes",
+    "gpu_idle_jobs",
+)
+
 # In the order the page and the API list them.
-MANAGER_FIELDS = ("notebook_idle_minutes", "monthly_budget", "budget_stops_running", "webhook_url")
+MANAGER_FIELDS = (
+    "notebook_idle_minutes",
+    *GPU_IDLE_FIELDS,
+    "monthly_budget",
+    "budget_stops_running",
+    "webhook_url",
+)
 SETTING_FIELDS = (*MANAGER_FIELDS, *QUOTA_FIELDS)
 ADMIN_ONLY = "Only site admins change a project's quotas; ask one."
 # A change of these may let waiting work start (a raised quota or budget).
@@ -71,11 +86,18 @@ def _not_a_setting(name: str) -> str:
     return f"{what}; the settings are {', '.join(SETTING_FIELDS)}."
 
 
+def project_field(name: str) -> models.Field[Any, Any]:
+    """A Project column by name (never a relation: every setting is a column)."""
+    field = Project._meta.get_field(name)
+    assert isinstance(field, models.Field), name
+    return field
+
+
 def _count(name: str, value: Any) -> int:
     """A whole number, 0 or more, within the column's range (the model field's checks)."""
     if isinstance(value, bool) or not isinstance(value, int | str):
         raise ValidationError("Give a whole number, 0 or more.")
-    field = Project._meta.get_field(name)
+    field = project_field(name)
     if isinstance(value, str) and not (
         len(value) <= 20 and value.strip().removeprefix("-").isdigit()
     ):
@@ -111,7 +133,16 @@ def _webhook(name: str, value: Any) -> str:
     return url
 
 
+def _choice(name: str, value: Any) -> str:
+    choices = [str(key) for key, _ in project_field(name).choices or ()]
+    if value not in choices:
+        shown = repr(value)[:40] if isinstance(value, str) else "that"
+        raise ValidationError(f"{shown} is not one of {', '.join(choices)}.")
+    return str(value)
+
+
 PARSERS: dict[str, Callable[[str, Any], Any]] = {
+    "gpu_idle_jobs": _choice,
     "monthly_budget": _budget,
     "budget_stops_running": _flag,
     "webhook_url": _webhook,

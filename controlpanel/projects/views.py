@@ -35,6 +35,7 @@ from controlpanel.projects.selectors import members_of, secrets_of
 from controlpanel.projects.settings_rules import (
     SETTING_FIELDS,
     FieldsRefused,
+    project_field,
     project_settings_check,
 )
 
@@ -149,7 +150,7 @@ def _settings_save(request: HttpRequest, access: ProjectAccess) -> HttpResponse:
 
 
 def _label(name: str) -> str:
-    return str(Project._meta.get_field(name).verbose_name)
+    return str(project_field(name).verbose_name)
 
 
 @sensitive_variables("secret")

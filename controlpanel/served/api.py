@@ -5,20 +5,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
-from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from controlpanel.api.scoping import api_project
 from controlpanel.engine.api import (
-    LOG_PARAMETERS,
     PROJECT_PARAM,
-    SUBMISSION_ERRORS,
-    LogPageSerializer,
     ServedSerializer,
+    acted_by,
     create_serializer,
+    created_by,
+    deleted_by,
+    log_lines_of,
 )
 from controlpanel.engine.api import EventSerializer as ServedEventSerializer
 from controlpanel.engine.api import WorkloadViewSet as ServedViewSet
@@ -119,34 +119,14 @@ class AppViewSet(ServedViewSet):
         rows = apps.apps_for_project(project=access.project).prefetch_related("events")
         return self._page(request, rows)
 
-    @extend_schema(
-        request=AppCreateSerializer,
-        responses={
-            201: AppSerializer,
-            400: OpenApiResponse(SUBMISSION_ERRORS, description="Problems by key."),
-        },
+    create = created_by(services.app_create, AppCreateSerializer, AppSerializer)
+    destroy = deleted_by(
+        services.app_delete, "Delete: its objects go, then its row (its billed runs stay)."
     )
-    def create(self, request: Request) -> Response:
-        return self._create(request, services.app_create)
-
-    def destroy(self, request: Request, pk: str) -> Response:
-        """Delete: its objects go, then its row (its billed runs stay)."""
-        return self._delete(request, pk, services.app_delete)
-
-    @extend_schema(request=None, responses=AppSerializer)
-    @action(detail=True, methods=["post"])
-    def start(self, request: Request, pk: str) -> Response:
-        """Start a stopped app: a new run, the same URL."""
-        return self._act(request, pk, services.app_start)
-
-    @extend_schema(request=None, responses=AppSerializer)
-    @action(detail=True, methods=["post"])
-    def stop(self, request: Request, pk: str) -> Response:
-        """Stop: its replicas go, its URL stays."""
-        return self._act(request, pk, services.app_stop)
-
-    @extend_schema(parameters=LOG_PARAMETERS, responses=LogPageSerializer)
-    @action(detail=True, methods=["get"])
-    def logs(self, request: Request, pk: str) -> Response:
-        """The server's log lines after `?after=` (0 = the start), up to `limit`."""
-        return self._logs(request, pk)
+    start = acted_by(
+        "start", services.app_start, AppSerializer, "Start a stopped app: a new run, the same URL."
+    )
+    stop = acted_by(
+        "stop", services.app_stop, AppSerializer, "Stop: its replicas go, its URL stays."
+    )
+    logs = log_lines_of("The server's log lines after `?after=` (0 = the start), up to `limit`.")

@@ -17,7 +17,7 @@ import click
 from controlpanel.cli.client import Api, state
 from controlpanel.cli.output import emit, output_option, wants_json
 from controlpanel.cli.workloads import (
-    action_command,
+    add_actions,
     emit_workload,
     env_option,
     flag_of,
@@ -234,16 +234,14 @@ app.command(
 )(logs_command("apps", app_id, "app", "STOPPED"))
 
 
-def _action(path: str, message: str) -> Any:
-    return action_command("apps", app_id, show, path, message)
-
-
-app.command("start", help="Start a stopped app (a new run, the same URL).")(
-    _action("start/", "Starting {key}.")
-)
-app.command("stop", help="Stop an app: its replicas go, its URL stays.")(
-    _action("stop/", "Stopping {key}.")
-)
-app.command("delete", help="Delete an app and its URL (its billed runs stay).")(
-    _action("", "Deleting {key}.")
+add_actions(
+    app,
+    "apps",
+    app_id,
+    show,
+    [
+        ("start", "start/", "Start a stopped app (a new run, the same URL).", "Starting {key}."),
+        ("stop", "stop/", "Stop an app: its replicas go, its URL stays.", "Stopping {key}."),
+        ("delete", "", "Delete an app and its URL (its billed runs stay).", "Deleting {key}."),
+    ],
 )

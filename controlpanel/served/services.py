@@ -24,7 +24,6 @@ from controlpanel.engine.services import (
 from controlpanel.projects.access import ProjectAccess
 from controlpanel.served.models import App
 from controlpanel.served.validation import validate_app
-from storage.volumes import render_volume_spec
 
 PUBLIC_REFUSAL = "Only the project's managers can make an app public."
 
@@ -37,19 +36,7 @@ def app_create(*, access: ProjectAccess, user: Any, data: Mapping[str, Any]) -> 
         # A public app serves its image's pages and API to anyone, with no log-in: the
         # project's decision, not any member's (issue 25).
         raise SpecError({"public": [PUBLIC_REFUSAL]})
-    app = App(
-        project=access.project,
-        owner=user,
-        name=spec.name,
-        image=spec.image,
-        flavor=spec.flavor,
-        gpu=spec.gpu,
-        volumes=[render_volume_spec(v) for v in spec.volumes],
-        env=spec.env,
-        labels=spec.labels,
-        params=spec.params,
-    )
-    return workload_create(access=access, user=user, workload=app, reason="created")
+    return workload_create(access=access, user=user, model=App, fields=vars(spec), reason="created")
 
 
 def app_start(*, access: ProjectAccess, user: Any, app: App) -> App:

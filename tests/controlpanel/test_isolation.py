@@ -353,6 +353,8 @@ CASES: list[Case] = [
     Case("api-upload-abort", _api_bucket_url("uploads/abort/"), ("post",), api=True),
     Case("dashboard", lambda c: "/p/alpha/dashboard/"),
     Case("dashboard-csv", lambda c: "/p/alpha/dashboard/waiting.csv"),
+    Case("dashboard-idle", lambda c: "/p/alpha/dashboard/idle/"),
+    Case("dashboard-idle-csv", lambda c: "/p/alpha/dashboard/idle/people.csv"),
     Case("billing-usage", lambda c: _usage_url(c) and "/p/alpha/usage/"),
     Case("billing-budget", lambda c: "/p/alpha/usage/budget/", ("post",)),
     Case("api-usage", _usage_url, ("get",), api=True),
@@ -423,6 +425,8 @@ PERSONAL = {
     # every project's dashboard: site admins only (others 404; tests/controlpanel/dashboards)
     "dashboard-all",
     "dashboard-all-csv",
+    "dashboard-all-idle",  # and its idle money (others 404; reclaim/test_idle_money.py)
+    "dashboard-all-idle-csv",
     # the capacity view: site admins only (others 404; dashboards/test_capacity.py), and its
     # API: others 403, anonymous 401 (dashboards/test_capacity_api.py)
     "dashboard-capacity",
@@ -583,6 +587,8 @@ OWNER: dict[str, tuple[Probe, ...]] = {
     "job-list": (Probe("get", 200, "secret-job"),),
     "dashboard": (Probe("get", 200, "<title>Dashboard \u00b7 Alpha"),),
     "dashboard-csv": (Probe("get", 200, "secret-job"),),
+    "dashboard-idle": (Probe("get", 200, "<title>Idle GPUs \u00b7 Alpha"),),
+    "dashboard-idle-csv": (Probe("get", 200, 'filename="alpha-idle-people-'),),
     "billing-usage": (Probe("get", 200, "secret-job"),),
     "billing-budget": (Probe("post", 302, "/p/alpha/usage/", {"monthly_budget": "12.50"}),),
     "api-usage": (Probe("get", 200, '"workload_name":"secret-job"'),),
@@ -787,7 +793,7 @@ PROJECT_LEVEL |= {"job-list", "job-new", "api-job-list", "bucket-list", "api-buc
 PROJECT_LEVEL |= {"api-notebook-list"}
 PROJECT_LEVEL |= {"notebook-list", "notebook-new"}
 PROJECT_LEVEL |= {"app-list", "api-app-list"}
-PROJECT_LEVEL |= {"dashboard", "dashboard-csv"}
+PROJECT_LEVEL |= {"dashboard", "dashboard-csv", "dashboard-idle", "dashboard-idle-csv"}
 PROJECT_LEVEL |= {"billing-usage", "billing-budget", "api-usage"}
 PROJECT_LEVEL |= {"sweep-list", "sweep-new", "api-sweep-list", "adapter-list", "api-adapter-list"}
 OWNED = [c for c in CASES if c.name not in PROJECT_LEVEL | {"api-bucket-attach"}]

@@ -56,6 +56,8 @@ MANAGER_ONLY: set[tuple[str, str]] = {
     ("api-member-detail", "delete"),
     ("dashboard", "get"),
     ("dashboard-csv", "get"),
+    ("dashboard-idle", "get"),
+    ("dashboard-idle-csv", "get"),
     ("billing-usage", "get"),
     ("billing-budget", "post"),
     ("api-usage", "get"),

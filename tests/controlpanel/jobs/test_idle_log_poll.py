@@ -17,7 +17,7 @@ from controlpanel.notebooks.models import Notebook
 from controlpanel.notebooks.states import NotebookState as N
 from controlpanel.projects.models import Project
 from tests.controlpanel.jobs.test_log_view import make_job
-from tests.controlpanel.jobs.test_notebook_pages import running
+from tests.controlpanel.notebooks.test_notebook_pages import running
 
 HTMX = {"HTTP_HX_REQUEST": "true"}
 

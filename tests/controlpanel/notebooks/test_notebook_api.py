@@ -19,7 +19,9 @@ from controlpanel.notebooks import validation as notebooks
 from controlpanel.notebooks.auth import notebook_token
 from controlpanel.notebooks.models import Notebook
 from controlpanel.notebooks.states import NotebookState
+from controlpanel.notebooks.usercontent import SERVED
 from controlpanel.projects.models import Project
+from controlpanel.usercontent.hosts import content_host
 from tests.controlpanel.test_api_schema import Schema, to_json_schema
 from tests.fixtures.panel import api_client_for
 
@@ -202,7 +204,7 @@ def test_the_editor_token_is_in_no_answer(
     owner_api: APIClient, project: Project, owner: User
 ) -> None:
     """On the local backend the editor's address carries its token: the API gives the
-    address without it (and the panel page that opens it)."""
+    notebook's own host instead (and the panel page that opens it through a ticket)."""
     notebook = make(project, owner, state=N.RUNNING)
     token = notebook_token(notebook)
     Notebook.objects.filter(pk=notebook.pk).update(
@@ -213,7 +215,7 @@ def test_the_editor_token_is_in_no_answer(
         assert response.status_code == 200
         assert token not in response.content.decode()
     got = owner_api.get(f"{URL}{notebook.pk}/?project=alpha").json()
-    assert got["url"] == f"http://127.0.0.1:8890/nb/alpha/{notebook.pk}/"
+    assert got["url"] == content_host(SERVED.prefix, notebook.pk).origin + "/"
 
 
 def test_answers_match_the_schema_and_the_body_is_the_contract(

@@ -22,7 +22,10 @@ from controlpanel.engine.selectors import workload_cost_estimate
 from controlpanel.flavors.models import Flavor, FlavorPrice
 from controlpanel.notebooks.models import Notebook
 from controlpanel.notebooks.states import NotebookState
+from controlpanel.notebooks.usercontent import SERVED
 from controlpanel.projects.models import Project, ProjectSecret
+from controlpanel.usercontent.hosts import content_host
+from controlpanel.usercontent.tickets import TICKET_PATH
 from tests.fixtures.panel import logged_in
 
 N = NotebookState
@@ -334,7 +337,11 @@ def test_open_redirects_to_the_editor_only_while_running(
 ) -> None:
     notebook = running(project, owner)
     response = owner_client.get(f"/p/alpha/notebooks/{notebook.pk}/open/")
-    assert response.status_code == 302 and response["Location"] == notebook.url
+    # To the notebook's own host, through a one-time ticket (controlpanel/usercontent): the
+    # server's token is in no address the browser sees.
+    ticket = content_host(SERVED.prefix, notebook.pk).origin + TICKET_PATH + "?ticket="
+    assert response.status_code == 302 and response["Location"].startswith(ticket)
+    assert "SERVER-TOKEN" not in response["Location"]
     detail = owner_client.get(f"/p/alpha/notebooks/{notebook.pk}/").content.decode()
     assert "SERVER-TOKEN" not in detail and f"/notebooks/{notebook.pk}/open/" in detail
     Notebook.objects.filter(pk=notebook.pk).update(state=N.STOPPED, state_reason="stopped by owner")

@@ -1,0 +1,83 @@
+"""Chromium follows a log through its stream: a stored line shows without the page polling."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+from playwright.sync_api import expect
+
+from controlpanel.engine import logs
+from controlpanel.engine.lifecycle import record_state
+from controlpanel.jobs.states import JobState
+from controlpanel.projects.models import Project
+from tests.controlpanel.streams.conftest import running_job, start_events, store
+from tests.fixtures.browser import browser_login, console_errors
+from tests.fixtures.faults import free_port
+from tests.fixtures.panel import PASSWORD
+from tests.fixtures.processes import Processes
+
+
+@pytest.mark.browser
+@pytest.mark.django_db(transaction=True)
+def test_a_printed_line_shows_without_polling(
+    page: Any,
+    live_server: Any,
+    settings: Any,
+    processes: Callable[[dict[str, str]], Processes],
+    owner: Any,
+    project: Project,
+) -> None:
+    events = start_events(processes, STREAMS_ALLOWED_ORIGINS=live_server.url)
+    # The page's host (cookies are per host, whatever the port), the events server's port.
+    settings.STREAMS_URL = events.url.replace("127.0.0.1", urlsplit(live_server.url).hostname)
+    csp = copy.deepcopy(settings.CONTENT_SECURITY_POLICY)
+    csp["DIRECTIVES"]["connect-src"].append(settings.STREAMS_URL)
+    settings.CONTENT_SECURITY_POLICY = csp
+    job = running_job(project, owner)
+    store(job, "first line")
+    browser_login(page, live_server.url, "owner", PASSWORD)
+    page.goto(f"{live_server.url}/p/alpha/jobs/{job.pk}/")
+    expect(page.locator("#log-poller")).to_have_attribute("data-stream", "open")
+    asked: list[str] = []
+    page.on("request", lambda request: asked.append(request.url))
+    store(job, "pushed \x1b[32m<ok>\x1b[0m")
+    pushed = page.locator("#log-lines .ln", has_text="pushed <ok>")
+    expect(pushed).to_be_visible()
+    expect(pushed).to_have_attribute("data-seq", "2")
+    assert page.locator("#log-lines .ln").count() == 2
+    assert [url for url in asked if "/logs/" in url or "/status/" in url] == []
+    # A state change refreshes the status block by the push; the end of the log ends it.
+    record_state(job, JobState.DONE, "exit code 0")
+    expect(page.locator("#job-status")).to_have_attribute("data-state", "DONE")
+    logs.archive_logs(job_id=job.pk, max_rounds=0)
+    expect(page.get_by_test_id("log-end")).to_be_visible()
+    assert [url for url in asked if "/logs/" in url] == []
+
+
+@pytest.mark.browser
+@pytest.mark.django_db(transaction=True)
+def test_without_an_events_server_the_page_polls(
+    page: Any, live_server: Any, settings: Any, owner: Any, project: Project
+) -> None:
+    """A stream that cannot be opened (nothing listens there) leaves the poll in charge."""
+    settings.STREAMS_URL = f"http://127.0.0.1:{free_port()}"  # nothing listens: refused
+    csp = copy.deepcopy(settings.CONTENT_SECURITY_POLICY)
+    csp["DIRECTIVES"]["connect-src"].append(settings.STREAMS_URL)
+    settings.CONTENT_SECURITY_POLICY = csp
+    job = running_job(project, owner)
+    store(job, "first line")
+    browser_login(page, live_server.url, "owner", PASSWORD)
+    page.goto(f"{live_server.url}/p/alpha/jobs/{job.pk}/")
+    expect(page.locator("#log-lines .ln", has_text="first line")).to_be_visible()
+    store(job, "polled line")
+    expect(page.locator("#log-lines .ln", has_text="polled line")).to_be_visible()
+    assert page.locator("#log-lines .ln").count() == 2
+    assert page.locator("#log-poller").get_attribute("data-stream") is None
+    # The one error the browser logs is the refused stream (cleared, or the fixture fails).
+    errors = console_errors(page)
+    assert len(errors) == 1 and "/events/?run=1&after=1" in errors[0], errors
+    errors.clear()
