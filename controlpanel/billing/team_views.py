@@ -19,7 +19,6 @@ from django.views.decorators.http import require_POST
 
 from controlpanel.billing import budgets
 from controlpanel.billing.rules import month_of, month_start, next_month
-from controlpanel.billing.templatetags.money import exact_amount
 from controlpanel.billing.usage import (
     DAY,
     Row,
@@ -127,7 +126,7 @@ def _shown(row: Row, by: str, slug: str) -> dict[str, Any]:
         "url": url,
         "minutes": row.minutes,
         "gpu_hours": row.gpu_hours,
-        "amount": exact_amount(row),  # shown to the hundredth of a cent: templatetags/money
+        "amount": row.amount,
         "estimated": row.estimated,
     }
 

@@ -1,5 +1,6 @@
 """A notebook's editor as user content (controlpanel/usercontent): on `nb-<id>.<domain>`, for
-the members of its project signed in to the panel, while it serves. Its server gets the
+its owner signed in to the panel (and the project's members once shared: sharing.py), while it
+serves. Its server gets the
 editor's token in `Authorization` (JupyterLab requires it) from the gateway, never from the
 browser."""
 
@@ -9,13 +10,11 @@ import uuid
 from typing import Any
 
 from django.conf import settings
-from django.core.exceptions import PermissionDenied
-from django.http import Http404
 
 from controlpanel.engine.backend import job_ref
 from controlpanel.notebooks.auth import SERVING, notebook_path, notebook_token
 from controlpanel.notebooks.models import Notebook
-from controlpanel.projects.access import project_access
+from controlpanel.notebooks.sharing import notebook_opener
 from controlpanel.usercontent.served import Target, cluster_address, loopback_address
 from deploy import names
 from deploy.manifests.notebooks import SERVICE_PORT
@@ -34,15 +33,11 @@ class NotebookContent:
         return rows.filter(pk=workload_id).first()
 
     def admits(self, notebook: Notebook, *, user: Any, authorization: str) -> tuple[int, str]:
-        """The panel's rule for a notebook's pages: a member of its project (or a site
-        admin), signed in; an API token opens no notebook."""
+        """The panel's rule for a notebook's pages (sharing.py): its owner, or a member of
+        its project when the owner shared it, signed in; an API token opens no notebook."""
         if user is None:
             return 401, "Sign in to the panel to open this notebook."
-        try:
-            project_access(user=user, slug=notebook.project.slug)
-        except (Http404, PermissionDenied):
-            return 403, "No such notebook."
-        return 200, ""
+        return notebook_opener(user=user, notebook=notebook)
 
     def target(self, notebook: Notebook) -> Target | None:
         if notebook.state not in SERVING:

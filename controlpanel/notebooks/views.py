@@ -34,6 +34,7 @@ from controlpanel.engine.pages import (
 from controlpanel.flavors.models import Flavor
 from controlpanel.notebooks import selectors as notebook_rows
 from controlpanel.notebooks import services as notebooks
+from controlpanel.notebooks import sharing
 from controlpanel.notebooks.forms import EDITOR_LABELS, NotebookForm
 from controlpanel.notebooks.models import Notebook, NotebookImage
 from controlpanel.notebooks.states import NotebookState
@@ -224,6 +225,8 @@ ACTIONS = {
     "stop": (notebooks.notebook_stop, "Stopping: its rw volumes are pushed, its workspace kept."),
     "keep-alive": (notebooks.notebook_keep_alive, "Kept running: the idle clock starts again."),
     "delete": (notebooks.notebook_delete, "Deleting the notebook, its workspace with it."),
+    "share": (sharing.notebook_share, "Shared: the project's members can open it."),
+    "unshare": (sharing.notebook_unshare, "No longer shared: only you can open it."),
 }
 
 

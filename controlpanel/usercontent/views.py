@@ -64,7 +64,9 @@ def _issue(
 ) -> HttpResponse:
     status, why = served.admits(workload, user=request.user, authorization="")
     if status != 200:
-        return error_page(request, status=404, message=why)  # nothing said of others' work
+        # Nothing is said of another project's work; in one's own project, why not.
+        hidden = status == 404 or why.startswith("No such")
+        return error_page(request, status=404 if hidden else 403, message=why)
     if served.target(workload) is None:
         message = f"The {served.noun} is not running: start it, then open it."
         return error_page(request, status=403, message=message)

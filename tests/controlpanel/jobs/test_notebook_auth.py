@@ -18,6 +18,7 @@ from controlpanel.flavors.models import Flavor
 from controlpanel.notebooks.auth import notebook_token
 from controlpanel.notebooks.driver import notebook_request
 from controlpanel.notebooks.models import Notebook
+from controlpanel.notebooks.sharing import NOT_SHARED
 from controlpanel.notebooks.states import NotebookState
 from controlpanel.projects.models import Project
 from controlpanel.usercontent.hosts import content_host
@@ -90,9 +91,20 @@ def test_the_owner_gets_through_with_the_editor_token(
     assert "Set-Cookie" not in response
 
 
-def test_another_member_of_the_project_gets_through(
+def share(notebook: Notebook) -> None:
+    notebook.params = {**notebook.params, "shared": True}
+    notebook.save(update_fields=["params"])
+
+
+def test_another_member_is_refused_until_the_owner_shares_it(
     notebook: Notebook, member: User, project: Project
 ) -> None:
+    """A notebook is its owner's (controlpanel/notebooks/sharing.py), even with a valid
+    cookie for its host: the gate asks at every request."""
+    refused = ask(logged_in(member), notebook)
+    assert refused.status_code == 403 and "X-Ajuste-Authorization" not in refused
+    assert refused["X-Ajuste-Reason"] == NOT_SHARED
+    share(notebook)
     response = ask(logged_in(member), notebook)
     assert response.status_code == 200 and response["X-Ajuste-Authorization"]
 
@@ -191,17 +203,23 @@ def test_the_cluster_gets_the_token_the_gateway_is_answered_with(
     assert ask(owner_client, notebook)["X-Ajuste-Authorization"] == f"token {request.token}"
 
 
-def test_a_site_admin_outside_the_project_gets_through_like_everywhere_else(
-    notebook: Notebook,
+def test_a_site_admin_or_a_manager_opens_no_one_elses_notebook(
+    notebook: Notebook, project: Project
 ) -> None:
-    """project_access() is the one rule: site admins see every project."""
+    """They may stop or delete it (engine/services.py), not open it: an editor is a shell
+    with its owner's volumes and secrets."""
     admin = UserFactory(username="root", is_staff=True)
-    assert ask(logged_in(admin), notebook).status_code == 200
+    manager = UserFactory(username="boss")
+    add_member(project, manager, "manager")
+    for user in (admin, manager):
+        refused = ask(logged_in(user), notebook)
+        assert refused.status_code == 403 and refused["X-Ajuste-Reason"] == NOT_SHARED
 
 
 def test_a_member_removed_from_the_project_is_refused_at_once(
     notebook: Notebook, project: Project
 ) -> None:
+    share(notebook)
     user = UserFactory(username="leaver")
     membership = add_member(project, user)
     client = logged_in(user)
