@@ -348,6 +348,15 @@ CELERY_WORKER_TASK_LOG_FORMAT = (
 )
 CELERY_TIMEZONE = "UTC"
 CELERY_BEAT_SCHEDULE: dict = {}
+# Several beat replicas (a rolling update's new pod beside the old one) send each periodic task
+# once: only the one holding the Lease does (controlpanel/engine/leaderbeat.py).
+CELERY_BEAT_SCHEDULER = "controlpanel.engine.leaderbeat:LeaderScheduler"
+# Leader election on the Kubernetes backend (engine/leader.py): beat and the watcher run their
+# work in the one replica holding a coordination.k8s.io Lease in KUBERNETES_NAMESPACE; another
+# takes over within LEADER_LEASE_SECONDS of the holder's last renewal. On in k8s/config.env;
+# off by default (make run and Compose run one of each): every replica acts.
+LEADER_ELECTION = env_bool("LEADER_ELECTION", False)
+LEADER_LEASE_SECONDS = env_int("LEADER_LEASE_SECONDS", 15, minimum=2)
 # Every task ends: a hung call past the soft limit raises in it (retried where the task says),
 # past the hard one its process is replaced. Tasks that need longer say so on their decorator.
 # (The prefork pool enforces them; the deadlines below bound the calls in any pool.)

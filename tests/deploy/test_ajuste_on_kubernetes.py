@@ -126,6 +126,7 @@ def test_renders_every_part_and_validates(objects: list[Obj]) -> None:
         ("Role", "ajuste-leader-election"),
         ("RoleBinding", "ajuste-leader-election"),
         ("Service", "ajuste-web"),
+        ("ServiceAccount", "ajuste-beat"),
         ("ServiceAccount", "ajuste-controller"),
         ("ServiceAccount", "ajuste-web"),
         ("ValidatingAdmissionPolicy", "ajuste-controller-scope"),
@@ -389,13 +390,22 @@ def test_only_the_processes_that_call_the_cluster_get_a_token(objects: list[Obj]
     }
     assert {
         name for name, pod in pods.items() if pod.get("automountServiceAccountToken", True)
-    } == {"ajuste-worker", "ajuste-watcher"}
+    } == {"ajuste-worker", "ajuste-watcher", "ajuste-beat"}
     assert {name: pod.get("serviceAccountName") for name, pod in pods.items()} == {
         "ajuste-web": "ajuste-web",
         "ajuste-worker": "ajuste-controller",
         "ajuste-watcher": "ajuste-controller",
-        "ajuste-beat": None,
+        "ajuste-beat": "ajuste-beat",
     }
+    # Beat's token reaches its Lease only (leader election), nothing of the workloads.
+    beat_bound = {
+        o["roleRef"]["name"]
+        for o in objects
+        if o["kind"] in ("RoleBinding", "ClusterRoleBinding")
+        for subject in o.get("subjects") or []
+        if subject["name"] == "ajuste-beat"
+    }
+    assert beat_bound == {"ajuste-leader-election"}
     # The internet-facing web pods have an identity of their own, bound to nothing.
     assert find(objects, "ServiceAccount", "ajuste-web")["automountServiceAccountToken"] is False
     subjects = [

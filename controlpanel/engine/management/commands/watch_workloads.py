@@ -3,22 +3,28 @@ happen (the Procfile's `watcher`). The Kubernetes backend lists then watches pod
 without a watch is polled. The beat sweep stays the safety net: either alone converges.
 
 Beside the watch, the same process runs the log collector (collector.py): the log of every
-running workload is stored as it is printed, watched or not."""
+running workload is stored as it is printed, watched or not.
+
+Both run in one replica at a time: the one holding the `ajuste-watch` Lease (engine/leader.py).
+Another replica (a rolling update's new pod, a second one for availability) waits and takes
+over, watch and collector, when the holder lets go or stops renewing."""
 
 from __future__ import annotations
 
 import logging
 import signal
 import threading
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
-from django.db import close_old_connections
+from django.db import close_old_connections, connections
 
 from controlpanel.engine.backend import get_backend
 from controlpanel.engine.collector import LogCollector
+from controlpanel.engine.leader import WATCH_LEASE, Leadership, leadership
 from controlpanel.engine.sweep import record_observation
-from deploy.types import DeployError
+from deploy.types import DeployError, ObservedWorkload
 
 log = logging.getLogger(__name__)
 
@@ -59,21 +65,22 @@ class Command(BaseCommand):
 
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, shut_down)
-        collector = LogCollector(interval_s=log_seconds)
-        threading.Thread(target=collector.run, args=(stop,), name="logs", daemon=True).start()
-        backend = get_backend()
-        if hasattr(backend, "watch"):
-            for observed in backend.watch(stop=stop, resync_s=resync_seconds):
-                self._record(observed)
-        else:
-            while not stop.wait(poll_seconds):
-                try:
-                    for observed in backend.observe_all():
-                        self._record(observed)
-                except DeployError as exc:
-                    log.warning("listing workloads failed: %s", exc)
+        leader = leadership(WATCH_LEASE)
+        leader.start(stop)
+        try:
+            watch_while_leading(
+                stop,
+                leader,
+                record=self._record,
+                poll_s=poll_seconds,
+                resync_s=resync_seconds,
+                log_s=log_seconds,
+            )
+        finally:
+            stop.set()
+            leader.join()  # the Lease let go: the next replica takes over at once
 
-    def _record(self, observed: Any) -> None:
+    def _record(self, observed: ObservedWorkload) -> None:
         close_old_connections()
         try:
             record_observation(observed)
@@ -81,3 +88,63 @@ class Command(BaseCommand):
             log.warning("recording %s failed: %s", observed.id, exc)
         except Exception:  # a database or broker outage: the watch goes on, the sweep repairs
             log.exception("recording %s failed", observed.id)
+
+
+def watch_while_leading(
+    stop: threading.Event,
+    leader: Leadership,
+    *,
+    record: Callable[[ObservedWorkload], None],
+    poll_s: float,
+    resync_s: float,
+    log_s: float,
+) -> None:
+    """Until `stop`: wait for the Lease, then watch and collect logs for as long as it is
+    held (a term). An observation that arrives after the Lease was lost is not recorded: the
+    next leader's relist records it."""
+    while leader.wait_leading(stop):
+        term = threading.Event()
+        collector = LogCollector(interval_s=log_s)
+        threads = [
+            threading.Thread(target=_end_term, args=(stop, leader, term), daemon=True),
+            threading.Thread(target=_collect, args=(collector, term), name="logs", daemon=True),
+        ]
+        for thread in threads:
+            thread.start()
+        try:
+            for observed in _observations(term, poll_s, resync_s):
+                if not leader.leading():
+                    break
+                record(observed)
+        finally:
+            term.set()
+            for thread in threads:
+                thread.join()
+
+
+def _collect(collector: LogCollector, term: threading.Event) -> None:
+    """The collector for one term, on a thread of its own: its connection closes with it."""
+    try:
+        collector.run(term)
+    finally:
+        connections.close_all()
+
+
+def _end_term(stop: threading.Event, leader: Leadership, term: threading.Event) -> None:
+    while not term.is_set() and not stop.is_set() and leader.leading():
+        term.wait(leader.retry_s)
+    term.set()
+
+
+def _observations(
+    term: threading.Event, poll_s: float, resync_s: float
+) -> Iterator[ObservedWorkload]:
+    backend = get_backend()
+    if hasattr(backend, "watch"):
+        yield from backend.watch(stop=term, resync_s=resync_s)
+        return
+    while not term.wait(poll_s):
+        try:
+            yield from backend.observe_all()
+        except DeployError as exc:
+            log.warning("listing workloads failed: %s", exc)
