@@ -3,7 +3,7 @@
     .venv/bin/python bench/bench_storage.py [--small-files 1000] [--small-size 16384]
                                             [--big-mib 1024] [--workers 8]
     .venv/bin/python bench/bench_storage.py --tools [--small-files 1000] [--small-size 2048]
-                                            [--rounds 5]
+                                            [--rounds 5] [--transfers 16] [--only pull]
 
 Both sides talk to the same embedded S3 server (s3rver on loopback, storage/embedded.py) with
 the same client settings (storage/client.py). Cases:
@@ -16,12 +16,14 @@ Baseline and sync rounds alternate, twice each, and the best time of each side i
 Prints one line per measure and the ratio (sync throughput / baseline throughput).
 
 `--tools` compares instead with the tools users know, each a command run from the start (as
-its users run it): `rclone copy --transfers 16` and `aws s3 sync` (rclone from apt, the AWS CLI
-from pip, both on PATH) against `python -m storage.sync pull|push` (the command pods run,
-interpreter start included) and `storage.sync.pull()|push()` called in this process, on
-`--small-files` files of `--small-size` bytes. The four take turns, each round into a new
-folder (pull) or a new prefix (push); the median of `--rounds` rounds of each is printed,
-with the load average before and after.
+its users run it): `rclone copy --transfers N` and `aws s3 sync` (rclone from apt, the AWS CLI
+from pip, both on PATH) against `python -m storage.sync pull|push --workers N` (the command
+pods run, interpreter start included) and `storage.sync.pull()|push()` called in this
+process with N workers: the same number of parallel transfers (`--transfers`, 16) for rclone
+and sync. On `--small-files` files of `--small-size` bytes. The four take turns, each round
+into a new folder (pull) or a new prefix (push); per tool the median and p95 of `--rounds`
+rounds, the CPU the command used (its own, not the server's), and the load average before
+and after. `--only pull` (or push) times one direction.
 """
 
 from __future__ import annotations
@@ -211,7 +213,15 @@ def tool_env(config: DatastoreConfig) -> dict[str, str]:
     return env
 
 
-def tools_case(config: DatastoreConfig, work: Path, count: int, size: int, rounds: int) -> None:
+def tools_case(
+    config: DatastoreConfig,
+    work: Path,
+    count: int,
+    size: int,
+    rounds: int,
+    transfers: int,
+    only: str | None,
+) -> None:
     for tool in ("rclone", "aws"):
         if shutil.which(tool) is None:
             raise SystemExit(f"{tool} is not on PATH (apt-get install rclone; pip install awscli)")
@@ -220,47 +230,88 @@ def tools_case(config: DatastoreConfig, work: Path, count: int, size: int, round
     make_small_files(source, count, size)
     check(push(config, volume("tools"), source))
     endpoint = config.endpoint_url
+    n = str(transfers)
 
     def run(*command: str) -> None:
         subprocess.run(command, env=env, check=True, stdout=subprocess.DEVNULL, cwd=REPO)
 
     def cli(direction: str, prefix: str, root: Path) -> None:
         spec = render_volume_spec(VolumeSpec(BUCKET, "LOCAL", prefix, "/workspace/v", Mode.RW))
-        run(sys.executable, "-m", "storage.sync", direction, spec, "--root", str(root))
+        run(
+            sys.executable,
+            "-m",
+            "storage.sync",
+            direction,
+            spec,
+            "--root",
+            str(root),
+            "--workers",
+            n,
+        )
 
     def pulled(root: Path) -> None:
-        check(pull(config, volume("tools"), root))
+        check(pull(config, volume("tools"), root, workers=transfers))
 
-    rclone = ("rclone", "copy", "--transfers", "16")
+    rclone = ("rclone", "copy", "--transfers", n)
     aws = ("aws", "s3", "sync", "--only-show-errors", "--endpoint-url", endpoint)
     pulls: dict[str, Callable[[int], object]] = {
-        "python -m storage.sync pull": lambda r: cli("pull", "tools", work / f"pc{r}"),
+        f"python -m storage.sync pull --workers {n}": lambda r: cli(
+            "pull", "tools", work / f"pc{r}"
+        ),
         "storage.sync.pull() in process": lambda r: pulled(work / f"pp{r}"),
-        "rclone copy --transfers 16": lambda r: run(
+        f"rclone copy --transfers {n}": lambda r: run(
             *rclone, f"bench:{BUCKET}/tools", str(work / f"pr{r}")
         ),
         "aws s3 sync": lambda r: run(*aws, f"s3://{BUCKET}/tools", str(work / f"pa{r}")),
     }
     pushes: dict[str, Callable[[int], object]] = {
-        "python -m storage.sync push": lambda r: cli("push", f"tc{r}", work / "tools-src"),
-        "storage.sync.push() in process": lambda r: check(push(config, volume(f"tp{r}"), source)),
-        "rclone copy --transfers 16": lambda r: run(*rclone, str(source), f"bench:{BUCKET}/tr{r}"),
+        f"python -m storage.sync push --workers {n}": lambda r: cli(
+            "push", f"tc{r}", work / "tools-src"
+        ),
+        "storage.sync.push() in process": lambda r: check(
+            push(config, volume(f"tp{r}"), source, workers=transfers)
+        ),
+        f"rclone copy --transfers {n}": lambda r: run(
+            *rclone, str(source), f"bench:{BUCKET}/tr{r}"
+        ),
         "aws s3 sync": lambda r: run(*aws, str(source), f"s3://{BUCKET}/ta{r}"),
     }
     print(f"\n{count} files of {size} bytes, {rounds} rounds, load {os.getloadavg()[0]:.2f}")
     for what, tools in (("pull", pulls), ("push", pushes)):
-        times: dict[str, list[float]] = {name: [] for name in tools}
-        for round_ in range(rounds):
-            for name, action in tools.items():
-                times[name].append(timed(action, round_))
-        best_tool = min(statistics.median(times[n]) for n in tools if "sync" not in n)
-        for name, measured in times.items():
-            median = statistics.median(measured)
-            every = " ".join(f"{t:.2f}" for t in measured)
-            print(
-                f"{what}: {name:<34} median {median:6.2f} s  x{median / best_tool:4.2f}  ({every})"
-            )
+        if only in (None, what):
+            alternate(what, tools, rounds)
     print(f"load average after: {os.getloadavg()[0]:.2f}")
+
+
+def alternate(what: str, tools: dict[str, Callable[[int], object]], rounds: int) -> None:
+    """Each tool once per round, in turn; per tool the median, p95, its rounds and the CPU
+    its command used (children's user + system time; 0 for the in-process call's threads,
+    which count as this process)."""
+    times: dict[str, list[float]] = {name: [] for name in tools}
+    cpu: dict[str, list[float]] = {name: [] for name in tools}
+    for round_ in range(rounds):
+        for name, action in tools.items():
+            before = os.times()
+            times[name].append(timed(action, round_))
+            after = os.times()
+            spent = after.children_user + after.children_system
+            spent -= before.children_user + before.children_system
+            if "in process" in name:
+                spent = after.user + after.system - before.user - before.system
+            cpu[name].append(spent)
+    best_tool = min(statistics.median(times[n]) for n in tools if "sync" not in n)
+    for name, measured in times.items():
+        median, worst = statistics.median(measured), p95(measured)
+        every = " ".join(f"{t:.2f}" for t in measured)
+        print(
+            f"{what}: {name:<36} median {median:6.2f} s x{median / best_tool:4.2f}  "
+            f"p95 {worst:6.2f} s  cpu {statistics.median(cpu[name]):5.2f} s  ({every})"
+        )
+
+
+def p95(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
 
 
 def main() -> None:
@@ -271,6 +322,8 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=8)
     parser.add_argument("--tools", action="store_true", help="compare with rclone and aws")
     parser.add_argument("--rounds", type=int, default=5, help="rounds of --tools")
+    parser.add_argument("--transfers", type=int, default=16, help="--tools: rclone and sync")
+    parser.add_argument("--only", choices=("pull", "push"), help="--tools: one direction")
     args = parser.parse_args()
     if args.tools and "--small-size" not in sys.argv:
         args.small_size = 2048
@@ -281,7 +334,15 @@ def main() -> None:
             config = server.config()
             create_bucket(config, bucket=BUCKET)
             if args.tools:
-                tools_case(config, work, args.small_files, args.small_size, args.rounds)
+                tools_case(
+                    config,
+                    work,
+                    args.small_files,
+                    args.small_size,
+                    args.rounds,
+                    args.transfers,
+                    args.only,
+                )
                 return
             small_files_case(config, work, args.small_files, args.small_size, args.workers)
             big_file_case(config, work, args.big_mib, args.workers)

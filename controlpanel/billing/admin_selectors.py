@@ -2,7 +2,10 @@
 project's drill-down (users → workloads → runs → a run's lines) and price history.
 
 Everything is summed in PostgreSQL (a month of 10 million minutes is some 10^5 lines), and
-long lists are querysets the views paginate. Money follows `selectors.invoice_lines`: an
+long lists are querysets the views paginate. The drill-down's users and workloads read each
+workload's month (billing/rollup.py: a row per workload and flavor, always equal to its lines)
+instead of every line of the project's month; its runs read the lines in start order.
+Money follows `selectors.invoice_lines`: an
 invoice line (flavor, price, units, month adjusted) is rounded to the cent once, and a
 project's amount is the sum of its invoice lines, so the month's table, the invoice and their
 CSVs say the same figure. Rows of the drill-down are rounded once per row.
@@ -21,7 +24,7 @@ from typing import Any
 from django.conf import settings
 from django.db.models import Case, Count, F, Min, Q, QuerySet, Sum, When
 
-from controlpanel.billing.models import Line, Period
+from controlpanel.billing.models import Line, Period, WorkloadMonth
 from controlpanel.billing.rules import CENT, amount
 from controlpanel.engine.models import JobRun, Workload
 from controlpanel.flavors.models import Flavor, FlavorPrice
@@ -47,6 +50,22 @@ SUMS: dict[str, Any] = {
     ),
     "p": Sum(F("minutes") * F("units") * F("price_per_hour")),
     "adj": Count("pk", filter=~Q(period=F("of_period"))),
+}
+# A run's row shows its minutes, money and adjustments (its GPU- and CPU-minutes are not).
+RUN_SUMS = {name: SUMS[name] for name in ("m", "um", "p", "adj")}
+# The same sums over the rollup's rows (billing/rollup.py), which hold them per flavor.
+MONTH_SUMS: dict[str, Any] = {
+    "m": Sum("minutes"),
+    "um": Sum("unit_minutes"),
+    "gm": Sum(F("unit_minutes") * F("flavor__gpus_per_unit")),
+    "cm": Sum(
+        Case(
+            When(flavor__gpus_per_unit=0, then=F("unit_minutes") * F("flavor__vcpu_per_unit")),
+            default=0,
+        )
+    ),
+    "p": Sum("price_minutes"),
+    "adj": Sum("adjustments"),
 }
 
 
@@ -86,8 +105,8 @@ class Usage:
     def add(self, row: dict[str, Any]) -> None:
         self.minutes += row["m"] or 0
         self.unit_minutes += row["um"] or 0
-        self.gpu_minutes += row["gm"] or 0
-        self.cpu_minutes += row["cm"] or 0
+        self.gpu_minutes += row.get("gm") or 0
+        self.cpu_minutes += row.get("cm") or 0
         self.price_minutes += Decimal(row["p"] or 0)
         self.adjustments += row["adj"] or 0
 
@@ -179,20 +198,29 @@ def month_usage(rows: Iterable[ProjectMonth]) -> Usage:
 
 
 def project_lines(*, month: date, project: Project) -> QuerySet[Line]:
-    """The project's lines billed in `month`. Their runs are the project's too: saying so
-    lets PostgreSQL read just the project's runs (by index) where it joins them, instead of
-    every run there is."""
-    return Line.objects.filter(period=month, project=project, run__project_id=project.pk)
+    """The project's lines billed in `month`."""
+    return Line.objects.filter(period=month, project=project)
+
+
+def project_months(
+    *, month: date, project: Project, user: str | None = None, workload: str | None = None
+) -> QuerySet[WorkloadMonth]:
+    """The project's workloads' months (billing/rollup.py: a row per workload and flavor,
+    equal to the lines summed), of one user's workloads or one workload."""
+    rows = WorkloadMonth.objects.filter(period=month, project=project)
+    if user:
+        rows = rows.filter(workload__owner__username=user)
+    if workload:
+        rows = rows.filter(workload_id=uuid.UUID(workload))
+    return rows
 
 
 def project_users(*, month: date, project: Project) -> list[dict[str, Any]]:
     """The project's month by user (the workload's owner; none when it was deleted)."""
     rows: Any = (
-        project_lines(month=month, project=project)
-        .values(user=F("run__job__owner__username"))
-        .annotate(
-            **SUMS, workloads=Count("run__job", distinct=True), runs=Count("run", distinct=True)
-        )
+        project_months(month=month, project=project)
+        .values(user=F("workload__owner__username"))
+        .annotate(**MONTH_SUMS, workloads=Count("workload", distinct=True), runs=Sum("runs"))
         .order_by(F("p").desc(), "user")
     )
     return [dict(row, usage=usage_of(row)) for row in rows]
@@ -237,6 +265,8 @@ def _filtered(
     month: date, project: Project, user: str | None, workload: str | None = None
 ) -> QuerySet[Line]:
     lines = project_lines(month=month, project=project)
+    if user or workload:  # naming the project on the runs too: PostgreSQL then reads just its
+        lines = lines.filter(run__project_id=project.pk)  # runs (by index) where it joins them
     if user:
         lines = lines.filter(run__job__owner__username=user)
     if workload:
@@ -245,11 +275,12 @@ def _filtered(
 
 
 def project_workloads(*, month: date, project: Project, user: str | None = None) -> Paged:
-    """The project's month by workload, largest amount first."""
+    """The project's month by workload, largest amount first (read from the rollup: a row per
+    workload and flavor, not the lines)."""
     sums: Any = (
-        _filtered(month, project, user)
-        .values(workload=F("run__job_id"))
-        .annotate(**SUMS, runs=Count("run", distinct=True))
+        project_months(month=month, project=project, user=user)
+        .values("workload")
+        .annotate(**MONTH_SUMS, runs=Sum("runs"))
         .order_by(F("p").desc(), "workload")
     )
     fields = {"name": "name", "kind": "kind", "user": "owner__username"}
@@ -259,11 +290,13 @@ def project_workloads(*, month: date, project: Project, user: str | None = None)
 def project_runs(
     *, month: date, project: Project, user: str | None = None, workload: str | None = None
 ) -> Paged:
-    """The project's month by run (pod run), by start: its end, flavor and units."""
+    """The project's month by run (pod run), by start: its end, flavor and units. The lines
+    alone are summed (a page's runs from the (period, project, run start) index), the flavor
+    and the rest read for the page's rows."""
     sums: Any = (
         _filtered(month, project, user, workload)
         .values(run_pk=F("run_id"))
-        .annotate(**SUMS, start=Min("run_start"))
+        .annotate(**RUN_SUMS, start=Min("run_start"))
         .order_by("start", "run_pk")
     )
     fields = {

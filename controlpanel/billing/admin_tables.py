@@ -17,7 +17,8 @@ from django.urls import reverse
 
 from controlpanel.billing.admin_selectors import ProjectMonth, Usage, hours, usage_of
 from controlpanel.billing.models import Line
-from controlpanel.billing.rules import MINUTE, amount
+from controlpanel.billing.rules import MINUTE
+from controlpanel.billing.templatetags.money import exact_amount, money_text
 from controlpanel.flavors.models import FlavorPrice
 from controlpanel.projects.models import Project
 
@@ -27,11 +28,13 @@ FORMULA = ("=", "+", "-", "@", "\t", "\r")
 @dataclass(frozen=True)
 class Cell:
     """`text` is what the page shows and the CSV holds; `free`: typed by a user (a name),
-    quoted in the CSV if a spreadsheet would run it as a formula."""
+    quoted in the CSV if a spreadsheet would run it as a formula; `title`: the whole value
+    behind a shortened text, on the page only."""
 
     text: str
     href: str = ""
     free: bool = False
+    title: str = ""
 
     def csv(self) -> str:
         return "'" + self.text if self.free and self.text.startswith(FORMULA) else self.text
@@ -49,7 +52,8 @@ class Table:
 
 
 def money(value: Decimal) -> str:
-    return f"{value:.2f}"
+    """As every page shows money (templatetags/money.py): a CPU minute's 0.0007 is not 0.00."""
+    return money_text(value)
 
 
 def when(moment: datetime | None) -> str:
@@ -60,8 +64,10 @@ def month_text(month: date) -> str:
     return f"{month:%Y-%m}"
 
 
-def _usage_cells(usage: Usage) -> list[Cell]:
-    return [Cell(str(usage.gpu_hours)), Cell(str(usage.cpu_hours)), Cell(money(usage.amount))]
+def _usage_cells(usage: Usage, *, exact: bool = False) -> list[Cell]:
+    """`exact`: a drill-down row's own money, not rounded (invoice figures are, per line)."""
+    money_of = exact_amount(usage) if exact else usage.amount
+    return [Cell(str(usage.gpu_hours)), Cell(str(usage.cpu_hours)), Cell(money(money_of))]
 
 
 def projects_table(month: date, rows: list[ProjectMonth]) -> Table:
@@ -111,7 +117,7 @@ def users_table(month: date, project: Project, rows: list[dict[str, Any]]) -> Ta
             ),
             Cell(str(item["workloads"])),
             Cell(str(item["runs"])),
-            *_usage_cells(item["usage"]),
+            *_usage_cells(item["usage"], exact=True),
         ]
 
     return Table(
@@ -136,7 +142,7 @@ def workloads_table(month: date, project: Project, rows: Iterable[dict[str, Any]
             Cell(item["kind"] or ""),
             Cell(item["user"] or "", free=True),
             Cell(str(item["runs"])),
-            *_usage_cells(usage_of(item)),
+            *_usage_cells(usage_of(item), exact=True),
         ]
 
     return Table(
@@ -148,6 +154,8 @@ def workloads_table(month: date, project: Project, rows: Iterable[dict[str, Any]
 
 
 def runs_table(month: date, project: Project, rows: Iterable[dict[str, Any]]) -> Table:
+    """One row per pod run, named by its workload, its run number and a short id (the whole
+    id in the link's title and on the run's page), so that it fits a 1366 px screen."""
     # one reverse() for the table, not one per run (a CSV has thousands of rows)
     template = reverse(
         "billing-run", kwargs={"month": month_text(month), "slug": project.slug, "run_id": 0}
@@ -161,16 +169,17 @@ def runs_table(month: date, project: Project, rows: Iterable[dict[str, Any]]) ->
             end = when(item["finished"]) + (" (estimated)" if item["estimated"] else "")
         else:
             end = f"running, billed to {when(item['billed_to'])}"
+        uid = item["uid"] or ""
+        number = f" #{item['number']}" if item["number"] else ""
+        name = f"{item['name'] or '(deleted)'}{number} · {uid[:8]}"
         return [
-            Cell(item["uid"], link, free=True),
-            Cell(item["name"] or "(deleted)", free=True),
+            Cell(name, link, free=True, title=f"run {uid}"),
             Cell(item["user"] or "", free=True),
             Cell(when(item["started"])),
             Cell(end),
-            Cell(item["flavor_name"]),
-            Cell(str(item["run_units"])),
+            Cell(f"{item['flavor_name']} × {item['run_units']}"),
             Cell(str(usage.minutes)),
-            Cell(money(usage.amount)),
+            Cell(money(exact_amount(usage))),
             Cell(str(usage.adjustments)),
         ]
 
@@ -178,17 +187,15 @@ def runs_table(month: date, project: Project, rows: Iterable[dict[str, Any]]) ->
         name="runs",
         headers=[
             "Run",
-            "Workload",
             "User",
             "Started (UTC)",
             "Ended (UTC)",
-            "Flavor",
-            "Units",
+            "Flavor × units",
             "Minutes",
             "Amount",
             "Adjustment lines",
         ],
-        numeric=frozenset({6, 7, 8, 9}),
+        numeric=frozenset({5, 6, 7}),
         rows=(row(item) for item in rows),
     )
 
@@ -212,7 +219,7 @@ def lines_table(lines: Iterable[Line]) -> Table:
             Cell(str(line.units)),
             Cell(version),
             Cell(f"{line.price_per_hour}"),
-            Cell(money(amount(line.minutes * line.units * line.price_per_hour))),
+            Cell(money(Decimal(line.minutes * line.units * line.price_per_hour) / 60)),
         ]
 
     return Table(

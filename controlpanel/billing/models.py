@@ -5,7 +5,7 @@ from django.db import models
 from django.db.models import F, Q
 from django.utils import timezone
 
-from controlpanel.engine.models import JobRun
+from controlpanel.engine.models import JobRun, Workload
 from controlpanel.flavors.models import Flavor, FlavorPrice
 from controlpanel.projects.models import Project
 
@@ -118,7 +118,8 @@ class Line(models.Model):
             ),
         ]
         indexes = [
-            models.Index(fields=["period", "project"]),
+            # a project's month by run start: the drill-down's runs page reads its rows only
+            models.Index(fields=["period", "project", "run_start", "run"]),
             models.Index(fields=["of_period", "run"]),
         ]
 
@@ -132,6 +133,54 @@ class Line(models.Model):
     @property
     def price_minutes(self) -> int:
         return self.minutes * self.units
+
+
+class WorkloadMonth(models.Model):
+    """The lines of one workload billed in one month, summed per flavor (billing/rollup.py):
+    what the admins' drill-down reads instead of every line of the project's month. Kept by
+    the writer of the lines in the same transaction (each change of a run's lines adds its
+    difference), so it always equals the ledger; `workload` is the run's workload, None once
+    that workload is deleted (its rows then join the project's None rows)."""
+
+    period = models.DateField(help_text="The month billed in.")
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
+    # No database constraint: a deleted workload's rows are moved to None by the deletion,
+    # in the same transaction (billing/receivers.py), never left pointing nowhere.
+    workload = models.ForeignKey(
+        Workload,
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
+        null=True,
+        blank=True,
+        related_name="+",
+    )
+    flavor = models.ForeignKey(Flavor, on_delete=models.PROTECT, related_name="+")
+    minutes = models.BigIntegerField(default=0)
+    unit_minutes = models.BigIntegerField(default=0, help_text="Σ minutes × units.")
+    price_minutes = models.DecimalField(
+        max_digits=24, decimal_places=4, default=0, help_text="Σ minutes × units × price per hour."
+    )
+    adjustments = models.IntegerField(default=0, help_text="Adjustment lines among them.")
+    lines = models.IntegerField(default=0)
+    runs = models.IntegerField(default=0, help_text="Runs with lines among them.")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["period", "project", "workload", "flavor"],
+                condition=Q(workload__isnull=False),
+                name="one_workload_month_per_flavor",
+            ),
+            models.UniqueConstraint(
+                fields=["period", "project", "flavor"],
+                condition=Q(workload=None),
+                name="one_deleted_workloads_month_per_flavor",
+            ),
+        ]
+        indexes = [models.Index(fields=["workload"])]
+
+    def __str__(self) -> str:
+        return f"{self.period:%Y-%m} {self.project_id} {self.workload_id}: {self.minutes} min"
 
 
 class Sighting(models.Model):

@@ -11,6 +11,9 @@ its pod was last seen alive. A run that ends in ERROR without the cluster report
 (its pod vanished: `record_state` closed it when the panel noticed) is closed at its last
 sighting instead, and marked estimated. After a recording, the project's budget is checked
 (queued once the transaction commits; only for projects with a budget).
+
+A deleted workload's runs stay (for billing) without their workload: its months in the
+rollup (billing/rollup.py) move to the project's None rows in the deletion's transaction.
 """
 
 from __future__ import annotations
@@ -21,12 +24,14 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
+from django.apps import apps
 from django.db import transaction
-from django.db.models.signals import post_save
+from django.db.models.signals import post_save, pre_delete
 from django.dispatch import receiver
 from django.utils import timezone
 
 from controlpanel.billing.models import Meter, Sighting
+from controlpanel.billing.rollup import rollup_forget_workload
 from controlpanel.billing.services import run_record
 from controlpanel.billing.tasks import budget_check_soon
 from controlpanel.engine.lifecycle import workload_ended
@@ -75,6 +80,21 @@ def _run_saved(sender: Any, instance: JobRun, **kwargs: Any) -> None:
         except Exception:
             log.exception("billing: sighting of run %s not noted", instance.pk)
     record_quietly(instance.pk, instance.project_id)
+
+
+def _workload_deleted(sender: Any, instance: Workload, origin: Any = None, **kwargs: Any) -> None:
+    if isinstance(origin, Project):
+        return  # the project's rollup rows go with it
+    rollup_forget_workload(workload_id=instance.pk)
+
+
+# Each kind is a proxy model of Workload and sends as itself. Connected per model: a receiver
+# of every sender would keep Django from deleting any other model's rows in bulk.
+for _model in apps.get_models():
+    if issubclass(_model, Workload):
+        pre_delete.connect(
+            _workload_deleted, sender=_model, dispatch_uid=f"billing-{_model._meta.label}-deleted"
+        )
 
 
 @receiver(runs_seen, dispatch_uid="billing-runs-seen")

@@ -1,6 +1,7 @@
 """Writes of the ledger: recording a run, rebuilding a month, closing and locking periods.
 
-`run_record` is the one function that writes lines. It derives the whole of a run's ledger
+`run_record` is the one function that writes lines (and, with them, each workload's month:
+billing/rollup.py). It derives the whole of a run's ledger
 from its row (re-read under the row's lock) and the flavor's price versions, then makes the
 lines say exactly that: recording twice, or after a crash half-way (its transaction rolled
 back), or from a row that later observations rewrite, leaves the lines equal to what the row
@@ -29,6 +30,7 @@ from django.utils import timezone
 
 from controlpanel import audit
 from controlpanel.billing.models import Line, Meter, Period, PeriodState
+from controlpanel.billing.rollup import contribution, rollup_follow, rollup_rebuild
 from controlpanel.billing.rules import (
     MINUTE,
     billed_minutes,
@@ -66,10 +68,15 @@ def run_record(*, run_id: int, now: datetime | None = None, force: bool = False)
         seen = JobRun.objects.select_related("meter").filter(pk=run_id).first()
         if seen is None or seen.started_at is None or _unchanged(_meter(seen), seen):
             return False
+    return _record_again(run_id, now, force, None)
+
+
+def _record_again(run_id: int, now: datetime, force: bool, rebuilding: date | None) -> bool:
+    """`rebuilding`: a month whose rollup its rebuild sums afresh once every run is in."""
     for _ in range(5):
         try:
             with transaction.atomic():
-                return _record(run_id, now, force)
+                return _record(run_id, now, force, rebuilding)
         except _PeriodLockedMeanwhile:
             continue  # a month was locked while we computed: again, with it locked
     raise RuntimeError(f"run {run_id}: periods kept being locked while recording")
@@ -79,7 +86,7 @@ class _PeriodLockedMeanwhile(Exception):
     pass
 
 
-def _record(run_id: int, now: datetime, force: bool) -> bool:
+def _record(run_id: int, now: datetime, force: bool, rebuilding: date | None) -> bool:
     run = (
         JobRun.objects.select_for_update(of=("self",))
         .select_related("meter")
@@ -110,7 +117,13 @@ def _record(run_id: int, now: datetime, force: bool) -> bool:
         wanted, lines, locked, {p.pk: p for p in prices}
     )
     _hold_new_periods({w[0] for w in writes} - states.keys())
-    changed = _apply(run, writes, lines, locked)
+    before = contribution(lines, run.job_id)  # before _apply changes them in place
+    changed, after = _apply(run, writes, lines, locked)
+    if changed:
+        if rebuilding is not None:  # its rebuild sums that month afresh
+            after = [line for line in after if line.period != rebuilding]
+            before = {key: sums for key, sums in before.items() if key[0] != rebuilding}
+        rollup_follow(run=run, before=before, after=after)
     _save_meter(
         run,
         meter,
@@ -198,9 +211,11 @@ def _first_unlocked_after(month: date, locked: frozenset[date]) -> date:
     return target
 
 
-def _apply(run: JobRun, writes: list[Write], lines: list[Line], locked: frozenset[date]) -> bool:
+def _apply(
+    run: JobRun, writes: list[Write], lines: list[Line], locked: frozenset[date]
+) -> tuple[bool, list[Line]]:
     """Make the run's lines outside locked months exactly `writes` (only those that differ
-    are written)."""
+    are written); whether any changed, and the run's lines now."""
     have = {(line.period, line.of_period, line.price_id): line for line in lines}
     keep = {(w[0], w[1], w[2]) for w in writes}
     stale = [line.pk for key, line in have.items() if key not in keep and line.period not in locked]
@@ -230,7 +245,8 @@ def _apply(run: JobRun, writes: list[Write], lines: list[Line], locked: frozense
             changed = True
     if new:
         Line.objects.bulk_create(new)
-    return changed or bool(new)
+    kept = [line for line in lines if line.pk not in stale]
+    return changed or bool(new), kept + new
 
 
 def _hold_periods_from(first: date) -> dict[date, str]:
@@ -293,7 +309,9 @@ def month_rebuild(*, month: date, now: datetime | None = None) -> int:
         runs = month_runs(month)
         Line.objects.filter(period=month).delete()
         Meter.objects.filter(run_id__in=runs).delete()
-        return sum(run_record(run_id=pk, now=now, force=True) for pk in sorted(runs))
+        changed = sum(_record_again(pk, now, True, month) for pk in sorted(runs))
+        rollup_rebuild(month=month)
+        return changed
 
 
 def period_close(*, month: date, by: Any = None, now: datetime | None = None) -> Period:

@@ -23,6 +23,9 @@ from controlpanel.billing.budgets import Outcome, budget_check
 from controlpanel.billing.models import BudgetAlert
 from controlpanel.billing.notifications import post_alert_webhook, send_alert_email
 from controlpanel.billing.services import runs_catch_up
+from controlpanel.engine.models import LIVE_STATES, Workload
+from controlpanel.engine.services import workload_stop
+from controlpanel.engine.webhooks import webhook_retry_delay
 from controlpanel.projects.access import ProjectAccess
 from controlpanel.projects.models import Project
 
@@ -100,11 +103,6 @@ def _notify(alert_id: int) -> Callable[[], None]:
 def budget_stop_running(outcome: Outcome) -> int:
     """Stop the project's admitted, live work, every kind (the project opted in): the panel
     stops it, as a site admin would, with the budget as the reason."""
-    # Function-local: controlpanel.engine imports billing (admission holds launches at the
-    # budget, its models bill runs), so billing's modules import it only where they act.
-    from controlpanel.engine.models import LIVE_STATES, Workload
-    from controlpanel.engine.services import workload_stop
-
     project = outcome.status.project
     access = ProjectAccess(project=project, role=None, is_admin=True)
     reason = f"stopped: {outcome.status.say()}"
@@ -134,8 +132,6 @@ def alerts_resend() -> int:
 
 
 def _retry_delay(retries: int) -> float:
-    from controlpanel.engine.webhooks import webhook_retry_delay
-
     return webhook_retry_delay(retries)
 
 

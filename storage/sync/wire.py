@@ -4,7 +4,11 @@
 policy, a Message object) and makes a new file object per response: about 0.5 ms of CPU a
 request on a small VM, half of what a 2 KiB GET costs the pull in all. This connection sends
 a request as one write and reads the answer from one buffered reader kept for the
-connection's life, splitting the header lines itself.
+connection's life, splitting the header lines itself. Why not http.client's or urllib3's
+pooled keep-alive (urllib3 sits on http.client's parser): measured at 664fe7a on a 1,000 x
+2 KiB pull from s3rver, one worker, this connection took the pull thread's CPU from 1.27 s to
+0.77 s and `python -m storage.sync pull`'s from 1.32 s to 0.86 s (rclone's 0.88-1.02 s in
+the same runs), which the goal of issue 27 (a pull within 1.1x rclone) needed.
 
 It speaks the part of HTTP/1.1 that S3 servers answer with: a status line, header lines, and
 a body framed by Content-Length, chunked transfer coding, or the end of the connection. Any

@@ -202,23 +202,25 @@ def test_the_drill_down_users_workloads_runs_lines(story: Any, admin_client: Cli
         ["blip", "job", "bob", "1", "0.02", "0.00", "0.10"],
     ]
     train = story["train"]
+    # a run reads as its workload's name, run number and short id (the uid in its title)
     assert tables["runs"][0] == [
-        "pod-train",
-        "train",
+        "train #1 · pod-trai",
         "alice",
         "2025-01-10 10:00:00",
         "2025-01-10 10:30:20",
-        "test-gpu",
-        "2",
+        "test-gpu × 2",
         "31",
         "6.20",
         "0",
     ]
+    assert (
+        f'title="run pod-train">train #1 · pod-trai</a>' in admin_client.get(base).content.decode()
+    )
     bob = page_tables(admin_client, f"{base}?user=bob")
     assert [row[0] for row in bob["workloads"]] == ["blip"]
-    assert [row[0] for row in bob["runs"]] == ["pod-blip"]
+    assert [row[0] for row in bob["runs"]] == ["blip #1 · pod-blip"]
     by_workload = page_tables(admin_client, f"{base}?workload={train.job_id}")
-    assert [row[0] for row in by_workload["runs"]] == ["pod-train"]
+    assert [row[0] for row in by_workload["runs"]] == ["train #1 · pod-trai"]
 
     lines = page_tables(admin_client, f"{base}runs/{train.pk}/")["lines"]
     price = FlavorPrice.objects.get(flavor__name="test-gpu")
@@ -354,13 +356,11 @@ def test_close_reopen_lock_then_a_late_correction_is_an_adjustment(
     runs = page_tables(admin_client, "/billing/2025-02/p/alpha/")["runs"]
     assert runs == [
         [
-            "pod-train",
-            "train",
+            "train #1 · pod-trai",
             "alice",
             "2025-01-10 10:00:00",
             "2025-01-10 10:20:20",
-            "test-gpu",
-            "2",
+            "test-gpu × 2",
             "-10",
             "-2.00",
             "1",
