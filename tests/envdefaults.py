@@ -34,9 +34,11 @@ _PREFIXES = (
     "DCGM_",
     "UPLOAD",
     "SWEEP_",
+    "QUEUE",  # QUEUE_ENGINE, QUEUES_RECONCILE_SECONDS
     "MLFLOW_",
     "USER_CONTENT_",
     "GPU_IDLE_",
+    "STREAMS_",
     "WORKSPACE_",
     "LEADER_",
 )
