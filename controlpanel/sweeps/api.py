@@ -3,7 +3,7 @@ adapters list (`/api/v1/adapters/`), scoped by project."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_field
@@ -68,7 +68,8 @@ class SweepSerializer(serializers.ModelSerializer):
         ]
 
     def _trials(self, sweep: Sweep) -> list[Trial]:
-        cache = self.context.setdefault("trials", {})
+        # DRF's context is the dict the view passed (its stubs say Mapping): one list per sweep.
+        cache = cast(dict[str, Any], self.context).setdefault("trials", {})
         if sweep.pk not in cache:
             cache[sweep.pk] = selectors.trials_of(sweep=sweep)
         return cache[sweep.pk]  # type: ignore[no-any-return]

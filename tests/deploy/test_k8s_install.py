@@ -169,7 +169,6 @@ def test_another_install_leaves_a_notebook_and_an_app_alone(
     for plural, name in (
         ("statefulsets", "nb-7"),
         ("services", "nb-7"),
-        ("ingresses", "nb-7"),
         ("secrets", "nb-7"),
         ("deployments", "app-5f0c"),
         ("services", "app-5f0c"),
