@@ -63,6 +63,7 @@ def test_every_component_is_a_component() -> None:
     assert COMPONENTS == [
         "gateway-api",
         "ingress",
+        "kueue",
         "large",
         "namespaced",
         "network-policy",
