@@ -47,6 +47,8 @@ def collect_logs(*, job_id: Any, limit: int = COLLECT_LIMIT) -> tuple[int, bool]
     lines = chunk.lines
     if chunk.skipped:
         lines = (*lines, f"{MARK} {chunk.skipped}")
+    if not lines and chunk.cursor == cursor:
+        return 0, chunk.eof  # nothing new: no row written (the read is most reads of a log)
     with transaction.atomic():
         job = Workload.objects.select_for_update(of=("self",)).filter(pk=job_id).first()
         if job is None or job.logs_archived or (job.run, job.log_cursor) != (run, cursor):
