@@ -7,4 +7,6 @@ class AuditConfig(AppConfig):
     verbose_name = "Audit log"
 
     def ready(self) -> None:
-        from controlpanel.audit import receivers  # noqa: F401  (log-in signals)
+        from controlpanel.audit import receivers  # log-in signals
+
+        receivers.install_admin_hook()

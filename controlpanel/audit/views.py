@@ -16,6 +16,7 @@ from django.utils.http import urlencode
 
 from controlpanel.audit.models import AuditEvent
 from controlpanel.audit.selectors import audit_events, audit_filters
+from controlpanel.audit.targets import shown_events
 from controlpanel.projects.access import site_admin_page
 
 PAGE_SIZE = 50
@@ -43,13 +44,28 @@ def audit_list(request: HttpRequest) -> HttpResponse:
     filters, problems = audit_filters(request.GET)
     events = audit_events(filters)
     page = Paginator(events, PAGE_SIZE).get_page(request.GET.get("page"))
+    listed = list(page)
+    shown = shown_events(listed, viewer=request.user)
+    rows = [(event, shown[event.pk], details_shown(event.details)) for event in listed]
     query = urlencode(filters.query())
     return render(
         request,
         "audit/list.html",
-        {"page": page, "filters": filters, "problems": problems, "query": query},
+        {"page": page, "rows": rows, "filters": filters, "problems": problems, "query": query},
         status=400 if problems else 200,
     )
+
+
+def details_shown(details: dict[str, Any]) -> list[tuple[str, str]]:
+    """The details worth reading: an empty value (a stop without a reason) says nothing, so
+    it is left out rather than shown as "reason=". The CSV keeps every detail as recorded."""
+    shown = []
+    for key, value in details.items():
+        if value is None or value == "" or value == [] or value == {}:
+            continue
+        text = ", ".join(map(str, value)) if isinstance(value, list) else str(value)
+        shown.append((key, text))
+    return shown
 
 
 def csv_cell(value: Any) -> Any:

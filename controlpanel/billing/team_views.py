@@ -19,6 +19,7 @@ from django.views.decorators.http import require_POST
 
 from controlpanel.billing import budgets
 from controlpanel.billing.rules import month_of, month_start, next_month
+from controlpanel.billing.templatetags.money import exact_amount
 from controlpanel.billing.usage import (
     DAY,
     Row,
@@ -126,7 +127,7 @@ def _shown(row: Row, by: str, slug: str) -> dict[str, Any]:
         "url": url,
         "minutes": row.minutes,
         "gpu_hours": row.gpu_hours,
-        "amount": row.amount,
+        "amount": exact_amount(row),  # shown to the hundredth of a cent: templatetags/money
         "estimated": row.estimated,
     }
 

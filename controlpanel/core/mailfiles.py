@@ -52,5 +52,5 @@ class EmailBackend(BaseEmailBackend):
         path = self.directory / f"{stamp}-{os.getpid()}-{number}-{who}.eml"
         descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(descriptor, "wb") as handle:
-            handle.write(message.message().as_bytes(linesep="\n"))
+            handle.write(message.message().as_bytes())  # Django's: "\n" line ends
         return path

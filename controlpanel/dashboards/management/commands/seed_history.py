@@ -130,6 +130,44 @@ def _times(
             return queued, admitted, ended
 
 
+def _workload(
+    rng: random.Random,
+    project: Project,
+    users: list[Any],
+    flavor: Flavor,
+    times: tuple[datetime, datetime, datetime],
+    notebook: bool,
+) -> Workload:
+    """One ended workload: a job (its end drawn by FINAL), or a notebook. The draws keep their
+    order, so a seed makes the same history."""
+    queued, admitted_at, ended_at = times
+    state = NOTEBOOK.stopped if notebook else _state(rng)
+    finetune = not notebook and rng.random() < 0.3
+    return Workload(
+        id=uuid.uuid4(),
+        kind=NOTEBOOK.name if notebook else JOB.name,
+        project=project,
+        owner=rng.choice(users),
+        name=f"{'nb' if notebook else 'train'}-{rng.randrange(10**6):06d}",
+        image="ghcr.io/ajuste/finetune:0.1.0",
+        flavor=flavor,
+        gpu=rng.choice((1, 1, 1, 2, 4)) if flavor.is_gpu else 1,
+        labels=DEMO_LABEL | {"team": rng.choice(TEAMS)},
+        preset="finetune" if finetune else "",
+        state=state,
+        state_reason=REASONS.get(state, ""),
+        state_changed_at=ended_at,
+        queued_at=queued,
+        admitted_at=admitted_at,
+        started_at=admitted_at,
+        finished_at=ended_at,
+        exit_code=0 if state == "DONE" else 1 if state == "FAILED" else None,
+        progress={"tokens_per_s": round(rng.uniform(2000, 12000), 1)} if finetune else {},
+        created_at=queued,
+        last_activity_at=ended_at if notebook else None,
+    )
+
+
 def _batch(
     rng: random.Random,
     project: Project,
@@ -143,32 +181,8 @@ def _batch(
     for _ in range(count):
         notebook = rng.random() < 0.08
         flavor = rng.choice(flavors)
-        queued, admitted_at, ended_at = _times(rng, first, now)
-        state = NOTEBOOK.stopped if notebook else _state(rng)
-        finetune = not notebook and rng.random() < 0.3
-        w = Workload(
-            id=uuid.uuid4(),
-            kind=NOTEBOOK.name if notebook else JOB.name,
-            project=project,
-            owner=rng.choice(users),
-            name=f"{'nb' if notebook else 'train'}-{rng.randrange(10**6):06d}",
-            image="ghcr.io/ajuste/finetune:0.1.0",
-            flavor=flavor,
-            gpu=rng.choice((1, 1, 1, 2, 4)) if flavor.is_gpu else 1,
-            labels=DEMO_LABEL | {"team": rng.choice(TEAMS)},
-            preset="finetune" if finetune else "",
-            state=state,
-            state_reason=REASONS.get(state, ""),
-            state_changed_at=ended_at,
-            queued_at=queued,
-            admitted_at=admitted_at,
-            started_at=admitted_at,
-            finished_at=ended_at,
-            exit_code=0 if state == "DONE" else 1 if state == "FAILED" else None,
-            progress={"tokens_per_s": round(rng.uniform(2000, 12000), 1)} if finetune else {},
-            created_at=queued,
-            last_activity_at=ended_at if notebook else None,
-        )
+        times = _times(rng, first, now)
+        w = _workload(rng, project, users, flavor, times, notebook)
         workloads.append(w)
         runs.append(
             JobRun(
@@ -178,8 +192,8 @@ def _batch(
                 run=1,
                 flavor=flavor,
                 units=w.gpu,
-                started_at=admitted_at,
-                finished_at=ended_at,
+                started_at=w.started_at,
+                finished_at=w.finished_at,
                 node="demo-node",
             )
         )
