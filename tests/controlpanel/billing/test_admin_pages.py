@@ -214,7 +214,7 @@ def test_the_drill_down_users_workloads_runs_lines(story: Any, admin_client: Cli
         "0",
     ]
     assert (
-        f'title="run pod-train">train #1 · pod-trai</a>' in admin_client.get(base).content.decode()
+        'title="run pod-train">train #1 · pod-trai</a>' in admin_client.get(base).content.decode()
     )
     bob = page_tables(admin_client, f"{base}?user=bob")
     assert [row[0] for row in bob["workloads"]] == ["blip"]
