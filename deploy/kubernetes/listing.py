@@ -19,6 +19,7 @@ from kubernetes.client.exceptions import ApiException
 
 from deploy import names
 from deploy.kubernetes.api import KubeApi, Obj
+from deploy.kubernetes.kueue_reasons import job_workload
 from deploy.kubernetes.observe import JobObjects, observe_app, observe_job, observe_notebook
 from deploy.kubernetes.pods import newest, parse_time, unscheduled_reason
 from deploy.kubernetes.trust import ProjectNamespaces, controlled_by, is_main_job, is_push_job
@@ -121,6 +122,7 @@ def group_job(api: KubeApi, ref: WorkloadRef, jobs: list[Obj], pods: list[Obj]) 
         push_jobs=push_jobs,
         push_pods=push_pods,
         events=pod_events(api, newest(main_pods)) if main_pods else job_events(api, job),
+        workload=None if main_pods else job_workload(api, job),
     )
 
 

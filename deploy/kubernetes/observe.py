@@ -12,6 +12,7 @@ from datetime import datetime
 
 from deploy import names
 from deploy.kubernetes.api import Obj
+from deploy.kubernetes.kueue_reasons import waiting_reason_of
 from deploy.kubernetes.pods import (
     ContainerRun,
     clip,
@@ -39,6 +40,8 @@ class JobObjects:
     push_jobs: list[Obj] = field(default_factory=list)
     push_pods: list[Obj] = field(default_factory=list)
     events: list[Obj] = field(default_factory=list)
+    # Kueue's Workload of a suspended Job (QUEUE_ENGINE=kueue): why it waits, or was evicted.
+    workload: Obj | None = None
 
 
 def observe_job(
@@ -64,7 +67,7 @@ def observe_job(
     observed = _with_pod_facts(base, pod)
     outcome = _finished(job, pod, observed)
     if outcome is None:
-        return _in_progress(job, pod, observed, objects.events)
+        return _in_progress(job, pod, observed, objects.events, objects.workload)
     if not _pushes(job) or _never_pulled(job, pod):
         return outcome
     return _after_push(outcome, objects)
@@ -137,12 +140,16 @@ def _failure(pod: Obj | None, observed: ObservedWorkload, failed: Obj | None) ->
 
 
 def _in_progress(
-    job: Obj, pod: Obj | None, observed: ObservedWorkload, events: list[Obj]
+    job: Obj,
+    pod: Obj | None,
+    observed: ObservedWorkload,
+    events: list[Obj],
+    workload: Obj | None = None,
 ) -> ObservedWorkload:
     if (job.get("spec") or {}).get("suspend"):
         queue = (job["metadata"].get("labels") or {}).get("kueue.x-k8s.io/queue-name")
-        where = f"Kueue queue {queue}" if queue else "the cluster's queue"
-        return replace(observed, phase=Phase.QUEUED, reason=f"waiting for admission by {where}")
+        reason = waiting_reason_of(workload, queue)
+        return replace(observed, phase=Phase.QUEUED, reason=clip(reason))
     if pod is None:
         refused = latest_event(events, "FailedCreate")
         reason = clip(f"cannot create the pod: {refused}") if refused else "creating the pod"

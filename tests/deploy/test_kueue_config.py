@@ -12,9 +12,10 @@ import pytest
 
 from deploy.kubernetes import KubernetesBackend
 from deploy.kubernetes.kueue import ensure_queues, remove_stale_queues
+from deploy.kubernetes.kueue_reasons import waiting_reason_of
 from deploy.manifests import kueue as mk
 from deploy.manifests import make_job
-from deploy.types import FlavorSpec, JobRequest, Toleration
+from deploy.types import FlavorSpec, JobRequest, Phase, Toleration
 from tests.deploy.conftest import make_job_request, project_namespace
 from tests.deploy.kueue_objects import conditions, need_schemas
 from tests.fixtures.k8s_emulator import EmulatedCluster, crds
@@ -239,3 +240,58 @@ def test_a_borrowing_limit_of_zero_keeps_a_project_to_its_own_quota(
     kueue.settle()
     assert len(live(k8s_cluster, "ajuste-b")) == 4
     assert len(kueue.positions("ajuste-b")) == 2
+
+
+# -- why a suspended Job waits -----------------------------------------------------------------
+
+
+def workload_with(*conds: tuple[str, str, str, str]) -> Obj:
+    return {
+        "status": {
+            "conditions": [
+                {"type": t, "status": s, "reason": r, "message": m} for t, s, r, m in conds
+            ]
+        }
+    }
+
+
+def test_a_preempted_workload_says_who_reclaimed_and_that_it_resumes() -> None:
+    message = "Preempted to accommodate a workload (UID: u1) due to reclamation within the cohort"
+    workload = workload_with(
+        ("QuotaReserved", "False", "Pending", "couldn't assign flavors"),
+        ("Evicted", "True", "Preempted", message),
+        ("Preempted", "True", "InCohortReclamation", message),
+    )
+    assert waiting_reason_of(workload, "ajuste") == (
+        f"preempted: {message}; back in Kueue queue ajuste, it resumes from its last checkpoint"
+    )
+    drained = workload_with(("Evicted", "True", "PodsReadyTimeout", "pods not ready in 5m"))
+    assert waiting_reason_of(drained, "ajuste").startswith("evicted: pods not ready in 5m;")
+
+
+def test_a_waiting_workload_says_what_quota_it_lacks() -> None:
+    lacking = (
+        "couldn't assign flavors to pod set main: insufficient unused quota for nvidia.com/gpu"
+    )
+    workload = workload_with(("QuotaReserved", "False", "Pending", lacking))
+    assert waiting_reason_of(workload, "ajuste") == f"waiting in Kueue queue ajuste: {lacking}"
+    assert waiting_reason_of(None, "ajuste") == "waiting for admission by Kueue queue ajuste"
+    assert (
+        waiting_reason_of(workload_with(), None) == "waiting for admission by the cluster's queue"
+    )
+
+
+@pytest.mark.k8s
+def test_an_evicted_job_is_observed_queued_with_kueues_message(
+    k8s_cluster: EmulatedCluster, k8s_backend: KubernetesBackend, kueue: KueueHandle
+) -> None:
+    configured(k8s_cluster, k8s_backend)
+    k8s_cluster.create(gpu_job("b", 0))
+    kueue.settle()
+    name = kueue.workload_name("Job", "ajuste-b", "job-b0-r1")
+    kueue.automatic = False  # evicted, it stays out (its quota would admit it again at once)
+    kueue.evict("ajuste-b", name, message="Preempted to make room for ajuste-a's work")
+    ref = make_job_request(id="b0", project="b", namespace="ajuste-b").ref
+    observed = k8s_backend.observe_job(ref=ref)
+    assert observed.phase is Phase.QUEUED
+    assert observed.reason.startswith("preempted: Preempted to make room for ajuste-a's work;")
