@@ -30,6 +30,7 @@ from controlpanel import audit
 from controlpanel.accounts.invitations import mail_now
 from controlpanel.accounts.local_guard import refuse_another_active_user
 from controlpanel.accounts.models import ApiToken
+from controlpanel.engine.leavers import leaver_work_stop
 from controlpanel.engine.models import LIVE_STATES, Workload
 from controlpanel.projects.models import Membership, Project, Role
 
@@ -142,7 +143,8 @@ def user_password_reset(*, by: Any, user: Any) -> str:
 @transaction.atomic
 def user_deactivate(*, by: Any, user: Any) -> None:
     """The account can no longer sign in (password or SSO); its API tokens are revoked and
-    its sessions end now. Its memberships and work are kept (see `live_workloads_of`)."""
+    its sessions end now, and its work stops everywhere (engine/leavers.py); its memberships
+    are kept (see `live_workloads_of`)."""
     _staff(by)
     if user.pk == by.pk:
         raise ValidationError("You cannot deactivate your own account.")
@@ -152,6 +154,8 @@ def user_deactivate(*, by: Any, user: Any) -> None:
     user.is_active = False
     ApiToken.objects.filter(user=user, revoked_at=None).update(revoked_at=timezone.now())
     end_sessions(user)
+    # Their work stops in every project (engine/leavers.py): a deactivated account runs nothing.
+    leaver_work_stop(user=user, reason=f"stopped: {user.username}'s account was deactivated")
     audit.record("user.deactivate", actor=by, target=user, username=user.username)
     log.info("%s deactivated %s", by, user)
 

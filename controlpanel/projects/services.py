@@ -9,6 +9,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from controlpanel import audit
+from controlpanel.engine.leavers import leaver_work_stop
 from controlpanel.projects.access import ProjectAccess
 from controlpanel.projects.models import (
     MAX_SECRET_BYTES,
@@ -200,6 +201,12 @@ def member_remove(*, access: ProjectAccess, membership: Membership) -> None:
     )
     membership.delete()
     channels.member_removed(project_id=access.project.pk, user_id=membership.user_id)
+    # Their work there stops: nothing of theirs keeps running in a project they left.
+    leaver_work_stop(
+        user=membership.user,
+        project=access.project,
+        reason=f"stopped: {membership.user.username} left the project",
+    )
 
 
 def _keep_one_manager(membership: Membership, *, leaving: bool) -> None:
