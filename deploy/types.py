@@ -287,6 +287,11 @@ class NotebookRequest:
     token: str = ""
     install: str = ""
 
+    # Kueue (QUEUE_ENGINE=kueue): the project's LocalQueue and the interactive priority class,
+    # on the StatefulSet, so the notebook's pod counts against its project's ClusterQueue.
+    queue_name: str | None = None
+    priority_class: str | None = None
+
     def __post_init__(self) -> None:
         _tuplify(self, "volumes", "image_pull_secrets")
         if self.command is not None:

@@ -307,72 +307,85 @@ def _write_day(
     waits: dict[WaitKey, int],
     now: datetime,
 ) -> int:
+    """Replace the day's rollups (usage, per workload, waits) in one transaction."""
     with transaction.atomic():
         UsageDay.objects.filter(day=day).delete()
         WorkloadDay.objects.filter(day=day).delete()
         WaitDay.objects.filter(day=day).delete()
         WaitDayBy.objects.filter(day=day).delete()
-        per_project: dict[tuple[int, int], int] = defaultdict(int)
-        for (project_id, _, _, bucket), count in waits.items():
-            per_project[(project_id, bucket)] += count
-        WaitDay.objects.bulk_create(
-            [
-                WaitDay(project_id=project_id, day=day, bucket=bucket, count=count)
-                for (project_id, bucket), count in per_project.items()
-            ],
-            batch_size=5000,
-        )
-        WaitDayBy.objects.bulk_create(
-            [
-                WaitDayBy(
-                    project_id=project_id,
-                    day=day,
-                    owner_id=owner_id,
-                    flavor_id=flavor_id,
-                    bucket=bucket,
-                    count=count,
-                )
-                for (project_id, owner_id, flavor_id, bucket), count in waits.items()
-            ],
-            batch_size=5000,
-        )
-        UsageDay.objects.bulk_create(
-            [
-                UsageDay(
-                    project_id=project_id,
-                    day=day,
-                    kind=kind,
-                    owner_id=owner_id,
-                    flavor_id=flavor_id,
-                    gpu_seconds=u.gpu_seconds,
-                    unit_minutes=u.unit_minutes,
-                    price_minutes=u.price_minutes,
-                    runs_started=u.runs_started,
-                    **u.ended,
-                )
-                for (project_id, kind, owner_id, flavor_id), u in rows.items()
-            ],
-            batch_size=2000,
-        )
-        # A workload deleted meanwhile has no row to point to (its usage stays in UsageDay).
-        ids = [w for w, _ in per_workload]
-        alive = {str(pk) for pk in Workload.objects.filter(pk__in=ids).values_list("pk", flat=True)}
-        WorkloadDay.objects.bulk_create(
-            [
-                WorkloadDay(
-                    workload_id=wid,
-                    project_id=project_id,
-                    day=day,
-                    gpu_seconds=seconds,
-                    price_minutes=money,
-                )
-                for (wid, project_id), (seconds, money) in per_workload.items()
-                if wid in alive
-            ],
-            batch_size=5000,
-        )
+        _write_waits(day, waits)
+        _write_usage(day, rows)
+        _write_workloads(day, per_workload)
         RollupMark.objects.update_or_create(day=day, defaults={"rebuilt_at": now})
     return len(rows) + len(per_workload)
+
+
+def _write_waits(day: date, waits: dict[WaitKey, int]) -> None:
+    per_project: dict[tuple[int, int], int] = defaultdict(int)
+    for (project_id, _, _, bucket), count in waits.items():
+        per_project[(project_id, bucket)] += count
+    WaitDay.objects.bulk_create(
+        [
+            WaitDay(project_id=project_id, day=day, bucket=bucket, count=count)
+            for (project_id, bucket), count in per_project.items()
+        ],
+        batch_size=5000,
+    )
+    WaitDayBy.objects.bulk_create(
+        [
+            WaitDayBy(
+                project_id=project_id,
+                day=day,
+                owner_id=owner_id,
+                flavor_id=flavor_id,
+                bucket=bucket,
+                count=count,
+            )
+            for (project_id, owner_id, flavor_id, bucket), count in waits.items()
+        ],
+        batch_size=5000,
+    )
+
+
+def _write_usage(day: date, rows: dict[Key, Usage]) -> None:
+    UsageDay.objects.bulk_create(
+        [
+            UsageDay(
+                project_id=project_id,
+                day=day,
+                kind=kind,
+                owner_id=owner_id,
+                flavor_id=flavor_id,
+                gpu_seconds=u.gpu_seconds,
+                unit_minutes=u.unit_minutes,
+                price_minutes=u.price_minutes,
+                runs_started=u.runs_started,
+                **u.ended,
+            )
+            for (project_id, kind, owner_id, flavor_id), u in rows.items()
+        ],
+        batch_size=2000,
+    )
+
+
+def _write_workloads(day: date, per_workload: dict[tuple[str, int], tuple[float, Decimal]]) -> None:
+    # A workload deleted meanwhile has no row to point to (its usage stays in UsageDay).
+    ids = [w for w, _ in per_workload]
+    alive = {str(pk) for pk in Workload.objects.filter(pk__in=ids).values_list("pk", flat=True)}
+    WorkloadDay.objects.bulk_create(
+        [
+            WorkloadDay(
+                workload_id=wid,
+                project_id=project_id,
+                day=day,
+                gpu_seconds=seconds,
+                price_minutes=money,
+            )
+            for (wid, project_id), (seconds, money) in per_workload.items()
+            if wid in alive
+        ],
+        batch_size=5000,
+    )
 
 
 def recent_days(now: datetime | None = None) -> list[date]:

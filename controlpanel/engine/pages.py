@@ -28,7 +28,7 @@ from controlpanel.engine.collector import note_followed
 from controlpanel.engine.logpage import LogPage, log_page, log_tail
 from controlpanel.engine.models import FINAL_STATES, JobLogLine, Workload
 from controlpanel.engine.registry import kind_of
-from controlpanel.projects.access import ProjectRequest
+from controlpanel.projects.access import ProjectRequest, project_view
 
 PAGE_SIZE = 50
 
@@ -163,3 +163,27 @@ def log_download(workload: Workload, run_value: str | None) -> HttpResponse | St
     name = f"{workload.kind}-{workload.short_id}-run{run}.log"
     response["Content-Disposition"] = f'attachment; filename="{name}"'
     return response
+
+
+Getter = Callable[[ProjectRequest, str], Workload]
+
+
+def log_views(noun: str, get: Getter) -> tuple[Callable[..., Any], Callable[..., Any]]:
+    """A kind's two log routes, `<noun>-logs` and `<noun>-log-download` (with `<noun>_id`),
+    on its rows (`get`: one row of the request's project, or 404)."""
+
+    @project_view()
+    def logs(request: ProjectRequest, **ids: str) -> HttpResponse:
+        """Lines after `?after=` of `?run=` (htmx: appended out of band, with the next
+        poller); 204 while nothing changed."""
+        workload_id = ids[f"{noun}_id"]
+        if idle_log_poll(request, noun, workload_id):
+            return HttpResponse(status=204)
+        return log_lines(request, get(request, workload_id))
+
+    @project_view()
+    def log_file(request: ProjectRequest, **ids: str) -> HttpResponse | StreamingHttpResponse:
+        """The whole log of `?run=` (default: the current run) as a text file."""
+        return log_download(get(request, ids[f"{noun}_id"]), request.GET.get("run"))
+
+    return logs, log_file

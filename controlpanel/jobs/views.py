@@ -14,7 +14,7 @@ from django import forms
 from django.contrib import messages
 from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
-from django.http import HttpResponse, StreamingHttpResponse
+from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 from django_htmx.http import HttpResponseClientRedirect
@@ -24,7 +24,7 @@ from controlpanel.core.htmx import wants_fragment
 from controlpanel.dashboards.utilisation import workload_utilisation
 from controlpanel.engine import selectors
 from controlpanel.engine.admission import WAITING_STATES
-from controlpanel.engine.pages import act, idle_log_poll, log_download, log_lines, log_section
+from controlpanel.engine.pages import act, log_section, log_views
 from controlpanel.flavors.models import Flavor
 from controlpanel.jobs import selectors as jobs
 from controlpanel.jobs import services
@@ -226,20 +226,11 @@ def job_status(request: ProjectRequest, job_id: str) -> HttpResponse:
     return render(request, "jobs/detail.html#job-status", _detail_context(job, position))
 
 
-@project_view()
-def job_logs(request: ProjectRequest, job_id: str) -> HttpResponse:
-    """Lines after `?after=` of `?run=` (htmx: appended out of band, with the next poller)."""
-    if idle_log_poll(request, "job", job_id):
-        return HttpResponse(status=204)
-    job = jobs.job_get(project=request.access.project, job_id=job_id)
-    return log_lines(request, job)
+def _get(request: ProjectRequest, job_id: str) -> Job:
+    return jobs.job_get(project=request.access.project, job_id=job_id)
 
 
-@project_view()
-def job_log_download(request: ProjectRequest, job_id: str) -> HttpResponse | StreamingHttpResponse:
-    """The whole log of `?run=` (default: the current run) as a text file."""
-    job = jobs.job_get(project=request.access.project, job_id=job_id)
-    return log_download(job, request.GET.get("run"))
+job_logs, job_log_download = log_views("job", _get)
 
 
 ACTIONS = {

@@ -12,6 +12,7 @@ from controlpanel.engine.models import Workload
 from controlpanel.notebooks.auth import notebook_path, notebook_token
 from controlpanel.notebooks.states import NotebookState as N
 from controlpanel.notebooks.usercontent import SERVED
+from controlpanel.queues.selectors import notebook_queue
 from controlpanel.usercontent.hosts import content_host
 from deploy.types import Editor, NotebookRequest, ObservedWorkload, Phase, WorkloadRef
 
@@ -31,6 +32,7 @@ _PHASES = {
 
 def notebook_request(notebook: Workload) -> NotebookRequest:
     env, secret_env = split_secret_env(notebook.env)
+    queue_name, priority_class = notebook_queue(project=notebook.project)
     return NotebookRequest(
         id=str(notebook.id),
         project=notebook.project.slug,
@@ -52,6 +54,8 @@ def notebook_request(notebook: Workload) -> NotebookRequest:
         image_pull_secrets=settings.KUBERNETES_IMAGE_PULL_SECRETS,
         sync_image=settings.AJUSTE_SYNC_IMAGE,
         token=notebook_token(notebook),
+        queue_name=queue_name,
+        priority_class=priority_class,
     )
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from django.contrib import messages
 from django.core.exceptions import ValidationError
-from django.http import Http404, HttpResponse, StreamingHttpResponse
+from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_POST
@@ -25,11 +25,9 @@ from controlpanel.engine import selectors
 from controlpanel.engine.pages import (
     act,
     gone,
-    idle_log_poll,
     list_page,
-    log_download,
-    log_lines,
     log_section,
+    log_views,
 )
 from controlpanel.flavors.models import Flavor
 from controlpanel.notebooks import selectors as notebook_rows
@@ -194,19 +192,7 @@ def notebook_status(request: ProjectRequest, notebook_id: str) -> HttpResponse:
     return render(request, "notebooks/detail.html#notebook-status", _detail_context(notebook))
 
 
-@project_view()
-def notebook_logs(request: ProjectRequest, notebook_id: str) -> HttpResponse:
-    """Lines after `?after=` of `?run=` (htmx: appended out of band, with the next poller)."""
-    if idle_log_poll(request, "notebook", notebook_id):
-        return HttpResponse(status=204)
-    return log_lines(request, _get(request, notebook_id))
-
-
-@project_view()
-def notebook_log_download(
-    request: ProjectRequest, notebook_id: str
-) -> HttpResponse | StreamingHttpResponse:
-    return log_download(_get(request, notebook_id), request.GET.get("run"))
+notebook_logs, notebook_log_download = log_views("notebook", _get)
 
 
 @project_view()

@@ -72,3 +72,12 @@ def job_queue(*, project: Project, preset: str) -> tuple[str | None, str | None,
     preemptible = preset == "finetune"
     tier = priority_tier(interactive=False, preemptible=preemptible)
     return kueue.LOCAL_QUEUE, kueue.priority_class_name(tier), preemptible
+
+
+def notebook_queue(*, project: Project) -> tuple[str | None, str | None]:
+    """A notebook's queue name and priority class: with Kueue, the project's LocalQueue at the
+    interactive priority (people wait on it); with the builtin engine, none (the namespace's
+    quota holds notebooks as before)."""
+    if not kueue_on():
+        return None, None
+    return kueue.LOCAL_QUEUE, kueue.priority_class_name("interactive")

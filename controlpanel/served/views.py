@@ -18,11 +18,9 @@ from controlpanel.engine import selectors
 from controlpanel.engine.pages import (
     act,
     gone,
-    idle_log_poll,
     list_page,
-    log_download,
-    log_lines,
     log_section,
+    log_views,
 )
 from controlpanel.flavors.models import Flavor
 from controlpanel.jobs import selectors as jobs
@@ -198,16 +196,7 @@ def app_status(request: ProjectRequest, app_id: str) -> HttpResponse:
     return render(request, "apps/detail.html#app-status", _detail_context(app))
 
 
-@project_view()
-def app_logs(request: ProjectRequest, app_id: str) -> HttpResponse:
-    if idle_log_poll(request, "app", app_id):
-        return HttpResponse(status=204)
-    return log_lines(request, _get(request, app_id))
-
-
-@project_view()
-def app_log_download(request: ProjectRequest, app_id: str) -> HttpResponse | StreamingHttpResponse:
-    return log_download(_get(request, app_id), request.GET.get("run"))
+app_logs, app_log_download = log_views("app", _get)
 
 
 @require_POST

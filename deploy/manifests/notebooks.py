@@ -30,6 +30,7 @@ from deploy.manifests.common import (
     sync_state_volume,
     workload_annotations,
 )
+from deploy.manifests.kueue import PRIORITY_LABEL, QUEUE_LABEL
 from deploy.types import Editor, NotebookRequest
 
 PORT = 8888
@@ -79,12 +80,15 @@ def make_notebook_statefulset(*, notebook: NotebookRequest) -> Manifest:
         "metadata": {"name": "workspace", "labels": dict(labels)},
         "spec": _claim_spec(notebook),
     }
+    meta = metadata(name=name, namespace=notebook.namespace, labels=labels, annotations=annotations)
+    if notebook.queue_name:  # Kueue's StatefulSet integration admits (ungates) its pod
+        meta["labels"][QUEUE_LABEL] = notebook.queue_name
+        if notebook.priority_class:
+            meta["labels"][PRIORITY_LABEL] = notebook.priority_class
     return {
         "apiVersion": "apps/v1",
         "kind": "StatefulSet",
-        "metadata": metadata(
-            name=name, namespace=notebook.namespace, labels=labels, annotations=annotations
-        ),
+        "metadata": meta,
         "spec": {
             "replicas": 1 if notebook.running else 0,
             "serviceName": name,

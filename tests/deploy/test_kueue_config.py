@@ -14,8 +14,8 @@ from deploy.kubernetes import KubernetesBackend
 from deploy.kubernetes.kueue import ensure_queues, remove_stale_queues
 from deploy.kubernetes.kueue_reasons import waiting_reason_of
 from deploy.manifests import kueue as mk
-from deploy.manifests import make_job
-from deploy.types import FlavorSpec, JobRequest, Phase, Toleration
+from deploy.manifests import make_job, make_notebook_statefulset
+from deploy.types import FlavorSpec, JobRequest, NotebookRequest, Phase, Toleration
 from tests.deploy.conftest import make_job_request, project_namespace
 from tests.deploy.kueue_objects import conditions, need_schemas
 from tests.fixtures.k8s_emulator import EmulatedCluster, crds
@@ -295,3 +295,48 @@ def test_an_evicted_job_is_observed_queued_with_kueues_message(
     observed = k8s_backend.observe_job(ref=ref)
     assert observed.phase is Phase.QUEUED
     assert observed.reason.startswith("preempted: Preempted to make room for ajuste-a's work;")
+
+
+# -- notebooks ---------------------------------------------------------------------------------
+
+
+def notebook_in(slug: str, request: NotebookRequest, **changes: Any) -> NotebookRequest:
+    return replace(
+        request,
+        project=slug,
+        namespace=f"ajuste-{slug}",
+        flavor=H100,
+        units=1,
+        queue_name=mk.LOCAL_QUEUE,
+        priority_class=mk.priority_class_name("interactive"),
+        **changes,
+    )
+
+
+def test_a_notebook_statefulset_carries_its_queue_and_priority(
+    notebook_request: NotebookRequest,
+) -> None:
+    made = make_notebook_statefulset(notebook=notebook_in("a", notebook_request))
+    labels = made["metadata"]["labels"]
+    assert labels["kueue.x-k8s.io/queue-name"] == "ajuste"
+    assert labels["kueue.x-k8s.io/priority-class"] == "ajuste-interactive"
+    plain = make_notebook_statefulset(notebook=notebook_request)
+    assert not {k for k in plain["metadata"]["labels"] if k.startswith("kueue.x-k8s.io/")}
+
+
+@pytest.mark.k8s
+def test_a_notebook_counts_against_its_projects_cluster_queue(
+    k8s_cluster: EmulatedCluster,
+    k8s_backend: KubernetesBackend,
+    kueue: KueueHandle,
+    notebook_request: NotebookRequest,
+) -> None:
+    configured(k8s_cluster, k8s_backend)
+    k8s_backend.apply_notebook(notebook=notebook_in("a", notebook_request))
+    kueue.settle()
+    assert kueue.usage("ajuste-a")[("h100", "nvidia.com/gpu")] == 1
+    for i in range(4):  # the notebook's GPU is one of a's four: three jobs run, one waits
+        k8s_cluster.create(gpu_job("a", i, tier="batch"))
+    kueue.settle()
+    assert len(kueue.positions("ajuste-a")) == 0  # it borrows b's idle GPU instead
+    assert kueue.usage("ajuste-a")[("h100", "nvidia.com/gpu")] == 5

@@ -14,7 +14,10 @@ from django.core.management.base import SystemCheckError
 
 from controlpanel.engine.admission import admit_jobs
 from controlpanel.engine.backend import project_request
+from controlpanel.flavors.models import Flavor
 from controlpanel.jobs.request import job_request
+from controlpanel.notebooks.driver import notebook_request
+from controlpanel.notebooks.models import Notebook
 from controlpanel.projects.models import Project
 from controlpanel.queues.checks import queue_engine_problems
 from controlpanel.queues.models import ProjectQueue
@@ -185,3 +188,23 @@ def test_builtin_engine_writes_nothing_to_kueue(
 ) -> None:
     assert queues_reconcile() == []
     assert k8s_cluster.list("clusterqueues") == []
+
+
+@pytest.mark.django_db
+def test_a_notebook_goes_to_the_local_queue_at_interactive_priority_with_kueue_only(
+    settings: Any, project: Project, owner: Any
+) -> None:
+    notebook = Notebook.objects.create(
+        project=project,
+        owner=owner,
+        name="explore",
+        image="quay.io/jupyter/minimal-notebook:python-3.12",
+        editor="jupyterlab",
+        flavor=Flavor.objects.get(name="h100-1-gpu"),
+        gpu=1,
+    )
+    request = notebook_request(notebook)
+    assert (request.queue_name, request.priority_class) == (None, None)
+    settings.QUEUE_ENGINE = "kueue"
+    request = notebook_request(notebook)
+    assert (request.queue_name, request.priority_class) == ("ajuste", "ajuste-interactive")
