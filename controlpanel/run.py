@@ -36,6 +36,7 @@ from controlpanel.runenv import private_secret, save_run_env
 
 ROOT = Path(__file__).resolve().parent.parent
 WEB = Port("the web", "AJUSTE_BIND", 8000)
+EVENTS = Port("the live streams", "AJUSTE_EVENTS_PORT", 8001)
 REDIS = Port("the embedded Redis", "AJUSTE_REDIS_PORT", 6389)
 S3 = Port("the embedded object store", "AJUSTE_S3_PORT", 9100)
 DEMO_MARK = "demo-wanted"  # in var/run/: prepare found the demo bucket missing
@@ -94,6 +95,11 @@ def choose_ports(started: Started, env: dict[str, str]) -> tuple[str, int]:
     taken.add(web)
     env["AJUSTE_BIND"] = f"{host}:{web}"
     env.setdefault("SITE_URL", f"http://{host}:{web}")
+    # The live streams (the Procfile's `events`, uvicorn): their own port, the pages' host.
+    events = choose_port(EVENTS, host=host, chosen=_chosen(env, EVENTS), taken=taken)
+    taken.add(events)
+    env.update(AJUSTE_EVENTS_HOST=host, AJUSTE_EVENTS_PORT=str(events))
+    env.setdefault("STREAMS_URL", f"http://{host}:{events}")
     if not env.get("REDIS_URL"):
         redis = choose_port(REDIS, host="127.0.0.1", chosen=_chosen(env, REDIS), taken=taken)
         taken.add(redis)
@@ -213,7 +219,7 @@ def stop(started: Started) -> None:
         started.demo.terminate()
         started.demo.wait()
     if started.procs is not None:
-        say("• stopping web, worker, notifier, watcher and beat")
+        say("• stopping web, events, worker, notifier, watcher and beat")
         started.procs.stop()
     from deploy.local.shutdown import stop_runs
 

@@ -2,9 +2,10 @@
 and stores its new lines, whether anyone watches or not (logs.collect_logs).
 
 A workload that printed is read again after `interval_s`; a quiet one less and less often, up
-to `idle_s`. A log that someone follows (a job page polling it, `ajuste logs -f`) is read every
-`interval_s` however quiet, so a line printed after a pause reaches its readers within about a
-second: each poll notes the job in the cache for `FOLLOWED_S` (`note_followed`), one write
+to `idle_s`. A log that someone follows (a job page polling it, a live stream of it, `ajuste
+logs -f`) is read every `interval_s` however quiet, so a line printed after a pause reaches its
+readers within about a second: each poll notes the job in the cache for `FOLLOWED_S`
+(`note_followed`; the streams of a web process, `note_followed_many` once a second), one write
 whatever the number of readers, so 50 readers cost the cluster what one does. Reads run on a
 few threads, so one slow pod log does not hold up the others. Pages and the API read the stored
 rows only.
@@ -44,6 +45,13 @@ def _followed_key(job_id: object) -> str:
 def note_followed(job_id: object) -> None:
     """Someone is reading this job's log as it comes (one cache write per poll)."""
     cache.set(_followed_key(job_id), 1, timeout=FOLLOWED_S)
+
+
+def note_followed_many(job_ids: list[str]) -> None:
+    """These jobs' logs are followed by live streams (one write per web process and second,
+    whatever the number of streams: controlpanel/streams/hub.py)."""
+    if job_ids:
+        cache.set_many({_followed_key(job_id): 1 for job_id in job_ids}, timeout=FOLLOWED_S)
 
 
 def _followed(job_ids: set[str]) -> set[str]:

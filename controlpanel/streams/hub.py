@@ -16,12 +16,17 @@ import logging
 from typing import Any
 
 import redis.asyncio as aioredis
+from asgiref.sync import sync_to_async
 from django.conf import settings
+
+from controlpanel.engine.collector import note_followed_many
+from controlpanel.streams.channels import workload_channel
 
 log = logging.getLogger(__name__)
 
 BROKEN: dict[str, Any] = {"t": "broken"}
 QUEUE_SIZE = 256  # a stream this far behind drops notices and reads the rows instead
+FOLLOW_EVERY_S = 1.0  # within the collector's FOLLOWED_S
 
 
 class Hub:
@@ -32,6 +37,7 @@ class Hub:
         self._pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
         self._queues: dict[str, set[asyncio.Queue[dict[str, Any]]]] = {}
         self._reader: asyncio.Task[None] | None = None
+        self._follower: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()
 
     async def join(self, channels: list[str]) -> asyncio.Queue[dict[str, Any]]:
@@ -44,6 +50,8 @@ class Hub:
                 await self._pubsub.subscribe(*new)
             if self._reader is None or self._reader.done():
                 self._reader = asyncio.create_task(self._read())
+            if self._follower is None or self._follower.done():
+                self._follower = asyncio.create_task(self._follow())
         return queue
 
     async def leave(self, channels: list[str], queue: asyncio.Queue[dict[str, Any]]) -> None:
@@ -69,6 +77,19 @@ class Hub:
         except (aioredis.RedisError, OSError) as exc:
             log.warning("the stream subscription broke: %s", exc)
             await self._break()
+
+    async def _follow(self) -> None:
+        """Every second, mark the streamed logs followed: the collector reads them every
+        round, as it does a polled log (engine/collector.py)."""
+        followed = sync_to_async(note_followed_many, thread_sensitive=False)
+        marker = workload_channel("")
+        while self._queues:
+            ids = [channel[len(marker) :] for channel in self._queues if channel.startswith(marker)]
+            try:
+                await followed(ids)
+            except Exception as exc:  # the cache away: the collector backs off, nothing lost
+                log.warning("marking streamed logs followed failed: %s", exc)
+            await asyncio.sleep(FOLLOW_EVERY_S)
 
     def _deliver(self, channel: str, payload: dict[str, Any]) -> None:
         for queue in list(self._queues.get(channel, ())):

@@ -35,7 +35,7 @@ from tests.deploy.test_local_backend import py_job, running
 from tests.envdefaults import outside_variable
 
 ROOT = Path(__file__).resolve().parents[2]
-DEFAULTS = (8000, 6389, 9100)  # the web's, Redis's and the store's, taken during these tests
+DEFAULTS = (8000, 8001, 6389, 9100)  # the web's, the streams', Redis's, the store's: taken in tests
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 
 

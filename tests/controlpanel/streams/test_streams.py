@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from controlpanel.engine import logs
+from controlpanel.engine.collector import _followed
 from controlpanel.engine.lifecycle import record_state
 from controlpanel.jobs.states import JobState
 from controlpanel.projects.access import project_access
@@ -55,6 +56,8 @@ def test_a_stored_line_appears_on_the_stream(
     first = reader.next()
     assert (first.name, first.data["state"], first.data["final"]) == ("state", "RUNNING", False)
     assert read_lines(reader, 1) == [("1", 1, "before the stream")]
+    # Followed: the collector reads the log every round, as for a polled page.
+    wait_for(lambda: _followed({str(job.pk)}), 10, "the log to be marked followed")
     store(job, "\x1b[31mred <b>\x1b[0m", "two")
     got = [reader.next(), reader.next()]
     assert lines_of(got) == [("2", 2, "\x1b[31mred <b>\x1b[0m"), ("3", 3, "two")]
@@ -164,6 +167,7 @@ def test_the_api_stream_takes_a_token(
     bearer = {"Authorization": _bearer(owner)}
     reader = open_stream(events_server.url + f"/api/v1/jobs/{job.pk}/logs/stream/", headers=bearer)
     assert read_lines(reader, 1) == [("1", 1, "one")]
+    wait_for(lambda: _followed({str(job.pk)}), 10, "the log to be marked followed")
     store(job, "two")
     assert read_lines(reader, 1) == [("2", 2, "two")]
     other = events_server.get(
