@@ -520,6 +520,8 @@ KUBERNETES_REQUEST_TIMEOUT_SECONDS = env_int("KUBERNETES_REQUEST_TIMEOUT_SECONDS
 AJUSTE_FINETUNE_IMAGE = env_str("AJUSTE_FINETUNE_IMAGE") or images.FINETUNE_IMAGE
 AJUSTE_SYNC_IMAGE = env_str("AJUSTE_SYNC_IMAGE") or None
 MAX_GPUS_PER_JOB = env_int("MAX_GPUS_PER_JOB", 4, minimum=1)
+# A job's `nodes` (pods of MAX_GPUS_PER_JOB GPUs at most each) run together under torchrun.
+MAX_NODES_PER_JOB = env_int("MAX_NODES_PER_JOB", 8, minimum=1)
 # The Celery worker touches this file every WORKER_HEARTBEAT_SECONDS from its own thread; the
 # liveness probe checks it without the broker (controlpanel/core/heartbeat.py). Empty: off.
 WORKER_HEARTBEAT_FILE = env_str("WORKER_HEARTBEAT_FILE", str(VAR_DIR / "worker-heartbeat"))

@@ -233,6 +233,8 @@ class JobRequest:
     secret_env: Mapping[str, str] = field(default_factory=dict)
     project_secrets: str = PROJECT_SECRETS_NAME
     install: str = ""
+    # Pods of `units` each, run together under torchrun: more than one is a JobSet.
+    nodes: int = 1
 
     def __post_init__(self) -> None:
         _tuplify(self, "command", "volumes", "image_pull_secrets")
@@ -286,7 +288,6 @@ class NotebookRequest:
     sync_image: str | None = None
     token: str = ""
     install: str = ""
-
     # Kueue (QUEUE_ENGINE=kueue): the project's LocalQueue and the interactive priority class,
     # on the StatefulSet, so the notebook's pod counts against its project's ClusterQueue.
     queue_name: str | None = None

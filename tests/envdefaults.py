@@ -59,6 +59,7 @@ _NAMES = {
     "KUBECONFIG",
     "LOG_LEVEL",
     "MAX_GPUS_PER_JOB",
+    "MAX_NODES_PER_JOB",
     "METRICS_TOKEN",
     "REDIS_KEY_PREFIX",
     "REDIS_URL",

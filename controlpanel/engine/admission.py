@@ -102,13 +102,16 @@ def job_need(job: Workload, *, claim: bool = True) -> Need:
     """The pod's requests of one run, and its workspace claim when it has rw volumes."""
     pushes = any(v.mode in (Mode.RW, Mode.RWD) for v in job.volume_specs)
     run_claim = kind_of(job).run_claim
-    flavor, units = job.flavor, job.gpu
+    flavor, units, nodes = job.flavor, job.gpu, job.nodes  # a gang: every node at once
     return Need(
-        gpus=flavor.gpus_per_unit * units,
-        millicpu=flavor.vcpu_per_unit * units * 1000 + (SIDECAR_MILLICPU if pushes else 0),
-        memory_mib=flavor.memory_gib_per_unit * units * 1024
-        + (SIDECAR_MEMORY_MIB if pushes else 0),
-        pods=1,
+        gpus=flavor.gpus_per_unit * units * nodes,
+        millicpu=(flavor.vcpu_per_unit * units * 1000 + (SIDECAR_MILLICPU if pushes else 0))
+        * nodes,
+        memory_mib=(
+            flavor.memory_gib_per_unit * units * 1024 + (SIDECAR_MEMORY_MIB if pushes else 0)
+        )
+        * nodes,
+        pods=nodes,
         # A job's per-run workspace claim; a notebook's lives as long as the notebook.
         storage_gib=settings.JOB_WORKSPACE_GIB if pushes and claim and run_claim else 0,
     )

@@ -65,6 +65,9 @@ class Workload(models.Model):
     command = models.JSONField(default=list, blank=True)
     flavor = models.ForeignKey(Flavor, on_delete=models.PROTECT, related_name="workloads")
     gpu = models.PositiveSmallIntegerField(default=1, help_text="Units of the flavor.")
+    nodes = models.PositiveSmallIntegerField(
+        default=1, help_text="Pods of `gpu` units each; a job of more than one is a JobSet."
+    )
     volumes = models.JSONField(default=list, blank=True)
     env = models.JSONField(default=dict, blank=True)
     labels = models.JSONField(default=dict, blank=True)

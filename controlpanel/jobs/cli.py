@@ -81,6 +81,9 @@ def job() -> None:
 @job.command("run", context_settings={"ignore_unknown_options": False})
 @run_options
 @click.option("--timeout", type=int, default=None, help="Seconds (default 7 days).")
+@click.option(
+    "--nodes", type=int, default=None, help="Pods of --gpu units each, under torchrun (default 1)."
+)
 @click.option("--name", default=None)
 @click.option(
     "--preset",
@@ -99,6 +102,7 @@ def run(
     env: tuple[str, ...],
     labels: tuple[str, ...],
     timeout: int | None,
+    nodes: int | None,
     name: str | None,
     preset: str | None,
     params: tuple[str, ...],
@@ -111,6 +115,8 @@ def run(
     body = run_body(gpu, flavor, volumes, env, labels, name)
     if timeout is not None:
         body["timeout"] = timeout
+    if nodes is not None:
+        body["nodes"] = nodes
     if preset:
         body |= {
             "preset": preset,

@@ -24,7 +24,15 @@ FIELDS: tuple[Field, ...] = (
         f"{MAX_COMMAND_BYTES // 1024} KiB in all. The fine-tune preset sets its own.",
         maximum=MAX_ARGS,
     ),
-    *(SHARED[name] for name in ("flavor", "gpu", "volumes", "env", "labels")),
+    *(SHARED[name] for name in ("flavor", "gpu")),
+    Field(
+        "nodes",
+        "integer",
+        "Pods of `gpu` units each, started together under torchrun (default 1; at most the "
+        "site's MAX_NODES_PER_JOB). More than one needs the Kubernetes backend.",
+        minimum=1,
+    ),
+    *(SHARED[name] for name in ("volumes", "env", "labels")),
     Field(
         "timeout",
         "integer",
@@ -54,3 +62,4 @@ class JobSpec:
     timeout: int = DEFAULT_TIMEOUT_S
     preset: str = ""
     params: dict[str, Any] = field(default_factory=dict)
+    nodes: int = 1

@@ -22,9 +22,17 @@ class _JobForm(WorkloadForm):
         required=False,
         help_text=f"e.g. {EXAMPLES} (default 7d, at most 30d).",
     )
+    nodes = forms.IntegerField(
+        min_value=1,
+        initial=1,
+        required=False,
+        label="Nodes",
+        help_text="Pods of these units each, run together under torchrun (the CLI's --nodes N).",
+    )
 
     def common_data(self) -> dict[str, Any]:
-        return super().common_data() | {"timeout": self.cleaned_data.get("timeout")}
+        data = self.cleaned_data
+        return super().common_data() | {"timeout": data.get("timeout"), "nodes": data.get("nodes")}
 
 
 class CustomJobForm(ContainerForm, _JobForm):

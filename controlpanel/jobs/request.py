@@ -27,6 +27,7 @@ def job_request(job: Workload) -> JobRequest:
         command=tuple(command),
         flavor=job.flavor.to_spec(),
         units=job.gpu,
+        nodes=job.nodes,
         env=env,
         secret_env=secret_env,
         labels=dict(job.labels),

@@ -33,6 +33,7 @@ from controlpanel.engine.validation import (
 )
 from controlpanel.flavors.models import Flavor
 from controlpanel.jobs.contract import JobSpec
+from controlpanel.jobs.nodes import check_nodes
 from controlpanel.jobs.presets import clean_finetune, finetune_command
 from controlpanel.projects.models import Project
 from deploy import images
@@ -51,6 +52,7 @@ def validate_job(*, project: Project, data: Mapping[str, Any]) -> JobSpec:
     if finetune and flavor is not None:
         errors.check("flavor", _runs_the_finetune_image, flavor)
     gpu = errors.check("gpu", check_gpu, data.get("gpu", 1), flavor, project)
+    nodes = errors.check("nodes", check_nodes, data.get("nodes"), gpu, flavor, project)
     volumes = check_volumes(errors, data.get("volumes") or [], project)
     image = settings.AJUSTE_FINETUNE_IMAGE if finetune else data.get("image")
     name = errors.check("name", check_name, data.get("name"), image)
@@ -76,6 +78,7 @@ def validate_job(*, project: Project, data: Mapping[str, Any]) -> JobSpec:
         timeout=timeout,
         preset=preset,
         params=params,
+        nodes=nodes,
     )
 
 

@@ -1,0 +1,46 @@
+"""A job's `nodes`: how many pods of `gpu` units it runs at once, under torchrun.
+
+One node is today's Job. More than one is a JobSet (deploy/manifests/jobset.py), admitted as a
+whole: every check here counts `nodes × gpu`, and a job that could never start is refused at
+submit, with the reason, rather than left waiting.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+
+from controlpanel.engine.validation import whole_number
+from controlpanel.flavors.models import Flavor
+from controlpanel.projects.models import Project
+
+LOCAL_NODES_NOTE = (
+    "More than one node needs the Kubernetes backend (COMPUTE_BACKEND=kubernetes): this panel "
+    "runs jobs as processes on its own machine, one node."
+)
+
+
+def check_nodes(value: Any, units: int | None, flavor: Flavor | None, project: Project) -> int:
+    """`value` (None or empty: 1) checked against the site's limit, the backend and the
+    project's GPU quota for all the nodes together (`units` per node; None when the GPU count
+    was itself refused)."""
+    nodes = 1 if value in (None, "") else whole_number(value, "The node count")
+    if nodes < 1:
+        raise ValidationError("Ask for at least 1 node.")
+    if nodes > settings.MAX_NODES_PER_JOB:
+        raise ValidationError(
+            f"At most {settings.MAX_NODES_PER_JOB} nodes per job (asked for {nodes})."
+        )
+    if nodes > 1 and settings.COMPUTE_BACKEND == "local":
+        raise ValidationError(LOCAL_NODES_NOTE)
+    if units is None or flavor is None:
+        return nodes
+    gpus = nodes * units * flavor.gpus_per_unit
+    if nodes > 1 and gpus > project.gpu_quota:
+        raise ValidationError(
+            f"{nodes} nodes of {units * flavor.gpus_per_unit} GPUs need {gpus} GPUs at once but "
+            f"the project's quota is {project.gpu_quota}: the job could never start."
+        )
+    return nodes
