@@ -82,9 +82,12 @@ def setup_panel() -> tuple[Any, str]:
     return project, token_create(user=owner, name="bench")[1]
 
 
-def start_panel(kubeconfig: str, port: int, logs: Path) -> list[subprocess.Popen[bytes]]:
+def start_panel(
+    kubeconfig: str, port: int, logs: Path, extra: dict[str, list[str]] | None = None, **env: str
+) -> list[subprocess.Popen[bytes]]:
     commands = {"web": gunicorn(port, 2), "worker": thread_worker(8), "watcher": WATCHER}
-    return start_processes(commands, logs, KUBECONFIG=kubeconfig)  # the emulator's token
+    # KUBECONFIG: the emulator's token
+    return start_processes(commands | (extra or {}), logs, KUBECONFIG=kubeconfig, **env)
 
 
 class PodClock:

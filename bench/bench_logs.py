@@ -9,7 +9,10 @@ The 49 extra viewers are HTTP clients in a separate process that poll as the job
 (the log poller's and the status block's URLs each once a second, answered 204 while nothing
 changed, with the session of the Chromium viewer), or with `--tabs` 49 more Chromium tabs.
 
-    .venv/bin/python bench/bench_logs.py [--lines 40] [--viewers 50] [--tabs]
+    .venv/bin/python bench/bench_logs.py [--lines 40] [--viewers 50] [--tabs] [--streams]
+
+With `--streams` the pages stream (an events server, uvicorn, beside gunicorn; STREAMS_URL)
+and the extra HTTP viewers each hold the page's stream instead of polling.
 
 Runs the real gunicorn, Celery worker and watcher against the emulator (bench_jobs.py's
 harness); PostgreSQL database `ajuste_bench_logs` (recreated) and Redis database 12.
@@ -79,6 +82,28 @@ async def _viewer(http: Any, page: str, stats: dict) -> None:
     await asyncio.gather(poll("log-poller"), poll("job-status"))
 
 
+async def _streamer(http: Any, url: str, stats: dict) -> None:
+    """One job page that streams: its EventSource's connection, read as events come."""
+    import aiohttp
+
+    await asyncio.sleep(random.uniform(0, 1.0))
+    try:
+        forever = aiohttp.ClientTimeout(total=None)
+        async with http.get(
+            url, headers={"Accept": "text/event-stream"}, timeout=forever
+        ) as response:
+            if response.status != 200:
+                stats["errors"] += 1
+                return
+            stats["times"].append(0.0)  # one stream held
+            async for _ in response.content:
+                stats["events"] = stats.get("events", 0) + 1
+    except asyncio.CancelledError:
+        raise
+    except Exception:
+        stats["errors"] += 1
+
+
 async def _pollers(args: argparse.Namespace) -> None:
     import aiohttp  # lighter than httpx: the viewers should not eat the cores they measure
 
@@ -90,7 +115,11 @@ async def _pollers(args: argparse.Namespace) -> None:
         timeout=aiohttp.ClientTimeout(total=30),
         connector=aiohttp.TCPConnector(limit=2 * args.pollers),
     ) as http:
-        tasks = [asyncio.create_task(_viewer(http, args.page, stats)) for _ in range(args.pollers)]
+        if args.stream_url:
+            views = [_streamer(http, args.stream_url, stats) for _ in range(args.pollers)]
+        else:
+            views = [_viewer(http, args.page, stats) for _ in range(args.pollers)]
+        tasks = [asyncio.create_task(view) for view in views]
         loop = asyncio.get_running_loop()
         stop = asyncio.Event()
         loop.add_signal_handler(signal.SIGTERM, stop.set)
@@ -103,6 +132,7 @@ async def _pollers(args: argparse.Namespace) -> None:
             {
                 "requests": len(stats["times"]),
                 "errors": stats["errors"],
+                "events": stats.get("events", 0),
                 "p50_ms": percentile(times, 0.5),
                 "p95_ms": percentile(times, 0.95),
             }
@@ -198,6 +228,12 @@ def main() -> None:
     parser.add_argument("--viewers", type=int, default=50)
     parser.add_argument("--tabs", action="store_true", help="The extra viewers as Chromium tabs.")
     parser.add_argument("--seed", type=int, default=12)
+    parser.add_argument(
+        "--streams",
+        action="store_true",
+        help="Pages stream (an events server, uvicorn, and STREAMS_URL) instead of polling.",
+    )
+    parser.add_argument("--stream-url", help=argparse.SUPPRESS)
     # The poller process (started by the benchmark itself).
     parser.add_argument("--pollers", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--base", help=argparse.SUPPRESS)
@@ -225,7 +261,18 @@ def main() -> None:
     port = bench_jobs.free_port()
     base = f"http://127.0.0.1:{port}"
     logdir = Path(tempfile.mkdtemp(prefix="bench-logs-"))
-    procs = bench_jobs.start_panel(cluster.kubeconfig, port, logdir)
+    extra: dict[str, list[str]] = {}
+    env: dict[str, str] = {}
+    if args.streams:
+        events = bench_jobs.free_port()
+        extra["events"] = [
+            *(sys.executable, "-m", "uvicorn", "controlpanel.asgi:application"),
+            *("--host", "127.0.0.1"),
+            *("--port", str(events), "--no-access-log"),
+        ]
+        env = {"STREAMS_URL": f"http://127.0.0.1:{events}", "STREAMS_ALLOWED_ORIGINS": base}
+        env["STREAMS_MAX_PER_USER"] = str(args.viewers + 10)  # one user, all the viewers
+    procs = bench_jobs.start_panel(cluster.kubeconfig, port, logdir, extra, **env)
     pollers: subprocess.Popen[str] | None = None
     # Gaps between printed lines from 0.1 s to 3 s: lines land at every point of the page's poll
     # period and of the collector's back-off (0.25 s after a line, doubling up to 2 s when quiet).
@@ -268,6 +315,8 @@ def main() -> None:
             page.goto(base + page_path)
             page.wait_for_selector("#log-poller[hx-get]", state="attached")
             page.wait_for_selector("#log-lines .ln:text-is('warm-up')")
+            if args.streams:
+                page.wait_for_selector("#log-poller[data-stream=open]", state="attached")
             page.evaluate(SEEN_JS)
             time.sleep(3)
             alone = measure(page, cluster, pod, gaps, "one")
@@ -283,6 +332,10 @@ def main() -> None:
                     how += f" ({hidden} hidden: they do not poll)"
             elif extra:
                 how = f"1 Chromium tab + {extra} HTTP viewers polling at the page's rate"
+                stream = []
+                if args.streams:
+                    how = f"1 Chromium tab + {extra} HTTP viewers each holding the page's stream"
+                    stream = [f"--stream-url={env['STREAMS_URL']}{page_path}events/?after=1"]
                 session = next(c["value"] for c in context.cookies() if c["name"] == "sessionid")
                 pollers = subprocess.Popen(
                     [
@@ -292,6 +345,7 @@ def main() -> None:
                         f"--base={base}",
                         f"--page={page_path}",
                         f"--session={session}",
+                        *stream,
                     ],
                     stdout=subprocess.PIPE,
                     text=True,
@@ -315,13 +369,21 @@ def main() -> None:
             except subprocess.TimeoutExpired:
                 proc.kill()
         cluster.close()
+    if args.streams:
+        print("pages streamed (the events server, uvicorn, STREAMS_URL)")
     report(1, "one Chromium tab", alone, args.lines)
     report(args.viewers, how, crowd, args.lines)
     if served:
-        print(
-            f"the HTTP viewers' polls: {served['requests']} answered, {served['errors']} errors, "
-            f"p50 {served['p50_ms']:.0f} ms, p95 {served['p95_ms']:.0f} ms"
-        )
+        if args.streams:
+            print(
+                f"the HTTP viewers' streams: {served['requests']} held, {served['errors']} "
+                f"errors, {served['events']} event lines read"
+            )
+        else:
+            print(
+                f"the HTTP viewers' polls: {served['requests']} answered, {served['errors']} "
+                f"errors, p50 {served['p50_ms']:.0f} ms, p95 {served['p95_ms']:.0f} ms"
+            )
     print(f"database queries per log poll: {queries}")
     print(f"load average at the end (1, 5, 15 min): {os.getloadavg()}")
     print(f"(process logs in {logdir})")

@@ -15,6 +15,7 @@ import json
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from asgiref.sync import sync_to_async
@@ -117,6 +118,7 @@ def event(name: str, data: dict[str, Any], event_id: int | None = None) -> bytes
     return f"{head}event: {name}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
 
 
+@lru_cache(maxsize=4096)  # one line goes to every viewer: encoded once per process
 def line_event(seq: int, text: str, time: str | None) -> bytes:
     """A log line: its number (the event id), when it was stored when known, the text as
     printed, the text as the page draws it (escaped, colours as spans) and whether it is a
