@@ -12,6 +12,7 @@ from deploy.manifests.apps import (
     make_app_service,
 )
 from deploy.manifests.jobs import make_job, make_push_job, make_workspace_claim
+from deploy.manifests.jobset import make_jobset
 from deploy.manifests.notebooks import (
     make_notebook_secret,
     make_notebook_service,
@@ -36,6 +37,7 @@ __all__ = [
     "make_app_service",
     "make_datastore_secret",
     "make_job",
+    "make_jobset",
     "make_limit_range",
     "make_namespace",
     "make_network_policies",

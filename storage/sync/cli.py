@@ -246,6 +246,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="push: write the summary there too (Kubernetes: /dev/termination-log)",
     )
     parser.add_argument("--workers", type=int, default=DEFAULT_WORKERS, metavar="N")
+    parser.add_argument(
+        "--only-index",
+        type=int,
+        default=None,
+        metavar="I",
+        help="push: only in the pod of JOB_COMPLETION_INDEX I (a multi-node job's node 0); "
+        "elsewhere push nothing (an --every sidecar waits for its SIGTERM)",
+    )
     return parser
 
 
@@ -400,6 +408,12 @@ def main(
     except UsageError as error:
         print(f"python -m storage.sync: {error}", file=sys.stderr)
         return EXIT_USAGE
+    index = variables.get(INDEX_VARIABLE, "0")
+    if args.only_index is not None and index != str(args.only_index):
+        print(f"node {index} pushes nothing: node {args.only_index} pushes the volumes")
+        if args.every is not None and stop is not None:
+            stop.wait()  # a native sidecar that exits is restarted: it waits for the pod's end
+        return EXIT_OK
     reporter = Reporter(args.direction, args.progress_file, sys.stdout, args.summary_file)
     if args.every is not None:
         status = push_every(volumes, reporter, args.workers, args.every, stop)
@@ -447,7 +461,13 @@ def _name(what: str, items: Sequence[str], total: int) -> None:
     print(f"python -m storage.sync: {what}:{shown}{more}", file=sys.stderr)
 
 
+# What Kubernetes sets in every container of an Indexed Job's pod: the pod's index.
+INDEX_VARIABLE = "JOB_COMPLETION_INDEX"
+
+
 def _check_arguments(args: argparse.Namespace) -> None:
+    if args.only_index is not None and args.direction != "push":
+        raise UsageError("--only-index only applies to push")
     if args.workers < 1:
         raise UsageError("--workers must be at least 1")
     if args.every is not None and args.direction != "push":
