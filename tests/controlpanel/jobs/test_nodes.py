@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 
 from controlpanel.engine.admission import Need, job_need
+from controlpanel.jobs import nodes as job_nodes
 from controlpanel.jobs.models import Job
-from controlpanel.jobs.nodes import LOCAL_NODES_NOTE
+from controlpanel.jobs.nodes import KUBERNETES_NODES_NOTE, LOCAL_NODES_NOTE
 from controlpanel.projects.models import Project
 from tests.fixtures.cli import cli_as, ok_json
 from tests.fixtures.jobs import submit
@@ -24,6 +25,22 @@ BODY = {
 URL = "/api/v1/jobs/?project=alpha"
 
 
+@pytest.fixture
+def multi_node(k8s_jobs: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The Kubernetes backend as it will be once it runs JobSets: the submission's own checks."""
+    monkeypatch.setattr(job_nodes, "MULTI_NODE_BACKENDS", frozenset({"kubernetes"}))
+    return k8s_jobs
+
+
+def test_the_kubernetes_backend_refuses_more_than_one_node_until_it_runs_jobsets(
+    owner_api: Any, k8s_jobs: Any
+) -> None:
+    answer = owner_api.post(URL, BODY | {"nodes": 2}, "json")
+    assert (answer.status_code, answer.json()) == (400, {"nodes": [KUBERNETES_NODES_NOTE]})
+    assert not Job.objects.exists()
+    assert owner_api.post(URL, BODY | {"nodes": 1}, "json").status_code == 201
+
+
 @pytest.mark.parametrize(
     ("nodes", "message"),
     [
@@ -34,14 +51,14 @@ URL = "/api/v1/jobs/?project=alpha"
     ],
 )
 def test_a_bad_node_count_is_refused_under_nodes_and_saves_nothing(
-    owner_api: Any, k8s_jobs: Any, nodes: Any, message: str
+    owner_api: Any, multi_node: Any, nodes: Any, message: str
 ) -> None:
     answer = owner_api.post(URL, BODY | {"nodes": nodes}, "json")
     assert (answer.status_code, answer.json()) == (400, {"nodes": [message]})
     assert not Job.objects.exists()
 
 
-def test_the_limit_is_the_sites_setting(owner_api: Any, k8s_jobs: Any, settings: Any) -> None:
+def test_the_limit_is_the_sites_setting(owner_api: Any, multi_node: Any, settings: Any) -> None:
     settings.MAX_NODES_PER_JOB = 2
     answer = owner_api.post(URL, BODY | {"nodes": 3}, "json")
     assert answer.json() == {"nodes": ["At most 2 nodes per job (asked for 3)."]}
@@ -49,7 +66,7 @@ def test_the_limit_is_the_sites_setting(owner_api: Any, k8s_jobs: Any, settings:
 
 
 def test_nodes_over_the_projects_gpu_quota_together_are_refused(
-    project: Project, owner_api: Any, k8s_jobs: Any
+    project: Project, owner_api: Any, multi_node: Any
 ) -> None:
     """Each node fits the quota, all of them do not: the gang could never start."""
     project.gpu_quota = 6
@@ -75,14 +92,14 @@ def test_the_local_backend_refuses_more_than_one_node_with_the_reason(
     assert not Job.objects.exists()
 
 
-def test_nodes_default_to_one_and_are_read_back(owner_api: Any, k8s_jobs: Any) -> None:
+def test_nodes_default_to_one_and_are_read_back(owner_api: Any, multi_node: Any) -> None:
     one = owner_api.post(URL, BODY, "json").json()
     two = owner_api.post(URL, BODY | {"nodes": "2"}, "json").json()
     assert (one["nodes"], two["nodes"]) == (1, 2)
     assert owner_api.get(f"/api/v1/jobs/{two['id']}/?project=alpha").json()["nodes"] == 2
 
 
-def test_the_form_takes_nodes(owner_client: Any, k8s_jobs: Any) -> None:
+def test_the_form_takes_nodes(owner_client: Any, multi_node: Any) -> None:
     page = owner_client.post(
         "/p/alpha/jobs/new/?tab=custom",
         {
@@ -110,7 +127,7 @@ def test_the_form_takes_nodes(owner_client: Any, k8s_jobs: Any) -> None:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_the_cli_takes_nodes(live_server: Any, owner: Any, panel_s3: Any, k8s_jobs: Any) -> None:
+def test_the_cli_takes_nodes(live_server: Any, owner: Any, panel_s3: Any, multi_node: Any) -> None:
     run = cli_as(owner, live_server.url)
     job = ok_json(
         run(
@@ -133,7 +150,7 @@ def test_the_cli_takes_nodes(live_server: Any, owner: Any, panel_s3: Any, k8s_jo
     assert "HTTP 400: --nodes: At most 8 nodes per job (asked for 20)." in refused.output
 
 
-def test_admission_counts_every_node_at_once(project: Project, owner: Any, k8s_jobs: Any) -> None:
+def test_admission_counts_every_node_at_once(project: Project, owner: Any, multi_node: Any) -> None:
     one = submit(project, owner, gpu=2)
     two = submit(project, owner, gpu=2, nodes=2)
     assert (job_need(one).gpus, job_need(one).pods) == (2, 1)
