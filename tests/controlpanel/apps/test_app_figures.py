@@ -1,6 +1,7 @@
-"""An app's request figures (issue #16): requests sent through the panel's proxy to a real HTTP
-server on loopback (standing in for the app's server) show on the app's page and its htmx
-status fragment: the counts exactly, p50/p95 within the bounds of the latency bucket that holds
+"""An app's request figures (issue #16): requests sent through the panel's proxy, at the app's
+own host under USER_CONTENT_DOMAIN (`app-<id>.localhost:8000` under the local backend), to a
+real HTTP server on loopback (standing in for the app's server) show on the app's page and its
+htmx status fragment: the counts exactly, p50/p95 within the bounds of the latency bucket that holds
 the true value, 5xx answers (the server's, and the proxy's 502 when the server is gone) as
 errors; refused requests (no token, a wrong one, another project's member) are not counted,
 and nothing in Redis holds the token or the body."""
@@ -21,7 +22,12 @@ from django.test import Client
 from controlpanel.core.metrics.store import client as redis_client
 from controlpanel.projects.models import Project
 from controlpanel.served import stats as app_stats
-from tests.controlpanel.apps.test_app_access import bearer, make_app
+from tests.controlpanel.apps.test_app_access import (
+    bearer,
+    content_domain,  # noqa: F401 (autouse)
+    host,
+    make_app,
+)
 
 FAST_S = 0.12  # in the (0.1, 0.25] bucket, with the proxy's overhead
 SLOW_S = 0.6  # in the (0.5, 1] bucket
@@ -94,14 +100,14 @@ def test_the_app_page_shows_what_went_through_the_proxy(
     app = make_app(project, owner)
     app.url = stand_in
     app.save(update_fields=["url"])
-    base = f"/a/alpha/{app.pk}/v1"
+    base = "/v1"
     token = bearer(owner)
-    proxy = Client()
+    proxy = Client(HTTP_HOST=host(app))  # the app's own host, as its callers reach it
 
     # Refused: never reach the server, never counted.
     assert call(proxy, f"{base}/ok", None) == 401
     assert call(proxy, f"{base}/ok", "Bearer ajt_wrong") == 401
-    assert call(proxy, f"{base}/ok", bearer(outsider)) == 404
+    assert call(proxy, f"{base}/ok", bearer(outsider)) == 403  # "No such app."
     assert app_stats.figures(app_id=app.pk) == app_stats.Figures(0, 0, 0, 0.0, 0.0, None, None)
 
     began = time.time()

@@ -13,6 +13,7 @@ from django.core.management import call_command
 from django.core.management.base import SystemCheckError
 
 from controlpanel.buckets.credentials import check_shared_credentials_on_a_cluster
+from controlpanel.usercontent.domain import parse_content_domain
 from tests.fixtures.panel import ProjectFactory
 
 
@@ -22,6 +23,8 @@ def shared_on_a_cluster(settings: Any, db: Any) -> Any:
     settings.S3_ENDPOINT_URL = "https://s3.example.com"
     settings.S3_CREDENTIAL_MODE = "shared"
     settings.S3_SHARED_CREDENTIALS_ACKNOWLEDGED = False
+    # A content domain of its own, so that ajuste.E110 (tested in usercontent) stays quiet here.
+    settings.USER_CONTENT_DOMAIN = parse_content_domain("usercontent.example.net")
     return settings
 
 
@@ -96,6 +99,7 @@ def test_a_management_command_on_the_database_refuses_to_start() -> None:
         "DATABASE_URL": database_url(),
         "COMPUTE_BACKEND": "kubernetes",
         "ALLOWED_HOSTS": "ajuste.example.com",
+        "USER_CONTENT_DOMAIN": "usercontent.example.net",  # else ajuste.E110
         "S3_ENDPOINT_URL": "https://s3.example.com",
         "S3_ACCESS_KEY": "AKIAEXAMPLE",
         "S3_SECRET_KEY": "example-secret",
