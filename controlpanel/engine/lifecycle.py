@@ -53,6 +53,10 @@ def record_state(
         at=job.state_changed_at,
         final=state in FINAL_STATES,
     )
+    if state == kind_of(job).waiting and job.admitted_at is not None:
+        # Back in the queue (Kueue preempted the run, or suspended it to let another run
+        # first): its pod has ended, so its metering ends too; re-admitted, it is a new pod.
+        end_runs(job)
     if state in FINAL_STATES:
         # A run whose pod went away without a finish time (a stopped notebook's, an evicted
         # pod's) ends here: billing never meters an open run past its end.

@@ -11,6 +11,7 @@ import pytest
 
 from controlpanel.engine.admission import admit_jobs
 from controlpanel.engine.backend import job_ref
+from controlpanel.engine.models import JobRun
 from controlpanel.engine.reconcile import reconcile
 from controlpanel.engine.tasks import sweep_now
 from controlpanel.jobs.models import Job
@@ -68,3 +69,7 @@ def test_reclaimed_quota_preempts_the_borrower_back_to_queued(
     assert all(r.startswith("preempted: ") for r in queued), queued
     assert all("reclamation within the cohort" in r for r in queued), queued
     assert "FAILED" not in {s for s, _ in after}
+    preempted = [j.pk for j in Job.objects.filter(pk__in=[j.pk for j in theirs], state="QUEUED")]
+    runs = JobRun.objects.filter(job_id__in=preempted)
+    assert runs.count() == 4  # one pod run each, metered
+    assert list(runs.filter(finished_at=None)) == []  # no minute billed while it waits

@@ -5,15 +5,19 @@ Kueue (budget holds stay). The builtin engine's admission tests are unchanged.""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.core.checks import run_checks
 from django.core.management import call_command
 from django.core.management.base import SystemCheckError
+from django.utils import timezone
 
 from controlpanel.engine.admission import admit_jobs
 from controlpanel.engine.backend import project_request
+from controlpanel.engine.lifecycle import record_state
+from controlpanel.engine.models import JobRun
 from controlpanel.flavors.models import Flavor
 from controlpanel.jobs.request import job_request
 from controlpanel.notebooks.driver import notebook_request
@@ -208,3 +212,29 @@ def test_a_notebook_goes_to_the_local_queue_at_interactive_priority_with_kueue_o
     settings.QUEUE_ENGINE = "kueue"
     request = notebook_request(notebook)
     assert (request.queue_name, request.priority_class) == ("ajuste", "ajuste-interactive")
+
+
+@pytest.mark.django_db
+def test_a_run_taken_back_to_the_queue_stops_being_metered(
+    cluster: Any, project: Project, owner: Any
+) -> None:
+    job = submit(project, owner)
+    admit_jobs(project_id=project.pk)
+    job.refresh_from_db()
+    record_state(job, "RUNNING", "running")
+    started = timezone.now() - timedelta(minutes=5)
+    run = JobRun.objects.create(
+        uid="pod-1",
+        job=job,
+        project=project,
+        run=job.run,
+        flavor=job.flavor,
+        units=1,
+        started_at=started,
+    )
+    record_state(job, "QUEUED", "preempted: reclaimed; back in Kueue queue ajuste")
+    run.refresh_from_db()
+    assert run.finished_at is not None and run.finished_at >= started
+    record_state(job, "RUNNING", "running")  # re-admitted: a new pod, a new run
+    run.refresh_from_db()
+    assert run.finished_at is not None
