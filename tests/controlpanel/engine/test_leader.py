@@ -22,8 +22,8 @@ from controlpanel.engine.leaderbeat import LeaderScheduler
 from controlpanel.engine.management.commands.watch_workloads import watch_while_leading
 from controlpanel.projects.models import Project
 from deploy.kubernetes.backend import KubernetesBackend
-from deploy.kubernetes.lease import LeaseLock
-from deploy.types import ObservedWorkload
+from deploy.kubernetes.lease import LeaseLock, LeaseRecord
+from deploy.types import ObservedWorkload, TransientError
 from tests.controlpanel.engine.test_orphans import a_job
 
 pytestmark = [pytest.mark.k8s]
@@ -117,6 +117,21 @@ def test_one_watcher_records_and_the_other_takes_over_when_it_stops_renewing(
     assert not any(thread.is_alive() for thread in threads)
 
 
+class CutOff:
+    """A replica's way to the API server, cut (a network partition): every call fails, as the
+    client's do when nothing answers. `calls` counts them."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        def fail(*args: Any, **kwargs: Any) -> Any:
+            self.calls += 1
+            raise TransientError(f"{name}: the API server did not answer")
+
+        return fail
+
+
 def a_beat(tmp_path: Path, name: str, leader: Leadership) -> tuple[LeaderScheduler, list[str]]:
     """A beat replica's scheduler with one task due at every tick; what it sends is noted."""
     scheduler = LeaderScheduler(app=celery_app, schedule_filename=str(tmp_path / name), lazy=True)
@@ -148,14 +163,28 @@ def test_only_the_beat_holding_the_lease_sends_and_the_other_takes_over(
         assert "probe" in sent_one and sent_two == []
         assert (tmp_path / "two.follower").exists()  # what its liveness probe reads
 
-        clock.now += 16  # the first stops renewing
-        assert second.renew()
+        # The first stops renewing (cut off from the API server; its renewing thread, which
+        # setup_schedule started, goes on trying): once a call of its thread has failed, no
+        # renewal of the first is still under way; once the second's thread has seen the last
+        # one, the Lease's duration counts from there and, past it, that thread takes the
+        # Lease. The first stops sending at its renew deadline, before that.
+        cut = CutOff()
+        assert first.lock is not None and second.lock is not None
+        first.lock.api = cut  # type: ignore[assignment]
+        wait_for(lambda: cut.calls > 0)
+        last = LeaseRecord.of(backend.api.read("Lease", PANEL_NS, SWEEP_LEASE))
+        wait_for(lambda: second.lock is not None and second.lock.observed == last)
+        clock.now += 16
+        assert not first.leading()
+        wait_for(second.leading)
         before = len(sent_one)
         for _ in range(3):
             time.sleep(0.002)
             one.tick()
             two.tick()
         assert len(sent_one) == before and "probe" in sent_two
+        held = LeaseRecord.of(backend.api.read("Lease", PANEL_NS, SWEEP_LEASE))
+        assert held.holder == "second" and held.transitions == last.transitions + 1
     finally:
         one.close()
         two.close()
