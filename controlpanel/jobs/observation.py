@@ -4,6 +4,8 @@ shows that it ran and pushed, and the old failure of a push retried since is not
 
 from __future__ import annotations
 
+import json
+import re
 from datetime import datetime
 
 from django.utils import timezone
@@ -38,7 +40,7 @@ def job_states(job: Workload, observed: ObservedWorkload) -> list[tuple[str, str
                 (S.TIMEOUT, f"timeout of {job.timeout} s reached"),
                 (S.INTERRUPTED, observed.reason or "stopped at the timeout"),
             ]
-        return [(S.FAILED, _readable(observed.reason) or _exit_reason(observed.exit_code))]
+        return [(S.FAILED, _readable(observed.reason, job) or _exit_reason(observed.exit_code))]
     if phase is Phase.GONE:
         if job.launched_run >= job.run:
             return [(S.ERROR, "the workload disappeared from the cluster")]
@@ -53,14 +55,42 @@ def job_states(job: Workload, observed: ObservedWorkload) -> list[tuple[str, str
     return [(state, observed.reason)]
 
 
-def _readable(reason: str) -> str:
+def _readable(reason: str, job: Workload | None = None) -> str:
     """A failure reason ends with the process's last words; when those are the fine-tune
-    image's `error` event (a JSON line), keep its message, not the JSON."""
+    image's `error` event (a JSON line, often clipped to fit), the reason is its message, never
+    the JSON: read from the line, else from the run's progress snapshot, else left out."""
     head, sep, last = reason.partition(": {")
-    event = parse_line("{" + last) if sep else None
-    if not event or event.get("event") != "error" or not event.get("message"):
+    if not sep or not _ERROR_EVENT.match("{" + last):
         return reason
-    return f"{head}: {event['message']}"
+    message = _event_message("{" + last) or _snapshot_message(job)
+    return f"{head}: {message}" if message else head
+
+
+_ERROR_EVENT = re.compile(r'\{\s*"event"\s*:\s*"error"')
+_MESSAGE = re.compile(r'"message"\s*:\s*(?=")')
+
+
+def _event_message(line: str) -> str:
+    """The top-level message of an `error` event's line, whole or clipped after the message."""
+    event = parse_line(line)
+    if event is not None:
+        message = event.get("message")
+        return message.strip() if isinstance(message, str) else ""
+    # Clipped: the first "message" before the "errors" list is the event's own.
+    found = _MESSAGE.search(line.split('"errors"', 1)[0])
+    if found is None:
+        return ""
+    try:
+        message, _end = json.JSONDecoder().raw_decode(line, found.end())
+    except ValueError:
+        return ""  # the message itself was cut
+    return message.strip() if isinstance(message, str) else ""
+
+
+def _snapshot_message(job: Workload | None) -> str:
+    progress = job.progress if job is not None and isinstance(job.progress, dict) else {}
+    message = progress.get("message") if progress.get("last_event") == "error" else None
+    return message.strip() if isinstance(message, str) else ""
 
 
 def _exit_reason(exit_code: int | None) -> str:

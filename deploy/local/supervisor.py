@@ -166,7 +166,7 @@ class Supervisor:
         if self.stopping():
             return {"phase": Phase.STOPPED.value, "reason": "stopped at the user's request"}
         if self.unanswered:
-            last = as_workload(last_words(self.run / "output.log"), workspace_dir(self.run))
+            last = last_words(self.run / "output.log", workspace_dir(self.run))
             reason = f"{self.unanswered}: {last}" if last else self.unanswered
             return {"phase": Phase.FAILED.value, "reason": reason}
         if timed_out:
@@ -179,7 +179,7 @@ class Supervisor:
             server = "server" if self.plan["ref"]["kind"] == "app" else "editor"
             what = f"the {server} exited"
         reason = f"{what} ({code})" if notebook else f"{what} {code}"
-        last = as_workload(last_words(self.run / "output.log"), workspace_dir(self.run))
+        last = last_words(self.run / "output.log", workspace_dir(self.run))
         return {"phase": Phase.FAILED.value, "reason": f"{reason}: {last}" if last else reason}
 
     def push(self, outcome: dict[str, Any]) -> None:
@@ -395,10 +395,11 @@ def exit_code(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
-def last_words(log: Path) -> str:
-    """The last non-empty line of a log (what a failing process said last)."""
+def last_words(log: Path, workspace: Path) -> str:
+    """The last non-empty line of a log (what a failing process said last), its paths the
+    workload's own: written so before it is clipped, since a cut path no longer reads as one."""
     lines = _tail_lines(log, max(0, _size(log) - 8192))
-    return _clip(lines[-1]) if lines else ""
+    return _clip(as_workload(lines[-1], workspace)) if lines else ""
 
 
 def sync_failure(log: Path, start: int, code: int) -> str:
