@@ -53,10 +53,6 @@ def record_state(
         at=job.state_changed_at,
         final=state in FINAL_STATES,
     )
-    if state == kind_of(job).waiting and job.admitted_at is not None:
-        # Back in the queue (Kueue preempted the run, or suspended it to let another run
-        # first): its pod has ended, so its metering ends too; re-admitted, it is a new pod.
-        end_runs(job)
     if state in FINAL_STATES:
         # A run whose pod went away without a finish time (a stopped notebook's, an evicted
         # pod's) ends here: billing never meters an open run past its end.
@@ -152,6 +148,10 @@ def apply_observation(job: Workload, observed: ObservedWorkload, *, fresh: bool 
         return False
     if is_behind(job, observed) and not (fresh and observed.phase is Phase.QUEUED):
         return False
+    if observed.phase is Phase.QUEUED and is_behind(job, observed):
+        # Kueue took the run back to its queue (preempted, or suspended to let another run
+        # first): its pod has ended, so its metering ends too; re-admitted, it is a new pod.
+        end_runs(job)
     if observed.phase is not Phase.GONE:
         # Its objects exist: the launch happened, though the reconcile that made them may have
         # rolled back (a worker killed mid-way). From now on it is collected and archived as

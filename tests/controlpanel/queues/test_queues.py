@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from controlpanel.engine.admission import admit_jobs
 from controlpanel.engine.backend import project_request
-from controlpanel.engine.lifecycle import record_state
+from controlpanel.engine.lifecycle import apply_observation, record_state
 from controlpanel.engine.models import JobRun
 from controlpanel.flavors.models import Flavor
 from controlpanel.jobs.request import job_request
@@ -26,6 +26,7 @@ from controlpanel.projects.models import Project
 from controlpanel.queues.checks import queue_engine_problems
 from controlpanel.queues.models import ProjectQueue
 from controlpanel.queues.services import queues_reconcile
+from deploy.types import ObservedWorkload, Phase, WorkloadKind
 from tests.fixtures.jobs import submit
 from tests.fixtures.k8s_emulator import crds
 
@@ -232,9 +233,19 @@ def test_a_run_taken_back_to_the_queue_stops_being_metered(
         units=1,
         started_at=started,
     )
-    record_state(job, "QUEUED", "preempted: reclaimed; back in Kueue queue ajuste")
+    back = ObservedWorkload(
+        kind=WorkloadKind.JOB,
+        id=str(job.pk),
+        phase=Phase.QUEUED,
+        project=project.slug,
+        namespace=project.namespace,
+        run=job.run,
+        reason="preempted: reclaimed; back in Kueue queue ajuste",
+    )
+    assert not apply_observation(job, back)  # a listing's QUEUED: only a fresh read tells
     run.refresh_from_db()
-    assert run.finished_at is not None and run.finished_at >= started
-    record_state(job, "RUNNING", "running")  # re-admitted: a new pod, a new run
+    assert run.finished_at is None
+    assert apply_observation(job, back, fresh=True)
+    job.refresh_from_db()
     run.refresh_from_db()
-    assert run.finished_at is not None
+    assert job.state == "QUEUED" and run.finished_at is not None and run.finished_at >= started
