@@ -570,6 +570,10 @@ except (KeyError, IndexError, ValueError) as exc:
     ) from None
 if _service_url.scheme not in ("http", "https") or not _service_url.hostname:
     raise ImproperlyConfigured("APP_SERVICE_URL: an http:// or https:// URL with a host")
+# "Try it" (controlpanel/served/try_guard.py): a try ends this many seconds after the click,
+# answered or not, and a person has at most TRY_IT_PER_USER tries open at once.
+TRY_IT_DEADLINE_SECONDS = env_int("TRY_IT_DEADLINE_SECONDS", 60, minimum=1)
+TRY_IT_PER_USER = env_int("TRY_IT_PER_USER", 2, minimum=1)
 APP_MODEL_GIB = env_int("APP_MODEL_GIB", 20, minimum=1)
 # User content (DESIGN.md rule 17): every notebook and app on a host of its own under
 # USER_CONTENT_DOMAIN (`nb-<id>.<domain>`), never on the panel's; on a cluster behind the
@@ -729,6 +733,9 @@ STREAMS_URL = (env_str("STREAMS_URL") or "").rstrip("/")
 STREAMS_ALLOWED_ORIGINS = env_list("STREAMS_ALLOWED_ORIGINS", [SITE_URL])
 STREAMS_MAX_PER_USER = env_int("STREAMS_MAX_PER_USER", 20, minimum=1)
 STREAMS_HEARTBEAT_SECONDS = env_int("STREAMS_HEARTBEAT_SECONDS", 15, minimum=1)
+# The threads an events process reads rows on, each holding a database connection only while
+# it reads: the most connections one events process opens at once.
+STREAMS_READ_THREADS = env_int("STREAMS_READ_THREADS", 8, minimum=1)
 if STREAMS_URL:  # pages may open EventSources there
     _streams = urlsplit(STREAMS_URL)
     CONTENT_SECURITY_POLICY["DIRECTIVES"]["connect-src"].append(

@@ -13,7 +13,7 @@ check (the gateway or the local proxy), and the member's session was checked her
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +25,7 @@ from controlpanel.served.auth import _loopback, upstream_client
 from controlpanel.served.config import SERVING
 from controlpanel.served.config import Serving as AppConfig
 from controlpanel.served.models import App
+from controlpanel.served.try_guard import Guard, TryRefused
 from deploy import names
 from deploy.manifests.apps import SERVICE_PORT
 
@@ -32,14 +33,7 @@ MAX_MESSAGE = 4000
 MAX_TOKENS = 1024
 DEFAULT_TOKENS = 128
 CUT_OFF = "\n[the answer was cut off: the app's server stopped sending]"
-
-
-class TryRefused(Exception):
-    """Why a try cannot be sent: the HTTP status and the message the page shows."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status, self.message = status, message
+OUT_OF_TIME = "\n[the answer was cut off: Try it stops waiting after {seconds} s]"
 
 
 @dataclass(frozen=True)
@@ -79,9 +73,10 @@ def server_url(app: App) -> str:
     return settings.APP_SERVICE_URL.format(service=service, namespace=namespace, port=SERVICE_PORT)
 
 
-def try_open(*, app: App, ask: TryRequest) -> httpx.Response:
-    """Send one streamed chat completion to the app's server; its open answer (2xx), or
-    TryRefused saying why not (the app not serving, no server address, the server's refusal)."""
+def try_open(*, app: App, ask: TryRequest, guard: Guard) -> httpx.Response:
+    """Send one streamed chat completion to the app's server; its open answer (2xx), watched
+    by `guard` (the try's deadline), or TryRefused saying why not (the app not serving, no
+    server address, the server's refusal, the deadline). The caller gives the guard back."""
     if app.state not in SERVING:
         raise TryRefused(409, f"The app is {app.state}: start it, then try again once RUNNING.")
     base = server_url(app)
@@ -92,11 +87,16 @@ def try_open(*, app: App, ask: TryRequest) -> httpx.Response:
         "stream": True,
     }
     client = upstream_client()
-    request = client.build_request("POST", f"{base}/v1/chat/completions", json=body)
+    url = f"{base}/v1/chat/completions"
+    request = client.build_request("POST", url, json=body, timeout=guard.timeout())
     try:
         answer = client.send(request, stream=True)
+    except httpx.TimeoutException:
+        message = f"The app's server did not answer within {guard.seconds} s."
+        raise TryRefused(504, message) from None
     except httpx.HTTPError:
         raise TryRefused(502, "The app's server did not answer.") from None
+    guard.watch(answer)
     if answer.status_code >= 400:
         detail = _error_text(answer)
         raise TryRefused(502, f"The app's server answered {answer.status_code}: {detail}")
@@ -114,11 +114,14 @@ def _error_text(answer: httpx.Response) -> str:
         answer.close()
 
 
-def try_text(answer: httpx.Response) -> Iterator[str]:
+def try_text(answer: httpx.Response, guard: Guard) -> Generator[str, None, None]:
     """The answer's text as it comes: each server-sent event's `choices[0].delta.content`,
-    until `data: [DONE]`; a line saying so when the stream breaks off before it."""
+    until `data: [DONE]`; a line saying so when the stream breaks off before it, or when the
+    try's deadline passes (the guard shuts the connection down then, even mid-read)."""
     try:
         for line in answer.iter_lines():
+            if guard.passed:
+                break
             if not line.startswith("data:"):
                 continue
             data = line[5:].strip()
@@ -127,11 +130,28 @@ def try_text(answer: httpx.Response) -> Iterator[str]:
             piece = _delta(data)
             if piece:
                 yield piece
-        yield CUT_OFF
+        yield OUT_OF_TIME.format(seconds=guard.seconds) if guard.passed else CUT_OFF
     except httpx.HTTPError:
-        yield CUT_OFF
+        yield OUT_OF_TIME.format(seconds=guard.seconds) if guard.passed else CUT_OFF
     finally:
         answer.close()
+
+
+class TryStream:
+    """The streamed answer handed to Django: closing it (the response's close, even before a
+    byte was read) closes the connection and gives the guard back."""
+
+    def __init__(self, answer: httpx.Response, guard: Guard) -> None:
+        self._answer, self._guard = answer, guard
+        self._text = try_text(answer, guard)
+
+    def __iter__(self) -> Iterator[str]:
+        return self._text
+
+    def close(self) -> None:
+        self._text.close()
+        self._answer.close()
+        self._guard.done()
 
 
 def _delta(data: str) -> str:

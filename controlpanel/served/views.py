@@ -34,6 +34,7 @@ from controlpanel.served import try_it as app_try
 from controlpanel.served.config import Serving, app_url, replicas, user_volumes
 from controlpanel.served.models import App
 from controlpanel.served.states import AppState
+from controlpanel.served.try_guard import Guard
 from storage.volumes import parse_volume_spec, render_volume_spec
 
 CHANGING = frozenset(
@@ -206,12 +207,17 @@ def app_try_it(request: ProjectRequest, app_id: str) -> HttpResponse | Streaming
     session is the credential: the page holds no API token). Refusals are one line of text."""
     app = _get(request, app_id)
     response: HttpResponse | StreamingHttpResponse
+    guard = None
     try:
-        answer = app_try.try_open(app=app, ask=app_try.try_validate(request.POST))
+        ask = app_try.try_validate(request.POST)
+        guard = Guard(request.user.pk)  # the deadline and the user's slot, from here on
+        answer = app_try.try_open(app=app, ask=ask, guard=guard)
     except app_try.TryRefused as refused:
+        if guard is not None:
+            guard.done()
         response = HttpResponse(refused.message, status=refused.status)
     else:
-        response = StreamingHttpResponse(app_try.try_text(answer))
+        response = StreamingHttpResponse(app_try.TryStream(answer, guard))
         response["X-Accel-Buffering"] = "no"  # each piece goes out as it comes
     response["Content-Type"] = "text/plain; charset=utf-8"
     response["Cache-Control"] = "no-store"
