@@ -317,6 +317,18 @@ def _sse(payload: dict[str, Any]) -> str:
     return f"data: {json.dumps(payload, ensure_ascii=False)}\n\n"
 
 
+def model_missing(model: str) -> str:
+    """Why `model` is no model folder (before the loader hides it behind a tokenizer error),
+    or "" when it may be one."""
+    folder = Path(model)
+    if not folder.is_dir():
+        return f"the model folder {model} does not exist"
+    if not (folder / "config.json").is_file():
+        kind = "is empty" if not any(folder.iterdir()) else "holds no config.json"
+        return f"the model folder {model} {kind}: it holds no transformers model"
+    return ""
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m deploy.local.serve", description=__doc__)
     parser.add_argument("--model", required=True, help="a transformers model directory")
@@ -325,6 +337,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
     args = parser.parse_args(argv)
+    missing = model_missing(args.model)
+    if missing:
+        print(missing, flush=True)  # the server log's last words: the app's reason
+        return 2
     import uvicorn
 
     engine = Engine(args.model, args.adapter, args.name)
