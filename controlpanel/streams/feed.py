@@ -4,8 +4,9 @@ its log ends or the viewer loses the project.
 The stream joins its channels before it reads the rows, and keeps the number of the last line
 it sent: a notice that arrives while the rows are read repeats nothing, a notice missed (a full
 queue, lines too many to carry) is a gap read back from the rows, so nothing is lost. Rows are
-read on the loop's shared threads (never a thread of its own) and the database connection is
-closed after each read: an open stream holds no connection.
+read on the process's STREAMS_READ_THREADS threads (never a thread of its own) and the database
+connection is closed after each read: an open stream holds no connection, and a process at most
+STREAMS_READ_THREADS at once.
 """
 
 from __future__ import annotations
@@ -14,11 +15,13 @@ import asyncio
 import json
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache, lru_cache
 from typing import Any
 
 from asgiref.sync import sync_to_async
+from django.conf import settings
 from django.db import close_old_connections, connection
 from django.http import Http404
 
@@ -47,8 +50,13 @@ class Watched:
     over: bool  # its log is complete (an earlier run, or final and archived)
 
 
+@cache
+def _readers() -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(settings.STREAMS_READ_THREADS, thread_name_prefix="stream-read")
+
+
 def _read(fn: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:
-    """A row read on the loop's shared threads, its connection closed afterwards."""
+    """A row read on the process's read threads, its connection closed afterwards."""
 
     def closed(*args: Any, **kwargs: Any) -> Any:
         close_old_connections()
@@ -57,7 +65,11 @@ def _read(fn: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:
         finally:
             connection.close()
 
-    return sync_to_async(closed, thread_sensitive=False)
+    async def read(*args: Any, **kwargs: Any) -> Any:
+        run = sync_to_async(closed, thread_sensitive=False, executor=_readers())
+        return await run(*args, **kwargs)
+
+    return read
 
 
 def _watched(user: Any, kind: str, workload_id: uuid.UUID, slug: str | None, run: Any) -> Watched:

@@ -32,11 +32,13 @@ from deploy.manifests import (
     make_workspace_claim,
 )
 from deploy.manifests.jobs import PUSH_BACKOFF_LIMIT
-from deploy.types import EgressRule, JobRequest, NotebookRequest, ProjectRequest, Scaling
+from deploy.manifests.jobset import make_jobset
+from deploy.types import EgressRule, JobRequest, NotebookRequest, Phase, ProjectRequest, Scaling
 from deploy.version import VERSION
 from storage.datastore import DatastoreConfig
+from tests.deploy.kueue_objects import need_schemas
 from tests.deploy.test_app_manifests import make_app_request
-from tests.fixtures.k8s_emulator import EmulatedCluster
+from tests.fixtures.k8s_emulator import EmulatedCluster, crds
 from tests.fixtures.k8s_emulator.store import RESOURCES
 
 K8S = Path(__file__).resolve().parents[2] / "k8s"
@@ -120,11 +122,13 @@ def test_renders_every_part_and_validates(objects: list[Obj]) -> None:
         ("ClusterRoleBinding", "ajuste-controller"),
         ("ConfigMap", "ajuste-config"),
         ("Deployment", "ajuste-beat"),
+        ("Deployment", "ajuste-events"),
         ("Deployment", "ajuste-watcher"),
         ("Deployment", "ajuste-web"),
         ("Deployment", "ajuste-worker"),
         ("Role", "ajuste-leader-election"),
         ("RoleBinding", "ajuste-leader-election"),
+        ("Service", "ajuste-events"),
         ("Service", "ajuste-web"),
         ("ServiceAccount", "ajuste-beat"),
         ("ServiceAccount", "ajuste-controller"),
@@ -190,7 +194,7 @@ def test_a_configuration_change_rolls_the_pods_that_read_it(tmp_path: Path) -> N
         name = find(rendered, "ConfigMap", "ajuste-config")["metadata"]["name"]
         assert config(rendered)["LOG_LEVEL"] == level
         deployments = [o for o in rendered if o["kind"] == "Deployment"]
-        assert len(deployments) == 4
+        assert len(deployments) == 5
         for deployment in deployments:
             pod = deployment["spec"]["template"]["spec"]
             refs = {
@@ -229,10 +233,35 @@ def test_pods_are_restricted_probed_and_sized(objects: list[Obj]) -> None:
             assert container["securityContext"]["allowPrivilegeEscalation"] is False
             assert set(container["resources"]) == {"requests", "limits"}
         assert all("livenessProbe" in c for c in pod["containers"])
-    container = pod_of(objects, "ajuste-web")["containers"][0]
-    # No Host header: the probes are answered before the ALLOWED_HOSTS check.
-    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
-    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
+    for name in ("ajuste-web", "ajuste-events"):
+        container = pod_of(objects, name)["containers"][0]
+        # No Host header: the probes are answered before the ALLOWED_HOSTS check.
+        assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
+        assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
+
+
+def test_the_events_pods_serve_the_streams_with_the_webs_settings(objects: list[Obj]) -> None:
+    """uvicorn on controlpanel.asgi (the Procfile's `events`) with the web's image, ConfigMap
+    and secrets, behind a Service of its own; with no route to it (k8s/ alone) pages poll."""
+    web, events = pod_of(objects, "ajuste-web"), pod_of(objects, "ajuste-events")
+    [container] = events["containers"]
+    assert container["image"] == web["containers"][0]["image"]
+    assert container["envFrom"] == web["containers"][0]["envFrom"]
+    secrets = [v for v in events["volumes"] if "secret" in v]
+    assert secrets == [v for v in web["volumes"] if "secret" in v]
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    command = container["command"]
+    assert command[:2] == ["uvicorn", "controlpanel.asgi:application"]
+    port = command[command.index("--port") + 1]
+    [container_port] = container["ports"]
+    assert container_port == {"name": "http", "containerPort": int(port), "protocol": "TCP"}
+    assert command[command.index("--host") + 1] == "0.0.0.0"  # noqa: S104 (the pod's address)
+    service = find(objects, "Service", "ajuste-events")
+    labels = find(objects, "Deployment", "ajuste-events")["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["selector"].items() <= labels.items()
+    assert service["spec"]["ports"][0]["targetPort"] == "http"
+    assert find(objects, "Deployment", "ajuste-events")["spec"]["replicas"] >= 2
+    assert config(objects)["STREAMS_URL"] == ""
 
 
 def test_migrations_run_before_the_new_pods_serve(objects: list[Obj]) -> None:
@@ -266,7 +295,7 @@ def test_a_failed_migration_leaves_every_old_pod_working(objects: list[Obj]) -> 
 def test_the_panel_knows_its_namespace_from_its_pod(tmp_path: Path) -> None:
     objects = overlay(tmp_path, namespace="tools")
     assert "KUBERNETES_NAMESPACE" not in config(objects)
-    for name in ("ajuste-web", "ajuste-worker", "ajuste-watcher"):
+    for name in ("ajuste-web", "ajuste-events", "ajuste-worker", "ajuste-watcher"):
         env = {e["name"]: e for e in pod_of(objects, name)["containers"][0]["env"]}
         assert env["KUBERNETES_NAMESPACE"]["valueFrom"] == {
             "fieldRef": {"fieldPath": "metadata.namespace"}
@@ -393,6 +422,7 @@ def test_only_the_processes_that_call_the_cluster_get_a_token(objects: list[Obj]
     } == {"ajuste-worker", "ajuste-watcher", "ajuste-beat"}
     assert {name: pod.get("serviceAccountName") for name, pod in pods.items()} == {
         "ajuste-web": "ajuste-web",
+        "ajuste-events": "ajuste-web",
         "ajuste-worker": "ajuste-controller",
         "ajuste-watcher": "ajuste-controller",
         "ajuste-beat": "ajuste-beat",
@@ -495,7 +525,7 @@ def assert_exact(grants: set[tuple[str, str, str]], needs: set[tuple[str, str, s
     assert {need for need in needs if not allowed(need, grants)} == set()
     unused = {g for g in grants if not any(allowed(n, {g}) for n in needs)} - NOT_A_REQUEST
     assert unused == set()
-    assert {resource for _, resource, _ in needs} <= {*RESOURCES, "pods/log"}
+    assert {resource for _, resource, _ in needs} <= {*RESOURCES, "pods/log", "jobsets"}
 
 
 @pytest.mark.k8s
@@ -625,6 +655,22 @@ def job_steps(cluster: EmulatedCluster, backend: KubernetesBackend, job: JobRequ
     # the cluster's clock rather than the test's pace: otherwise its 2 GPUs still count in the
     # quota, and whether the app's pod is admitted after it depends on how fast the steps ran.
     cluster.advance(2)
+    jobset_steps(cluster, backend, replace(job, id="44", nodes=2, volumes=()))
+
+
+def jobset_steps(cluster: EmulatedCluster, backend: KubernetesBackend, job: JobRequest) -> None:
+    """A job of two nodes (JobSet installed): made, a racing duplicate (409, then read),
+    observed, stopped (the JobSet suspended), deleted."""
+    need_schemas(crds.JOBSET)
+    cluster.install_jobset()
+    backend.apply_job(job=job)
+    apply(backend.api, make_jobset(job=job))  # a racing duplicate task: 409, then read
+    for pod in cluster.pods_of(NS, "job-44-r1-node-0"):
+        cluster.kubelet.run(NS, pod["metadata"]["name"])
+    assert backend.observe_job(ref=job.ref).phase is Phase.RUNNING
+    backend.stop_job(job=job)
+    assert backend.observe_job(ref=job.ref).phase is Phase.STOPPED
+    backend.delete_job(ref=job.ref)
 
 
 def notebook_steps(

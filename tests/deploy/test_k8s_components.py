@@ -284,6 +284,8 @@ def connections(objects: list[Obj]) -> dict[str, int]:
             command = container["command"]
             if command[0] == "gunicorn":
                 per_pod += int(_flag(command, "--workers")) * int(_flag(command, "--threads"))
+            elif command[0] == "uvicorn":  # an open stream holds none; reads take turns
+                per_pod += int(config(objects)["STREAMS_READ_THREADS"])
             elif "worker" in command:
                 per_pod += int(_flag(command, "--concurrency"))
         per_pod = {"ajuste-watcher": WATCHER_CONNECTIONS, "ajuste-beat": BEAT_CONNECTIONS}.get(
@@ -302,7 +304,7 @@ def _flag(command: list[str], flag: str) -> str:
     raise AssertionError(f"{flag} not in {command}")
 
 
-@pytest.mark.parametrize(("components", "total"), [([], 71), (["large"], 101)])
+@pytest.mark.parametrize(("components", "total"), [([], 87), (["large"], 117)])
 def test_connection_sizing_counts_every_process(
     tmp_path: Path, components: list[str], total: int
 ) -> None:
@@ -338,7 +340,7 @@ def test_selectors_select_the_pods(tmp_path: Path, name: str) -> None:
         if o["kind"] == "Deployment"
         for c in o["spec"]["template"]["spec"].get("topologySpreadConstraints", [])
     ]
-    assert {n for n, _ in selectors} == {"ajuste-web", "ajuste-worker"}
+    assert {n for n, _ in selectors} == {"ajuste-web", "ajuste-events", "ajuste-worker"}
     for deployment, labels in selectors:
         pod = find(objects, "Deployment", deployment)["spec"]["template"]["metadata"]["labels"]
         assert labels.items() <= pod.items()
@@ -409,6 +411,15 @@ def test_network_policy_lets_the_ingress_controller_reach_the_web_port(tmp_path:
     } in rule["from"]
     container = pod_of(objects, "ajuste-web")["containers"][0]
     assert container["ports"][0]["containerPort"] == 8000
+    events = find(objects, "NetworkPolicy", "ajuste-events")
+    assert events["spec"]["ingress"][0]["from"] == rule["from"]
+    [events_port] = events["spec"]["ingress"][0]["ports"]
+    assert (
+        events_port["port"]
+        == pod_of(objects, "ajuste-events")["containers"][0]["ports"][0]["containerPort"]
+    )
+    labels = find(objects, "Deployment", "ajuste-events")["spec"]["template"]["metadata"]
+    assert events["spec"]["podSelector"]["matchLabels"].items() <= labels["labels"].items()
     stores = find(objects, "NetworkPolicy", "ajuste-datastores")
     [expression] = stores["spec"]["podSelector"]["matchExpressions"]
     for name in ("ajuste-postgres", "ajuste-redis"):
@@ -440,3 +451,88 @@ def test_bundled_datastores_keep_their_data_and_read_their_password_from_the_sec
         service["spec"]["selector"].items()
         <= stateful["spec"]["template"]["metadata"]["labels"].items()
     )
+
+
+# What the stream routes must send to the events pods, and what they must leave to the web's.
+STREAM_PATHS = [
+    "/p/vision/jobs/0b6c7f1e-8d2a-4c55-9a51-1f1d6a3f9e20/events/",
+    "/p/a_b-2/notebooks/0b6c7f1e-8d2a-4c55-9a51-1f1d6a3f9e20/events/",
+    "/api/v1/jobs/0b6c7f1e-8d2a-4c55-9a51-1f1d6a3f9e20/logs/stream/",
+    "/api/v1/apps/0b6c7f1e-8d2a-4c55-9a51-1f1d6a3f9e20/logs/stream/",
+]
+PAGE_PATHS = [
+    "/p/vision/jobs/0b6c7f1e-8d2a-4c55-9a51-1f1d6a3f9e20/",
+    "/p/vision/jobs/0b6c7f1e-8d2a-4c55-9a51-1f1d6a3f9e20/logs/",
+    "/p/vision/jobs/0b6c7f1e-8d2a-4c55-9a51-1f1d6a3f9e20/events/x",
+    "/api/v1/jobs/0b6c7f1e-8d2a-4c55-9a51-1f1d6a3f9e20/logs/",
+    "/api/v1/jobs/0b6c7f1e-8d2a-4c55-9a51-1f1d6a3f9e20/logs/stream/extra/",
+    "/",
+]
+
+
+def assert_routes_the_streams(patterns: list[str]) -> None:
+    """The routes' patterns take exactly the paths the events server streams
+    (controlpanel/streams/asgi.py), nothing of the pages or the rest of the API."""
+    from controlpanel.streams.asgi import API, PAGE
+
+    def routed(path: str) -> bool:  # ingress-nginx anchors at ^, gateways match the whole path
+        return any(re.fullmatch(p.removeprefix("^").removesuffix("$"), path) for p in patterns)
+
+    for path in STREAM_PATHS:
+        assert routed(path) and (PAGE.match(path) or API.match(path)), path
+    for path in PAGE_PATHS:
+        assert not routed(path) and not (PAGE.match(path) or API.match(path)), path
+
+
+def assert_reaches_events(objects: list[Obj], service_name: str, port: str | int) -> None:
+    service = find(objects, "Service", service_name)
+    [service_port] = [p for p in service["spec"]["ports"] if port in (p["name"], p["port"])]
+    events = find(objects, "Deployment", "ajuste-events")
+    labels = events["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["selector"].items() <= labels.items()
+    container = pod_of(objects, "ajuste-events")["containers"][0]
+    assert service_port["targetPort"] in {p["name"] for p in container["ports"]}
+
+
+def test_the_ingress_sends_the_streams_to_the_events_pods_unbuffered(tmp_path: Path) -> None:
+    """On the panel's host, the stream paths to ajuste-events with buffering off and reads far
+    longer than the heartbeat; pages then open their streams at SITE_URL."""
+    from django.conf import settings
+
+    objects = render(tmp_path, "tls")
+    ingress = find(objects, "Ingress", "ajuste-events")
+    [rule] = ingress["spec"]["rules"]
+    assert rule["host"] == HOST
+    annotations = ingress["metadata"]["annotations"]
+    assert annotations["nginx.ingress.kubernetes.io/proxy-buffering"] == "off"
+    assert annotations["nginx.ingress.kubernetes.io/use-regex"] == "true"
+    assert annotations["nginx.ingress.kubernetes.io/proxy-http-version"] == "1.1"
+    read = int(annotations["nginx.ingress.kubernetes.io/proxy-read-timeout"])
+    assert read >= 4 * settings.STREAMS_HEARTBEAT_SECONDS
+    paths = rule["http"]["paths"]
+    assert {p["pathType"] for p in paths} == {"ImplementationSpecific"}
+    assert_routes_the_streams([p["path"] for p in paths])
+    for path in paths:
+        backend = path["backend"]["service"]
+        assert_reaches_events(objects, backend["name"], backend["port"]["name"])
+    assert (
+        ingress["spec"]["ingressClassName"]
+        == find(objects, "Ingress", "ajuste")["spec"]["ingressClassName"]
+    )
+    assert config(objects)["STREAMS_URL"] == f"https://{HOST}"
+
+
+def test_the_gateway_route_sends_the_streams_to_the_events_pods_untimed(tmp_path: Path) -> None:
+    objects = render(tmp_path, "gateway-api")
+    route = find(objects, "HTTPRoute", "ajuste")
+    [streams] = [
+        rule
+        for rule in route["spec"]["rules"]
+        if {b["name"] for b in rule["backendRefs"]} == {"ajuste-events"}
+    ]
+    assert {m["path"]["type"] for m in streams["matches"]} == {"RegularExpression"}
+    assert_routes_the_streams([m["path"]["value"] for m in streams["matches"]])
+    assert streams["timeouts"] == {"request": "0s"}
+    for backend in streams["backendRefs"]:
+        assert_reaches_events(objects, backend["name"], backend["port"])
+    assert config(objects)["STREAMS_URL"] == f"https://{HOST}"
