@@ -74,6 +74,8 @@ KINDS: dict[str, Kind] = {
     "NetworkPolicy": Kind("networking.k8s.io/v1", "networkpolicies"),
     "RoleBinding": Kind("rbac.authorization.k8s.io/v1", "rolebindings"),
     "Lease": Kind("coordination.k8s.io/v1", "leases"),
+    # JobSet (jobs of several nodes).
+    "JobSet": Kind("jobset.x-k8s.io/v1alpha2", "jobsets"),
     # Kueue (QUEUE_ENGINE=kueue): what Ajuste configures, and the Workloads it reads.
     "ResourceFlavor": Kind("kueue.x-k8s.io/v1beta2", "resourceflavors", namespaced=False),
     "ClusterQueue": Kind("kueue.x-k8s.io/v1beta2", "clusterqueues", namespaced=False),

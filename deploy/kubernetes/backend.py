@@ -13,11 +13,12 @@ from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
 from deploy import manifests, names
-from deploy.kubernetes import orphans
+from deploy.kubernetes import jobsets, orphans
 from deploy.kubernetes.api import KubeApi, Obj
-from deploy.kubernetes.apply import apply, delete, delete_labelled, label_install
+from deploy.kubernetes.apply import apply, delete, delete_found, delete_labelled, label_install
 from deploy.kubernetes.capacity import read_capacity
 from deploy.kubernetes.client import make_api_client
+from deploy.kubernetes.jobsets import observe_run
 from deploy.kubernetes.listing import (
     app_pods,
     app_state,
@@ -29,7 +30,7 @@ from deploy.kubernetes.listing import (
     project_namespaces,
 )
 from deploy.kubernetes.logs import read_pod_log
-from deploy.kubernetes.observe import JobObjects, observe_job
+from deploy.kubernetes.observe import JobObjects
 from deploy.kubernetes.pods import container_run, container_status, main_component, newest
 from deploy.kubernetes.stopping import STOP_ATTEMPTS, STOPPABLE, stop_patch
 from deploy.kubernetes.trust import controlled_by
@@ -134,7 +135,13 @@ class KubernetesBackend:
     def apply_job(self, *, job: JobRequest) -> ObservedWorkload:
         job = self._own(job)
         objects = job_objects(self.api, job.ref)
-        if objects.job is None:
+        if job.nodes > 1 and objects.jobset is None:
+            # Several nodes: the JobSet makes the child Job, its pods and headless Service.
+            created = apply(self.api, manifests.make_jobset(job=job))
+            objects = JobObjects(job=None, jobset=created)
+        elif objects.jobset is not None:
+            pass  # made already: observed below
+        elif objects.job is None:
             claim = manifests.make_workspace_claim(job=job)
             if claim is not None:
                 apply(self.api, claim)  # first: the pod must find its claim
@@ -142,7 +149,7 @@ class KubernetesBackend:
             objects = JobObjects(job=created)
         elif self.install_id and not names.install_of(objects.job):
             label_install(self.api, "Job", objects.job, self.install_id)  # from before install ids
-        observed = observe_job(job.ref, objects)
+        observed = observe_run(job.ref, objects)
         if observed.needs_apply:
             apply(self.api, manifests.make_push_job(job=job, attempt=1))
             observed = self.observe_job(ref=job.ref)
@@ -156,10 +163,17 @@ class KubernetesBackend:
         name = names.job_name(job.ref)
         for _ in range(STOP_ATTEMPTS):
             objects = job_objects(self.api, job.ref)
-            if objects.job is None or observe_job(job.ref, objects).phase not in STOPPABLE:
+            target = objects.jobset or objects.job
+            if target is None or observe_run(job.ref, objects).phase not in STOPPABLE:
                 return
+            # A JobSet is suspended (a deadline on its child Job would restart the group).
+            kind, patch = (
+                (jobsets.KIND, jobsets.stop_patch(target))
+                if objects.jobset is not None
+                else ("Job", stop_patch(target))
+            )
             try:
-                self.api.patch("Job", job.namespace, name, stop_patch(objects.job))
+                self.api.patch(kind, job.namespace, name, patch)
                 return
             except ApiException as exc:
                 if exc.status == 404:
@@ -178,6 +192,9 @@ class KubernetesBackend:
 
     def delete_job(self, *, ref: WorkloadRef) -> None:
         selector = names.selector(names.selector_labels(ref))
+        for found in jobsets.list_jobsets(self.api, ref.namespace, selector):
+            if names.belongs(found, self.install_id):
+                delete_found(self.api, found, jobsets.KIND)  # its child Jobs and Service follow
         for kind in ("Job", "Pod", "PersistentVolumeClaim"):
             delete_labelled(self.api, kind, ref.namespace, selector, install=self.install_id)
 
@@ -201,7 +218,7 @@ class KubernetesBackend:
 
     def observe_job(self, *, ref: WorkloadRef) -> ObservedWorkload:
         ref = self._ref(ref)
-        return observe_job(ref, job_objects(self.api, ref))
+        return observe_run(ref, job_objects(self.api, ref))
 
     def read_logs(
         self, *, ref: WorkloadRef, cursor: str | None, limit: int = 1000, fresh: bool = False
@@ -349,13 +366,10 @@ class KubernetesBackend:
         if deleted_pod is not None and controlled_by(deleted_pod, objects.job):
             uids = {p["metadata"].get("uid") for p in objects.pods}
             if deleted_pod["metadata"].get("uid") not in uids and main_component(ref) == "main":
-                objects = JobObjects(
-                    job=objects.job,
-                    pods=[*objects.pods, deleted_pod],
-                    push_jobs=objects.push_jobs,
-                    push_pods=objects.push_pods,
+                objects = replace(
+                    objects, pods=[*objects.pods, deleted_pod], events=[], workload=None
                 )
-        return observe_job(ref, objects)
+        return observe_run(ref, objects)
 
     def _main_pods(self, ref: WorkloadRef) -> list[Obj]:
         """The pods running the user's process, as their Job or StatefulSet controls them (a
@@ -376,12 +390,10 @@ class KubernetesBackend:
             kind, name = "StatefulSet", names.notebook_name(ref)
         else:
             kind, name = "Job", names.job_name(ref)
-        try:
-            owner: Obj | None = self.api.read(kind, ref.namespace, name)
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
-            owner = None
+        owner = self._read(kind, ref.namespace, name)
+        if owner is None and kind == "Job":  # several nodes: the JobSet's child; node 0's log
+            owner = self._read(kind, ref.namespace, jobsets.child_job_name(ref))
+            pods = jobsets.rank_zero(pods)
         if owner is not None and not names.belongs(owner, ref.install):
             owner = None
         return [pod for pod in pods if controlled_by(pod, owner)]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import gc
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime
@@ -19,8 +19,9 @@ from kubernetes.client.exceptions import ApiException
 
 from deploy import names
 from deploy.kubernetes.api import KubeApi, Obj
+from deploy.kubernetes.jobsets import child_job, list_jobsets, observe_run, run_jobset
 from deploy.kubernetes.kueue_reasons import job_workload
-from deploy.kubernetes.observe import JobObjects, observe_app, observe_job, observe_notebook
+from deploy.kubernetes.observe import JobObjects, observe_app, observe_notebook
 from deploy.kubernetes.pods import newest, parse_time, unscheduled_reason
 from deploy.kubernetes.trust import ProjectNamespaces, controlled_by, is_main_job, is_push_job
 from deploy.types import ObservedWorkload, WorkloadKind, WorkloadRef
@@ -100,17 +101,25 @@ def _events(api: KubeApi, kind: str, obj: Obj) -> list[Obj]:
 
 
 def job_objects(api: KubeApi, ref: WorkloadRef) -> JobObjects:
-    """The Jobs and pods of one job run."""
+    """The JobSet, Jobs and pods of one job run."""
     selector = names.selector(names.selector_labels(ref))
+    jobsets = owned(list_jobsets(api, ref.namespace, selector), ref.install)
     jobs, _ = api.list("Job", ref.namespace, label_selector=selector)
     pods, _ = api.list("Pod", ref.namespace, label_selector=selector)
-    return group_job(api, ref, owned(jobs, ref.install), owned(pods, ref.install))
+    return group_job(api, ref, owned(jobs, ref.install), owned(pods, ref.install), jobsets)
 
 
-def group_job(api: KubeApi, ref: WorkloadRef, jobs: list[Obj], pods: list[Obj]) -> JobObjects:
+def group_job(
+    api: KubeApi, ref: WorkloadRef, jobs: list[Obj], pods: list[Obj], jobsets: Sequence[Obj] = ()
+) -> JobObjects:
     """Split one run's objects by component and fetch events for an unscheduled pod. The Jobs
-    are the run's by name, the pods count only when one of those Jobs controls them."""
-    job = next((j for j in jobs if component(j) == "main" and is_main_job(ref, j)), None)
+    are the run's by name (a JobSet's child Job when the run has a JobSet), the pods count
+    only when one of those Jobs controls them."""
+    jobset = run_jobset(ref, list(jobsets))
+    if jobset is not None:
+        job = child_job(ref, jobset, jobs)
+    else:
+        job = next((j for j in jobs if component(j) == "main" and is_main_job(ref, j)), None)
     push_jobs = [j for j in jobs if component(j) == "push" and is_push_job(ref, j)]
     main_pods = [p for p in pods if component(p) == "main" and controlled_by(p, job)]
     push_pods = [
@@ -122,7 +131,8 @@ def group_job(api: KubeApi, ref: WorkloadRef, jobs: list[Obj], pods: list[Obj]) 
         push_jobs=push_jobs,
         push_pods=push_pods,
         events=pod_events(api, newest(main_pods)) if main_pods else job_events(api, job),
-        workload=None if main_pods else job_workload(api, job),
+        workload=None if main_pods else job_workload(api, jobset or job),
+        jobset=jobset,
     )
 
 
@@ -210,7 +220,8 @@ class ObservationCache:
     def observe(
         self, api: KubeApi, ref: WorkloadRef, group: dict[str, list[Obj]]
     ) -> tuple[tuple[object, ...], ObservedWorkload]:
-        key = (ref, *map(_version, group["jobs"]), "|", *map(_version, group["pods"]))
+        key = (ref, *map(_version, [*group["jobsets"], *group["jobs"]]), "|")
+        key += tuple(map(_version, group["pods"]))
         found = self.entries.get(key)
         return key, found if found is not None else _observe_group(api, ref, group)
 
@@ -229,7 +240,7 @@ def observe_everything(
     *,
     install: str = "",
 ) -> tuple[list[ObservedWorkload], str]:
-    """The sweep: five list calls (six with apps), then one observation per run (events only
+    """The sweep: six list calls (seven with apps), then one observation per run (events only
     when needed), for runs in Ajuste's project namespaces only (`projects` is refreshed here)
     and, given an `install`, of that install or of none (`unlabelled` observations: made
     before install ids). Also returns the pod list's resourceVersion, where a watch can start.
@@ -286,6 +297,7 @@ def _observe_listed(
     cache: ObservationCache,
     install: str,
 ) -> tuple[list[ObservedWorkload], dict[tuple[object, ...], ObservedWorkload], str]:
+    jobsets = list_jobsets(api, namespace, MANAGED)
     jobs, _ = api.list("Job", namespace, label_selector=MANAGED)
     pods, pods_version = api.list("Pod", namespace, label_selector=MANAGED)
     sets, _ = api.list("StatefulSet", namespace, label_selector=MANAGED)
@@ -294,9 +306,17 @@ def _observe_listed(
     if deployments:  # a cluster without apps pays no call for them
         replica_sets, _ = api.list("ReplicaSet", namespace, label_selector=MANAGED)
     by_ref: dict[WorkloadRef, dict[str, list[Obj]]] = defaultdict(
-        lambda: {"jobs": [], "pods": [], "sets": [], "deployments": [], "replica_sets": []}
+        lambda: {
+            "jobsets": [],
+            "jobs": [],
+            "pods": [],
+            "sets": [],
+            "deployments": [],
+            "replica_sets": [],
+        }
     )
     listed = (
+        ("jobsets", jobsets),
         ("jobs", jobs),
         ("pods", pods),
         ("sets", sets),
@@ -368,9 +388,9 @@ def _observe_group(api: KubeApi, ref: WorkloadRef, group: dict[str, list[Obj]]) 
         observed = map_app(api, ref, next(found, None), group["replica_sets"], group["pods"])
         created = _newest_creation([*group["deployments"], *group["replica_sets"]])
         return replace(observed, created_at=created)
-    objects = group_job(api, ref, group["jobs"], group["pods"])
-    created = _newest_creation([*group["jobs"], *group["pods"]])
-    return observe_job(ref, objects, created_at=created)
+    objects = group_job(api, ref, group["jobs"], group["pods"], group["jobsets"])
+    created = _newest_creation([*group["jobsets"], *group["jobs"], *group["pods"]])
+    return observe_run(ref, objects, created_at=created)
 
 
 def _newest_creation(objects: list[Obj]) -> datetime | None:

@@ -42,6 +42,8 @@ class JobObjects:
     events: list[Obj] = field(default_factory=list)
     # Kueue's Workload of a suspended Job (QUEUE_ENGINE=kueue): why it waits, or was evicted.
     workload: Obj | None = None
+    # A job of several nodes: its JobSet (`job` is then the JobSet's child Job).
+    jobset: Obj | None = None
 
 
 def observe_job(

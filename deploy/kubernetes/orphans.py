@@ -19,7 +19,7 @@ from deploy.types import WorkloadKind, WorkloadRef
 # What runs (and holds GPUs) per kind, controllers first so nothing makes a new pod meanwhile.
 # A notebook's Service, token Secret and any Ingress of an earlier version go with its pods.
 RUNNING: dict[WorkloadKind, tuple[str, ...]] = {
-    WorkloadKind.JOB: ("Job", "Pod"),
+    WorkloadKind.JOB: ("JobSet", "Job", "Pod"),  # a job of several nodes: its JobSet first
     WorkloadKind.NOTEBOOK: ("StatefulSet", "Service", "Secret", "Ingress", "Pod"),
     WorkloadKind.APP: (
         "HorizontalPodAutoscaler",

@@ -1,0 +1,188 @@
+"""A job of several nodes (issue 29) on the cluster: its JobSet (JobSet v0.9.1,
+`deploy.manifests.jobset`), read and mapped to the run's observation, stopped, listed.
+
+The JobSet makes one child Job, `<job name>-node-0`, of `nodes` Indexed pods; a failed pod
+fails that Job and JobSet restarts the whole group (a new child Job of the same name) until
+`failurePolicy.maxRestarts`, so only the JobSet's own `Failed` condition is final. Billing
+counts each pod as a run of its own (`replica_runs`: nodes x GPUs per node per minute). A
+cluster without JobSet (its API answers 404) simply has none.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime
+
+from kubernetes.client.exceptions import ApiException
+
+from deploy import names
+from deploy.kubernetes.api import KubeApi, Obj
+from deploy.kubernetes.kueue_reasons import waiting_reason_of
+from deploy.kubernetes.observe import (
+    JobObjects,
+    _failure,
+    _pod_progress,
+    _with_pod_facts,
+    observe_job,
+)
+from deploy.kubernetes.observe import replica_run as pod_run
+from deploy.kubernetes.pods import clip, condition, is_true, newest
+from deploy.kubernetes.trust import controlled_by
+from deploy.manifests.jobset import INDEX_ANNOTATION, MAX_GROUP_RESTARTS, REPLICATED_JOB
+from deploy.types import ObservedWorkload, Phase, WorkloadKind, WorkloadRef
+
+KIND = "JobSet"
+ENDED = ("Succeeded", "Failed")
+# The least advanced node decides where the group is (all must run for RUNNING).
+ORDER = (Phase.PENDING, Phase.INITIALIZING, Phase.RUNNING, Phase.FINALIZING)
+
+
+def child_job_name(ref: WorkloadRef) -> str:
+    """The child Job JobSet makes for the run: `<jobset>-<replicatedJob>-<job index>`."""
+    return f"{names.job_name(ref)}-{REPLICATED_JOB}-0"
+
+
+def list_jobsets(api: KubeApi, namespace: str | None, selector: str) -> list[Obj]:
+    """The JobSets matching `selector`; none where the cluster serves no JobSet API."""
+    try:
+        items, _ = api.list(KIND, namespace, label_selector=selector)
+    except ApiException as exc:
+        if exc.status == 404:
+            return []
+        raise
+    return items
+
+
+def run_jobset(ref: WorkloadRef, jobsets: list[Obj]) -> Obj | None:
+    """The run's JobSet, by the name Ajuste gives it."""
+    wanted = names.job_name(ref)
+    return next((j for j in jobsets if j["metadata"].get("name") == wanted), None)
+
+
+def child_job(ref: WorkloadRef, jobset: Obj, jobs: list[Obj]) -> Obj | None:
+    """The run's child Job: the JobSet's name for it, and the JobSet its controller."""
+    wanted = child_job_name(ref)
+    found = (j for j in jobs if j["metadata"].get("name") == wanted and controlled_by(j, jobset))
+    return next(found, None)
+
+
+def rank(pod: Obj) -> int:
+    """The pod's node rank (its completion index)."""
+    value = str((pod["metadata"].get("annotations") or {}).get(INDEX_ANNOTATION, ""))
+    return int(value) if value.isdigit() else -1
+
+
+def rank_zero(pods: list[Obj]) -> list[Obj]:
+    """The pods of node 0 (its log is the run's log)."""
+    return [p for p in pods if rank(p) == 0]
+
+
+def stop_patch(jobset: Obj, *, now: datetime | None = None) -> Obj:
+    """Suspend the JobSet (JobSet deletes the running pods, gracefully) and say it was a stop.
+    Not a deadline on the child Job: JobSet would restart the group. A suspended JobSet's
+    stop names the resourceVersion it was decided on (Kueue may admit it meanwhile: 409)."""
+    at = (now or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    patch: Obj = {
+        "metadata": {"annotations": {names.STOP_REQUESTED: at}},
+        "spec": {"suspend": True},
+    }
+    if (jobset.get("spec") or {}).get("suspend"):
+        patch["metadata"]["resourceVersion"] = jobset["metadata"]["resourceVersion"]
+    return patch
+
+
+def observe_jobset(
+    ref: WorkloadRef, objects: JobObjects, *, created_at: datetime | None = None
+) -> ObservedWorkload:
+    """The observed phase of a run of several nodes, from its JobSet, child Job and pods."""
+    jobset = objects.jobset or {}
+    pods = [p for p in objects.pods if not p["metadata"].get("deletionTimestamp")]
+    base = ObservedWorkload(
+        kind=WorkloadKind.JOB,
+        id=ref.id,
+        phase=Phase.GONE,
+        project=ref.project,
+        namespace=ref.namespace,
+        run=ref.run,
+        created_at=created_at,
+        replica_runs=tuple(r for r in map(pod_run, objects.pods) if r is not None),
+    )
+    failed = [p for p in pods if (p.get("status") or {}).get("phase") == "Failed"]
+    observed = _with_pod_facts(base, newest(failed) or newest(rank_zero(pods)) or newest(pods))
+    stopped = names.STOP_REQUESTED in (jobset["metadata"].get("annotations") or {})
+    restarts = int((jobset.get("status") or {}).get("restarts") or 0)
+    if is_true(jobset, "Completed"):
+        return replace(observed, phase=Phase.SUCCEEDED, reason="exit code 0", exit_code=0)
+    if is_true(jobset, "Failed"):
+        if stopped:
+            return replace(observed, phase=Phase.STOPPED, reason="stopped at the user's request")
+        return _group_failed(observed, jobset, failed, restarts)
+    live = [p for p in pods if (p.get("status") or {}).get("phase") not in ENDED]
+    if stopped and (jobset.get("spec") or {}).get("suspend"):
+        if not live:
+            return replace(observed, phase=Phase.STOPPED, reason="stopped at the user's request")
+        return replace(
+            observed, phase=Phase.FINALIZING, reason=f"stopping ({len(live)} nodes left)"
+        )
+    if (jobset.get("spec") or {}).get("suspend"):
+        queue = (jobset["metadata"].get("labels") or {}).get("kueue.x-k8s.io/queue-name")
+        reason = waiting_reason_of(objects.workload, queue)
+        return replace(observed, phase=Phase.QUEUED, reason=clip(reason))
+    return _group_progress(observed, objects, live, failed, restarts)
+
+
+def _group_failed(
+    observed: ObservedWorkload, jobset: Obj, failed: list[Obj], restarts: int
+) -> ObservedWorkload:
+    """Failed for good: the restarts are spent (or the policy allows none)."""
+    pod = newest(failed)
+    detail = _failure(pod, observed, None).reason if pod else ""
+    if not detail:
+        detail = str((condition(jobset, "Failed") or {}).get("message") or "the JobSet failed")
+    elif pod is not None:
+        detail = f"node {rank(pod)}: {detail}"
+    after = f"after {restarts} group restart{'s' if restarts != 1 else ''}"
+    return replace(observed, phase=Phase.FAILED, reason=clip(f"{detail} ({after})"))
+
+
+def _group_progress(
+    observed: ObservedWorkload,
+    objects: JobObjects,
+    live: list[Obj],
+    failed: list[Obj],
+    restarts: int,
+) -> ObservedWorkload:
+    """Where the group is: RUNNING once every node runs; a node that failed while restarts
+    are left means the group restarts (never final)."""
+    nodes = int(((objects.job or {}).get("spec") or {}).get("completions") or len(live) or 1)
+    restarting = (
+        f"the group restarts after a node failed (restart {restarts} of {MAX_GROUP_RESTARTS})"
+    )
+    if failed or (restarts and len(live) < nodes):
+        return replace(observed, phase=Phase.RUNNING, reason=restarting)
+    if len(live) < nodes:
+        started = f"{len(live)} of {nodes} nodes started"
+        return replace(observed, phase=Phase.PENDING, reason=f"creating the pods ({started})")
+    steps = sorted(
+        ((_pod_progress(p, observed, objects.events), rank(p)) for p in live),
+        key=lambda item: ORDER.index(item[0].phase) if item[0].phase in ORDER else 0,
+    )
+    least, node = steps[0]
+    reason = f"running on {nodes} nodes" if least.phase is Phase.RUNNING else least.reason
+    if least.phase is not Phase.RUNNING:
+        reason = f"node {node}: {reason}"
+    elif restarts:
+        reason += f" (group restart {restarts} of {MAX_GROUP_RESTARTS})"
+    if restarts and ORDER.index(least.phase) < ORDER.index(Phase.RUNNING):
+        # The group ran before: a restart is not a way back to PENDING.
+        return replace(observed, phase=Phase.RUNNING, reason=clip(f"{restarting}; {reason}"))
+    return replace(observed, phase=least.phase, reason=clip(reason))
+
+
+def observe_run(
+    ref: WorkloadRef, objects: JobObjects, *, created_at: datetime | None = None
+) -> ObservedWorkload:
+    """A job run's observation: its JobSet's where it has one, its Job's otherwise."""
+    if objects.jobset is not None:
+        return observe_jobset(ref, objects, created_at=created_at)
+    return observe_job(ref, objects, created_at=created_at)
