@@ -170,6 +170,14 @@ def apply_observation(job: Workload, observed: ObservedWorkload, *, fresh: bool 
     return changed
 
 
+def _has_served(job: Workload, observed: ObservedWorkload) -> bool:
+    """Whether the app serves now or served in this run (its replicas bill from then on)."""
+    running = kind_of(job).running
+    if observed.phase is Phase.RUNNING or job.state == running:
+        return True
+    return JobEvent.objects.filter(job=job, run=job.run, state=running).exists()
+
+
 def _record_times(job: Workload, observed: ObservedWorkload) -> None:
     """Container start/finish and exit code from the pod status (billing meters from these),
     and where a notebook is served."""
@@ -201,7 +209,7 @@ def _record_times(job: Workload, observed: ObservedWorkload) -> None:
     if changed:
         job.save(update_fields=[*dict.fromkeys(changed), "updated_at"])
     if observed.replica_runs is not None:
-        record_replicas(job, observed.replica_runs)
+        record_replicas(job, observed.replica_runs, serving=_has_served(job, observed))
     elif observed.run_uid and observed.started_at:
         JobRun.objects.update_or_create(
             uid=observed.run_uid,

@@ -33,18 +33,22 @@ def ends_replicas(job: Workload, observed: ObservedWorkload) -> bool:
     return bool(set(billed) - set(serving_replicas(observed)))
 
 
-def record_replicas(job: Workload, replicas: tuple[ReplicaRun, ...]) -> None:
+def record_replicas(job: Workload, replicas: tuple[ReplicaRun, ...], *, serving: bool) -> None:
     """Each replica of an app is a run of its own (billing: replica-minutes): opened when its
     server has started, ended with the backend's end time, or now when the backend no longer
     has it (scaled down, replaced by a rolling update, deleted). A run once ended is never
     opened again (an older observation that still lists it), and its start never moves
     later (a restarted server is the same replica, billed since its first start). Like a
-    job's run, an open one is saved at each observation (the ledger bills it up to now)."""
+    job's run, an open one is saved at each observation (the ledger bills it up to now).
+    `serving`: the app is RUNNING now or was in this run; before, no run is opened, so an app
+    whose server failed while it loaded (a missing model) is billed nothing."""
     now = timezone.now()
     seen = {replica.uid: replica for replica in replicas}
     known = {run.uid: run for run in JobRun.objects.filter(uid__in=seen)}
     for uid, replica in seen.items():
         run = known.get(uid)
+        if run is None and not serving:
+            continue  # only RUNNING time is billed: an app that never served bills nothing
         if run is None:
             run = JobRun(
                 uid=uid,
