@@ -383,6 +383,10 @@ class AppRequest:
     model_gib: int = 20
     prometheus_url: str = DEFAULT_PROMETHEUS_URL
     install: str = ""
+    # Kueue (QUEUE_ENGINE=kueue): the project's LocalQueue and the interactive priority class,
+    # on the Deployment and its pod template, so each pod counts against its ClusterQueue.
+    queue_name: str | None = None
+    priority_class: str | None = None
 
     def __post_init__(self) -> None:
         _tuplify(self, "volumes", "image_pull_secrets")

@@ -12,7 +12,7 @@ from controlpanel.engine.models import Workload
 from controlpanel.notebooks.auth import notebook_path, notebook_token
 from controlpanel.notebooks.states import NotebookState as N
 from controlpanel.notebooks.usercontent import SERVED
-from controlpanel.queues.selectors import notebook_queue
+from controlpanel.queues.selectors import interactive_queue
 from controlpanel.usercontent.hosts import content_host
 from deploy.types import Editor, NotebookRequest, ObservedWorkload, Phase, WorkloadRef
 
@@ -32,7 +32,7 @@ _PHASES = {
 
 def notebook_request(notebook: Workload) -> NotebookRequest:
     env, secret_env = split_secret_env(notebook.env)
-    queue_name, priority_class = notebook_queue(project=notebook.project)
+    queue_name, priority_class = interactive_queue(project=notebook.project)
     return NotebookRequest(
         id=str(notebook.id),
         project=notebook.project.slug,

@@ -74,10 +74,10 @@ def job_queue(*, project: Project, preset: str) -> tuple[str | None, str | None,
     return kueue.LOCAL_QUEUE, kueue.priority_class_name(tier), preemptible
 
 
-def notebook_queue(*, project: Project) -> tuple[str | None, str | None]:
-    """A notebook's queue name and priority class: with Kueue, the project's LocalQueue at the
-    interactive priority (people wait on it); with the builtin engine, none (the namespace's
-    quota holds notebooks as before)."""
+def interactive_queue(*, project: Project) -> tuple[str | None, str | None]:
+    """A notebook's or app's queue name and priority class: with Kueue, the project's
+    LocalQueue at the interactive priority (people wait on it); with the builtin engine, none
+    (the namespace's quota holds them as before)."""
     if not kueue_on():
         return None, None
     return kueue.LOCAL_QUEUE, kueue.priority_class_name("interactive")

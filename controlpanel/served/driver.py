@@ -14,6 +14,7 @@ from controlpanel.engine.backend import get_backend, job_ref, split_secret_env
 from controlpanel.engine.driver import OneNameDriver
 from controlpanel.engine.models import FINAL_STATES, Workload
 from controlpanel.engine.sweep import grace_start
+from controlpanel.queues.selectors import interactive_queue
 from controlpanel.served.config import Serving, app_path
 from controlpanel.served.states import AppState as A
 from controlpanel.usercontent.hosts import content_host
@@ -40,6 +41,7 @@ def app_request(app: Workload) -> AppRequest:
     env, secret_env = split_secret_env(app.env)
     weights = app.volume_specs
     adapter = weights[1] if config.adapter and len(weights) > 1 else None
+    queue_name, priority_class = interactive_queue(project=app.project)
     return AppRequest(
         id=str(app.id),
         project=app.project.slug,
@@ -67,6 +69,8 @@ def app_request(app: Workload) -> AppRequest:
         sync_image=settings.AJUSTE_SYNC_IMAGE,
         model_gib=settings.APP_MODEL_GIB,
         prometheus_url=settings.APP_PROMETHEUS_URL,
+        queue_name=queue_name,
+        priority_class=priority_class,
     )
 
 

@@ -35,6 +35,7 @@ from deploy.manifests.common import (
     sync_state_volume,
     workload_annotations,
 )
+from deploy.manifests.kueue import PRIORITY_LABEL, QUEUE_LABEL
 from deploy.types import APP_ADAPTER_PATH, APP_MODEL_PATH, AppRequest
 
 COMPONENT = "app"
@@ -91,6 +92,10 @@ def make_app_deployment(*, app: AppRequest, keep_replicas: bool = False) -> Mani
     owns it, and applying a new template must not reset it."""
     ref = app.ref
     labels = names.workload_labels(ref, component=COMPONENT)
+    if app.queue_name:  # Kueue's Deployment integration queues each pod as a plain pod
+        labels[QUEUE_LABEL] = app.queue_name
+        if app.priority_class:
+            labels[PRIORITY_LABEL] = app.priority_class
     annotations = {**workload_annotations(ref, app.labels), names.URL: app.url}
     spec: Manifest = {}
     if not app.running:

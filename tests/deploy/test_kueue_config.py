@@ -15,9 +15,11 @@ from deploy.kubernetes.kueue import ensure_queues, remove_stale_queues
 from deploy.kubernetes.kueue_reasons import waiting_reason_of
 from deploy.manifests import kueue as mk
 from deploy.manifests import make_job, make_notebook_statefulset
+from deploy.manifests.apps import make_app_deployment
 from deploy.types import FlavorSpec, JobRequest, NotebookRequest, Phase, Toleration
 from tests.deploy.conftest import make_job_request, project_namespace
 from tests.deploy.kueue_objects import conditions, need_schemas
+from tests.deploy.test_app_manifests import make_app_request
 from tests.fixtures.k8s_emulator import EmulatedCluster, crds
 from tests.fixtures.k8s_emulator.kueue import KueueHandle
 
@@ -340,3 +342,44 @@ def test_a_notebook_counts_against_its_projects_cluster_queue(
     kueue.settle()
     assert len(kueue.positions("ajuste-a")) == 0  # it borrows b's idle GPU instead
     assert kueue.usage("ajuste-a")[("h100", "nvidia.com/gpu")] == 5
+
+
+# -- apps ------------------------------------------------------------------------------------
+
+
+def app_in(slug: str, **changes: Any) -> Any:
+    return make_app_request(
+        project=slug,
+        namespace=f"ajuste-{slug}",
+        flavor=H100,
+        units=1,
+        queue_name=mk.LOCAL_QUEUE,
+        priority_class=mk.priority_class_name("interactive"),
+        **changes,
+    )
+
+
+def test_an_app_deployment_and_its_pods_carry_the_queue_and_priority() -> None:
+    made = make_app_deployment(app=app_in("a"))
+    for labels in (made["metadata"]["labels"], made["spec"]["template"]["metadata"]["labels"]):
+        assert labels["kueue.x-k8s.io/queue-name"] == "ajuste"
+        assert labels["kueue.x-k8s.io/priority-class"] == "ajuste-interactive"
+    assert not {k for k in made["spec"]["selector"]["matchLabels"] if k.startswith("kueue")}
+    plain = make_app_deployment(app=make_app_request())
+    assert not {k for k in plain["metadata"]["labels"] if k.startswith("kueue.x-k8s.io/")}
+
+
+@pytest.mark.k8s
+def test_an_app_counts_against_its_projects_cluster_queue(
+    k8s_cluster: EmulatedCluster, k8s_backend: KubernetesBackend, kueue: KueueHandle
+) -> None:
+    configured(k8s_cluster, k8s_backend, borrowing_limit=0)
+    k8s_backend.apply_app(app=app_in("b"))
+    k8s_cluster.reconcile()
+    kueue.settle()
+    assert kueue.usage("ajuste-b")[("h100", "nvidia.com/gpu")] == 1
+    for i in range(4):  # the app's GPU is one of b's four: three jobs run, one waits
+        k8s_cluster.create(gpu_job("b", i, tier="batch"))
+    kueue.settle()
+    assert kueue.usage("ajuste-b")[("h100", "nvidia.com/gpu")] == 4
+    assert len(kueue.positions("ajuste-b")) == 1
