@@ -12,6 +12,7 @@ pytest_plugins = [
     "tests.fixtures.faults",
     "tests.fixtures.s3",
     "tests.fixtures.clock",
+    "tests.fixtures.flush",
 ]
 
 # Property tests in CI are deterministic: the same examples every run (derandomized, no example
