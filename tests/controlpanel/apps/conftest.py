@@ -5,11 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
 from controlpanel.projects.models import Project
 from controlpanel.served.models import App
+from controlpanel.usercontent.domain import parse_content_domain
 from storage.datastore import DatastoreConfig
 from tests.fixtures.apps import tiny_model_and_adapter, upload
 from tests.fixtures.jobs import project_bucket
@@ -32,8 +34,10 @@ def deploy_tiny_app(
     tiny_weights: str, owner: Any, settings: Any, live_server: Any
 ) -> Callable[[str], tuple[App, dict[str, Any]]]:
     """`deploy_tiny_app(name)`: the owner creates an app of the tiny model and its adapter
-    through the API; the app and the API's answer."""
+    through the API; the app and the API's answer. Apps are served on their own host under
+    the live server's `localhost:<port>`, as settings.py derives it from SITE_URL under make run."""
     settings.SITE_URL = live_server.url
+    settings.USER_CONTENT_DOMAIN = parse_content_domain(urlsplit(live_server.url).netloc)
 
     def deploy(name: str) -> tuple[App, dict[str, Any]]:
         created = api_client_for(owner).post(
