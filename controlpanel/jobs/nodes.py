@@ -20,14 +20,9 @@ LOCAL_NODES_NOTE = (
     "More than one node needs the Kubernetes backend (COMPUTE_BACKEND=kubernetes): this panel "
     "runs jobs as processes on its own machine, one node."
 )
-KUBERNETES_NODES_NOTE = (
-    "More than one node is not available yet: the Kubernetes backend does not apply and observe "
-    "a job's JobSet so far (issue 29). Ask for 1 node."
-)
-# The backends that run a job of several nodes. The JobSet is rendered (deploy/manifests/
-# jobset.py) but deploy/kubernetes does not yet apply, observe, stop and bill it: until it does,
-# a job of more than one node is refused at submit rather than run as one pod.
-MULTI_NODE_BACKENDS: frozenset[str] = frozenset()
+# The backends that run a job of several nodes: Kubernetes applies, observes, stops and bills
+# its JobSet (deploy/kubernetes/jobsets.py). Elsewhere more than one node is refused at submit.
+MULTI_NODE_BACKENDS: frozenset[str] = frozenset({"kubernetes"})
 
 
 def check_nodes(value: Any, units: int | None, flavor: Flavor | None, project: Project) -> int:
@@ -42,8 +37,7 @@ def check_nodes(value: Any, units: int | None, flavor: Flavor | None, project: P
             f"At most {settings.MAX_NODES_PER_JOB} nodes per job (asked for {nodes})."
         )
     if nodes > 1 and settings.COMPUTE_BACKEND not in MULTI_NODE_BACKENDS:
-        local = settings.COMPUTE_BACKEND == "local"
-        raise ValidationError(LOCAL_NODES_NOTE if local else KUBERNETES_NODES_NOTE)
+        raise ValidationError(LOCAL_NODES_NOTE)
     if units is None or flavor is None:
         return nodes
     gpus = nodes * units * flavor.gpus_per_unit

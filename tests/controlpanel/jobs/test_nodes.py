@@ -11,7 +11,7 @@ import pytest
 from controlpanel.engine.admission import Need, job_need
 from controlpanel.jobs import nodes as job_nodes
 from controlpanel.jobs.models import Job
-from controlpanel.jobs.nodes import KUBERNETES_NODES_NOTE, LOCAL_NODES_NOTE
+from controlpanel.jobs.nodes import LOCAL_NODES_NOTE
 from controlpanel.projects.models import Project
 from tests.fixtures.cli import cli_as, ok_json
 from tests.fixtures.jobs import submit
@@ -26,18 +26,20 @@ URL = "/api/v1/jobs/?project=alpha"
 
 
 @pytest.fixture
-def multi_node(k8s_jobs: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
-    """The Kubernetes backend as it will be once it runs JobSets: the submission's own checks."""
-    monkeypatch.setattr(job_nodes, "MULTI_NODE_BACKENDS", frozenset({"kubernetes"}))
+def multi_node(k8s_jobs: Any) -> Any:
+    """The Kubernetes backend, which runs a job of several nodes as its JobSet."""
     return k8s_jobs
 
 
-def test_the_kubernetes_backend_refuses_more_than_one_node_until_it_runs_jobsets(
-    owner_api: Any, k8s_jobs: Any
+def test_only_the_backends_that_run_jobsets_take_more_than_one_node(
+    owner_api: Any, k8s_jobs: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    assert job_nodes.MULTI_NODE_BACKENDS == frozenset({"kubernetes"})
+    assert owner_api.post(URL, BODY | {"nodes": 2}, "json").status_code == 201
+    monkeypatch.setattr(job_nodes, "MULTI_NODE_BACKENDS", frozenset())  # switched off
     answer = owner_api.post(URL, BODY | {"nodes": 2}, "json")
-    assert (answer.status_code, answer.json()) == (400, {"nodes": [KUBERNETES_NODES_NOTE]})
-    assert not Job.objects.exists()
+    assert (answer.status_code, answer.json()) == (400, {"nodes": [LOCAL_NODES_NOTE]})
+    assert Job.objects.count() == 1
     assert owner_api.post(URL, BODY | {"nodes": 1}, "json").status_code == 201
 
 
