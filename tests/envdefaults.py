@@ -41,6 +41,7 @@ _PREFIXES = (
     "STREAMS_",
     "WORKSPACE_",
     "LEADER_",
+    "TRY_IT_",
 )
 _NAMES = {
     "ALLOWED_HOSTS",

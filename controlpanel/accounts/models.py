@@ -9,6 +9,7 @@ from django.db import models
 from django.utils import timezone
 
 TOKEN_PREFIX = "ajt_"  # noqa: S105 (a prefix, not a secret)
+APP_TOKEN_PREFIX = "aja_"  # noqa: S105 (an app-only token's prefix)
 
 
 def hash_token(raw: str) -> str:
@@ -55,6 +56,31 @@ class ApiToken(models.Model):
     def is_active(self) -> bool:
         now = timezone.now()
         return self.revoked_at is None and (self.expires_at is None or self.expires_at > now)
+
+
+class AppToken(models.Model):
+    """An app-only token (issue 25): it calls one project's apps and nothing else (the
+    user-content gate for apps accepts it, the API never does). Made by a manager, shown once,
+    stored only as its SHA-256 hash, revocable."""
+
+    project = models.ForeignKey(
+        "projects.Project", on_delete=models.CASCADE, related_name="app_tokens"
+    )
+    name = models.CharField(max_length=100)
+    digest = models.CharField(max_length=64, unique=True)
+    hint = models.CharField(max_length=12)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.hint}…)"
 
 
 class Invitation(models.Model):

@@ -1,7 +1,8 @@
 """Who may call an app: by default only the API tokens of its project's members
-(`Authorization: Bearer <token>`, the same personal tokens as the REST API); anyone when its
-owner made it public. One rule (`app_caller`), asked by controlpanel/served/usercontent.py for
-every request to the app's own host (the user-content gateway's on a cluster, the panel's own
+(`Authorization: Bearer <token>`, the same personal tokens as the REST API) and the project's
+app-only tokens (served/app_tokens.py); anyone when a manager made it public. One rule
+(`app_caller`), asked by controlpanel/served/usercontent.py for every request to the app's own
+host (the user-content gateway's on a cluster, the panel's own
 proxy under `make run`).
 
 A token is never logged, never forwarded to the server (the gateway and the proxy send the
@@ -16,8 +17,10 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from controlpanel.accounts.models import APP_TOKEN_PREFIX
 from controlpanel.accounts.services import token_authenticate
 from controlpanel.projects.models import Membership
+from controlpanel.served.app_tokens import app_token_authenticate
 from controlpanel.served.config import Serving as AppConfig
 from controlpanel.served.models import App
 
@@ -31,7 +34,13 @@ def app_caller(app: App | None, authorization: str) -> tuple[int, str]:
     scheme, _, raw = authorization.partition(" ")
     if scheme.lower() != "bearer" or not raw.strip():
         return 401, "Send a project API token: Authorization: Bearer <token>."
-    token = token_authenticate(raw=raw.strip())
+    raw = raw.strip()
+    if raw.startswith(APP_TOKEN_PREFIX):  # an app-only token: this project's apps, nothing else
+        app_token = app_token_authenticate(raw=raw)
+        if app_token is None:
+            return 401, "Invalid or revoked token."
+        return (200, "") if app_token.project_id == app.project_id else (404, "No such app.")
+    token = token_authenticate(raw=raw)
     if token is None:
         return 401, "Invalid, expired or revoked token."
     # project_access's rule (a member, or a site admin), in one query: the app's project is

@@ -4,7 +4,7 @@ its own host: controlpanel/usercontent)."""
 from django.urls import path
 
 from controlpanel.api.routes import ApiRoutes
-from controlpanel.served import api, views
+from controlpanel.served import api, app_tokens_api, views
 
 AP = "p/<slug:slug>/apps/"
 APP = AP + "<str:app_id>/"
@@ -22,3 +22,8 @@ urlpatterns = [
 
 def api_routes(routes: ApiRoutes) -> None:
     routes.viewset("apps", api.AppViewSet, basename="api-app")
+    routes.viewset(
+        "projects/(?P<project_slug>[a-z0-9-]+)/app-tokens",
+        app_tokens_api.AppTokenViewSet,
+        basename="api-app-token",
+    )

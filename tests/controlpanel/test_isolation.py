@@ -207,6 +207,17 @@ def _secret(ctx: dict[str, Any]) -> str:
     return "ALPHA_TOKEN"
 
 
+def _app_token(ctx: dict[str, Any]) -> str:
+    """An app-only token of the owner's project (its raw value is never shown again)."""
+    from controlpanel.accounts.models import AppToken
+
+    project = Membership.objects.get(user=ctx["owner"]).project
+    token, _ = AppToken.objects.get_or_create(
+        project=project, name="ci", defaults={"digest": "0" * 64, "hint": "aja_000000"}
+    )
+    return str(token.pk)
+
+
 def _sweep(ctx: dict[str, Any]) -> str:
     """A sweep of the owner's project with one trial (rows only: no task runs here)."""
     from controlpanel.jobs.models import Job
@@ -260,6 +271,18 @@ CASES: list[Case] = [
     Case(
         "api-secret-detail",
         lambda c: f"/api/v1/projects/alpha/secrets/{_secret(c)}/",
+        ("delete",),
+        api=True,
+    ),
+    Case(
+        "api-app-token-list",
+        lambda c: _app_token(c) and "/api/v1/projects/alpha/app-tokens/",
+        ("get", "post"),
+        api=True,
+    ),
+    Case(
+        "api-app-token-detail",
+        lambda c: f"/api/v1/projects/alpha/app-tokens/{_app_token(c)}/",
         ("delete",),
         api=True,
     ),
@@ -563,6 +586,11 @@ OWNER: dict[str, tuple[Probe, ...]] = {
         Probe("post", 201, '"name":"NEW_TOKEN"', {"name": "NEW_TOKEN", "value": "v"}),
     ),
     "api-secret-detail": (Probe("delete", 204, ""),),
+    "api-app-token-list": (
+        Probe("get", 200, '"name":"ci"'),
+        Probe("post", 201, '"token":"aja_', {"name": "bot"}),
+    ),
+    "api-app-token-detail": (Probe("delete", 204, ""),),
     "member-list": (
         Probe("get", 200, "<td>member</td>"),
         Probe("post", 302, "/p/alpha/members/", {"username": "outsider", "role": "member"}),
@@ -788,7 +816,7 @@ def _answer(response: Any) -> str:
 PROJECT_LEVEL = {"project-home", "member-list", "api-project-detail", "api-member-list"}
 PROJECT_LEVEL |= {"project-settings", "first-run-dismiss"}
 PROJECT_LEVEL |= {"member-invite"}
-PROJECT_LEVEL |= {"project-secrets", "api-secret-list"}
+PROJECT_LEVEL |= {"project-secrets", "api-secret-list", "api-app-token-list"}
 PROJECT_LEVEL |= {"job-list", "job-new", "api-job-list", "bucket-list", "api-bucket-list"}
 PROJECT_LEVEL |= {"api-notebook-list"}
 PROJECT_LEVEL |= {"notebook-list", "notebook-new"}
