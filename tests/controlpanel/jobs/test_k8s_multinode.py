@@ -11,15 +11,19 @@ import pytest
 from django.db.models import F, Sum
 
 from controlpanel.billing.models import Line
+from controlpanel.engine.admission import admit_jobs
 from controlpanel.engine.backend import job_ref
 from controlpanel.engine.models import JobRun
+from controlpanel.engine.reconcile import reconcile
 from controlpanel.engine.tasks import sweep_now as sweep
 from controlpanel.jobs.models import Job
 from controlpanel.jobs.states import JobState
 from controlpanel.projects.models import Project
+from controlpanel.queues.services import queues_reconcile
 from deploy import names
 from tests.controlpanel.jobs.test_k8s_journey import start
 from tests.deploy.kueue_objects import need_schemas
+from tests.fixtures.jobs import submit
 from tests.fixtures.k8s_emulator import crds
 
 pytestmark = pytest.mark.k8s
@@ -94,3 +98,38 @@ def test_two_nodes_through_the_api_run_restart_once_and_are_billed_per_node(
     first_runs = runs.exclude(uid__in=uids)
     assert first_runs.count() == 2
     assert Line.objects.filter(run__in=first_runs).values("run").distinct().count() == 2
+
+
+@pytest.mark.django_db(transaction=True)
+def test_with_kueue_the_two_nodes_are_admitted_as_one_gang(
+    k8s_cluster: Any, k8s_jobs: Any, settings: Any, project: Project, owner: Any, panel_s3: Any
+) -> None:
+    """Alpha's 4 GPUs, one held by a running job: the 2 x 2-GPU gang waits QUEUED with Kueue's
+    reason and no pod at all (never half of it); once the GPU is free both nodes start."""
+    need_schemas(crds.JOBSET)
+    need_schemas(crds.KUEUE)
+    settings.QUEUE_ENGINE = "kueue"
+    k8s_cluster.install_kueue()
+    k8s_cluster.install_jobset()
+    Project.objects.filter(pk=project.pk).update(gpu_quota=4)
+    assert "ajuste-alpha" in queues_reconcile()
+    one = submit(project, owner, gpu=1, name="one")
+    assert admit_jobs(project_id=project.pk) == [str(one.pk)]
+    reconcile(str(one.pk))
+    [pod] = k8s_cluster.pods_of(NS, names.job_name(job_ref(one)))
+    k8s_cluster.kubelet.run(NS, pod["metadata"]["name"])
+    gang = submit(project, owner, gpu=2, nodes=2, name="gang")
+    assert admit_jobs(project_id=project.pk) == [str(gang.pk)]  # Kueue queues, not the panel
+    reconcile(str(gang.pk))
+    sweep()
+    gang.refresh_from_db()
+    assert gang.state == S.QUEUED and "Kueue queue ajuste" in gang.state_reason
+    assert live_pods(k8s_cluster, gang) == []  # no node starts before the whole gang fits
+    k8s_cluster.kubelet.finish(NS, pod["metadata"]["name"])
+    sweep()
+    assert len(live_pods(k8s_cluster, gang)) == 2
+    for name in live_pods(k8s_cluster, gang):
+        k8s_cluster.kubelet.run(NS, name)
+    sweep()
+    gang.refresh_from_db()
+    assert (gang.state, gang.state_reason) == (S.RUNNING, "running on 2 nodes")
