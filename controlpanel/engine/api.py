@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any, ClassVar
 
+from django.conf import settings
 from django.db.models import Model, QuerySet
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
@@ -65,6 +66,8 @@ def contract_field(spec: contract.Field) -> serializers.Field:
         return serializers.IntegerField(
             allow_null=True, min_value=spec.minimum, max_value=spec.maximum, **common
         )
+    if spec.kind == "boolean":
+        return serializers.BooleanField(allow_null=True, **common)
     if spec.kind == "texts":
         text = serializers.CharField(allow_blank=True)
         return serializers.ListField(child=text, max_length=spec.maximum, **common)
@@ -137,9 +140,12 @@ def log_answer(request: Request, workload: Workload) -> Response:
     note_followed(workload.pk)  # read every collector round while someone follows
     page = log_page(job=workload, after=after, limit=limit, run=run)
     lines = [{"seq": x.seq, "text": x.text, "event": x.event} for x in page.lines]
-    return Response(
+    answer = Response(
         {"lines": lines, "next": page.next, "eof": page.eof, "state": workload.state, "run": run}
     )
+    if settings.STREAMS_URL:  # where `logs --follow` (the CLI) streams the lines instead
+        answer["Link"] = f'<{settings.STREAMS_URL}{request.path}stream/>; rel="stream"'
+    return answer
 
 
 # A change of state; each kind sets `state`'s choices. (No docstring: the schema would show

@@ -35,7 +35,8 @@ class Field:
     """One submission field as the API takes it: `kind` is its JSON shape."""
 
     name: str
-    kind: str  # text | integer | texts (array of strings) | pairs (object of strings) | object
+    # text | integer | boolean | texts (array of strings) | pairs (object of strings) | object
+    kind: str
     help: str
     required: bool = False
     choices: tuple[str, ...] = ()

@@ -68,6 +68,10 @@ class Workload(models.Model):
     nodes = models.PositiveSmallIntegerField(
         default=1, help_text="Pods of `gpu` units each; a job of more than one is a JobSet."
     )
+    preemptible = models.BooleanField(
+        default=False,
+        help_text="With Kueue: may borrow idle GPUs and be preempted (resumes from a checkpoint).",
+    )
     volumes = models.JSONField(default=list, blank=True)
     env = models.JSONField(default=dict, blank=True)
     labels = models.JSONField(default=dict, blank=True)

@@ -84,6 +84,11 @@ def job() -> None:
 @click.option(
     "--nodes", type=int, default=None, help="Pods of --gpu units each, under torchrun (default 1)."
 )
+@click.option(
+    "--preemptible/--no-preemptible",
+    default=None,
+    help="May borrow idle GPUs, be preempted and resume (Kueue only; on for a fine-tune).",
+)
 @click.option("--name", default=None)
 @click.option(
     "--preset",
@@ -103,6 +108,7 @@ def run(
     labels: tuple[str, ...],
     timeout: int | None,
     nodes: int | None,
+    preemptible: bool | None,
     name: str | None,
     preset: str | None,
     params: tuple[str, ...],
@@ -117,6 +123,8 @@ def run(
         body["timeout"] = timeout
     if nodes is not None:
         body["nodes"] = nodes
+    if preemptible is not None:
+        body["preemptible"] = preemptible
     if preset:
         body |= {
             "preset": preset,

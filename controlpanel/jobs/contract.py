@@ -32,6 +32,14 @@ FIELDS: tuple[Field, ...] = (
         "site's MAX_NODES_PER_JOB). More than one needs the Kubernetes backend.",
         minimum=1,
     ),
+    Field(
+        "preemptible",
+        "boolean",
+        "With QUEUE_ENGINE=kueue: runs at the preemptible priority, may borrow other projects' "
+        "idle GPUs and is preempted when they reclaim them, then resumes from its checkpoint "
+        "(default true for the fine-tune preset, else false). The builtin queue neither borrows "
+        "nor preempts.",
+    ),
     *(SHARED[name] for name in ("volumes", "env", "labels")),
     Field(
         "timeout",
@@ -63,3 +71,4 @@ class JobSpec:
     preset: str = ""
     params: dict[str, Any] = field(default_factory=dict)
     nodes: int = 1
+    preemptible: bool = False

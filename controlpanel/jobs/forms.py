@@ -12,6 +12,7 @@ from controlpanel.engine.durations import EXAMPLES
 from controlpanel.engine.forms import ContainerForm, DurationField, WorkloadForm, numbered_lines
 from controlpanel.engine.models import DEFAULT_TIMEOUT_S
 from controlpanel.jobs.presets import DATA_PATH, MAIN_PARAMS, MODEL_PATH, OUTPUT_PATH
+from controlpanel.queues.selectors import kueue_on
 
 
 class _JobForm(WorkloadForm):
@@ -30,9 +31,32 @@ class _JobForm(WorkloadForm):
         help_text="Pods of these units each, run together under torchrun (the CLI's --nodes N).",
     )
 
+    preemptible = forms.BooleanField(
+        required=False,
+        label="Preemptible",
+        help_text="May borrow other projects' idle GPUs and be preempted when they reclaim them; "
+        "it then waits in the queue and resumes from its last checkpoint (the CLI's "
+        "--preemptible).",
+    )
+    preemptible_default = False
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        field = self.fields["preemptible"]
+        field.initial = self.preemptible_default
+        if not kueue_on():
+            field.help_text = (
+                "Borrowing and preemption need Kueue (QUEUE_ENGINE=kueue); this site's own queue "
+                "neither borrows nor preempts, so the option changes nothing here."
+            )
+
     def common_data(self) -> dict[str, Any]:
         data = self.cleaned_data
-        return super().common_data() | {"timeout": data.get("timeout"), "nodes": data.get("nodes")}
+        return super().common_data() | {
+            "timeout": data.get("timeout"),
+            "nodes": data.get("nodes"),
+            "preemptible": bool(data.get("preemptible")),
+        }
 
 
 class CustomJobForm(ContainerForm, _JobForm):
@@ -57,6 +81,8 @@ class CustomJobForm(ContainerForm, _JobForm):
 class FinetuneForm(_JobForm):
     """The fine-tune preset: where the model, the dataset and the output live, and the main
     hyper-parameters with the entry point's defaults."""
+
+    preemptible_default = True  # it saves a checkpoint on SIGTERM and resumes from it
 
     base_model = forms.CharField(
         max_length=200,

@@ -15,7 +15,9 @@ def job_request(job: Workload) -> JobRequest:
     """The job's current run as deploy/ takes it (plain values)."""
     command = finetune_command(params=job.params) if job.preset == "finetune" else job.command
     env, secret_env = split_secret_env(job.env)
-    queue_name, priority_class, preemptible = job_queue(project=job.project, preset=job.preset)
+    queue_name, priority_class, preemptible = job_queue(
+        project=job.project, preemptible=job.preemptible
+    )
     if job.preset == "finetune" and not job.params.get("base_model"):
         env.setdefault("HF_HUB_OFFLINE", "1")  # the model comes from a volume
     return JobRequest(

@@ -33,6 +33,7 @@ from controlpanel.engine.validation import (
 )
 from controlpanel.flavors.models import Flavor
 from controlpanel.jobs.contract import JobSpec
+from controlpanel.jobs.datasets import dataset_problem
 from controlpanel.jobs.nodes import check_nodes
 from controlpanel.jobs.presets import clean_finetune, finetune_command
 from controlpanel.projects.models import Project
@@ -62,8 +63,13 @@ def validate_job(*, project: Project, data: Mapping[str, Any]) -> JobSpec:
     labels = check_labels(errors, data.get("labels") or {})
     timeout = errors.check("timeout", _timeout, data.get("timeout"))
     params = _params(errors, preset, data.get("params"), volumes)
+    preemptible = errors.check("preemptible", _preemptible, data.get("preemptible"), finetune)
     if image is not None and runs_only_the_finetune_image():
         _local_checks(errors, image, preset, params, env)
+    if finetune and not errors.by_key:
+        problem = dataset_problem(volumes)  # lists the bucket: only for an otherwise good one
+        if problem:
+            errors.add(*problem)
     if errors.by_key:
         raise SpecError(errors.by_key)
     return JobSpec(
@@ -79,7 +85,17 @@ def validate_job(*, project: Project, data: Mapping[str, Any]) -> JobSpec:
         preset=preset,
         params=params,
         nodes=nodes,
+        preemptible=preemptible,
     )
+
+
+def _preemptible(value: Any, finetune: bool) -> bool:
+    """Given, a boolean; not given, the preset's default (a fine-tune checkpoints and resumes)."""
+    if value is None or value == "":
+        return finetune
+    if not isinstance(value, bool):
+        raise ValidationError(f"preemptible is true or false, not {value!r}.")
+    return value
 
 
 def _params(errors: Errors, preset: str, raw: Any, volumes: Sequence[VolumeSpec]) -> dict[str, Any]:

@@ -63,13 +63,13 @@ def priority_tier(*, interactive: bool, preemptible: bool) -> str:
     return "preemptible" if preemptible else "batch"
 
 
-def job_queue(*, project: Project, preset: str) -> tuple[str | None, str | None, bool]:
+def job_queue(*, project: Project, preemptible: bool) -> tuple[str | None, str | None, bool]:
     """A job's queue name, priority class and whether it is preemptible: with Kueue, the
-    project's LocalQueue, and fine-tunes preemptible (they checkpoint on SIGTERM and resume);
-    with the builtin engine, only the queue-name an operator set on the project by hand."""
+    project's LocalQueue at the preemptible priority when the job asked (the fine-tune's
+    default: it checkpoints on SIGTERM and resumes), else batch; with the builtin engine, only
+    the queue-name an operator set on the project by hand, and nothing is preempted."""
     if not kueue_on():
         return project.kueue_queue or None, None, False
-    preemptible = preset == "finetune"
     tier = priority_tier(interactive=False, preemptible=preemptible)
     return kueue.LOCAL_QUEUE, kueue.priority_class_name(tier), preemptible
 

@@ -1,0 +1,105 @@
+"""A job's `preemptible` option (issue 28): asked for by the API, the form and the CLI, on by
+default for the fine-tune preset only, stored, and mapped to Kueue's preemptible priority
+(else batch). With the builtin queue the form says that borrowing and preemption need Kueue."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+
+from controlpanel.jobs.forms import CustomJobForm, FinetuneForm
+from controlpanel.jobs.models import Job
+from controlpanel.jobs.request import job_request
+from controlpanel.jobs.validation import _preemptible
+from tests.fixtures.cli import cli_as, ok_json
+
+BODY = {
+    "image": "registry.example.com/train:1",
+    "command": ["python", "train.py"],
+    "flavor": "h100-1-gpu",
+    "gpu": 1,
+}
+URL = "/api/v1/jobs/?project=alpha"
+FORM = {"tab": "custom", "c-image": "x/y:1", "c-flavor": "h100-1-gpu", "c-gpu": "1"}
+
+
+@pytest.fixture
+def kueue_engine(settings: Any, k8s_jobs: Any) -> Any:
+    settings.QUEUE_ENGINE = "kueue"
+    return k8s_jobs
+
+
+def tier(job_id: str) -> tuple[str | None, bool]:
+    request = job_request(Job.objects.get(pk=job_id))
+    return request.priority_class, request.preemptible
+
+
+def test_the_api_takes_preemptible_and_kueue_gets_its_priority(
+    owner_api: Any, kueue_engine: Any
+) -> None:
+    plain = owner_api.post(URL, BODY, "json").json()
+    asked = owner_api.post(URL, BODY | {"preemptible": True}, "json").json()
+    assert (plain["preemptible"], asked["preemptible"]) == (False, True)
+    assert owner_api.get(f"/api/v1/jobs/{asked['id']}/?project=alpha").json()["preemptible"]
+    assert tier(plain["id"]) == ("ajuste-batch", False)
+    assert tier(asked["id"]) == ("ajuste-preemptible", True)
+
+
+def test_a_bad_value_is_refused_under_preemptible_and_saves_nothing(
+    owner_api: Any, kueue_engine: Any
+) -> None:
+    answer = owner_api.post(URL, BODY | {"preemptible": [1]}, "json")
+    assert answer.status_code == 400
+    assert list(answer.json()) == ["preemptible"]
+    assert Job.objects.count() == 0
+
+
+def test_the_fine_tune_is_preemptible_unless_it_says_no() -> None:
+    assert _preemptible(None, True) is True
+    assert _preemptible(None, False) is False
+    assert _preemptible(False, True) is False
+    assert (
+        FinetuneForm().fields["preemptible"].initial,
+        CustomJobForm().fields["preemptible"].initial,
+    ) == (True, False)
+
+
+def test_builtin_preemptible_changes_nothing(owner_api: Any, k8s_jobs: Any) -> None:
+    asked = owner_api.post(URL, BODY | {"preemptible": True}, "json").json()
+    assert asked["preemptible"] is True  # stored: it applies once the site runs Kueue
+    assert tier(asked["id"]) == (None, False)
+
+
+def test_the_form_takes_it_and_says_what_needs_kueue(
+    owner_client: Any, k8s_jobs: Any, settings: Any
+) -> None:
+    page = owner_client.get("/p/alpha/jobs/new/?tab=custom").content.decode()
+    assert "Borrowing and preemption need Kueue (QUEUE_ENGINE=kueue)" in page
+    assert (
+        owner_client.post(
+            "/p/alpha/jobs/new/?tab=custom", FORM | {"c-preemptible": "on"}
+        ).status_code
+        == 302
+    )
+    assert owner_client.post("/p/alpha/jobs/new/?tab=custom", FORM).status_code == 302
+    assert [j.preemptible for j in Job.objects.order_by("created_at")] == [True, False]
+    settings.QUEUE_ENGINE = "kueue"
+    page = owner_client.get("/p/alpha/jobs/new/").content.decode()
+    assert "need Kueue" not in page
+    assert re.search(r'<input[^>]*name="ft-preemptible"[^>]*checked', page)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_cli_takes_preemptible(
+    live_server: Any, owner: Any, panel_s3: Any, k8s_jobs: Any
+) -> None:
+    run = cli_as(owner, live_server.url)
+    on = ok_json(
+        run("job", "run", "--flavor", "h100-1-gpu", "--preemptible", "-o", "json", "x/y:1")
+    )
+    off = ok_json(
+        run("job", "run", "--flavor", "h100-1-gpu", "--no-preemptible", "-o", "json", "x/y:1")
+    )
+    assert (on["preemptible"], off["preemptible"]) == (True, False)
