@@ -11,6 +11,7 @@ import pytest
 from django.db.models import F, Sum
 
 from controlpanel.billing.models import Line
+from controlpanel.billing.rules import billed_minutes
 from controlpanel.engine.admission import admit_jobs
 from controlpanel.engine.backend import job_ref
 from controlpanel.engine.models import JobRun
@@ -91,9 +92,17 @@ def test_two_nodes_through_the_api_run_restart_once_and_are_billed_per_node(
     assert runs.count() == 4  # two nodes, two attempts
     assert set(runs.values_list("units", flat=True)) == {1}
     assert not runs.filter(finished_at=None).exists()
-    # The attempt that ran ten minutes is billed 2 nodes x 1 GPU x 10 minutes.
+    # The attempt that ran ten minutes is billed per node: 2 runs of 1 GPU, each for every
+    # started minute of its own pod (billing's rule), so nodes x gpu x minutes in all.
+    last = runs.filter(uid__in=uids)
+    assert last.count() == 2
+    expected = 0
+    for run in last:
+        assert run.finished_at is not None and run.started_at is not None
+        assert (run.finished_at - run.started_at).total_seconds() >= 600
+        expected += billed_minutes(run.started_at, run.finished_at) * 1
     lines = Line.objects.filter(run__uid__in=uids)
-    assert lines.aggregate(gm=Sum(F("minutes") * F("units")))["gm"] == 2 * 1 * 10
+    assert lines.aggregate(gm=Sum(F("minutes") * F("units")))["gm"] == expected >= 2 * 1 * 10
     # The first attempt's nodes are billed too (until their pods went), one run each.
     first_runs = runs.exclude(uid__in=uids)
     assert first_runs.count() == 2
