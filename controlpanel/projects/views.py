@@ -15,7 +15,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from controlpanel.accounts import invitations
 from controlpanel.accounts.forms import InviteForm
-from controlpanel.accounts.models import Invitation
+from controlpanel.accounts.models import AppToken, Invitation
 from controlpanel.accounts.selectors import grants_in, pending_invitations
 from controlpanel.buckets.crypto import secret_hint
 from controlpanel.core.htmx import wants_fragment
@@ -38,6 +38,7 @@ from controlpanel.projects.settings_rules import (
     project_field,
     project_settings_check,
 )
+from controlpanel.served import app_tokens
 
 
 @require_http_methods(["GET", "HEAD"])
@@ -75,6 +76,8 @@ def project_settings(request: ProjectRequest) -> HttpResponse:
     action = request.POST.get("action", "settings-save")
     if action.startswith("webhook-"):
         return _webhook_post(request, access, action)
+    if action.startswith("app-token-"):
+        return _app_token_post(request, access, action)
     return _settings_save(request, access)
 
 
@@ -86,10 +89,16 @@ def _settings_page(
     webhook_form: WebhookForm | None = None,
     secret: str = "",
     new: bool = False,
+    app_token: str = "",
+    app_token_error: str = "",
 ) -> HttpResponse:
-    """`secret` is shown in full (just made, or asked for), otherwise only its last characters."""
+    """`secret` is shown in full (just made, or asked for), otherwise only its last characters;
+    `app_token` is a new app-only token's raw value, shown this once."""
     project = access.project
     context = {
+        "app_tokens": AppToken.objects.filter(project=project).select_related("created_by"),
+        "app_token": app_token,
+        "app_token_error": app_token_error,
         "project": project,
         "form": form or ProjectSettingsForm(initial=_initial(project), with_quotas=access.is_admin),
         "quotas": None if access.is_admin else _quotas(project),
@@ -100,11 +109,13 @@ def _settings_page(
         "webhook_secret": secret,
         "webhook_secret_new": new,
     }
-    invalid = (form is not None and form.errors) or (
-        webhook_form is not None and webhook_form.errors
+    invalid = (
+        (form is not None and form.errors)
+        or (webhook_form is not None and webhook_form.errors)
+        or app_token_error
     )
     response = render(request, "projects/settings.html", context, status=400 if invalid else 200)
-    if secret:
+    if secret or app_token:
         add_never_cache_headers(response)
     return response
 
@@ -165,6 +176,27 @@ def _webhook_post(request: HttpRequest, access: ProjectAccess, action: str) -> H
             return redirect("project-settings", slug=access.project.slug)
         return _settings_page(request, access, secret=secret, new=True)
     return _webhook_save(request, access)
+
+
+@sensitive_variables("raw")
+def _app_token_post(request: HttpRequest, access: ProjectAccess, action: str) -> HttpResponse:
+    """Make an app-only token (its raw value on the page this once) or revoke one."""
+    try:
+        if action == "app-token-revoke":
+            raw_id = request.POST.get("token", "")
+            token_id = int(raw_id) if raw_id.isdigit() else 0
+            token = app_tokens.app_token_revoke(access=access, token_id=token_id)
+            messages.success(request, f"Token {token.name} revoked: the apps refuse it now.")
+            return redirect("project-settings", slug=access.project.slug)
+        _, raw = app_tokens.app_token_create(
+            access=access, by=request.user, name=request.POST.get("name", "")
+        )
+    except AppToken.DoesNotExist:
+        messages.error(request, "No such app-only token in this project.")
+        return redirect("project-settings", slug=access.project.slug)
+    except ValidationError as exc:
+        return _settings_page(request, access, app_token_error=" ".join(exc.messages))
+    return _settings_page(request, access, app_token=raw)
 
 
 @sensitive_variables("secret")

@@ -4,6 +4,7 @@ everywhere, a revoke shuts it out; a plain member can neither make nor list them
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -104,3 +105,43 @@ def test_the_gate_rule_alone(
         "Invalid or revoked token.",
     )
     assert token_authenticate(raw=raw) is None
+
+
+@pytest.mark.django_db
+def test_the_settings_page_makes_shows_once_and_revokes(
+    project: Project, owner: Any, member: Any, owner_client: Client
+) -> None:
+    """The project's settings page, as a manager's browser uses it."""
+    app = make_app(project, owner)
+    page = "/p/alpha/settings/"
+    made = owner_client.post(page, {"action": "app-token-create", "name": "<b>ci</b>"})
+    assert made.status_code == 200 and made["Cache-Control"].startswith("max-age=0")
+    html = made.content.decode()
+    raw = re.search(r'id="app-token" aria-label="New app-only token"', html) and re.search(
+        r'value="(aja_[^"]+)" id="app-token"', html
+    )
+    assert raw, "the new token is not on the page"
+    token = raw.group(1)
+    assert "&lt;b&gt;ci&lt;/b&gt;" in html and "<b>ci</b>" not in html  # the name escaped
+    assert token not in owner_client.get(page).content.decode()  # shown once
+    bearer = f"Bearer {token}"
+    assert (
+        Client().get("/v1/models", HTTP_HOST=host(app), HTTP_AUTHORIZATION=bearer).status_code
+        == 502
+    )
+    blank = owner_client.post(page, {"action": "app-token-create", "name": " "})
+    assert blank.status_code == 400 and "Give the token a name." in blank.content.decode()
+    assert AppToken.objects.count() == 1
+    colleague = Client()
+    colleague.force_login(member)
+    assert colleague.post(page, {"action": "app-token-create", "name": "x"}).status_code == 403
+    assert colleague.post(page, {"action": "app-token-revoke", "token": "1"}).status_code == 403
+    assert AppToken.objects.count() == 1 and AppToken.objects.get().revoked_at is None
+    pk = AppToken.objects.get().pk
+    revoked = owner_client.post(page, {"action": "app-token-revoke", "token": str(pk)})
+    assert revoked.status_code == 302
+    assert (
+        Client().get("/v1/models", HTTP_HOST=host(app), HTTP_AUTHORIZATION=bearer).status_code
+        == 401
+    )
+    assert ">revoked<" in owner_client.get(page).content.decode()
