@@ -174,6 +174,8 @@ class KubernetesBackend:
             )
             try:
                 self.api.patch(kind, job.namespace, name, patch)
+                if objects.jobset is not None:
+                    jobsets.deactivate_workload(self.api, objects.jobset)
                 return
             except ApiException as exc:
                 if exc.status == 404:

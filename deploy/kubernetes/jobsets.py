@@ -17,7 +17,7 @@ from kubernetes.client.exceptions import ApiException
 
 from deploy import names
 from deploy.kubernetes.api import KubeApi, Obj
-from deploy.kubernetes.kueue_reasons import waiting_reason_of
+from deploy.kubernetes.kueue_reasons import JOB_UID_LABEL, waiting_reason_of
 from deploy.kubernetes.observe import (
     JobObjects,
     _failure,
@@ -32,6 +32,8 @@ from deploy.manifests.jobset import INDEX_ANNOTATION, MAX_GROUP_RESTARTS, REPLIC
 from deploy.types import ObservedWorkload, Phase, WorkloadKind, WorkloadRef
 
 KIND = "JobSet"
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+INACTIVE: Obj = {"spec": {"active": False}}
 ENDED = ("Succeeded", "Failed")
 # The least advanced node decides where the group is (all must run for RUNNING).
 ORDER = (Phase.PENDING, Phase.INITIALIZING, Phase.RUNNING, Phase.FINALIZING)
@@ -91,6 +93,27 @@ def stop_patch(jobset: Obj, *, now: datetime | None = None) -> Obj:
     return patch
 
 
+def deactivate_workload(api: KubeApi, jobset: Obj) -> bool:
+    """Kueue undoes a user's `suspend` on a JobSet it admitted (it starts what it admitted):
+    a stop also deactivates the JobSet's Workload (`spec.active: false`), Kueue's own way to
+    stop it, so Kueue evicts it and keeps it suspended. False where there is no Workload, no
+    Kueue, or no right to patch it (the stop then rests on `suspend` alone)."""
+    meta = jobset["metadata"]
+    if not (meta.get("labels") or {}).get(QUEUE_LABEL) or not meta.get("uid"):
+        return False
+    try:
+        items, _ = api.list(
+            "Workload", meta["namespace"], label_selector=f"{JOB_UID_LABEL}={meta['uid']}"
+        )
+        for workload in items:
+            api.patch("Workload", meta["namespace"], workload["metadata"]["name"], INACTIVE)
+    except ApiException as exc:
+        if exc.status in (403, 404):
+            return False
+        raise
+    return bool(items)
+
+
 def observe_jobset(
     ref: WorkloadRef, objects: JobObjects, *, created_at: datetime | None = None
 ) -> ObservedWorkload:
@@ -125,7 +148,7 @@ def observe_jobset(
             observed, phase=Phase.FINALIZING, reason=f"stopping ({len(live)} nodes left)"
         )
     if (jobset.get("spec") or {}).get("suspend"):
-        queue = (jobset["metadata"].get("labels") or {}).get("kueue.x-k8s.io/queue-name")
+        queue = (jobset["metadata"].get("labels") or {}).get(QUEUE_LABEL)
         reason = waiting_reason_of(objects.workload, queue)
         return replace(observed, phase=Phase.QUEUED, reason=clip(reason))
     return _group_progress(observed, objects, live, failed, restarts)

@@ -181,3 +181,27 @@ def test_an_orphan_jobset_of_this_install_goes_and_another_installs_stays(
     mine.stop_orphan(ref=theirs.ref)  # another install's run: never touched
     assert cluster.get("jobsets", NS, "job-77-r1") is not None
     client.close()
+
+
+def test_a_stop_of_a_gang_kueue_admitted_deactivates_its_workload(
+    cluster: EmulatedCluster, k8s_backend: KubernetesBackend
+) -> None:
+    """Kueue starts again what it admitted when only `suspend` is set: the stop also sets
+    the Workload inactive, so Kueue evicts it and it stays stopped."""
+    need_schemas(crds.KUEUE)
+    kueue = cluster.install_kueue()
+    cluster.create(flavor())
+    cluster.create(cluster_queue("vision", 4, cohort=None))
+    cluster.create(local_queue(NS, "vision"))
+    job = make_job_request(units=2, nodes=2, volumes=(), queue_name="gpu")
+    job = replace(job, flavor=replace(job.flavor, vcpu_per_unit=4, memory_gib_per_unit=16))
+    k8s_backend.apply_job(job=job)
+    run_all(cluster)
+    assert k8s_backend.observe_job(ref=job.ref).phase is Phase.RUNNING
+    k8s_backend.stop_job(job=job)
+    workload = kueue.workload("JobSet", NS, NAME)
+    assert workload is not None and workload["spec"]["active"] is False
+    observed = k8s_backend.observe_job(ref=job.ref)
+    assert (observed.phase, observed.reason) == (Phase.STOPPED, "stopped at the user's request")
+    assert node_pods(cluster) == []
+    assert cluster.get("jobsets", NS, NAME)["spec"]["suspend"] is True

@@ -18,13 +18,14 @@ from controlpanel.engine.models import JobRun
 from controlpanel.engine.reconcile import reconcile
 from controlpanel.engine.tasks import sweep_now as sweep
 from controlpanel.jobs.models import Job
+from controlpanel.jobs.services import job_stop
 from controlpanel.jobs.states import JobState
 from controlpanel.projects.models import Project
 from controlpanel.queues.services import queues_reconcile
 from deploy import names
 from tests.controlpanel.jobs.test_k8s_journey import start
 from tests.deploy.kueue_objects import need_schemas
-from tests.fixtures.jobs import submit
+from tests.fixtures.jobs import access_for, submit
 from tests.fixtures.k8s_emulator import crds
 
 pytestmark = pytest.mark.k8s
@@ -142,3 +143,9 @@ def test_with_kueue_the_two_nodes_are_admitted_as_one_gang(
     sweep()
     gang.refresh_from_db()
     assert (gang.state, gang.state_reason) == (S.RUNNING, "running on 2 nodes")
+    job_stop(access=access_for(project), user=owner, job=gang)
+    reconcile(str(gang.pk))  # what the enqueued task does: suspend the JobSet
+    sweep()
+    gang.refresh_from_db()
+    assert gang.state == S.INTERRUPTED, gang.state_reason
+    assert live_pods(k8s_cluster, gang) == []
