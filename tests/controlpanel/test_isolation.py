@@ -25,6 +25,7 @@ from storage.datastore import DatastoreConfig
 from storage.errors import BucketNotFound
 from storage.objects import create_bucket, delete_bucket, put_object
 from storage.presign import create_multipart_upload, presign_upload_parts
+from tests.fixtures.jobs import put_dataset
 
 
 @dataclass(frozen=True)
@@ -752,11 +753,12 @@ def test_every_case_has_an_owner_probe_for_each_method() -> None:
 
 @pytest.fixture
 def owner_s3(panel_s3: DatastoreConfig) -> Iterator[DatastoreConfig]:
-    """The owner's bucket `alpha-data` on the test S3 server, holding `a.txt`."""
+    """The owner's bucket `alpha-data` on the test S3 server, holding `a.txt` and a dataset."""
     with contextlib.suppress(BucketNotFound):
         delete_bucket(panel_s3, bucket="alpha-data", force=True)
     create_bucket(panel_s3, bucket="alpha-data")
     put_object(panel_s3, bucket="alpha-data", key="a.txt", data=b"owner's data")
+    put_dataset(panel_s3, "alpha-data")  # the fine-tune probe's dataset (chat/train.jsonl)
     yield panel_s3
     with contextlib.suppress(BucketNotFound):
         delete_bucket(panel_s3, bucket="alpha-data", force=True)

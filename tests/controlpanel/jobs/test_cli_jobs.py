@@ -14,6 +14,7 @@ from controlpanel.jobs.cli import JOB_STATES
 from controlpanel.jobs.models import Job
 from controlpanel.jobs.states import JobState
 from tests.fixtures.cli import cli_as, ok_json
+from tests.fixtures.jobs import put_dataset
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -67,8 +68,9 @@ def test_job_run_takes_the_ovhai_flags(run: Any, data_bucket: Bucket, k8s_jobs: 
     assert table.exit_code == 0 and "bert" in table.output and "QUEUED" in table.output
 
 
-def test_preset_params_and_lifecycle(run: Any, data_bucket: Bucket) -> None:
+def test_preset_params_and_lifecycle(run: Any, data_bucket: Bucket, panel_s3: Any) -> None:
     b = data_bucket.name
+    put_dataset(panel_s3, b, "data")
     job = ok_json(
         run(
             "job",

@@ -23,7 +23,7 @@ from controlpanel.jobs.states import JobState
 from controlpanel.projects.models import Project
 from deploy.local import LocalBackend
 from deploy.types import Capacity
-from tests.fixtures.jobs import project_bucket, submit
+from tests.fixtures.jobs import project_bucket, put_dataset, submit
 from tests.fixtures.panel import add_member
 
 
@@ -52,6 +52,7 @@ def beta_owner(other_project: Project, owner: Any) -> Any:
 def _buckets(project: Project, other_project: Project, panel_s3: Any) -> None:
     for p in (project, other_project):
         BUCKETS[p.pk] = project_bucket(p, panel_s3).name
+        put_dataset(panel_s3, BUCKETS[p.pk])
 
 
 BUCKETS: dict[int, str] = {}

@@ -24,12 +24,14 @@ from controlpanel.sweeps.models import Adapter
 from storage.objects import put_object
 from storage.sync.lineage import Pulled, volume_entry
 from storage.volumes import parse_volume_spec
-from tests.fixtures.jobs import project_bucket, submit
+from tests.fixtures.jobs import project_bucket, put_dataset, submit
 
 
 @pytest.fixture
 def bucket(project: Project, panel_s3: Any) -> str:
-    return project_bucket(project, panel_s3).name
+    name = project_bucket(project, panel_s3).name
+    put_dataset(panel_s3, name)
+    return name
 
 
 def lineage_doc(bucket: str, objects: dict[str, str]) -> bytes:
