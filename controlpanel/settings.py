@@ -398,6 +398,9 @@ COMPUTE_BACKEND = env_choice("COMPUTE_BACKEND", "local", ("local", "kubernetes")
 QUEUE_ENGINE = env_choice("QUEUE_ENGINE", "builtin", ("builtin", "kueue"))
 # How often beat reconciles Kueue's configuration (also after each project or flavor change).
 QUEUES_RECONCILE_SECONDS = env_int("QUEUES_RECONCILE_SECONDS", 600, minimum=10)
+# With Kueue: how many times one run of a job may be evicted (preempted) and requeued; the next
+# eviction fails it with the reason, so a job that keeps losing its GPUs does not wait forever.
+QUEUE_MAX_EVICTIONS = env_int("QUEUE_MAX_EVICTIONS", 10, minimum=0)
 # The local backend runs workloads as this machine's user: a server reachable by other host
 # names than loopback, or with more than one active user, refuses to start with it unless the
 # operator accepts one trust domain (controlpanel/engine/checks.py).

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from datetime import datetime
 
+from django.conf import settings
 from django.dispatch import Signal
 from django.utils import timezone
 
@@ -152,6 +153,16 @@ def apply_observation(job: Workload, observed: ObservedWorkload, *, fresh: bool 
         # Kueue took the run back to its queue (preempted, or suspended to let another run
         # first): its pod has ended, so its metering ends too; re-admitted, it is a new pod.
         end_runs(job)
+        evictions = JobRun.objects.filter(job=job, run=job.run).exclude(started_at=None).count()
+        if evictions > settings.QUEUE_MAX_EVICTIONS:
+            return record_state(
+                job,
+                kind_of(job).failed,
+                f"evicted {evictions} {'time' if evictions == 1 else 'times'}, more than the "
+                "site allows a run "
+                f"(QUEUE_MAX_EVICTIONS={settings.QUEUE_MAX_EVICTIONS}); the last time: "
+                f"{observed.reason}",
+            )
     if observed.phase is not Phase.GONE:
         # Its objects exist: the launch happened, though the reconcile that made them may have
         # rolled back (a worker killed mid-way). From now on it is collected and archived as

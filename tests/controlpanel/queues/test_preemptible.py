@@ -5,15 +5,23 @@ default for the fine-tune preset only, stored, and mapped to Kueue's preemptible
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.utils import timezone
 
+from controlpanel.engine.admission import admit_jobs
+from controlpanel.engine.lifecycle import apply_observation, record_state
+from controlpanel.engine.models import JobRun
 from controlpanel.jobs.forms import CustomJobForm, FinetuneForm
 from controlpanel.jobs.models import Job
 from controlpanel.jobs.request import job_request
 from controlpanel.jobs.validation import _preemptible
+from controlpanel.projects.models import Project
+from deploy.types import ObservedWorkload, Phase, WorkloadKind
 from tests.fixtures.cli import cli_as, ok_json
+from tests.fixtures.jobs import submit
 
 BODY = {
     "image": "registry.example.com/train:1",
@@ -103,3 +111,65 @@ def test_the_cli_takes_preemptible(
         run("job", "run", "--flavor", "h100-1-gpu", "--no-preemptible", "-o", "json", "x/y:1")
     )
     assert (on["preemptible"], off["preemptible"]) == (True, False)
+
+
+# -- the cap on evictions ----------------------------------------------------------------------
+
+
+def evict(job: Job, pod: str) -> bool:
+    """The job RUNNING on `pod`, then Kueue takes it back to the queue (a fresh read)."""
+    record_state(job, "RUNNING", "running")
+    JobRun.objects.create(
+        uid=pod,
+        job=job,
+        project=job.project,
+        run=job.run,
+        flavor=job.flavor,
+        units=1,
+        started_at=timezone.now() - timedelta(minutes=5),
+    )
+    back = ObservedWorkload(
+        kind=WorkloadKind.JOB,
+        id=str(job.pk),
+        phase=Phase.QUEUED,
+        project=job.project.slug,
+        namespace=job.project.namespace,
+        run=job.run,
+        reason="preempted: project beta reclaimed its quota",
+    )
+    return apply_observation(job, back, fresh=True)
+
+
+@pytest.mark.django_db
+def test_past_the_cap_on_evictions_the_job_fails_with_the_reason(
+    kueue_engine: Any, project: Project, owner: Any, settings: Any
+) -> None:
+    settings.QUEUE_MAX_EVICTIONS = 2
+    job = submit(project, owner, preemptible=True)
+    admit_jobs(project_id=project.pk)
+    job.refresh_from_db()
+    for pod in ("pod-1", "pod-2"):  # up to the cap: back to the queue each time
+        assert evict(job, pod)
+        job.refresh_from_db()
+        assert job.state == "QUEUED"
+    assert evict(job, "pod-3")
+    job.refresh_from_db()
+    assert job.state == "FAILED"
+    assert job.state_reason == (
+        "evicted 3 times, more than the site allows a run (QUEUE_MAX_EVICTIONS=2); the last "
+        "time: preempted: project beta reclaimed its quota"
+    )
+    assert not JobRun.objects.filter(job=job, finished_at=None).exists()
+
+
+@pytest.mark.django_db
+def test_a_cap_of_zero_fails_the_first_eviction(
+    kueue_engine: Any, project: Project, owner: Any, settings: Any
+) -> None:
+    settings.QUEUE_MAX_EVICTIONS = 0
+    job = submit(project, owner, preemptible=True)
+    admit_jobs(project_id=project.pk)
+    job.refresh_from_db()
+    assert evict(job, "pod-1")
+    job.refresh_from_db()
+    assert job.state == "FAILED" and job.state_reason.startswith("evicted 1 time, more than")
