@@ -82,6 +82,8 @@ class Api:
     project: str | None = None
     transport: httpx.BaseTransport | None = None
     _http: httpx.Client | None = field(default=None, repr=False)
+    # The Link header of the last answer by rel (the logs name their live stream there).
+    links: dict[str, str] = field(default_factory=dict, repr=False)
 
     @property
     def http(self) -> httpx.Client:
@@ -110,6 +112,7 @@ class Api:
             if response.status_code == 404 and not self.project and detail.startswith(UNNAMED):
                 raise click.UsageError(self._name_the_project())
             raise ApiError(response.status_code, detail)
+        self.links = {rel: link["url"] for rel, link in response.links.items() if rel}
         if response.status_code == 204 or not response.content:
             return None
         return response.json()

@@ -12,6 +12,7 @@ from typing import Any
 import click
 
 from controlpanel.cli.client import Api, ApiError, state
+from controlpanel.cli.follow import Unavailable, follow_stream
 from controlpanel.cli.output import emit, output_option, wants_json
 
 FOLLOW_PERIOD_S = 1.0
@@ -203,16 +204,28 @@ def logs_help(summary: str, ended_well: str, otherwise: str) -> str:
 
 def print_log(api: Api, base: str, *, after: int, follow: bool) -> dict[str, Any]:
     """Print the log of the workload at `base` (`jobs/<id>/`) from line `after`, until its run
-    ends with `follow`, else until no line is left; the last page read."""
+    ends with `follow`, else until no line is left; the last page read (its `run`). With
+    `follow`, over the live stream the logs name (controlpanel/cli/follow.py), else by polling."""
+
+    def echo(line: dict[str, Any]) -> None:
+        click.echo(log_line(line))
+
+    streams = follow
     try:
         while True:
             page: dict[str, Any] = api.get(f"{base}logs/", after=after, limit=5000)
             for line in page["lines"]:
-                click.echo(log_line(line))
+                echo(line)
             after = page["next"]
             if page["eof"] or (not follow and not page["lines"]):
                 return page
-            if not page["lines"]:
+            stream = api.links.get("stream") if streams else None
+            if stream and not page["lines"]:  # caught up: the rest as it comes
+                try:
+                    return follow_stream(api, stream, after=after, echo=echo)
+                except Unavailable as gone:  # poll from the last line printed
+                    after, streams = gone.args[0], False
+            elif not page["lines"]:
                 time.sleep(FOLLOW_PERIOD_S)
     except KeyboardInterrupt:
         raise SystemExit(130) from None

@@ -46,8 +46,10 @@ class EventsServer:
             return response
 
 
-def start_events(processes: Callable[[dict[str, str]], Processes], **env: str) -> EventsServer:
-    port = free_port()
+def start_events(
+    processes: Callable[[dict[str, str]], Processes], port: int | None = None, **env: str
+) -> EventsServer:
+    port = port or free_port()
     base = {
         "SECRET_KEY": settings.SECRET_KEY,
         "STREAMS_HEARTBEAT_SECONDS": "1",
