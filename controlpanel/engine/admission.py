@@ -177,13 +177,36 @@ def machine_need(job: Workload) -> Need:
     )
 
 
+@dataclass(frozen=True)
+class Holder:
+    """An admitted, unfinished run on the machine: what it is, and what it takes."""
+
+    kind: str
+    name: str
+    project_id: int
+    project: str
+    need: Need
+
+    @classmethod
+    def of(cls, job: Workload) -> Holder:
+        return cls(job.kind, job.name, job.project_id, job.project.slug, machine_need(job))
+
+    def said(self, project_id: int, name: str, scale: int) -> str:
+        """ "notebook lab (1)", with "of project <slug>" when it is another project's."""
+        whose = "" if self.project_id == project_id else f" of project {self.project}"
+        return f"{self.kind} {self.name}{whose} ({getattr(self.need, name) / scale:g})"
+
+
+def machine_holders() -> list[Holder]:
+    """The admitted, unfinished runs of every project, oldest first."""
+    running = Workload.objects.filter(state__in=LIVE_STATES).exclude(admitted_at=None)
+    found = running.select_related("flavor", "project").order_by("admitted_at", "pk")
+    return [Holder.of(job) for job in found]
+
+
 def machine_usage() -> Need:
     """What the admitted, unfinished runs of every project take of the machine."""
-    total = Need()
-    running = Workload.objects.filter(state__in=LIVE_STATES).exclude(admitted_at=None)
-    for job in running.select_related("flavor"):
-        total += machine_need(job)
-    return total
+    return sum((holder.need for holder in machine_holders()), Need())
 
 
 def machine_waiting_jobs() -> list[Workload]:
@@ -213,11 +236,16 @@ class MachineQueue:
     admitted runs take, and what the jobs ahead wait for (nothing overtakes them)."""
 
     capacity: Capacity
-    used: Need
+    holders: list[Holder]
     blocked: list[str] = field(default_factory=list)
 
-    def wait_reason(self, need: Need) -> str | None:
-        """Why a job with this need waits for the machine (None: it starts now)."""
+    @property
+    def used(self) -> Need:
+        return sum((holder.need for holder in self.holders), Need())
+
+    def wait_reason(self, job: Workload) -> str | None:
+        """Why this job waits for the machine (None: it starts now)."""
+        need = machine_need(job)
         for name, _label, amount, scale in MACHINE:
             has, wanted = getattr(self.capacity, name), getattr(need, name)
             if wanted > has:  # blocks nobody: it will never be at the head
@@ -232,9 +260,11 @@ class MachineQueue:
             in_use = getattr(self.used, name)
             if in_use + wanted > has:
                 self.blocked.append(label)
+                holding = [h for h in self.holders if getattr(h.need, name)]
+                by = ", ".join(h.said(job.project_id, name, scale) for h in holding)
                 return (
                     f"waiting: this machine has {amount.format(f'{has / scale:g}')}, "
-                    f"{in_use / scale:g} in use by running jobs, this job needs {wanted / scale:g}"
+                    f"{in_use / scale:g} in use by {by}; this job needs {wanted / scale:g}"
                 )
         return None
 
@@ -256,7 +286,7 @@ def admit_jobs(*, project_id: int) -> list[str]:
         pk__in={j.project_id for j in waiting}
     )
     projects = {project.pk: project for project in locked.order_by("pk")}
-    return _admit(waiting, projects, MachineQueue(capacity=capacity, used=machine_usage()))
+    return _admit(waiting, projects, MachineQueue(capacity=capacity, holders=machine_holders()))
 
 
 def _admit(
@@ -277,11 +307,11 @@ def _admit(
         )
         reason = held[pk] or quota_wait
         if reason is None and machine is not None:
-            reason = machine.wait_reason(machine_need(job))
+            reason = machine.wait_reason(job)
         if reason is None:
             used[pk] += need
             if machine is not None:
-                machine.used += machine_need(job)
+                machine.holders.append(Holder.of(job))
             job.admitted_at = timezone.now()
             job.save(update_fields=["admitted_at", "updated_at"])
             record_state(job, kind_of(job).waiting, "admitted: starting")

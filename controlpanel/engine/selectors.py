@@ -3,6 +3,7 @@ workload's cost so far and per hour, and its place in the admission queue."""
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -168,6 +169,15 @@ def queue_position(*, job: Workload) -> int | None:
     if not shares_machine():
         ahead = ahead.filter(project=job.project_id)
     return ahead.count() + 1
+
+
+POSITION_SAID = re.compile(r"; position \d+ in the queue$")
+
+
+def reason_shown(*, job: Workload, position: int | None) -> str:
+    """The reason without the queue position admission wrote into it, where the page shows
+    the live position beside it (once, and never a stale one)."""
+    return POSITION_SAID.sub("", job.state_reason) if position else job.state_reason
 
 
 def listed(model: Any, *, project: Any, defer: tuple[str, ...]) -> QuerySet[Any]:

@@ -200,6 +200,7 @@ def _detail_context(job: Job, queue_position: int | None) -> dict[str, Any]:
         "cost": selectors.job_cost_estimate(job=job),
         "hourly": selectors.hourly_price(flavor=job.flavor, units=job.gpu),
         "queue_position": queue_position,
+        "reason": selectors.reason_shown(job=job, position=queue_position),
         "status_version": status_version(job, queue_position),
         "utilisation": workload_utilisation(job) if job.flavor.is_gpu else None,
     }

@@ -121,8 +121,8 @@ def test_jobs_of_all_projects_share_the_machine_first_in_first_out(
     a3 = cpu_job(project, beta_owner)
     assert admit_jobs(project_id=project.pk) == [str(a1.pk), str(b1.pk)]
     assert reasons(a2, b2, a3) == [
-        "waiting: this machine has 2 vCPU, 2 in use by running jobs, this job needs 1; "
-        "position 1 in the queue",
+        f"waiting: this machine has 2 vCPU, 2 in use by job {a1.name} (1), job {b1.name} of "
+        f"project {other_project.slug} (1); this job needs 1; position 1 in the queue",
         "waiting behind earlier jobs for this machine's vCPU; position 2 in the queue",
         "waiting behind earlier jobs for this machine's vCPU; position 3 in the queue",
     ]
@@ -138,9 +138,9 @@ def test_jobs_of_all_projects_share_the_machine_first_in_first_out(
     assert admit_jobs(project_id=project.pk) == [str(b2.pk)]
     a3.refresh_from_db()
     assert queue_position(job=a3) == 1
-    assert reasons(a3) == [
-        "waiting: this machine has 2 vCPU, 2 in use by running jobs, this job needs 1; "
-        "position 1 in the queue"
+    assert reasons(a3) == [  # named from alpha's side: beta's job says its project
+        f"waiting: this machine has 2 vCPU, 2 in use by job {a2.name} (1), job {b2.name} of "
+        f"project {other_project.slug} (1); this job needs 1; position 1 in the queue"
     ]
 
 
@@ -163,8 +163,8 @@ def test_memory_is_counted_too(tmp_path: Path, project: Project, owner: Any) -> 
         first, second = cpu_job(project, owner), cpu_job(project, owner)
         assert admit_jobs(project_id=project.pk) == [str(first.pk)]
         assert reasons(second) == [
-            "waiting: this machine has 6 GiB of memory, 4 in use by running jobs, this job "
-            "needs 4; position 1 in the queue"
+            f"waiting: this machine has 6 GiB of memory, 4 in use by job {first.name} (4); "
+            "this job needs 4; position 1 in the queue"
         ]
     finally:
         job_backend.set_backend(None)
