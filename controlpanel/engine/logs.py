@@ -10,13 +10,15 @@ only read the stored rows: 50 viewers cost what one does, and a GET never reache
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 from django.db import transaction
 from django.db.models import Max
+from django.utils import timezone
 
 from controlpanel.engine.backend import get_backend, job_ref
-from controlpanel.engine.models import JobLogLine, Workload
+from controlpanel.engine.models import JobEvent, JobLogLine, Workload
 from controlpanel.engine.replicas import OBSERVED_PROGRESS
 from controlpanel.streams import channels
 from training.protocol import Snapshot, clean_text, curve_point, read_event
@@ -26,6 +28,12 @@ MAX_CURVE_POINTS = 2000
 COLLECT_LIMIT = 5000
 # Lines Ajuste itself adds to a log (skipped bytes, a truncated archive) start with this.
 MARK = "[ajuste]"
+# Progress events the timeline shows: where a preempted (or stopped) fine-tune saved its
+# checkpoint, and the step the next pod of the same run resumed from.
+MILESTONES = {
+    "interrupted": "evicted at step {step}: its checkpoint is saved",
+    "resumed": "resumed from step {step}",
+}
 
 
 class UnknownRun(ValueError):
@@ -106,12 +114,24 @@ def _note_progress(job: Workload, lines: tuple[str, ...] | list[str]) -> None:
         if event is None:
             continue
         snapshot = snapshot.merge(event)
+        if event.get("event") in MILESTONES:
+            _note_milestone(job, event)
         point = curve_point(event)
         if point is not None:
             curve = _append_point(curve, point)
     stored = job.progress if isinstance(job.progress, dict) else {}
     observed = {key: stored[key] for key in OBSERVED_PROGRESS if key in stored}
     job.progress, job.loss_curve = {**observed, **snapshot.to_json()}, curve
+
+
+def _note_milestone(job: Workload, event: dict[str, Any]) -> None:
+    """One timeline entry for an `interrupted` or `resumed` event, at the event's time."""
+    if not isinstance(event.get("step"), int):
+        return  # a line that only looks like the event (any job can print one)
+    stamp = event.get("time")
+    at = datetime.fromtimestamp(stamp, UTC) if isinstance(stamp, int | float) else timezone.now()
+    reason = MILESTONES[event["event"]].format(step=event.get("step"))
+    JobEvent.objects.create(job=job, run=job.run, state=job.state, reason=reason, at=at)
 
 
 def _append_point(curve: list[list[Any]], point: list[Any]) -> list[list[Any]]:

@@ -13,7 +13,8 @@ from django.utils import timezone
 
 from controlpanel.engine.admission import admit_jobs
 from controlpanel.engine.lifecycle import apply_observation, record_state
-from controlpanel.engine.models import JobRun
+from controlpanel.engine.logs import _store
+from controlpanel.engine.models import JobEvent, JobRun
 from controlpanel.jobs.forms import CustomJobForm, FinetuneForm
 from controlpanel.jobs.models import Job
 from controlpanel.jobs.request import job_request
@@ -173,3 +174,29 @@ def test_a_cap_of_zero_fails_the_first_eviction(
     assert evict(job, "pod-1")
     job.refresh_from_db()
     assert job.state == "FAILED" and job.state_reason.startswith("evicted 1 time, more than")
+
+
+# -- history -----------------------------------------------------------------------------------
+
+STOPPED = (
+    '{"event": "interrupted", "v": 1, "time": 1733130000.0, "step": 412, "signal": "SIGTERM", '
+    '"checkpoint": "/workspace/output/checkpoints/step-000412"}'
+)
+RESUMED = (
+    '{"event": "resumed", "v": 1, "time": 1733130600.0, "step": 412, '
+    '"checkpoint": "/workspace/output/checkpoints/step-000412"}'
+)
+
+
+@pytest.mark.django_db
+def test_the_timeline_says_where_it_was_evicted_and_resumed(
+    kueue_engine: Any, project: Project, owner: Any, owner_client: Any
+) -> None:
+    job = submit(project, owner, preemptible=True)
+    _store(job, ["step 411", STOPPED, '{"event": "interrupted", "v": 1}', RESUMED, "step 413"])
+    said = list(
+        JobEvent.objects.filter(job=job, reason__contains="step").values_list("reason", flat=True)
+    )
+    assert said == ["evicted at step 412: its checkpoint is saved", "resumed from step 412"]
+    page = owner_client.get(f"/p/{project.slug}/jobs/{job.pk}/").content.decode()
+    assert "evicted at step 412" in page and "resumed from step 412" in page
