@@ -321,6 +321,11 @@ SPECTACULAR_SETTINGS = {
         "NotebookStateEnum": "controlpanel.notebooks.states.NotebookState",
         "AppStateEnum": "controlpanel.served.states.AppState",
     },
+    # The live log streams, served before Django, described beside the logs.
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "controlpanel.streams.schema.describe_streams",
+    ],
 }
 
 # Celery: Redis broker, JSON only, late acks, one message at a time per worker process.
