@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from django.db import models
+
 from controlpanel.engine.models import KindManager, Workload, _OneKind
 
 
@@ -20,3 +22,19 @@ class App(_OneKind, Workload):
     class Meta:
         proxy = True
         app_label = "workloads"
+
+
+class AppImage(models.Model):
+    """An image apps may run (the admin keeps the list, as for notebooks; issue 25): a
+    member's app serves its image's pages to visitors, so no image off this list is deployed."""
+
+    image = models.CharField(max_length=300, unique=True)
+    label = models.CharField(max_length=100)
+    enabled = models.BooleanField(default=True)
+
+    class Meta:
+        app_label = "workloads"
+        ordering = ["label", "image"]
+
+    def __str__(self) -> str:
+        return self.label

@@ -32,6 +32,7 @@ from controlpanel.engine.validation import (
 )
 from controlpanel.projects.models import Project
 from controlpanel.served.config import WEIGHT_PATHS
+from controlpanel.served.models import AppImage
 from deploy import images
 from deploy.types import APP_ADAPTER_PATH, APP_MODEL_PATH, Scaling
 from storage.volumes import Mode, VolumeSpec, VolumeSpecError, parse_volume_spec, render_volume_spec
@@ -171,6 +172,12 @@ def validate_app(*, project: Project, data: Mapping[str, Any]) -> AppSpec:
 
 def _app_image(value: Any) -> str:
     image = check_image(value)
+    if not AppImage.objects.filter(image=image, enabled=True).exists():
+        listed = ", ".join(AppImage.objects.filter(enabled=True).values_list("image", flat=True))
+        raise ValidationError(
+            f"{image} is not on this site's list of app images ({listed or 'none'}): apps run "
+            "only images a site admin has added (Django admin, App images)."
+        )
     if settings.COMPUTE_BACKEND == "local" and image != images.SERVING_IMAGE:
         raise ValidationError(
             "Custom images need the Kubernetes backend (COMPUTE_BACKEND=kubernetes): this "
