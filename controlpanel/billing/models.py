@@ -234,3 +234,22 @@ class BudgetAlert(models.Model):
 
     def __str__(self) -> str:
         return f"{self.project_id} {self.month:%Y-%m} {self.threshold} %"
+
+
+class KeptRun(models.Model):
+    """Who ran a run and what its workload was called, kept when the workload is deleted
+    (billing/receivers.py, in the deletion's transaction): the ledger's pages and the usage
+    API still name the person and the workload, forever."""
+
+    run = models.OneToOneField(
+        JobRun, on_delete=models.CASCADE, primary_key=True, related_name="kept"
+    )
+    workload = models.UUIDField(help_text="The deleted workload's id.")
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+"
+    )
+    name = models.CharField(max_length=100)
+    kind = models.CharField(max_length=20)
+
+    def __str__(self) -> str:
+        return f"{self.run_id}: {self.kind} {self.name}"

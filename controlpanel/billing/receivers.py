@@ -13,7 +13,8 @@ sighting instead, and marked estimated. After a recording, the project's budget 
 (queued once the transaction commits; only for projects with a budget).
 
 A deleted workload's runs stay (for billing) without their workload: its months in the
-rollup (billing/rollup.py) move to the project's None rows in the deletion's transaction.
+rollup (billing/rollup.py) move to the project's None rows in the deletion's transaction, and
+who ran each run and what the workload was called are kept beside it (models.KeptRun).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from django.db.models.signals import post_save, pre_delete
 from django.dispatch import receiver
 from django.utils import timezone
 
-from controlpanel.billing.models import Meter, Sighting
+from controlpanel.billing.models import KeptRun, Meter, Sighting
 from controlpanel.billing.rollup import rollup_forget_workload
 from controlpanel.billing.services import run_record
 from controlpanel.billing.tasks import budget_check_soon
@@ -86,6 +87,16 @@ def _workload_deleted(sender: Any, instance: Workload, origin: Any = None, **kwa
     if isinstance(origin, Project):
         return  # the project's rollup rows go with it
     rollup_forget_workload(workload_id=instance.pk)
+    KeptRun.objects.bulk_create(
+        KeptRun(
+            run_id=run_id,
+            workload=instance.pk,
+            owner_id=instance.owner_id,
+            name=instance.name,
+            kind=instance.kind,
+        )
+        for run_id in JobRun.objects.filter(job=instance).values_list("pk", flat=True)
+    )
 
 
 # Each kind is a proxy model of Workload and sends as itself. Connected per model: a receiver

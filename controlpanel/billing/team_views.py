@@ -31,6 +31,7 @@ from controlpanel.billing.usage import (
     usage_months,
     usage_rows,
 )
+from controlpanel.engine.models import Workload
 from controlpanel.kinds import KINDS
 from controlpanel.projects.access import ProjectRequest, project_view
 
@@ -77,6 +78,8 @@ def _context(request: ProjectRequest, month: date, form: BudgetForm) -> dict[str
         projects=frozenset({project.pk}),
     )
     rows = usage_rows(query, now)
+    named = {row.key[3] for row in rows if row.key[3]}
+    alive = {str(pk) for pk in Workload.objects.filter(pk__in=named).values_list("pk", flat=True)}
     months = sorted(set(usage_months(project=project)) | {current, month}, reverse=True)
     previous = month_of(month_start(month) - DAY)
     return {
@@ -87,17 +90,8 @@ def _context(request: ProjectRequest, month: date, form: BudgetForm) -> dict[str
         "previous": previous if previous in months else None,
         "following": next_month(month) if next_month(month) in months else None,
         "tables": [
-            ("user", "user", [_shown(row, "user", project.slug) for row in rollup(rows, "user")]),
-            (
-                "workload",
-                "workload",
-                [_shown(row, "workload", project.slug) for row in rollup(rows, "workload")],
-            ),
-            (
-                "flavor",
-                "flavor",
-                [_shown(row, "flavor", project.slug) for row in rollup(rows, "flavor")],
-            ),
+            (by, by, [_shown(row, by, project.slug, alive) for row in rollup(rows, by)])
+            for by in ("user", "workload", "flavor")
         ],
         "total": total_of(rows),
         "currency": settings.CURRENCY,
@@ -109,8 +103,9 @@ def _context(request: ProjectRequest, month: date, form: BudgetForm) -> dict[str
     }
 
 
-def _shown(row: Row, by: str, slug: str) -> dict[str, Any]:
-    """A rolled-up row as the page shows it: its label (and the workload's page)."""
+def _shown(row: Row, by: str, slug: str, alive: set[str]) -> dict[str, Any]:
+    """A rolled-up row as the page shows it: its label (and the workload's page, while it
+    exists; a deleted one keeps its name, kept by the ledger, and says it was deleted)."""
     _, _, user, workload, name, kind, flavor = row.key
     url = None
     if by == "user":
@@ -119,7 +114,9 @@ def _shown(row: Row, by: str, slug: str) -> dict[str, Any]:
         label = flavor
     else:
         label = name or (workload or "")[:8] or "(no workload)"
-        if workload and kind in KINDS:  # its page: `<kind>-detail` with `<kind>_id`
+        if workload and workload not in alive:
+            label = f"{label} (deleted)"
+        elif workload and kind in KINDS:  # its page: `<kind>-detail` with `<kind>_id`
             url = reverse(f"{kind}-detail", kwargs={"slug": slug, f"{kind}_id": workload})
     return {
         "label": label,

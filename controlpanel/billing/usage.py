@@ -22,6 +22,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db.models import Count, F, OuterRef, Q, QuerySet, Subquery, Sum
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from controlpanel.billing.models import Line, Meter
@@ -320,14 +321,22 @@ class Row:
         }
 
 
-DIMENSIONS = (
-    "project__slug",
-    "run__job__owner__username",
-    "run__job_id",
-    "run__job__name",
-    "run__job__kind",
-    "flavor__name",
-)
+# A deleted workload's runs name it, and who ran it, from what the deletion kept (KeptRun).
+KEPT = {
+    "who": Coalesce("run__job__owner__username", "run__kept__owner__username"),
+    "workload": Coalesce("run__job_id", "run__kept__workload"),
+    "what": Coalesce("run__job__name", "run__kept__name"),
+    "sort": Coalesce("run__job__kind", "run__kept__kind"),
+}
+DIMENSIONS = ("project__slug", "who", "workload", "what", "sort", "flavor__name")
+
+
+def _owned_by(user_id: int, prefix: str = "run__") -> Q:
+    return Q(**{f"{prefix}job__owner_id": user_id}) | Q(**{f"{prefix}kept__owner_id": user_id})
+
+
+def _of_workload(workload_id: Any, prefix: str = "run__") -> Q:
+    return Q(**{f"{prefix}job_id": workload_id}) | Q(**{f"{prefix}kept__workload": workload_id})
 
 
 def _lines(query: UsageQuery) -> QuerySet[Line]:
@@ -335,12 +344,12 @@ def _lines(query: UsageQuery) -> QuerySet[Line]:
     if query.projects is not None:
         lines = lines.filter(project_id__in=query.projects)
     if query.user_id is not None:
-        lines = lines.filter(run__job__owner_id=query.user_id)
+        lines = lines.filter(_owned_by(query.user_id))
     if query.workload_id is not None:
-        lines = lines.filter(run__job_id=query.workload_id)
+        lines = lines.filter(_of_workload(query.workload_id))
     if query.flavor_id is not None:
         lines = lines.filter(flavor_id=query.flavor_id)
-    return lines.order_by()
+    return lines.annotate(**KEPT).order_by()
 
 
 def _key(bucket: date, values: Any) -> Key:
@@ -429,32 +438,35 @@ def days_of(start: datetime, first: int, minutes: int) -> Iterator[tuple[date, i
 
 
 def _pending_rows(query: UsageQuery, rows: dict[Key, Row], now: datetime) -> None:
-    runs = open_runs().select_related("project", "job__owner", "sighting")
+    runs = open_runs().select_related("project", "job__owner", "kept__owner", "sighting")
     if query.projects is not None:
         runs = runs.filter(project_id__in=query.projects)
     if query.user_id is not None:
-        runs = runs.filter(job__owner_id=query.user_id)
+        runs = runs.filter(_owned_by(query.user_id, ""))
     if query.workload_id is not None:
-        runs = runs.filter(job_id=query.workload_id)
+        runs = runs.filter(_of_workload(query.workload_id, ""))
     if query.flavor_id is not None:
         runs = runs.filter(flavor_id=query.flavor_id)
     for run in runs:
         assert run.started_at is not None
-        job = run.job
-        dims = (
-            run.project.slug,
-            job.owner.username if job else None,
-            run.job_id,
-            job.name if job else "",
-            job.kind if job else "",
-            run.flavor.name,
-        )
+        dims = (run.project.slug, *_named(run), run.flavor.name)
         for seg in pending(run, run.flavor.prices.all(), now):
             price = seg.price.price_per_hour if seg.price else Decimal(0)
             for day, count in days_of(run.started_at, seg.first, seg.minutes):
                 if query.start <= day <= query.end:
                     row = _row(rows, _key(query.bucket(day), dims))
                     row.add(count, run.units, run.flavor.gpus_per_unit, price)
+
+
+def _named(run: JobRun) -> tuple[str | None, Any, str, str]:
+    """Who ran the run, its workload's id, name and kind: kept by the deletion if it is gone."""
+    if run.job is not None:
+        job = run.job
+        return job.owner.username if job.owner else None, job.pk, job.name, job.kind
+    kept = getattr(run, "kept", None)
+    if kept is None:
+        return None, None, "", ""
+    return kept.owner.username if kept.owner else None, kept.workload, kept.name, kept.kind
 
 
 def rollup(rows: Iterable[Row], by: str) -> list[Row]:

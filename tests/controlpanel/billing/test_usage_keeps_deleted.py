@@ -1,0 +1,56 @@
+"""The ledger keeps who ran a workload and what it was called after the workload is deleted:
+the usage page and `/api/v1/usage/` still name the person and the workload (issue 32)."""
+
+from __future__ import annotations
+
+from django.test import Client
+from rest_framework.test import APIClient
+
+from controlpanel.billing.models import KeptRun
+from controlpanel.engine.models import Workload
+from controlpanel.jobs.models import Job
+from tests.controlpanel.billing.test_usage_team import cells, results
+
+
+def _delete_train(january: dict[str, Workload]) -> str:
+    train = january["train-a"]
+    Job.objects.get(pk=train.pk).delete()  # as its kind's proxy: what the services delete
+    assert not Workload.objects.filter(pk=train.pk).exists()
+    return str(train.pk)
+
+
+def test_the_api_names_a_deleted_workload_and_its_owner(
+    january: dict[str, Workload], owner_api: APIClient
+) -> None:
+    train = _delete_train(january)
+    rows = results(owner_api.get("/api/v1/usage/?month=2025-01"))
+    gone = [row for row in rows if row["workload"] == train]
+    assert [(r["user"], r["workload_name"], r["kind"], r["minutes"]) for r in gone] == [
+        ("owner", "train-a", "job", 31)
+    ]
+    # its filters still find it: by the person, and by the workload's id
+    owned = results(owner_api.get("/api/v1/usage/?month=2025-01&user=owner"))
+    assert sorted(r["workload_name"] for r in owned) == ["prep", "train-a"]
+    by_id = results(owner_api.get(f"/api/v1/usage/?month=2025-01&workload={train}"))
+    assert [r["workload_name"] for r in by_id] == ["train-a"]
+
+
+def test_the_usage_page_names_a_deleted_workload_and_its_owner(
+    january: dict[str, Workload], owner_client: Client
+) -> None:
+    train = _delete_train(january)
+    body = owner_client.get("/p/alpha/usage/?month=2025-01").content.decode()
+    assert "owner 91 1.03 3.4933" in cells(body, "usage-by-user")  # unchanged by the delete
+    workloads = cells(body, "usage-by-workload")
+    assert "train-a (deleted) job 31 1.03 2.8933" in workloads
+    assert f"/jobs/{train}/" not in body  # no link to a page that is gone
+
+
+def test_a_deleted_projects_runs_keep_nothing(
+    january: dict[str, Workload], owner_client: Client
+) -> None:
+    """Deleting the project takes its runs, and what was kept of them, with it."""
+    _delete_train(january)
+    assert KeptRun.objects.count() == 1
+    january["prep"].project.delete()
+    assert KeptRun.objects.count() == 0
