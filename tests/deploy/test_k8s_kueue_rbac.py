@@ -1,6 +1,7 @@
 """The `kueue` component (k8s/components/kueue): QUEUE_ENGINE=kueue, and a ClusterRole that
 grants exactly what Ajuste does with Kueue's objects (its configuration written, re-applied,
-changed and pruned; a queued Job's Workload read), nothing missing, nothing unused."""
+changed and pruned; a queued Job's Workload read; a stopped JobSet's Workload deactivated),
+nothing missing, nothing unused."""
 
 from __future__ import annotations
 
@@ -53,7 +54,7 @@ def kueue_grants(objects: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
 def test_kueue_component_grants_exactly_what_ajuste_does_with_kueue(
     tmp_path: Path, k8s_cluster: EmulatedCluster, k8s_backend: KubernetesBackend
 ) -> None:
-    missing = crds.missing(crds.KUEUE)
+    missing = crds.missing(crds.KUEUE) or crds.missing(crds.JOBSET)
     if missing:
         pytest.skip(missing)
     objects = overlay(tmp_path, components=["kueue"])
@@ -73,6 +74,17 @@ def test_kueue_component_grants_exactly_what_ajuste_does_with_kueue(
     kueue.settle()
     ref = make_job_request(id="a0", project="a", namespace="ajuste-a").ref
     assert k8s_backend.observe_job(ref=ref).phase is Phase.QUEUED
+    # A job of two nodes is a JobSet: its stop deactivates its Workload (Kueue would start
+    # again what it admitted if only `suspend` were set), which needs `patch` on workloads.
+    k8s_cluster.install_jobset()
+    gang = make_job_request(
+        id="a1", project="a", namespace="ajuste-a", nodes=2, volumes=(), queue_name="ajuste"
+    )
+    k8s_backend.apply_job(job=gang)
+    kueue.settle()
+    k8s_backend.stop_job(job=gang)
+    workload = kueue.workload("JobSet", "ajuste-a", "job-a1-r1")
+    assert workload is not None and workload["spec"]["active"] is False
     needs = {need for need in used_since(k8s_cluster, before) if need[1] in KUEUE_RESOURCES}
     assert {need for need in needs if not allowed(need, grants)} == set()
     assert {g for g in grants if not any(allowed(n, {g}) for n in needs)} == set()
