@@ -91,22 +91,28 @@ def choose_ports(started: Started, env: dict[str, str]) -> tuple[str, int]:
     e-mails, the store's CORS) follows the web's port unless the user set it."""
     host = env.get("AJUSTE_BIND", "127.0.0.1:").rpartition(":")[0] or "127.0.0.1"
     taken: set[int] = set()
-    web = choose_port(WEB, host=host, chosen=_chosen(env, WEB), taken=taken)
+    web = choose_port(WEB, host=host, chosen=_chosen(env, WEB), taken=taken, notes=started.said)
     taken.add(web)
     env["AJUSTE_BIND"] = f"{host}:{web}"
     env.setdefault("SITE_URL", f"http://{host}:{web}")
     # The live streams (the Procfile's `events`, uvicorn): their own port, the pages' host.
-    events = choose_port(EVENTS, host=host, chosen=_chosen(env, EVENTS), taken=taken)
+    events = choose_port(
+        EVENTS, host=host, chosen=_chosen(env, EVENTS), taken=taken, notes=started.said
+    )
     taken.add(events)
     env.update(AJUSTE_EVENTS_HOST=host, AJUSTE_EVENTS_PORT=str(events))
     env.setdefault("STREAMS_URL", f"http://{host}:{events}")
     if not env.get("REDIS_URL"):
-        redis = choose_port(REDIS, host="127.0.0.1", chosen=_chosen(env, REDIS), taken=taken)
+        redis = choose_port(
+            REDIS, host="127.0.0.1", chosen=_chosen(env, REDIS), taken=taken, notes=started.said
+        )
         taken.add(redis)
         env.update(AJUSTE_REDIS_PORT=str(redis), REDIS_URL=f"redis://127.0.0.1:{redis}/0")
         started.embedded.append("redis")
     if not env.get("S3_ENDPOINT_URL"):
-        s3 = choose_port(S3, host="127.0.0.1", chosen=_chosen(env, S3), taken=taken)
+        s3 = choose_port(
+            S3, host="127.0.0.1", chosen=_chosen(env, S3), taken=taken, notes=started.said
+        )
         plan_object_store(started.var, env, s3)
         started.embedded.append("s3")
     return host, web

@@ -34,9 +34,12 @@ def port_free(host: str, port: int) -> bool:
     return True
 
 
-def choose_port(port: Port, *, host: str, chosen: int | None, taken: set[int]) -> int:
+def choose_port(
+    port: Port, *, host: str, chosen: int | None, taken: set[int], notes: list[str]
+) -> int:
     """The port to use; `chosen` is the user's (from `port.variable`), `taken` those already
-    given to another of our servers. A note is printed when the default moved."""
+    given to another of our servers. A note is added to `notes` when the default moved: make
+    run says them once the start may go on (a refusal, ajuste.E001, is said first and alone)."""
     if chosen is not None:
         if chosen in taken or not port_free(host, chosen):
             raise PortTaken(
@@ -48,8 +51,8 @@ def choose_port(port: Port, *, host: str, chosen: int | None, taken: set[int]) -
     for candidate in range(port.default, port.default + SCAN + 1):
         if candidate not in taken and port_free(host, candidate):
             if candidate != port.default:
-                print(
-                    f"• port {port.default} is taken: {port.what} uses {candidate} "
+                notes.append(
+                    f"• port {port.default} is taken: port {candidate} for {port.what} "
                     f"({port.variable} chooses another)"
                 )
             return candidate

@@ -208,7 +208,7 @@ def test_crash_restart_ports_mail_metrics_then_ctrl_c_stops_everything(
 
 def _ports_follow_the_web(url: str, var: Path, said: str) -> None:
     port = int(url.rsplit(":", 1)[1])
-    assert port != 8000 and f"• port 8000 is taken: the web uses {port}" in said
+    assert port != 8000 and f"• port 8000 is taken: port {port} for the web" in said
     chosen = _run_env(var)
     assert chosen["SITE_URL"] == url  # links and e-mails name the port the web took
     assert not chosen["REDIS_URL"].endswith(":6389/0")
@@ -255,7 +255,10 @@ def _mail_and_metrics(url: str, var: Path, run: Run) -> None:
     admin.close()
 
 
-def test_a_colleagues_account_stops_the_start_first_alone_with_the_fix(var: Path) -> None:
+def test_a_colleagues_account_stops_the_start_first_alone_with_the_fix(
+    var: Path, defaults_taken: None
+) -> None:
+    """The default ports are taken: their notes wait until the start may go on."""
     env = _shell(var)
     made = subprocess.run(
         [sys.executable, "manage.py", "shell", "-c",
