@@ -39,3 +39,19 @@ def refuse_another_active_user(*, user: Any = None) -> None:
         others = others.exclude(pk=user.pk)
     if others.exists():
         raise ValidationError(REFUSAL, code="local_backend")
+
+
+def notebook_start_refusal() -> str | None:
+    """REFUSAL when a notebook may not start now: the untrusted local backend with more than
+    one active account (one added since the process started included, issue 25); else None."""
+    if local_backend_untrusted() and get_user_model().objects.filter(is_active=True)[1:2]:
+        return REFUSAL
+    return None
+
+
+def refuse_notebook_start() -> None:
+    """ValidationError(REFUSAL) under `notebook_start_refusal`'s rule, under `detail` (no
+    field of the request is at fault: the API's key for that, and above a page's form)."""
+    refusal = notebook_start_refusal()
+    if refusal:
+        raise ValidationError({"detail": ValidationError(refusal, code="local_backend")})

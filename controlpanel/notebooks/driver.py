@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from django.conf import settings
 
+from controlpanel.accounts.local_guard import notebook_start_refusal
 from controlpanel.engine.backend import get_backend, job_ref, split_secret_env
 from controlpanel.engine.driver import OneNameDriver
 from controlpanel.engine.models import Workload
@@ -14,7 +15,7 @@ from controlpanel.notebooks.states import NotebookState as N
 from controlpanel.notebooks.usercontent import SERVED
 from controlpanel.queues.selectors import interactive_queue
 from controlpanel.usercontent.hosts import content_host
-from deploy.types import Editor, NotebookRequest, ObservedWorkload, Phase, WorkloadRef
+from deploy.types import DeployError, Editor, NotebookRequest, ObservedWorkload, Phase, WorkloadRef
 
 _PHASES = {
     Phase.QUEUED: N.STARTING,
@@ -88,6 +89,9 @@ def notebook_states(notebook: Workload, observed: ObservedWorkload) -> list[tupl
 
 class NotebookDriver(OneNameDriver):
     def apply(self, notebook: Workload) -> ObservedWorkload:
+        refusal = None if notebook.stop_requested else notebook_start_refusal()
+        if refusal:  # an account added since the start was asked for (issue 25)
+            raise DeployError(refusal)
         return get_backend().apply_notebook(notebook=notebook_request(notebook))
 
     def observe(self, notebook: Workload) -> ObservedWorkload:

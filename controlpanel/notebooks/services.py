@@ -17,6 +17,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
+from controlpanel.accounts.local_guard import refuse_notebook_start
 from controlpanel.engine.services import (
     workload_create,
     workload_delete,
@@ -38,6 +39,7 @@ IDLE_REASON = "idle for {minutes} min: no kernel, terminal or request"
 @transaction.atomic
 def notebook_create(*, access: ProjectAccess, user: Any, data: Mapping[str, Any]) -> Notebook:
     """Validate and store a notebook, then start it through the project's quota."""
+    refuse_notebook_start()
     spec = validate_notebook(project=access.project, data=data)
     # The image's container reference runs; its name in the admin's list is remembered.
     fields = vars(spec) | {"image": spec.image.image, "params": {"image": spec.image.name}}
@@ -48,6 +50,7 @@ def notebook_create(*, access: ProjectAccess, user: Any, data: Mapping[str, Any]
 
 def notebook_start(*, access: ProjectAccess, user: Any, notebook: Notebook) -> Notebook:
     """Start a stopped notebook again: a new run, same address, same workspace."""
+    refuse_notebook_start()
     return workload_start(access=access, user=user, workload=notebook)
 
 
