@@ -138,6 +138,10 @@ def test_fixed_replicas_and_a_secret_reference(
         (["--model", "{b}@LOCAL/m", "--env", "NOEQUALS"], "'NOEQUALS' is not KEY=VALUE"),
         (["--model", "{b}@LOCAL/m", "--volume", "{b}@LOCAL/x:/workspace/x:rw"], "--volume 1: "),
         (["--model", "{b}@LOCAL/m", "--model-name", "bad name!"], "--model-name: "),
+        (
+            ["--model", "{b}@LOCAL/m", "--image", "evil.example.com/x:1"],
+            "--image: evil.example.com/x:1 is not on this site's list of app images",
+        ),
     ],
 )
 def test_bad_flags_say_which_flag(
