@@ -34,7 +34,7 @@ def multi_node(k8s_jobs: Any) -> Any:
 def test_only_the_backends_that_run_jobsets_take_more_than_one_node(
     owner_api: Any, k8s_jobs: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    assert job_nodes.MULTI_NODE_BACKENDS == frozenset({"kubernetes"})
+    assert frozenset({"kubernetes"}) == job_nodes.MULTI_NODE_BACKENDS
     assert owner_api.post(URL, BODY | {"nodes": 2}, "json").status_code == 201
     monkeypatch.setattr(job_nodes, "MULTI_NODE_BACKENDS", frozenset())  # switched off
     answer = owner_api.post(URL, BODY | {"nodes": 2}, "json")
