@@ -84,8 +84,10 @@ def test_a_sweep_end_to_end(
     tmp_path: Path,
 ) -> None:
     assets = make_demo_assets(tmp_path / "demo", examples=24)
-    models = project_bucket(project, panel_s3, "models").name
-    out = project_bucket(project, panel_s3, "results").name
+    # Buckets of its own: the S3 server lives for the session, and test_browser_jobs (before
+    # this test in the slow tier) already made "models" and "results" on it.
+    models = project_bucket(project, panel_s3).name
+    out = project_bucket(project, panel_s3).name
     upload_dir(panel_s3, models, "tiny-llama", assets.model_dir)
     upload_dir(panel_s3, models, "chat", assets.data_file.parent)
     base = {
