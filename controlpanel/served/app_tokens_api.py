@@ -3,6 +3,7 @@ Managers list them, make one (its raw value in that answer only) and revoke one 
 
 from __future__ import annotations
 
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers, status, viewsets
 from rest_framework.exceptions import NotFound
 from rest_framework.request import Request
@@ -47,6 +48,7 @@ class AppTokenViewSet(viewsets.ViewSet):
         body = dict(AppTokenSerializer(token).data) | {"token": raw}
         return Response(body, status=status.HTTP_201_CREATED)
 
+    @extend_schema(parameters=[OpenApiParameter("id", int, OpenApiParameter.PATH)])
     def destroy(self, request: Request, project_slug: str, pk: str) -> Response:
         """Revoke the token: the apps refuse it from the next call on."""
         access = api_project(request, slug=project_slug)
