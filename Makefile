@@ -47,11 +47,12 @@ services:
 # after MAXFAIL_SLOW or BUDGET_SLOW. A budget is checked between tests (pytest-timeout's
 # --session-timeout, so the summary is printed); `timeout` ends a tier whose last test hangs past
 # it (SIGINT: fixtures still stop their processes). .ci/run runs the tiers one by one to say
-# which failed first. BUDGET_MAIN + BUDGET_BROWSER is `make test`'s 20 minutes.
+# which failed first. The budgets are safety nets well above the tiers' measured times
+# (BENCHMARKS.md, Test suite), so a slow CI machine does not fail a green suite.
 MAXFAIL_MAIN ?= 20
-BUDGET_MAIN ?= 900
+BUDGET_MAIN ?= 1500
 MAXFAIL_BROWSER ?= 3
-BUDGET_BROWSER ?= 300
+BUDGET_BROWSER ?= 600
 MAXFAIL_SLOW ?= 5
 BUDGET_SLOW ?= 2400
 MAIN_TIER := not images and not browser and not e2e and not slow
