@@ -74,7 +74,14 @@
       if (!live || source.readyState === EventSource.CLOSED) stop(true);
     };
     source.addEventListener("line", (event) => append(JSON.parse(event.data)));
-    source.addEventListener("state", () => document.body.dispatchEvent(new CustomEvent("ajuste:state")));
+    let first = true;  // the stream opens with the current state: news only if the page is older
+    source.addEventListener("state", (event) => {
+      const shown = document.querySelector("[data-streamed][data-state]")?.dataset.state;
+      const opening = first;
+      first = false;
+      if (opening && shown === JSON.parse(event.data).state) return;
+      document.body.dispatchEvent(new CustomEvent("ajuste:state"));
+    });
     source.addEventListener("end", () => {
       stop(false);
       const done = poller();
