@@ -61,7 +61,8 @@ def test_admin_billing_pages_in_chromium(page: Any, live_server: Any, project: P
     table.get_by_role("link", name="alpha").click()
     page.wait_for_url(f"{base}/billing/2025-01/p/alpha/")
     expect(page.locator("[data-testid=table-users]")).to_contain_text("alice")
-    page.locator("[data-testid=table-runs]").get_by_role("link", name="pod-train").click()
+    # The run's link reads "train #1 · pod-trai"; its title names the whole pod.
+    page.locator("[data-testid=table-runs]").get_by_title("run pod-train").click()
     page.wait_for_url(f"{base}/billing/2025-01/p/alpha/runs/{run.pk}/")
     lines = page.locator("[data-testid=table-lines]")
     expect(lines).to_contain_text("2025-01-10 10:00:00 → 2025-01-10 10:31:00")
