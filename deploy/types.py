@@ -121,10 +121,13 @@ class FlavorSpec:
 @dataclass(frozen=True)
 class Capacity:
     """What one machine can run at once: the local backend's cores and memory. The panel
-    admits jobs only while their flavors' requests fit in it (a cluster queues by itself)."""
+    admits jobs only while their flavors' requests fit in it (a cluster queues by itself).
+    `gpus`: the product name of each of its GPUs (none is an answer: a GPU flavor can never
+    start there, and the panel refuses it at submit)."""
 
     millicpu: int
     memory_mib: int
+    gpus: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

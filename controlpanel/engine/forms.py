@@ -13,6 +13,7 @@ from django.core.exceptions import ValidationError
 
 from controlpanel.engine.contract import field_of, part_of
 from controlpanel.engine.durations import EXAMPLES, DurationError, format_duration, parse_duration
+from controlpanel.engine.machine_fit import machine_gpus, offer_note, unrunnable
 from controlpanel.flavors.models import Flavor
 from deploy.gpu_resources import mig_profile
 
@@ -26,6 +27,38 @@ def unit_of(flavor: Flavor) -> str:
     if profile:  # a MIG slice: its memory is in the profile's name
         return f"{flavor.gpus_per_unit}× {flavor.gpu_model} MIG {profile}, {cpu}"
     return f"{flavor.gpus_per_unit}× {flavor.gpu_model} {flavor.gpu_memory_gib} GB, {cpu}"
+
+
+class FlavorSelect(forms.Select):
+    """A flavor select that shows the flavors which can never run here disabled, each with
+    its reason as the option's title (`unavailable`: name -> reason)."""
+
+    unavailable: dict[str, str] = {}
+
+    def create_option(self, name: str, value: Any, label: Any, *args: Any, **kwargs: Any) -> Any:
+        option = super().create_option(name, value, label, *args, **kwargs)
+        reason = self.unavailable.get(str(value))
+        if reason:
+            option["attrs"] = {**option["attrs"], "disabled": True, "title": reason}
+            option["label"] = f"{label} (cannot run here)"
+        return option
+
+
+def offer_runnable(form: forms.Form, flavors: list[Flavor]) -> None:
+    """Show the flavors that can never run here disabled, say why under the field, and start
+    on the first one that runs (the validator still refuses one posted anyway)."""
+    unavailable = unrunnable(flavors)
+    if not unavailable:
+        return
+    field = form.fields["flavor"]
+    if str(getattr(form.initial.get("flavor"), "name", form.initial.get("flavor"))) in unavailable:
+        form.initial = {k: v for k, v in form.initial.items() if k != "flavor"}
+    widget = field.widget
+    assert isinstance(widget, FlavorSelect)
+    widget.unavailable = unavailable
+    field.help_text = offer_note(machine_gpus() or ())
+    if field.initial is None or str(getattr(field.initial, "name", field.initial)) in unavailable:
+        field.initial = next((f.name for f in flavors if f.name not in unavailable), None)
 
 
 class FlavorChoiceField(forms.ModelChoiceField):
@@ -87,11 +120,18 @@ class WorkloadForm(forms.Form):
 
     name = forms.CharField(max_length=100, required=False, help_text="Defaults to the image name.")
     flavor = FlavorChoiceField(
-        queryset=Flavor.objects.filter(enabled=True), to_field_name="name", empty_label=None
+        queryset=Flavor.objects.filter(enabled=True),
+        to_field_name="name",
+        empty_label=None,
+        widget=FlavorSelect,
     )
     gpu = forms.IntegerField(
         min_value=1, initial=1, label="Units", help_text="Units of the flavor (the CLI's --gpu N)."
     )
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        offer_runnable(self, list(Flavor.objects.filter(enabled=True)))
 
     def describe_units(self, flavor: Flavor | None) -> None:
         """Say what a unit of the chosen flavor is: GPUs for a GPU flavor, vCPUs otherwise."""

@@ -23,6 +23,7 @@ from controlpanel.engine.contract import (
     field_of,
 )
 from controlpanel.engine.datastores import check_volume_access
+from controlpanel.engine.machine_fit import flavor_problem, machine_gpus, units_problem
 from controlpanel.flavors.models import Flavor
 from controlpanel.projects.models import NAME_RULE_FOR_SECRETS, SECRET_NAME_RE, Project
 from controlpanel.projects.selectors import secret_names
@@ -77,6 +78,16 @@ def too_big(what: str, size: int, limit: int) -> str:
 
 
 def check_flavor(name: Any) -> Flavor:
+    """The enabled flavor of that name, refused when it can never run where this panel runs
+    workloads (a GPU flavor on a machine without its GPU: machine_fit.py)."""
+    flavor = _known_flavor(name)
+    problem = flavor_problem(flavor, machine_gpus())
+    if problem:
+        raise ValidationError(problem)
+    return flavor
+
+
+def _known_flavor(name: Any) -> Flavor:
     if isinstance(name, Flavor) and name.enabled:  # a form's choice, already looked up
         return name
     if not name or not isinstance(name, str):
@@ -106,6 +117,9 @@ def check_gpu(value: Any, flavor: Flavor | None, project: Project) -> int:
             f"This job needs {gpus} GPUs but the project's quota is "
             f"{project.gpu_quota}: it could never start."
         )
+    problem = units_problem(flavor, units, machine_gpus())
+    if problem:
+        raise ValidationError(problem)
     return units
 
 

@@ -15,6 +15,7 @@ from django.views.decorators.http import require_POST
 
 from controlpanel.core.htmx import wants_fragment
 from controlpanel.engine import selectors
+from controlpanel.engine.forms import FlavorSelect, offer_runnable
 from controlpanel.engine.pages import (
     act,
     gone,
@@ -50,7 +51,7 @@ class AppForm(forms.Form):
     adapter = forms.CharField(max_length=400, required=False, help_text="bucket@ALIAS/folder")
     model_name = forms.CharField(max_length=100, required=False)
     image = forms.CharField(max_length=300, required=False)
-    flavor = forms.ChoiceField(choices=())
+    flavor = forms.ChoiceField(choices=(), widget=FlavorSelect)
     gpu = forms.IntegerField(min_value=1, initial=1, label="Units")
     scaling = forms.ChoiceField(
         choices=[
@@ -81,6 +82,7 @@ class AppForm(forms.Form):
         flavor = self.fields["flavor"]
         assert isinstance(flavor, forms.ChoiceField)
         flavor.choices = [(f.name, f.name) for f in flavors]
+        offer_runnable(self, list(flavors))
 
     def submission(self) -> dict[str, Any]:
         data = dict(self.cleaned_data)

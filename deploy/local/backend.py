@@ -11,6 +11,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 
 from deploy import images
@@ -86,7 +87,8 @@ class LocalBackend:
         self.gpus = gpus
 
     def capacity(self) -> Capacity:
-        return self.machine
+        """The cores and memory jobs may use, and this machine's GPUs (read now)."""
+        return replace(self.machine, gpus=tuple(gpu.name for gpu in self.gpus()))
 
     def cluster_capacity(self) -> ClusterCapacity:
         """This machine: its GPUs by product name (none is an answer), those its live runs
