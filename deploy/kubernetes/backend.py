@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from typing import TypeVar
@@ -19,20 +18,12 @@ from deploy.kubernetes.apply import apply, delete, delete_found, delete_labelled
 from deploy.kubernetes.capacity import read_capacity
 from deploy.kubernetes.client import make_api_client
 from deploy.kubernetes.jobsets import observe_run
-from deploy.kubernetes.listing import (
-    app_pods,
-    app_state,
-    job_objects,
-    notebook_state,
-    observe_everything,
-    observe_namespaces,
-    owned,
-    project_namespaces,
-)
-from deploy.kubernetes.logs import read_pod_log
+from deploy.kubernetes.listing import app_state, job_objects, notebook_state
 from deploy.kubernetes.observe import JobObjects
-from deploy.kubernetes.pods import container_run, container_status, main_component, newest
+from deploy.kubernetes.pods import main_component
+from deploy.kubernetes.runlogs import RunLogs
 from deploy.kubernetes.stopping import STOP_ATTEMPTS, STOPPABLE, stop_patch
+from deploy.kubernetes.sweep import observe_everything, observe_namespaces, project_namespaces
 from deploy.kubernetes.trust import controlled_by
 from deploy.kubernetes.watcher import watch_workloads
 from deploy.types import (
@@ -52,10 +43,6 @@ from deploy.types import (
 log = logging.getLogger(__name__)
 
 Request = TypeVar("Request", JobRequest, NotebookRequest, AppRequest, ProjectRequest)
-
-# How long a pod seen running is read without checking it again (a replaced or finished pod
-# is noticed at most this late; its end is read in full by the next, checked read).
-RUNNING_POD_TTL_S = 5.0
 
 
 class KubernetesBackend:
@@ -95,9 +82,7 @@ class KubernetesBackend:
         self.install_id = names.label_value(install_id) if install_id else ""
         self.namespaced, self.namespaced_poll_s = namespaced, namespaced_poll_s
         self.images = dict(images or {})
-        # The pod whose container was last seen running, per run: the log collector reads it
-        # again without listing pods and reading its owner (1 request a read instead of 3).
-        self._running_pods: dict[WorkloadRef, tuple[Obj, float]] = {}
+        self.logs = RunLogs(self.api)
 
     def capacity(self) -> None:
         """None: the scheduler (and Kueue, where installed) queues what the nodes cannot run."""
@@ -225,25 +210,7 @@ class KubernetesBackend:
     def read_logs(
         self, *, ref: WorkloadRef, cursor: str | None, limit: int = 1000, fresh: bool = False
     ) -> LogChunk:
-        ref = self._ref(ref)
-        remembered, until = self._running_pods.get(ref, (None, 0.0))
-        if remembered is not None and not fresh and time.monotonic() < until:
-            chunk = self._read_pod(remembered, cursor, limit, finished=False)
-            if not chunk.eof:  # eof here: the pod went away, look again
-                return chunk
-        self._running_pods.pop(ref, None)
-        pod = newest(self._main_pods(ref))
-        if pod is None:
-            return LogChunk(lines=(), cursor=cursor or "", eof=self._ended(ref))
-        run = container_run(container_status(pod, "main"))
-        if run.state in ("", "waiting"):  # never started: its log ends if the run did
-            return LogChunk(lines=(), cursor=cursor or "", eof=self._ended(ref))
-        if run.state == "running":
-            now = time.monotonic()
-            if len(self._running_pods) > 1000:  # forget runs that ended long ago
-                self._running_pods = {k: v for k, v in self._running_pods.items() if v[1] > now}
-            self._running_pods[ref] = (pod, now + RUNNING_POD_TTL_S)
-        return self._read_pod(pod, cursor, limit, finished=run.state == "terminated")
+        return self.logs.read(self._ref(ref), cursor, limit, fresh=fresh)
 
     def apply_notebook(self, *, notebook: NotebookRequest) -> ObservedWorkload:
         notebook = self._own(notebook)
@@ -372,63 +339,6 @@ class KubernetesBackend:
                     objects, pods=[*objects.pods, deleted_pod], events=[], workload=None
                 )
         return observe_run(ref, objects)
-
-    def _main_pods(self, ref: WorkloadRef) -> list[Obj]:
-        """The pods running the user's process, as their Job or StatefulSet controls them (a
-        pod that only carries the labels must not feed this run's log)."""
-        component = {names.COMPONENT: main_component(ref)}
-        selector = names.selector({**names.selector_labels(ref), **component})
-        pods, _ = self.api.list("Pod", ref.namespace, label_selector=selector)
-        pods = owned(pods, ref.install)
-        if ref.kind is WorkloadKind.APP:
-            deployment = self._read("Deployment", ref.namespace, names.app_name(ref))
-            sets, _ = self.api.list(
-                "ReplicaSet",
-                ref.namespace,
-                label_selector=names.selector(names.selector_labels(ref)),
-            )
-            return app_pods(deployment, owned(sets, ref.install), pods)[1]
-        if ref.kind is WorkloadKind.NOTEBOOK:
-            kind, name = "StatefulSet", names.notebook_name(ref)
-        else:
-            kind, name = "Job", names.job_name(ref)
-        owner = self._read(kind, ref.namespace, name)
-        if owner is None and kind == "Job":  # several nodes: the JobSet's child; node 0's log
-            owner = self._read(kind, ref.namespace, jobsets.child_job_name(ref))
-            pods = jobsets.rank_zero(pods)
-        if owner is not None and not names.belongs(owner, ref.install):
-            owner = None
-        return [pod for pod in pods if controlled_by(pod, owner)]
-
-    def _read_pod(self, pod: Obj, cursor: str | None, limit: int, *, finished: bool) -> LogChunk:
-        meta = pod["metadata"]
-        try:
-            read = read_pod_log(
-                self.api,
-                namespace=meta["namespace"],
-                pod=meta["name"],
-                pod_uid=meta.get("uid", ""),
-                container="main",
-                cursor=cursor,
-                limit=limit,
-            )
-        except ApiException as exc:
-            if exc.status in (400, 404):  # not started yet, or gone meanwhile
-                return LogChunk(lines=(), cursor=cursor or "", eof=exc.status == 404)
-            raise
-        return LogChunk(
-            lines=tuple(read.lines),
-            cursor=read.cursor,
-            eof=finished and read.at_end,
-            skipped=read.skipped,
-        )
-
-    def _ended(self, ref: WorkloadRef) -> bool:
-        if ref.kind is WorkloadKind.APP:
-            return self.observe_app(ref=ref).phase.is_final
-        if ref.kind is WorkloadKind.NOTEBOOK:
-            return self.observe_notebook(ref=ref).phase.is_final
-        return self.observe_job(ref=ref).phase.is_final
 
 
 def _ended_mounting(pod: Obj, claim: str) -> bool:

@@ -16,7 +16,8 @@ from kubernetes.client.exceptions import ApiException
 
 from deploy import names
 from deploy.kubernetes.api import KubeApi, Obj
-from deploy.kubernetes.listing import MANAGED, observe_everything, ref_of
+from deploy.kubernetes.listing import MANAGED, ref_of
+from deploy.kubernetes.sweep import observe_everything
 from deploy.kubernetes.trust import ProjectNamespaces
 from deploy.types import ObservedWorkload, TransientError, WorkloadRef
 

@@ -1,0 +1,116 @@
+"""`RunLogs`: a run's log read from the pod running its user's process, for the log collector
+(`KubernetesBackend.read_logs`). The pod last seen running is remembered for a few seconds, so
+a read costs the log request alone, not a pod listing and its owner's read."""
+
+from __future__ import annotations
+
+import time
+
+from kubernetes.client.exceptions import ApiException
+
+from deploy import names
+from deploy.kubernetes import jobsets
+from deploy.kubernetes.api import KubeApi, Obj
+from deploy.kubernetes.jobsets import observe_run
+from deploy.kubernetes.listing import app_pods, app_state, job_objects, notebook_state, owned
+from deploy.kubernetes.logs import read_pod_log
+from deploy.kubernetes.pods import container_run, container_status, main_component, newest
+from deploy.kubernetes.trust import controlled_by
+from deploy.types import LogChunk, WorkloadKind, WorkloadRef
+
+# How long a pod seen running is read without checking it again (a replaced or finished pod
+# is noticed at most this late; its end is read in full by the next, checked read).
+RUNNING_POD_TTL_S = 5.0
+
+
+class RunLogs:
+    def __init__(self, api: KubeApi) -> None:
+        self.api = api
+        # The pod whose container was last seen running, per run: the log collector reads it
+        # again without listing pods and reading its owner (1 request a read instead of 3).
+        self.running_pods: dict[WorkloadRef, tuple[Obj, float]] = {}
+
+    def read(self, ref: WorkloadRef, cursor: str | None, limit: int, *, fresh: bool) -> LogChunk:
+        remembered, until = self.running_pods.get(ref, (None, 0.0))
+        if remembered is not None and not fresh and time.monotonic() < until:
+            chunk = self._read_pod(remembered, cursor, limit, finished=False)
+            if not chunk.eof:  # eof here: the pod went away, look again
+                return chunk
+        self.running_pods.pop(ref, None)
+        pod = newest(self.main_pods(ref))
+        if pod is None:
+            return LogChunk(lines=(), cursor=cursor or "", eof=self._ended(ref))
+        run = container_run(container_status(pod, "main"))
+        if run.state in ("", "waiting"):  # never started: its log ends if the run did
+            return LogChunk(lines=(), cursor=cursor or "", eof=self._ended(ref))
+        if run.state == "running":
+            now = time.monotonic()
+            if len(self.running_pods) > 1000:  # forget runs that ended long ago
+                self.running_pods = {k: v for k, v in self.running_pods.items() if v[1] > now}
+            self.running_pods[ref] = (pod, now + RUNNING_POD_TTL_S)
+        return self._read_pod(pod, cursor, limit, finished=run.state == "terminated")
+
+    def main_pods(self, ref: WorkloadRef) -> list[Obj]:
+        """The pods running the user's process, as their Job or StatefulSet controls them (a
+        pod that only carries the labels must not feed this run's log)."""
+        component = {names.COMPONENT: main_component(ref)}
+        selector = names.selector({**names.selector_labels(ref), **component})
+        pods, _ = self.api.list("Pod", ref.namespace, label_selector=selector)
+        pods = owned(pods, ref.install)
+        if ref.kind is WorkloadKind.APP:
+            deployment = self._read("Deployment", ref.namespace, names.app_name(ref))
+            sets, _ = self.api.list(
+                "ReplicaSet",
+                ref.namespace,
+                label_selector=names.selector(names.selector_labels(ref)),
+            )
+            return app_pods(deployment, owned(sets, ref.install), pods)[1]
+        if ref.kind is WorkloadKind.NOTEBOOK:
+            kind, name = "StatefulSet", names.notebook_name(ref)
+        else:
+            kind, name = "Job", names.job_name(ref)
+        owner = self._read(kind, ref.namespace, name)
+        if owner is None and kind == "Job":  # several nodes: the JobSet's child; node 0's log
+            owner = self._read(kind, ref.namespace, jobsets.child_job_name(ref))
+            pods = jobsets.rank_zero(pods)
+        if owner is not None and not names.belongs(owner, ref.install):
+            owner = None
+        return [pod for pod in pods if controlled_by(pod, owner)]
+
+    def _read(self, kind: str, namespace: str, name: str) -> Obj | None:
+        try:
+            return self.api.read(kind, namespace, name)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def _read_pod(self, pod: Obj, cursor: str | None, limit: int, *, finished: bool) -> LogChunk:
+        meta = pod["metadata"]
+        try:
+            read = read_pod_log(
+                self.api,
+                namespace=meta["namespace"],
+                pod=meta["name"],
+                pod_uid=meta.get("uid", ""),
+                container="main",
+                cursor=cursor,
+                limit=limit,
+            )
+        except ApiException as exc:
+            if exc.status in (400, 404):  # not started yet, or gone meanwhile
+                return LogChunk(lines=(), cursor=cursor or "", eof=exc.status == 404)
+            raise
+        return LogChunk(
+            lines=tuple(read.lines),
+            cursor=read.cursor,
+            eof=finished and read.at_end,
+            skipped=read.skipped,
+        )
+
+    def _ended(self, ref: WorkloadRef) -> bool:
+        if ref.kind is WorkloadKind.APP:
+            return app_state(self.api, ref).phase.is_final
+        if ref.kind is WorkloadKind.NOTEBOOK:
+            return notebook_state(self.api, ref).phase.is_final
+        return observe_run(ref, job_objects(self.api, ref)).phase.is_final
