@@ -403,6 +403,9 @@ COMPUTE_BACKEND = env_choice("COMPUTE_BACKEND", "local", ("local", "kubernetes")
 QUEUE_ENGINE = env_choice("QUEUE_ENGINE", "builtin", ("builtin", "kueue"))
 # How often beat reconciles Kueue's configuration (also after each project or flavor change).
 QUEUES_RECONCILE_SECONDS = env_int("QUEUES_RECONCILE_SECONDS", 600, minimum=10)
+# How often beat asks Kueue where waiting work stands (the visibility API, once per project
+# with waiting work) and reads the ClusterQueues' usage for the capacity view.
+QUEUES_OBSERVE_SECONDS = env_int("QUEUES_OBSERVE_SECONDS", 10, minimum=1)
 # With Kueue: how many times one run of a job may be evicted (preempted) and requeued; the next
 # eviction fails it with the reason, so a job that keeps losing its GPUs does not wait forever.
 QUEUE_MAX_EVICTIONS = env_int("QUEUE_MAX_EVICTIONS", 10, minimum=0)
@@ -672,6 +675,11 @@ if QUEUE_ENGINE == "kueue":
         "schedule": float(QUEUES_RECONCILE_SECONDS),
         "options": {"expires": float(QUEUES_RECONCILE_SECONDS)},
     }
+    CELERY_BEAT_SCHEDULE["queues-observe"] = {
+        "task": "controlpanel.queues.tasks.queues_observe_task",
+        "schedule": float(QUEUES_OBSERVE_SECONDS),
+        "options": {"expires": float(QUEUES_OBSERVE_SECONDS)},
+    }
 CELERY_BEAT_SCHEDULE["billing-catch-up"] = {
     "task": "controlpanel.billing.tasks.billing_catch_up",
     "schedule": float(BILLING_CATCH_UP_SECONDS),
@@ -741,6 +749,9 @@ STREAMS_URL = (env_str("STREAMS_URL") or "").rstrip("/")
 STREAMS_ALLOWED_ORIGINS = env_list("STREAMS_ALLOWED_ORIGINS", [SITE_URL])
 STREAMS_MAX_PER_USER = env_int("STREAMS_MAX_PER_USER", 20, minimum=1)
 STREAMS_HEARTBEAT_SECONDS = env_int("STREAMS_HEARTBEAT_SECONDS", 15, minimum=1)
+# An open stream asks again whether its viewer may follow it when told (a logout, a
+# deactivation, a lost project) and, in case a message was lost, this often.
+STREAMS_RECHECK_SECONDS = env_int("STREAMS_RECHECK_SECONDS", 300, minimum=1)
 # The threads an events process reads rows on, each holding a database connection only while
 # it reads: the most connections one events process opens at once.
 STREAMS_READ_THREADS = env_int("STREAMS_READ_THREADS", 8, minimum=1)

@@ -11,7 +11,12 @@ from typing import Any, ClassVar
 from django.conf import settings
 from django.db.models import Model, QuerySet
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    extend_schema_field,
+)
 from rest_framework import serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError
@@ -156,6 +161,28 @@ class EventSerializer(serializers.ModelSerializer):
         fields = ["run", "state", "reason", "at"]
 
 
+class QueuePositionSerializer(serializers.Serializer):
+    """Where a waiting workload stands, counted from 1 (null once it runs). With Kueue, Kueue's
+    visibility API as the panel last read it (every QUEUES_OBSERVE_SECONDS): `local` in its
+    project's LocalQueue, `cluster` in its ClusterQueue. With the builtin engine, the panel's
+    queue: `local` in the project's, or `cluster` where every project shares one machine."""
+
+    local = serializers.IntegerField(allow_null=True, help_text="Place in the project's queue.")
+    cluster = serializers.IntegerField(
+        allow_null=True, help_text="Place in the queue it shares with other projects or queues."
+    )
+    said = serializers.CharField(help_text='In words: "3rd in the queue for team-a".')
+
+
+QUEUE_POSITION_HELP = "Where it waits, while it waits (null otherwise)."
+
+
+def queue_position_of(workload: Any) -> dict[str, Any] | None:
+    """A workload's `queue_position` in the API (QueuePositionSerializer)."""
+    place = selectors.queue_place(job=workload)
+    return None if place is None else place.as_dict()
+
+
 class ServedSerializer(serializers.ModelSerializer):
     """The fields every served workload has; each kind adds its own and lists them in Meta."""
 
@@ -163,6 +190,11 @@ class ServedSerializer(serializers.ModelSerializer):
     owner = serializers.CharField(source="owner.username", read_only=True)
     flavor = serializers.CharField(source="flavor.name", read_only=True)
     cost = serializers.SerializerMethodField(help_text="Every run so far, estimated.")
+    queue_position = serializers.SerializerMethodField(help_text=QUEUE_POSITION_HELP)
+
+    @extend_schema_field(QueuePositionSerializer(allow_null=True))
+    def get_queue_position(self, workload: Any) -> dict[str, Any] | None:
+        return queue_position_of(workload)
 
     def get_cost(self, workload: Any) -> str | None:
         cost = selectors.workload_cost_estimate(workload=workload)

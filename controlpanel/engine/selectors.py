@@ -22,6 +22,8 @@ from controlpanel.engine.admission import WAITING_STATES, shares_machine
 from controlpanel.engine.models import Workload
 from controlpanel.engine.validation import LABEL_RE
 from controlpanel.flavors.models import Flavor
+from controlpanel.queues.positions import QueuePosition, kueue_position
+from controlpanel.queues.selectors import kueue_on
 
 _Jobs = TypeVar("_Jobs", bound=QuerySet[Any])
 
@@ -158,9 +160,9 @@ def _run_cost(
 
 
 def queue_position(*, job: Workload) -> int | None:
-    """The workload's place among the waiting ones (jobs and notebook starts): of its project,
-    or of every project where they share one machine (the local backend), as admission counts
-    it."""
+    """The workload's place among the waiting ones (jobs and notebook starts) in the panel's
+    own queue: of its project, or of every project where they share one machine (the local
+    backend), as admission counts it."""
     if job.state not in WAITING_STATES or job.admitted_at is not None:
         return None
     ahead = Workload.objects.filter(
@@ -169,6 +171,23 @@ def queue_position(*, job: Workload) -> int | None:
     if not shares_machine():
         ahead = ahead.filter(project=job.project_id)
     return ahead.count() + 1
+
+
+def queue_place(*, job: Workload) -> QueuePosition | None:
+    """Where the workload waits, as pages, the API and the CLI show it: with Kueue, Kueue's
+    place (its visibility API, as the periodic task last kept it: queues/positions.py); else
+    `queue_position` in the panel's queue."""
+    if job.state not in WAITING_STATES:
+        return None
+    if kueue_on():
+        return kueue_position(job)
+    place = queue_position(job=job)
+    if place is None:
+        return None
+    said = f"position {place} in the queue"
+    if shares_machine():
+        return QueuePosition(local=None, cluster=place, said=said)
+    return QueuePosition(local=place, cluster=None, said=said)
 
 
 POSITION_SAID = re.compile(r"; position \d+ in the queue$")

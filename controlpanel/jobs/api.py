@@ -18,12 +18,15 @@ from controlpanel.api.scoping import api_project
 from controlpanel.engine import selectors
 from controlpanel.engine.api import (
     PROJECT_PARAM,
+    QUEUE_POSITION_HELP,
+    QueuePositionSerializer,
     WorkloadViewSet,
     acted_by,
     create_serializer,
     created_by,
     deleted_by,
     log_lines_of,
+    queue_position_of,
 )
 from controlpanel.engine.models import JobEvent
 from controlpanel.jobs import contract, services
@@ -50,6 +53,7 @@ class JobSerializer(serializers.ModelSerializer):
     state = serializers.ChoiceField(choices=JobState.choices, read_only=True)
     history = JobEventSerializer(source="events", many=True, read_only=True)
     cost = serializers.SerializerMethodField()
+    queue_position = serializers.SerializerMethodField(help_text=QUEUE_POSITION_HELP)
     progress = serializers.SerializerMethodField(
         help_text="The fine-tune run's newest progress (training/protocol.py's Snapshot); "
         "paths are the workload's own (/workspace/...)."
@@ -64,6 +68,7 @@ class JobSerializer(serializers.ModelSerializer):
             *(spec.name for spec in contract.FIELDS),  # what was submitted, as stored
             "state",
             "state_reason",
+            "queue_position",
             "run",
             "exit_code",
             "created_at",
@@ -79,6 +84,10 @@ class JobSerializer(serializers.ModelSerializer):
     @extend_schema_field(OpenApiTypes.OBJECT)
     def get_progress(self, job: Job) -> dict[str, Any]:
         return Snapshot.from_json(job.progress).to_json()
+
+    @extend_schema_field(QueuePositionSerializer(allow_null=True))
+    def get_queue_position(self, job: Job) -> dict[str, Any] | None:
+        return queue_position_of(job)
 
     def get_cost(self, job: Job) -> str | None:
         cost = selectors.job_cost_estimate(job=job)

@@ -70,7 +70,8 @@ def job_id(api: Api, ref: str) -> str:
 
 def show(job: dict[str, Any]) -> None:
     job = short(job)
-    emit_workload(job, job, JOB_COLUMNS, [("reason", job.get("state_reason"))])
+    place = (job.get("queue_position") or {}).get("said")
+    emit_workload(job, job, JOB_COLUMNS, [("reason", job.get("state_reason")), ("queue", place)])
 
 
 @click.group("job")

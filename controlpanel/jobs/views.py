@@ -38,6 +38,7 @@ from controlpanel.jobs.validation import (
     validate_job,
 )
 from controlpanel.projects.access import ProjectRequest, project_view
+from controlpanel.queues.positions import QueuePosition, kueue_places
 from training.protocol import Snapshot
 
 log = logging.getLogger(__name__)
@@ -63,6 +64,9 @@ def job_list(request: ProjectRequest) -> HttpResponse:
     page = Paginator(jobs.jobs_for_project(project=project, filters=filters), PAGE_SIZE).get_page(
         request.GET.get("page")
     )
+    places = kueue_places(page)
+    for row in page:
+        row.queue_place = places.get(str(row.pk))  # Kueue's, shown under the state
     context = {
         "project": project,
         "page": page,
@@ -159,14 +163,14 @@ STATUS_REFRESH_S = 10
 VERSIONED = ("state", "state_reason", "state_changed_at", "run", "exit_code", "progress")
 
 
-def status_version(job: Job, queue_position: int | None) -> str:
+def status_version(job: Job, queue_position: QueuePosition | None) -> str:
     """What the status block shows, in 16 hex digits. Its poll carries the version the page
     holds and is answered 204 (htmx swaps nothing) while it is still this one: no template,
     no cost or utilisation lookups, one answer of a few bytes each second per open page."""
     return _version(tuple(getattr(job, name) for name in VERSIONED), queue_position)
 
 
-def _version(fields: tuple[Any, ...], queue_position: int | None) -> str:
+def _version(fields: tuple[Any, ...], queue_position: QueuePosition | None) -> str:
     step = int(time.time() // STATUS_REFRESH_S)
     key = repr((*fields, queue_position, step)).encode()
     return hashlib.blake2s(key, digest_size=8).hexdigest()
@@ -191,7 +195,7 @@ def unchanged_status(request: ProjectRequest, job_id: str) -> bool:
     return shown == _version(tuple(found), None)
 
 
-def _detail_context(job: Job, queue_position: int | None) -> dict[str, Any]:
+def _detail_context(job: Job, queue_position: QueuePosition | None) -> dict[str, Any]:
     return {
         "job": job,
         "project": job.project,
@@ -209,7 +213,7 @@ def _detail_context(job: Job, queue_position: int | None) -> dict[str, Any]:
 @project_view()
 def job_detail(request: ProjectRequest, job_id: str) -> HttpResponse:
     job = jobs.job_get(project=request.access.project, job_id=job_id)
-    position = selectors.queue_position(job=job)
+    position = selectors.queue_place(job=job)
     context = _detail_context(job, position) | log_section(job)
     return render(request, "jobs/detail.html", context)
 
@@ -221,7 +225,7 @@ def job_status(request: ProjectRequest, job_id: str) -> HttpResponse:
     if unchanged_status(request, job_id):
         return HttpResponse(status=204)
     job = jobs.job_get(project=request.access.project, job_id=job_id)
-    position = selectors.queue_position(job=job)
+    position = selectors.queue_place(job=job)
     if request.GET.get("v") == status_version(job, position):
         return HttpResponse(status=204)
     return render(request, "jobs/detail.html#job-status", _detail_context(job, position))

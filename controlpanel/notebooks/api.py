@@ -81,6 +81,7 @@ class NotebookSerializer(ServedSerializer):
             "labels",
             "state",
             "state_reason",
+            "queue_position",
             "run",
             "url",
             "open_url",

@@ -165,7 +165,7 @@ def _detail_context(notebook: Notebook) -> dict[str, Any]:
         "events": notebook.events.order_by("at", "pk"),
         "cost": selectors.workload_cost_estimate(workload=notebook),
         "hourly": selectors.hourly_price(flavor=notebook.flavor, units=notebook.gpu),
-        "queue_position": (position := selectors.queue_position(job=notebook)),
+        "queue_position": (position := selectors.queue_place(job=notebook)),
         "reason": selectors.reason_shown(job=notebook, position=position),
         "utilisation": workload_utilisation(notebook) if notebook.flavor.is_gpu else None,
         "changing": notebook.state in CHANGING,

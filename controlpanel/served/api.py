@@ -61,6 +61,7 @@ class AppSerializer(ServedSerializer):
             "labels",
             "state",
             "state_reason",
+            "queue_position",
             "run",
             "url",
             "replicas",

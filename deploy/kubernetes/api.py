@@ -122,6 +122,11 @@ class KubeApi:
             body["preconditions"] = {"uid": uid}
         self._json("DELETE", KINDS[kind].path(namespace, name), body=body)
 
+    def get(self, path: str, **query: str) -> Obj:
+        """GET of a path no kind names: an aggregated API's subresource (Kueue's visibility
+        API, `.../localqueues/<name>/pendingworkloads`)."""
+        return self._json("GET", path, query=_query(**query))
+
     def list(
         self,
         kind: str,

@@ -1,6 +1,7 @@
 """The `kueue` component (k8s/components/kueue): QUEUE_ENGINE=kueue, and a ClusterRole that
 grants exactly what Ajuste does with Kueue's objects (its configuration written, re-applied,
-changed and pruned; a queued Job's Workload read; a stopped JobSet's Workload deactivated),
+changed and pruned; a queued Job's Workload read; a stopped JobSet's Workload deactivated; the
+visibility API's places and the ClusterQueues' usage read),
 nothing missing, nothing unused."""
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import pytest
 
 from deploy.kubernetes import KubernetesBackend
 from deploy.kubernetes.kueue import ensure_queues, remove_stale_queues
+from deploy.kubernetes.kueue_visibility import cluster_queue_shares, pending_positions
 from deploy.types import Phase
 from tests.deploy.conftest import make_job_request, project_namespace
 from tests.deploy.test_ajuste_on_kubernetes import allowed, config, overlay, used
@@ -25,6 +27,7 @@ KUEUE_RESOURCES = {
     "workloadpriorityclasses",
     "localqueues",
     "workloads",
+    "localqueues/pendingworkloads",
 }
 
 
@@ -41,7 +44,8 @@ def kueue_grants(objects: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
         {"kind": "ServiceAccount", "name": "ajuste-controller", "namespace": "ajuste"}
     ]
     for rule in role["rules"]:
-        assert rule["apiGroups"] == ["kueue.x-k8s.io"] and "*" not in rule["verbs"]
+        groups = (["kueue.x-k8s.io"], ["visibility.kueue.x-k8s.io"])
+        assert rule["apiGroups"] in groups and "*" not in rule["verbs"]
     return {
         ("cluster", r, v)
         for rule in role["rules"]
@@ -85,6 +89,9 @@ def test_kueue_component_grants_exactly_what_ajuste_does_with_kueue(
     k8s_backend.stop_job(job=gang)
     workload = kueue.workload("JobSet", "ajuste-a", "job-a1-r1")
     assert workload is not None and workload["spec"]["active"] is False
+    # The pages' figures: where waiting work stands, and each project's share of the cohort.
+    pending_positions(api, namespace="ajuste-a", local_queue="ajuste")
+    assert {s.project for s in cluster_queue_shares(api)} == {"a"}
     needs = {need for need in used_since(k8s_cluster, before) if need[1] in KUEUE_RESOURCES}
     assert {need for need in needs if not allowed(need, grants)} == set()
     assert {g for g in grants if not any(allowed(n, {g}) for n in needs)} == set()
