@@ -46,4 +46,31 @@ def check_nodes(value: Any, units: int | None, flavor: Flavor | None, project: P
             f"{nodes} nodes of {units * flavor.gpus_per_unit} GPUs need {gpus} GPUs at once but "
             f"the project's quota is {project.gpu_quota}: the job could never start."
         )
+    problem = cluster_problem(nodes, units, flavor) if nodes > 1 else None
+    if problem:
+        raise ValidationError(problem)
     return nodes
+
+
+def cluster_problem(nodes: int, units: int, flavor: Flavor) -> str | None:
+    """Why `nodes` × `units` of `flavor` could never run at once on the backend's machines, as
+    the panel's last capacity reading knows them (`dashboards.capacity`: every node's GPUs of
+    the flavor's model, cordoned or down ones included, busy or not), or None: a CPU flavor,
+    no reading, or a reading of another backend (the scheduler then decides)."""
+    # Deferred: the dashboards import the engine, whose validators import this module.
+    from controlpanel.dashboards.capacity import capacity_reading, runs_on
+
+    reading, read_at, _ = capacity_reading()
+    if not flavor.is_gpu or reading is None or reading.backend != settings.COMPUTE_BACKEND:
+        return None
+    total = sum(pool.total for pool in reading.pools if runs_on(flavor, pool))
+    per_node = units * flavor.gpus_per_unit
+    if nodes * per_node <= total:
+        return None
+    where = "this machine has" if reading.backend == "local" else "the cluster's nodes have"
+    when = f" (read at {read_at:%Y-%m-%d %H:%M} UTC)" if read_at else ""
+    model = flavor.gpu_model or flavor.name
+    return (
+        f"{nodes} nodes of {per_node} GPUs need {nodes * per_node} {model} GPUs at once but "
+        f"{where} {total} in all{when}: the job could never start."
+    )
