@@ -82,6 +82,22 @@ class FlavorRowSerializer(Row):
     )
 
 
+class ShareSerializer(Row):
+    project = serializers.CharField(help_text="The project's slug.")
+    cluster_queue = serializers.CharField(help_text="Its Kueue ClusterQueue.")
+    flavor = serializers.CharField()
+    resource = serializers.CharField(help_text="`nvidia.com/gpu` or a MIG profile's resource.")
+    nominal = serializers.IntegerField(help_text="Its quota of this flavor (GPUs).")
+    used = serializers.IntegerField(help_text="GPUs its admitted work holds, borrowed included.")
+    borrowed = serializers.IntegerField(help_text="GPUs held beyond its quota.")
+    lent = serializers.IntegerField(
+        help_text="GPUs of its idle quota others hold (Kueue says what each queue borrows, "
+        "not from whom: shared among the idle quotas in proportion)."
+    )
+    borrowing_limit = serializers.IntegerField(allow_null=True, help_text="null: no limit.")
+    lending_limit = serializers.IntegerField(allow_null=True, help_text="null: all of it.")
+
+
 class CapacitySerializer(Row):
     backend = serializers.CharField(help_text="The configured backend: kubernetes or local.")
     read_at = serializers.DateTimeField(
@@ -94,6 +110,11 @@ class CapacitySerializer(Row):
         allow_null=True, help_text="The kept reading; null until the periodic task reads it."
     )
     flavors = FlavorRowSerializer(many=True, help_text="Every enabled flavor, with its queue.")
+    sharing = ShareSerializer(
+        many=True,
+        help_text="With QUEUE_ENGINE=kueue, each project's GPUs in the cohort, as last read "
+        "from its ClusterQueue (empty with the builtin engine).",
+    )
 
 
 class SiteAdminsOnly(permissions.IsAdminUser):
@@ -123,6 +144,7 @@ def capacity_body() -> dict[str, Any]:
         "error": figures["error"],
         "cluster": cluster,
         "flavors": figures["flavors"],
+        "sharing": figures["sharing"]["rows"] if figures["sharing"] else [],
     }
 
 

@@ -1,5 +1,6 @@
 """The admins' capacity view: GPUs by model and by flavor (total, in use, free), the queue per
-flavor with its oldest wait, and the nodes that take no new work.
+flavor with its oldest wait, the nodes that take no new work, and with Kueue each project's
+share of the cohort (nominal, held, borrowed, lent).
 
 The backend is read by the dashboards' periodic task (`capacity_refresh`), never by a page:
 the reading is kept in the cache with the time it was taken (and, when a reading fails, the
@@ -24,6 +25,8 @@ from controlpanel.engine.backend import get_backend
 from controlpanel.engine.models import LIVE_STATES, Workload
 from controlpanel.engine.orphans import orphan_report
 from controlpanel.flavors.models import Flavor
+from controlpanel.queues.selectors import kueue_on
+from controlpanel.queues.sharing import sharing_figures
 from deploy.gpu_resources import mig_profile
 from deploy.local.gpus import gpu_matches
 from deploy.types import ClusterCapacity, GpuPool, NodeIssue
@@ -88,6 +91,8 @@ def capacity_figures() -> dict[str, Any]:
         "flavors": flavor_rows(reading),
         "cpu_in_use": cpu_in_use,
         "orphans": orphan_report(),
+        # With Kueue: each project's nominal, held, borrowed and lent GPUs (queues/sharing.py).
+        "sharing": sharing_figures() if kueue_on() else None,
     }
 
 

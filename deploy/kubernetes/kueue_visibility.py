@@ -141,6 +141,7 @@ def _amounts(flavors: list[Obj]) -> dict[tuple[str, str], tuple[int, int]]:
     return {
         (flavor["name"], item["name"]): (_count(item.get("total")), _count(item.get("borrowed")))
         for flavor in flavors
+        if flavor["name"] != DEFAULT_FLAVOR  # CPU and memory: quantities, no GPU rows
         for item in flavor.get("resources") or []
     }
 
