@@ -33,6 +33,7 @@ from controlpanel.accounts.models import ApiToken
 from controlpanel.engine.leavers import leaver_work_stop
 from controlpanel.engine.models import LIVE_STATES, Workload
 from controlpanel.projects.models import Membership, Project, Role
+from controlpanel.streams import channels
 
 log = logging.getLogger(__name__)
 
@@ -175,7 +176,8 @@ def user_reactivate(*, by: Any, user: Any) -> None:
 def end_sessions(user: Any) -> int:
     """Delete the user's sessions in the database (the session engine here). Any other
     session is refused anyway: the backends load no inactive user, and a password change
-    voids the sessions it opened."""
+    voids the sessions it opened. Their open streams end too (streams/viewer.py)."""
+    channels.access_changed(user_id=user.pk)
     if settings.SESSION_ENGINE not in (
         "django.contrib.sessions.backends.db",
         "django.contrib.sessions.backends.cached_db",

@@ -18,6 +18,7 @@ from controlpanel import audit
 from controlpanel.accounts.models import GroupGrant
 from controlpanel.accounts.oidc_settings import GroupRule
 from controlpanel.projects.models import Membership, Project, Role
+from controlpanel.streams import channels
 
 log = logging.getLogger(__name__)
 RANK: dict[str, int] = {Role.MEMBER: 0, Role.MANAGER: 1}
@@ -114,6 +115,7 @@ def _take_away(user: Any, grant: GroupGrant, project_id: int) -> None:
             groups=[],
         )
         membership.delete()
+        channels.member_removed(project_id=project_id, user_id=user.pk)  # its streams end
     grant.delete()
 
 

@@ -14,6 +14,7 @@ from controlpanel.engine.lifecycle import end_runs, record_launch
 from controlpanel.engine.models import DELETING, Workload
 from controlpanel.engine.orphans import unknown
 from controlpanel.engine.sweep import ORPHANS_PER_SWEEP, rows_of, settled
+from controlpanel.streams import channels
 from deploy.types import ObservedWorkload, Phase, WorkloadRef
 
 log = logging.getLogger(__name__)
@@ -80,7 +81,11 @@ class OneNameDriver(Driver):
             self.delete_objects(job_ref(workload))
             if self.observe(workload).phase is Phase.GONE:
                 end_runs(workload)
+                project_id, workload_id = workload.project_id, workload.pk
                 workload.delete()  # its runs stay, for billing
+                channels.workload_changed(
+                    project_id=project_id, workload_id=workload_id, what="deleted"
+                )
             return None
         ensure_project(workload.project)
         if not workload.stop_requested:

@@ -21,6 +21,7 @@ from controlpanel.engine.lifecycle import record_state
 from controlpanel.engine.models import DELETING, JobEvent, JobLogLine, Workload
 from controlpanel.engine.registry import KindSpec, kind_of
 from controlpanel.projects.access import ProjectAccess
+from controlpanel.streams import channels
 from storage.volumes import render_volume_spec
 
 W = TypeVar("W", bound=Workload)
@@ -47,6 +48,7 @@ def workload_create(
     workload.state, workload.state_reason = kind_of(workload).waiting, reason
     workload.save(force_insert=True)
     JobEvent.objects.create(job=workload, run=workload.run, state=workload.state, reason=reason)
+    channels.workload_changed(project_id=access.project.pk, workload_id=workload.pk, what="new")
     audit.record(
         "workload.start", actor=user, project=access.project, target=workload, name=workload.name
     )
@@ -143,12 +145,19 @@ def workload_delete(*, access: ProjectAccess, user: Any, workload: Workload) -> 
 def _delete_objects_first(kind: KindSpec, user: Any, workload: Workload) -> None:
     """Its objects outlive its runs: they go first (DELETING, reconciled), then the row."""
     if workload.launched_run == 0:
-        workload.delete()  # never reached the backend: nothing to remove there
+        _delete(workload)  # never reached the backend: nothing to remove there
         return
     workload.stop_requested = True
     workload.save(update_fields=["stop_requested", "updated_at"])
     record_state(workload, DELETING, f"deleted by {user.username}")
     tasks.job_reconcile.delay_on_commit(str(workload.pk))
+
+
+def _delete(workload: Workload) -> None:
+    """The row goes; its project's lists hear of it once that commits."""
+    project_id, workload_id = workload.project_id, workload.pk
+    workload.delete()
+    channels.workload_changed(project_id=project_id, workload_id=workload_id, what="deleted")
 
 
 def _delete_row_first(workload: Workload) -> None:
@@ -159,5 +168,5 @@ def _delete_row_first(workload: Workload) -> None:
         for run in range(1, workload.run + 1)
     ]
     JobLogLine.objects.filter(job=workload).delete()
-    workload.delete()
+    _delete(workload)
     tasks.job_cleanup.delay_on_commit(refs)

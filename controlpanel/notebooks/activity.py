@@ -30,6 +30,7 @@ from controlpanel.engine.backend import job_ref
 from controlpanel.notebooks.auth import notebook_path, notebook_token
 from controlpanel.notebooks.models import Notebook
 from controlpanel.notebooks.states import NotebookState as N
+from controlpanel.streams import channels
 from deploy import names
 from deploy.types import Editor
 
@@ -133,4 +134,9 @@ def _record(notebook: Notebook, at: datetime | None) -> int:
     at = min(at, timezone.now())
     later = Q(last_activity_at=None) | Q(last_activity_at__lt=at)
     rows = Notebook.objects.filter(pk=notebook.pk, run=notebook.run, state=N.RUNNING)
-    return rows.filter(later).update(last_activity_at=at, updated_at=timezone.now())
+    kept = rows.filter(later).update(last_activity_at=at, updated_at=timezone.now())
+    if kept:  # its page's idle clock moves
+        channels.workload_changed(
+            project_id=notebook.project_id, workload_id=notebook.pk, what="activity"
+        )
+    return kept

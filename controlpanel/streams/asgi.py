@@ -16,20 +16,19 @@ import asyncio
 import re
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
-from types import SimpleNamespace
 from typing import Any
 from urllib.parse import parse_qs
 
 from django.conf import settings
-from django.contrib.auth import get_user
 from django.http import Http404
 from django.http.request import split_domain_port, validate_host
-from django.utils.module_loading import import_string
 
 from controlpanel.accounts.services import token_authenticate
 from controlpanel.engine.registry import kinds
 from controlpanel.streams.feed import Stream, _read, watched
 from controlpanel.streams.limits import Refused, Slot
+from controlpanel.streams.project import ProjectStream, project_watched
+from controlpanel.streams.viewer import Viewer, session_user
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[Mapping[str, Any]]]
@@ -37,6 +36,7 @@ Send = Callable[[Mapping[str, Any]], Awaitable[None]]
 Asgi = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 PAGE = re.compile(r"^/p/(?P<slug>[-a-zA-Z0-9_]+)/(?P<plural>[a-z]+)/(?P<id>[^/]+)/events/$")
+PROJECT = re.compile(r"^/p/(?P<slug>[-a-zA-Z0-9_]+)/events/$")
 API = re.compile(r"^/api/v1/(?P<plural>[a-z]+)/(?P<id>[^/]+)/logs/stream/$")
 
 
@@ -48,7 +48,7 @@ class StreamsApp:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "") if scope["type"] == "http" else ""
-        match = PAGE.match(path) or API.match(path)
+        match = PAGE.match(path) or API.match(path) or PROJECT.match(path)
         if match is None:
             return await self.application(scope, receive, send)
         headers = {
@@ -82,8 +82,18 @@ class StreamsApp:
             await slot.release()
 
 
-async def _open(match: re.Match[str], headers: dict[str, str], query: bytes) -> tuple[Stream, Any]:
+async def _open(
+    match: re.Match[str], headers: dict[str, str], query: bytes
+) -> tuple[Stream | ProjectStream, Any]:
     _check_host(headers.get("host", ""))
+    if match.re is PROJECT:
+        viewer = await _viewer(headers, api=False, what="this page")
+        found = await project_watched(viewer.user, match["slug"])
+        if found is None:
+            raise Refused(404, "No such project.")
+        slot = await Slot.take(viewer.user.pk)
+        heartbeat = settings.STREAMS_HEARTBEAT_SECONDS
+        return ProjectStream(viewer, found, match["slug"], heartbeat), slot
     kind = {spec.plural: spec.name for spec in kinds()}.get(match["plural"])
     try:
         workload_id = uuid.UUID(match["id"])
@@ -94,13 +104,13 @@ async def _open(match: re.Match[str], headers: dict[str, str], query: bytes) -> 
     params = {key: values[-1] for key, values in parse_qs(query.decode("latin-1")).items()}
     after = _number(headers.get("last-event-id") or params.get("after") or "0", "after")
     run = _number(params["run"], "run") if params.get("run") else None
-    user = await _user(headers, api=match.re is API)
+    viewer = await _viewer(headers, api=match.re is API)
     try:
-        watch = await watched(user, kind, workload_id, match.groupdict().get("slug"), run)
+        watch = await watched(viewer.user, kind, workload_id, match.groupdict().get("slug"), run)
     except Http404 as missing:
         raise Refused(404, str(missing)) from None
-    slot = await Slot.take(user.pk)
-    return Stream(user, watch, after, settings.STREAMS_HEARTBEAT_SECONDS), slot
+    slot = await Slot.take(viewer.user.pk)
+    return Stream(viewer, watch, after, settings.STREAMS_HEARTBEAT_SECONDS), slot
 
 
 def _number(value: str, name: str) -> int:
@@ -118,7 +128,7 @@ def _check_host(host: str) -> None:
         raise Refused(400, "This host is not one the panel serves.")
 
 
-async def _user(headers: dict[str, str], *, api: bool) -> Any:
+async def _viewer(headers: dict[str, str], *, api: bool, what: str = "this log") -> Viewer:
     authorization = headers.get("authorization", "")
     if authorization:
         scheme, _, raw = authorization.partition(" ")
@@ -129,20 +139,13 @@ async def _user(headers: dict[str, str], *, api: bool) -> Any:
             raise Refused(
                 401, "Invalid, expired or revoked token.", [(b"www-authenticate", b"Bearer")]
             )
-        return token.user
-    user = await _read(_session_user)(
-        _cookie(headers.get("cookie", ""), settings.SESSION_COOKIE_NAME)
-    )
+        return Viewer(token.user, token=raw.strip())
+    key = _cookie(headers.get("cookie", ""), settings.SESSION_COOKIE_NAME)
+    user = await _read(session_user)(key)
     if not user.is_authenticated:
         challenge = [(b"www-authenticate", b"Bearer")] if api else []
-        raise Refused(401, "Log in to follow this log.", challenge)
-    return user
-
-
-def _session_user(key: str | None) -> Any:
-    store = import_string(f"{settings.SESSION_ENGINE}.SessionStore")(session_key=key)
-    user = get_user(SimpleNamespace(session=store))  # type: ignore[arg-type]
-    return user
+        raise Refused(401, f"Log in to follow {what}.", challenge)
+    return Viewer(user, session_key=key)
 
 
 def _cookie(header: str, name: str) -> str | None:

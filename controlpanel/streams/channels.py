@@ -34,20 +34,28 @@ def project_channel(project_id: object) -> str:
     return f"{settings.REDIS_KEY_PREFIX}:stream:project:{project_id}"
 
 
+def user_channel(user_id: object) -> str:
+    return f"{settings.REDIS_KEY_PREFIX}:stream:user:{user_id}"
+
+
 @cache
 def _client(url: str) -> redis.Redis:
     return redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
 
 
-def _send(channel: str, message: dict[str, Any]) -> None:
+def _send(*messages: tuple[str, dict[str, Any]]) -> None:
+    """Publish each (channel, message), in one round trip."""
     try:
-        _client(settings.REDIS_URL).publish(channel, json.dumps(message, separators=(",", ":")))
+        pipe = _client(settings.REDIS_URL).pipeline(transaction=False)
+        for channel, message in messages:
+            pipe.publish(channel, json.dumps(message, separators=(",", ":")))
+        pipe.execute()
     except redis.RedisError as exc:  # streams fall back to the rows; collection goes on
-        log.warning("publishing to %s failed: %s", channel, exc)
+        log.warning("publishing to %s failed: %s", messages[0][0], exc)
 
 
-def _after_commit(channel: str, message: dict[str, Any]) -> None:
-    transaction.on_commit(lambda: _send(channel, message))
+def _after_commit(channel: str, message: dict[str, Any], *more: tuple[str, dict[str, Any]]) -> None:
+    transaction.on_commit(lambda: _send((channel, message), *more))
 
 
 def lines_stored(*, workload_id: object, run: int, first: int, texts: Sequence[str]) -> None:
@@ -69,8 +77,17 @@ def lines_stored(*, workload_id: object, run: int, first: int, texts: Sequence[s
 
 
 def state_recorded(
-    *, workload_id: object, run: int, state: str, reason: str, at: Any, final: bool
+    *,
+    workload_id: object,
+    project_id: object = None,
+    run: int,
+    state: str,
+    reason: str,
+    at: Any,
+    final: bool,
 ) -> None:
+    """The workload's stream gets the state; its project's streams (lists, dashboards) a
+    notice that it changed."""
     message = {
         "t": "state",
         "run": run,
@@ -79,7 +96,21 @@ def state_recorded(
         "at": at.isoformat() if at else None,
         "final": final,
     }
-    _after_commit(workload_channel(workload_id), message)
+    if project_id is None:
+        _after_commit(workload_channel(workload_id), message)
+        return
+    changed = _changed(workload_id, "state", state)
+    _after_commit(workload_channel(workload_id), message, (project_channel(project_id), changed))
+
+
+def _changed(workload_id: object, what: str, state: str | None = None) -> dict[str, Any]:
+    return {"t": "changed", "id": str(workload_id), "what": what, "state": state}
+
+
+def workload_changed(*, project_id: object, workload_id: object, what: str) -> None:
+    """Something a list, a dashboard or a status block shows changed (`what`: new, progress,
+    activity, deleted); the project's streams refresh what they show."""
+    _after_commit(project_channel(project_id), _changed(workload_id, what))
 
 
 def log_archived(*, workload_id: object, run: int) -> None:
@@ -90,3 +121,9 @@ def log_archived(*, workload_id: object, run: int) -> None:
 def member_removed(*, project_id: object, user_id: object) -> None:
     """The user lost the project: their open streams of it end."""
     _after_commit(project_channel(project_id), {"t": "access", "user": str(user_id)})
+
+
+def access_changed(*, user_id: object, session_key: str | None = None) -> None:
+    """The user's access may be gone (logged out: `session_key`; deactivated, or the projects
+    an SSO sign-in maps changed: every session). Their open streams check it again at once."""
+    _after_commit(user_channel(user_id), {"t": "revoke", "session": session_key})

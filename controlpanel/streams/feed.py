@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -29,11 +30,12 @@ from controlpanel.engine.ansi import ansi_to_html
 from controlpanel.engine.models import FINAL_STATES, JobLogLine, Workload
 from controlpanel.projects.access import project_access
 from controlpanel.streams import hub as hubs
-from controlpanel.streams.channels import project_channel, workload_channel
+from controlpanel.streams.channels import project_channel, user_channel, workload_channel
+from controlpanel.streams.viewer import LOGGED_OUT, NO_ACCESS, Viewer, access_lost
 from training.protocol import is_event
 
 READ_BATCH = 500
-NO_ACCESS = "You no longer have access to this project."
+__all__ = ["NO_ACCESS", "Guard", "Stream", "Watched", "event"]
 
 
 @dataclass(frozen=True)
@@ -116,13 +118,28 @@ def _rows(workload_id: uuid.UUID, run: int, after: int) -> tuple[list[tuple[int,
     return rows, over
 
 
-@_read
-def _still_allowed(user: Any, slug: str) -> bool:
-    try:
-        project_access(user=user, slug=slug)
-    except Http404:
-        return False
-    return True
+_access_lost = _read(access_lost)
+
+
+class Guard:
+    """A stream's check of its viewer's access: when a message asks for it, and every
+    STREAMS_RECHECK_SECONDS in case one was lost (a heartbeat calls `due`)."""
+
+    def __init__(self, viewer: Viewer, slug: str) -> None:
+        self.viewer, self.slug = viewer, slug
+        self.checked = time.monotonic()
+
+    async def lost(self, message: dict[str, Any] | None = None) -> str | None:
+        """Why the stream must end now, or None."""
+        if message is not None:
+            if self.viewer.logged_out(message):
+                return LOGGED_OUT
+            if not self.viewer.concerned(message) or self.viewer.other_session(message):
+                return None
+        elif time.monotonic() - self.checked < settings.STREAMS_RECHECK_SECONDS:
+            return None
+        self.checked = time.monotonic()
+        return await _access_lost(self.viewer, self.slug)
 
 
 def event(name: str, data: dict[str, Any], event_id: int | None = None) -> bytes:
@@ -153,10 +170,15 @@ def state_event(run: int, state: str, reason: str, at: str | None = None) -> byt
 class Stream:
     """The events of one viewer's stream (`events()`); `last` is the last line number sent."""
 
-    def __init__(self, user: Any, watch: Watched, after: int, heartbeat_s: float) -> None:
-        self.user, self.watch, self.last = user, watch, after
+    def __init__(self, viewer: Viewer, watch: Watched, after: int, heartbeat_s: float) -> None:
+        self.viewer, self.watch, self.last = viewer, watch, after
+        self.guard = Guard(viewer, watch.slug)
         self.heartbeat_s = heartbeat_s
-        self.channels = [workload_channel(watch.workload_id), project_channel(watch.project_id)]
+        self.channels = [
+            workload_channel(watch.workload_id),
+            project_channel(watch.project_id),
+            user_channel(viewer.user.pk),
+        ]
         self.on_heartbeat: Callable[[], Awaitable[None]] | None = None
 
     async def events(self) -> AsyncGenerator[bytes]:
@@ -176,7 +198,7 @@ class Stream:
                     yield b": keep-alive\n\n"
                     if self.on_heartbeat is not None:
                         await self.on_heartbeat()
-                    continue
+                    message = {"t": "recheck"}
                 async for chunk in self._handle(message):
                     yield chunk
                 over = self._over
@@ -202,10 +224,14 @@ class Stream:
         kind, run = message.get("t"), int(message.get("run") or 0)
         if kind == "broken":  # the browser reconnects from its Last-Event-ID
             self._over = True
-        elif kind == "access" and message.get("user") == str(self.user.pk):
-            if not await _still_allowed(self.user, self.watch.slug):
+        elif kind in ("access", "revoke", "recheck"):
+            why = await self.guard.lost(None if kind == "recheck" else message)
+            if why is not None:
                 self._over = True
-                yield event("end", {"run": self.watch.run, "reason": NO_ACCESS})
+                yield event("end", {"run": self.watch.run, "reason": why})
+        elif kind == "changed" and message.get("id") == str(self.watch.workload_id):
+            if message.get("what") not in ("state", "new", "deleted"):  # state: its own event
+                yield event("changed", {"what": message.get("what")})
         elif kind == "state":
             yield state_event(run, message["state"], message["reason"], message.get("at"))
             if run != self.watch.run:  # a new run began: this run's log is read to its end

@@ -1,0 +1,97 @@
+"""A project's stream: `GET /p/<slug>/events/`, what its lists, dashboard and status blocks
+follow instead of polling.
+
+It carries no rows, only notices: an event `changed` (data: the workloads that changed and
+what changed of each) when a workload of the project is created, changes state or progress,
+reports activity or is deleted. The page then asks for its fragment again, as its poll did,
+through the same views and the same access checks. Notices are coalesced: at most one event
+per COALESCE_S per stream, the first one at once and the last one never dropped, so a burst of
+submissions costs each page a request a second at most. The stream ends with an `end` event
+when the viewer loses the project, logs out or is deactivated (streams/viewer.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from typing import Any
+
+from django.http import Http404
+
+from controlpanel.projects.access import project_access
+from controlpanel.streams import hub as hubs
+from controlpanel.streams.channels import project_channel, user_channel
+from controlpanel.streams.feed import Guard, _read, event
+from controlpanel.streams.viewer import Viewer
+
+COALESCE_S = 1.0
+MAX_IDS = 50  # more changed at once: the page refreshes all it shows anyway
+
+
+def _project_id(user: Any, slug: str) -> int | None:
+    """The project's id if `user` may see it (the pages' own check), else None."""
+    try:
+        return project_access(user=user, slug=slug).project.pk
+    except Http404:
+        return None
+
+
+project_watched = _read(_project_id)
+
+
+class ProjectStream:
+    """The notices of one viewer's project stream (`events()`)."""
+
+    def __init__(self, viewer: Viewer, project_id: int, slug: str, heartbeat_s: float) -> None:
+        self.viewer, self.slug, self.heartbeat_s = viewer, slug, heartbeat_s
+        self.guard = Guard(viewer, slug)
+        self.channels = [project_channel(project_id), user_channel(viewer.user.pk)]
+        self.on_heartbeat: Callable[[], Awaitable[None]] | None = None
+        self.pending: dict[str, list[str]] = {}
+        self.sent_at = 0.0
+
+    async def events(self) -> AsyncGenerator[bytes]:
+        hub = hubs.hub()
+        queue = await hub.join(self.channels)
+        try:
+            yield b"retry: 2000\n\n"
+            yield event("open", {"project": self.slug})
+            while True:
+                wait = self.heartbeat_s
+                if self.pending:
+                    wait = max(0.0, self.sent_at + COALESCE_S - time.monotonic())
+                try:
+                    message = await asyncio.wait_for(queue.get(), wait)
+                except TimeoutError:
+                    if self.pending:
+                        yield self._flush()
+                        continue
+                    yield b": keep-alive\n\n"
+                    if self.on_heartbeat is not None:
+                        await self.on_heartbeat()
+                    message = {"t": "recheck"}
+                kind = message.get("t")
+                if kind == "broken":  # the browser reconnects
+                    return
+                if kind in ("access", "revoke", "recheck"):
+                    why = await self.guard.lost(None if kind == "recheck" else message)
+                    if why is not None:
+                        yield event("end", {"reason": why})
+                        return
+                elif kind == "changed":
+                    self._note(message)
+                    if time.monotonic() - self.sent_at >= COALESCE_S:
+                        yield self._flush()
+        finally:
+            await hub.leave(self.channels, queue)
+
+    def _note(self, message: dict[str, Any]) -> None:
+        what = self.pending.setdefault(str(message.get("id")), [])
+        if message.get("what") not in what:
+            what.append(str(message.get("what")))
+
+    def _flush(self) -> bytes:
+        changed = [{"id": key, "what": what} for key, what in self.pending.items()]
+        self.pending, self.sent_at = {}, time.monotonic()
+        return event("changed", {"workloads": changed[:MAX_IDS], "more": len(changed) > MAX_IDS})
