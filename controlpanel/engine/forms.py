@@ -10,6 +10,7 @@ from typing import Any
 
 from django import forms
 from django.core.exceptions import ValidationError
+from django.utils.functional import lazy
 
 from controlpanel.engine.contract import field_of, part_of
 from controlpanel.engine.durations import EXAMPLES, DurationError, format_duration, parse_duration
@@ -29,36 +30,63 @@ def unit_of(flavor: Flavor) -> str:
     return f"{flavor.gpus_per_unit}× {flavor.gpu_model} {flavor.gpu_memory_gib} GB, {cpu}"
 
 
+class RunsHere:
+    """Which enabled flavors can never run where this panel runs workloads, read once and
+    only when a page asks (a form that is only validated reads nothing)."""
+
+    def __init__(self) -> None:
+        self._flavors: list[Flavor] | None = None
+        self._unavailable: dict[str, str] | None = None
+
+    def flavors(self) -> list[Flavor]:
+        if self._flavors is None:
+            self._flavors = list(Flavor.objects.filter(enabled=True))
+        return self._flavors
+
+    def unavailable(self) -> dict[str, str]:
+        """name -> why it can never run here."""
+        if self._unavailable is None:
+            self._unavailable = unrunnable(self.flavors())
+        return self._unavailable
+
+    def note(self) -> str:
+        return offer_note(machine_gpus() or ()) if self.unavailable() else ""
+
+    def initial(self, asked: Any) -> Any:
+        """The flavor the form starts on: the one asked for when it runs here, else the first
+        that does."""
+        if asked is not None and str(getattr(asked, "name", asked)) not in self.unavailable():
+            return asked
+        runs = [f.name for f in self.flavors() if f.name not in self.unavailable()]
+        return runs[0] if runs else asked
+
+
 class FlavorSelect(forms.Select):
     """A flavor select that shows the flavors which can never run here disabled, each with
-    its reason as the option's title (`unavailable`: name -> reason)."""
+    its reason as the option's title."""
 
-    unavailable: dict[str, str] = {}
+    here: RunsHere | None = None
 
     def create_option(self, name: str, value: Any, label: Any, *args: Any, **kwargs: Any) -> Any:
         option = super().create_option(name, value, label, *args, **kwargs)
-        reason = self.unavailable.get(str(value))
+        reason = self.here.unavailable().get(str(value)) if self.here else None
         if reason:
             option["attrs"] = {**option["attrs"], "disabled": True, "title": reason}
             option["label"] = f"{label} (cannot run here)"
         return option
 
 
-def offer_runnable(form: forms.Form, flavors: list[Flavor]) -> None:
+def offer_runnable(form: forms.Form) -> None:
     """Show the flavors that can never run here disabled, say why under the field, and start
-    on the first one that runs (the validator still refuses one posted anyway)."""
-    unavailable = unrunnable(flavors)
-    if not unavailable:
-        return
+    on one that runs (the validator still refuses one posted anyway)."""
     field = form.fields["flavor"]
-    if str(getattr(form.initial.get("flavor"), "name", form.initial.get("flavor"))) in unavailable:
-        form.initial = {k: v for k, v in form.initial.items() if k != "flavor"}
-    widget = field.widget
-    assert isinstance(widget, FlavorSelect)
-    widget.unavailable = unavailable
-    field.help_text = offer_note(machine_gpus() or ())
-    if field.initial is None or str(getattr(field.initial, "name", field.initial)) in unavailable:
-        field.initial = next((f.name for f in flavors if f.name not in unavailable), None)
+    here = RunsHere()
+    assert isinstance(field.widget, FlavorSelect)
+    field.widget.here = here
+    said = field.help_text
+    field.help_text = lazy(lambda: here.note() or said, str)()
+    asked = form.initial.get("flavor", field.initial)
+    form.initial = {**form.initial, "flavor": lambda: here.initial(asked)}
 
 
 class FlavorChoiceField(forms.ModelChoiceField):
@@ -131,7 +159,7 @@ class WorkloadForm(forms.Form):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        offer_runnable(self, list(Flavor.objects.filter(enabled=True)))
+        offer_runnable(self)
 
     def describe_units(self, flavor: Flavor | None) -> None:
         """Say what a unit of the chosen flavor is: GPUs for a GPU flavor, vCPUs otherwise."""

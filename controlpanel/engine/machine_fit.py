@@ -7,22 +7,41 @@ Kubernetes backend (`capacity()` is None) every flavor may run.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
+from typing import Any
+
+from django.conf import settings
 
 from controlpanel.flavors.models import Flavor
 from deploy.gpu_resources import mig_profile
 from deploy.local.gpus import gpu_matches
 
 HERE = "This panel runs workloads on this machine"
+READ_EVERY_S = 30.0
+# The last reading: the backend it came from (a test may swap it), when, and the GPUs.
+_read: dict[int, tuple[Any, float, tuple[str, ...] | None]] = {}
 
 
 def machine_gpus() -> tuple[str, ...] | None:
-    """The product names of the machine's GPUs (one per device), or None on a cluster."""
+    """The product names of the machine's GPUs (one per device), or None on a cluster.
+
+    Read from the backend at most every READ_EVERY_S per process (a form's GET asks too, and
+    on a machine with GPUs the reading is NVML's or nvidia-smi's)."""
+    if settings.COMPUTE_BACKEND != "local":
+        return None  # without building a cluster client just to be told so
     # Deferred: backend.py imports the validators that import this module.
     from controlpanel.engine.backend import get_backend
 
-    capacity = get_backend().capacity()
-    return None if capacity is None else capacity.gpus
+    backend = get_backend()
+    kept = _read.get(id(backend))
+    if kept is not None and kept[0] is backend and time.monotonic() - kept[1] < READ_EVERY_S:
+        return kept[2]
+    capacity = backend.capacity()
+    gpus = None if capacity is None else capacity.gpus
+    _read.clear()
+    _read[id(backend)] = (backend, time.monotonic(), gpus)
+    return gpus
 
 
 def matching_gpus(flavor: Flavor, gpus: Iterable[str]) -> list[str]:
@@ -65,8 +84,9 @@ def units_problem(flavor: Flavor, units: int, gpus: tuple[str, ...] | None) -> s
         return None
     most = has // flavor.gpus_per_unit
     return (
-        f"{flavor.name} × {units} needs {wanted} {flavor.gpu_model} GPUs; {HERE}, which has "
-        f"{has}: ask for at most {most} unit{'s' if most != 1 else ''}."
+        f"{flavor.name} × {units} needs {wanted} {flavor.gpu_model} GPUs at once; this machine, "
+        f"where this panel runs workloads, has {has}: ask for at most {most} "
+        f"unit{'s' if most != 1 else ''}."
     )
 
 

@@ -82,7 +82,7 @@ class AppForm(forms.Form):
         flavor = self.fields["flavor"]
         assert isinstance(flavor, forms.ChoiceField)
         flavor.choices = [(f.name, f.name) for f in flavors]
-        offer_runnable(self, list(flavors))
+        offer_runnable(self)
 
     def submission(self) -> dict[str, Any]:
         data = dict(self.cleaned_data)

@@ -176,7 +176,7 @@ def test_logs_help_documents_the_exit_codes(run: Any) -> None:
     ("args", "message"),
     [
         (["job", "run", "--env", "NOEQUALS", "x/y:1"], "'NOEQUALS' is not KEY=VALUE"),
-        (["job", "run", "--gpu", "9", "--flavor", "h100-1-gpu", "x/y:1"], "--gpu: "),
+        (["job", "run", "--gpu", "13", "--flavor", "ai1-1-cpu", "x/y:1"], "--gpu: "),
         (["job", "run", "--flavor", "nope", "x/y:1"], "Unknown flavor 'nope'"),
         (["job", "run", "--volume", "bad", "x/y:1"], "--volume 1: 'bad' at character 4"),
         (["job", "run", "--env", "AWS_X=1", "x/y:1"], "--env AWS_X: AWS_X is reserved"),

@@ -110,7 +110,7 @@ def test_the_form_starts_with_a_timeout_of_7d(owner_client: Client, panel_s3: An
     ],
 )
 def test_units_say_what_one_unit_of_the_chosen_flavor_is(
-    owner_client: Client, data_bucket: Bucket, flavor: str, label: str, unit: str
+    owner_client: Client, data_bucket: Bucket, gpu_machine: Any, flavor: str, label: str, unit: str
 ) -> None:
     data = finetune(data_bucket, flavor=flavor) | {"validate": "1"}
     page = owner_client.post("/p/alpha/jobs/new/?tab=finetune", data, **VALIDATE).content.decode()

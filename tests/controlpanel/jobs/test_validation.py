@@ -73,14 +73,21 @@ def test_a_good_submission_is_cleaned(project: Project, data_bucket: Bucket, k8s
     ],
 )
 def test_bad_field(
-    project: Project, panel_s3: Any, changes: dict[str, Any], field: str, message: str
+    project: Project,
+    panel_s3: Any,
+    gpu_machine: Any,
+    changes: dict[str, Any],
+    field: str,
+    message: str,
 ) -> None:
     errors = errors_for(project, **changes)
     assert field in errors, errors
     assert any(message in text for text in errors[field]), errors[field]
 
 
-def test_gpus_over_the_project_quota_are_refused(project: Project, panel_s3: Any) -> None:
+def test_gpus_over_the_project_quota_are_refused(
+    project: Project, panel_s3: Any, gpu_machine: Any
+) -> None:
     project.gpu_quota = 1
     project.save()
     assert "quota is 1: it could never start" in errors_for(project, gpu=2)["gpu"][0]

@@ -178,7 +178,7 @@ def test_an_editor_this_machine_cannot_serve_is_disabled_with_the_reason(
     assert "VS Code (code-server) is not installed on this machine" in fragment
 
 
-def test_the_estimate_follows_the_flavor_and_units(owner_client: Client) -> None:
+def test_the_estimate_follows_the_flavor_and_units(owner_client: Client, gpu_machine: Any) -> None:
     flavor = Flavor.objects.get(name="h100-1-gpu")
     response = owner_client.post(
         "/p/alpha/notebooks/new/", form_data(flavor=flavor.name, gpu="2", validate="1"), **HTMX
