@@ -118,9 +118,13 @@ def _observe_listed(
     cache: ObservationCache,
     install: str,
 ) -> tuple[list[ObservedWorkload], dict[tuple[object, ...], ObservedWorkload], str]:
+    # Pods first: the watch follows pods from this list's version, so whatever changes after
+    # it (a run made while the other lists are read: its Job listed, its pod not) reaches the
+    # watch as an event. Listed after the Jobs, such a run's pod showed without its Job (GONE)
+    # and the watch, starting after the pod's last change, said nothing more until a relist.
+    pods, pods_version = api.list("Pod", namespace, label_selector=MANAGED)
     jobsets = list_jobsets(api, namespace, MANAGED)
     jobs, _ = api.list("Job", namespace, label_selector=MANAGED)
-    pods, pods_version = api.list("Pod", namespace, label_selector=MANAGED)
     sets, _ = api.list("StatefulSet", namespace, label_selector=MANAGED)
     deployments, _ = api.list("Deployment", namespace, label_selector=MANAGED)
     replica_sets: list[Obj] = []
