@@ -1,8 +1,9 @@
 """An app as user content (controlpanel/usercontent): on `app-<id>.<domain>`, for anyone when
 its project made it public, else for a project API token (`Authorization: Bearer`, never
 forwarded to its server) or a member signed in to the panel who opened it. API clients read a
-refusal as an OpenAI-shaped error; every request reaches the panel (nothing is cached), which
-counts it for the app's figures and its request-rate autoscaling."""
+refusal as an OpenAI-shaped error. The gateway keeps a yes for USER_CONTENT_CACHE_SECONDS, keyed by
+the host and the caller's token (a revoked token is refused within it), and tells the panel of
+every request it lets through (Target.count), for the app's request-rate autoscaling."""
 
 from __future__ import annotations
 
@@ -13,7 +14,6 @@ from django.conf import settings
 from django.core.exceptions import PermissionDenied
 from django.http import Http404
 
-from controlpanel.core.metrics import store
 from controlpanel.engine.backend import job_ref
 from controlpanel.projects.access import project_access
 from controlpanel.served import stats as app_stats
@@ -31,7 +31,7 @@ class AppContent:
     prefix = "app"
     noun = "app"
     browser = False
-    cacheable = False
+    cacheable = True
 
     def find(self, workload_id: uuid.UUID) -> App | None:
         rows = App.objects.select_related("project")
@@ -52,16 +52,16 @@ class AppContent:
     def target(self, app: App) -> Target | None:
         if app.state not in SERVING:
             return None
+        service = names.app_name(job_ref(app))
+        # The rate its autoscaler reads: counted even while no replica serves (KEDA wakes it).
+        count = f"{app.project.namespace}/{service}"
         if settings.COMPUTE_BACKEND == "kubernetes":
-            service = names.app_name(job_ref(app))
-            # The rate its autoscaler reads: counted even while no replica serves (KEDA wakes it).
-            store.count_app_request(namespace=app.project.namespace, app=service)
             address = cluster_address(
                 service=service, namespace=app.project.namespace, port=SERVICE_PORT
             )
-            return Target(address)
+            return Target(address, count=count)
         local = loopback_address(app.url)
-        return Target(local) if local else None
+        return Target(local, count=count) if local else None
 
     def landing(self, app: App) -> str:
         return "/v1/models"

@@ -74,6 +74,7 @@ class Verdict:
     authorization: str = ""
     cookie: str = ""
     cache_seconds: int = 0
+    count: str = ""
     signin: str = ""
     browser: bool = True
     host: ContentHost | None = field(default=None, compare=False)
@@ -100,13 +101,15 @@ def gate_check(visit: Visit) -> Verdict:
     if target is None:
         why = f"The {served.noun} is not running: start it from the panel."
         return Verdict(403, why, browser=served.browser, host=host)
-    cache = settings.USER_CONTENT_CACHE_SECONDS if served.cacheable and user else 0
+    # Kept by the gateway under everything it was decided on (the host, Cookie, Authorization).
+    cache = settings.USER_CONTENT_CACHE_SECONDS if served.cacheable else 0
     return Verdict(
         200,
         address=target.address,
         authorization=target.authorization,
         cookie=cookie,
         cache_seconds=cache,
+        count=target.count,
         browser=served.browser,
         host=host,
     )

@@ -1,8 +1,9 @@
 """Requests for user content, taken out of the panel's stack before anything of the panel runs
 on them (its session, CSRF cookie, CSP, messages): a content host is not the panel's origin.
 
-- `/_ajuste/auth` at the panel's cluster-internal address (KUBERNETES_PANEL_URL's host, which
-  no public route names): the gateway's `auth_request`. At any other host it is not found.
+- `/_ajuste/auth` and `/_ajuste/count` at the panel's cluster-internal address
+  (KUBERNETES_PANEL_URL's host, which no public route names): the gateway's `auth_request`,
+  and its count of an app's requests. At any other host they are not found.
 - any host under USER_CONTENT_DOMAIN: the ticket exchange at `/_ajuste/ticket`; every other
   path is the workload's own, proxied here under the local backend (`make run`: the browser
   reaches `nb-<id>.localhost` on the panel's port), and the gateway's on a cluster.
@@ -23,6 +24,7 @@ from controlpanel.usercontent.hosts import is_content_host
 from controlpanel.usercontent.tickets import TICKET_PATH
 
 AUTH_PATH = "/_ajuste/auth"
+COUNT_PATH = "/_ajuste/count"
 
 Answer = HttpResponse | StreamingHttpResponse
 
@@ -33,10 +35,12 @@ class UserContentMiddleware:
 
     def __call__(self, request: HttpRequest) -> Answer:
         host = request.META.get("HTTP_HOST", "")
-        if request.path_info == AUTH_PATH:
-            if internal_host(host):
-                return views.gateway_auth(request)
-            return views.refusal_text(404, "Not found.")
+        if request.path_info in (AUTH_PATH, COUNT_PATH):
+            if not internal_host(host):
+                return views.refusal_text(404, "Not found.")
+            if request.path_info == COUNT_PATH:
+                return views.gateway_count(request)
+            return views.gateway_auth(request)
         if not is_content_host(host):
             return self.get_response(request)
         if request.path_info == TICKET_PATH:

@@ -21,18 +21,21 @@ from controlpanel.kinds import KINDS
 
 @dataclass(frozen=True)
 class Target:
-    """Where a serving workload's server listens (`host:port`, on the cluster or on loopback)
-    and the `Authorization` header its server gets instead of the caller's ("": none)."""
+    """Where a serving workload's server listens (`host:port`, on the cluster or on loopback),
+    the `Authorization` header its server gets instead of the caller's ("": none), and what
+    the gateway counts each request it lets through under (`<namespace>/<service>`, "": not
+    counted; the panel's /_ajuste/count, views.gateway_count)."""
 
     address: str
     authorization: str = ""
+    count: str = ""
 
 
 class Served(Protocol):
     """One kind's user content. `prefix` starts its hosts' label (`nb-<id>`); `browser`: its
     visitors are people in a browser (a 401 sends them to the panel to sign in), else API
     clients (a 401 is theirs to read); `cacheable`: the gateway may keep a yes for a few
-    seconds (a kind whose every request must reach the panel, to count it, says no)."""
+    seconds (USER_CONTENT_CACHE_SECONDS), keyed by the host and the caller's credentials."""
 
     kind: str
     prefix: str

@@ -5,7 +5,9 @@
 - `ticket_exchange` (the workload's host, `/_ajuste/ticket`): the ticket becomes the host's
   own cookie, then a redirect to the path asked;
 - `gateway_auth` (`/_ajuste/auth`, at the panel's cluster-internal address only): nginx's
-  `auth_request` before each request to a content host, answered by gate.py.
+  `auth_request` before each request to a content host, answered by gate.py;
+- `gateway_count` (`/_ajuste/count`, there too): each request the gateway let through to an
+  app, told beside it (nginx's mirror), whether the yes was asked or kept.
 
 Refusals on a content host are plain text (or an OpenAI-shaped JSON error for API kinds):
 nothing of the panel's pages, scripts or cookies is served on a user's origin."""
@@ -13,6 +15,7 @@ nothing of the panel's pages, scripts or cookies is served on a user's origin.""
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from django.conf import settings
@@ -21,6 +24,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.views.decorators.http import require_GET
 
 from controlpanel.core.errorpages import error_page
+from controlpanel.core.metrics import store
 from controlpanel.usercontent import served as kinds
 from controlpanel.usercontent.gate import Verdict, Visit, cookie_user, gate_check
 from controlpanel.usercontent.hosts import ContentHost, content_host, domain, parse_host
@@ -134,12 +138,28 @@ def gateway_auth(request: HttpRequest) -> HttpResponse:
         response["X-Ajuste-Upstream"] = verdict.address
         response["X-Ajuste-Authorization"] = verdict.authorization
         response["X-Ajuste-Cookie"] = verdict.cookie
+        response["X-Ajuste-Count"] = verdict.count
     else:
         # nginx writes it into a JSON string or a text page: nothing that would end either.
         response["X-Ajuste-Reason"] = verdict.reason.replace('"', "'").replace("\\", "/")
         response["X-Ajuste-Signin"] = verdict.signin
         response["X-Ajuste-Format"] = "text" if verdict.browser else "json"
     return response
+
+
+def gateway_count(request: HttpRequest) -> HttpResponse:
+    """`X-Ajuste-Count: <namespace>/<service>`, as the panel's yes named it: one request let
+    through, counted for that app's autoscaler (ajuste_app_requests_total)."""
+    if request.method != "POST":
+        return refusal_text(405, "POST the count.")
+    namespace, _, service = request.headers.get("X-Ajuste-Count", "").partition("/")
+    if not (_DNS_LABEL.fullmatch(namespace) and _DNS_LABEL.fullmatch(service)):
+        return refusal_text(400, "X-Ajuste-Count: <namespace>/<service>, as /_ajuste/auth said.")
+    store.count_app_request(namespace=namespace, app=service)
+    return HttpResponse(status=204)
+
+
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
 
 def refusal(verdict: Verdict) -> HttpResponse:

@@ -46,8 +46,9 @@ class Gateway:
         shutil.rmtree(self.run_dir, ignore_errors=True)
 
 
-def start_gateway(panel_url: str, port: int | None = None) -> Gateway:
-    """nginx serving content hosts on `port` (a free one by default), asking `panel_url`."""
+def start_gateway(panel_url: str, port: int | None = None, **knobs: str) -> Gateway:
+    """nginx serving content hosts on `port` (a free one by default), asking `panel_url`;
+    `knobs`: more of the entry point's settings (AJUSTE_GATEWAY_RATE=...)."""
     if shutil.which("nginx") is None:
         raise RuntimeError("nginx is not installed: apt-get install -y nginx-light (.ci/run does)")
     # nginx's workers run as nobody when started by root: their directory must be theirs to use.
@@ -63,6 +64,7 @@ def start_gateway(panel_url: str, port: int | None = None) -> Gateway:
         "AJUSTE_GATEWAY_RESOLVER": "127.0.0.1",
         "AJUSTE_GATEWAY_RUN_DIR": str(run_dir),
         "AJUSTE_GATEWAY_TEMPLATE": str(TEMPLATE),
+        **knobs,
     }
     log = (run_dir / "gateway.log").open("ab")
     process = subprocess.Popen(
