@@ -56,7 +56,7 @@ class ProjectStream:
         queue = await hub.join(self.channels)
         try:
             yield b"retry: 2000\n\n"
-            yield event("open", {"project": self.slug})
+            yield event("ready", {"project": self.slug})
             while True:
                 wait = self.heartbeat_s
                 if self.pending:

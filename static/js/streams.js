@@ -7,6 +7,13 @@
 // opens) leaves the poll in charge, restarted from the last line shown: nothing is lost.
 // htmx's SSE extension swaps HTML that events carry; ours carry JSON (the API's contract),
 // one small handler is simpler than a second format.
+//
+// A page without a log (a list, the project's dashboard) has `data-pushed` blocks instead: it
+// opens the project's stream (`/p/<slug>/events/`, the block's data-pushed) and a `changed`
+// event there refreshes them (`ajuste:changed`); they poll only while it is not open. Figures
+// that move with the clock alone (a running row's duration and cost, the idle countdown: the
+// block says `data-clock`) are refreshed once a minute while a stream is open, by the page.
+const CLOCK_MS = 60000;
 (() => {
   let source = null;
   let live = false;
@@ -74,6 +81,7 @@
       if (!live || source.readyState === EventSource.CLOSED) stop(true);
     };
     source.addEventListener("line", (event) => append(JSON.parse(event.data)));
+    source.addEventListener("changed", () => refresh());  // progress, activity
     let first = true;  // the stream opens with the current state: news only if the page is older
     source.addEventListener("state", (event) => {
       const shown = document.querySelector("[data-streamed][data-state]")?.dataset.state;
@@ -97,4 +105,57 @@
     }
   });
   document.addEventListener("DOMContentLoaded", open);
+  setInterval(() => {
+    if (live && document.querySelector("[data-streamed][data-clock]")) {
+      document.body.dispatchEvent(new CustomEvent("ajuste:state"));
+    }
+  }, CLOCK_MS);
+})();
+
+// The project's stream, for pages whose blocks say `data-pushed`.
+(() => {
+  let source = null;
+  let live = false;
+  window.ajustePushed = () => live;
+
+  function changed() { document.body.dispatchEvent(new CustomEvent("ajuste:changed")); }
+
+  function open() {
+    const block = document.querySelector("[data-pushed]");
+    const base = document.querySelector('meta[name="ajuste-streams"]')?.content || "";
+    if (source || !block || !base || !window.EventSource) return;
+    source = new EventSource(base + block.dataset.pushed, { withCredentials: true });
+    source.addEventListener("open", () => {
+      const reopened = live === null;  // after a drop: what changed meanwhile is fetched once
+      live = true;
+      document.body.dataset.pushed = "open";
+      if (reopened) changed();
+    });
+    source.onerror = () => {
+      // Before it opened, or given up: the blocks poll. Otherwise the browser reconnects.
+      if (!live || source.readyState === EventSource.CLOSED) stop();
+      else live = null;
+    };
+    source.addEventListener("changed", changed);
+    source.addEventListener("end", stop);  // access lost: the blocks' next request says so
+  }
+
+  function stop() {
+    if (source) source.close();
+    source = null;
+    live = false;
+    delete document.body.dataset.pushed;
+  }
+
+  document.addEventListener("htmx:beforeRequest", (event) => {
+    const elt = event.detail.elt;
+    if (live !== false && elt && elt.dataset && elt.dataset.pushed !== undefined) {
+      const type = event.detail.requestConfig?.triggeringEvent?.type;
+      if (type !== "ajuste:changed" && type !== "visibilitychange") event.preventDefault();
+    }
+  });
+  document.addEventListener("DOMContentLoaded", open);
+  setInterval(() => {
+    if (live && document.querySelector("[data-pushed][data-clock]")) changed();
+  }, CLOCK_MS);
 })();

@@ -216,8 +216,12 @@ def test_the_list_polls_fast_while_a_notebook_changes_and_not_at_all_when_none_r
     assert 'hx-trigger="every 2s' in owner_client.get("/p/alpha/notebooks/").content.decode()
     Notebook.objects.filter(pk=notebook.pk).update(state=N.STOPPED)
     fragment = owner_client.get("/p/alpha/notebooks/", **HTMX).content.decode()
-    assert '<div id="notebook-table">' in fragment  # the table, and it polls no more
-    assert "data-poll" not in fragment and "<html" not in fragment
+    # The table, and it polls no more: it is refreshed when the project's stream says a
+    # notebook changed (static/js/streams.js), or when its tab shows again.
+    trigger = 'hx-trigger="ajuste:changed from:body, visibilitychange from:document"'
+    assert '<div id="notebook-table" hx-get=' in fragment and trigger in fragment
+    assert 'data-pushed="/p/alpha/events/"' in fragment and "data-clock" not in fragment
+    assert "every " not in fragment and "<html" not in fragment
 
 
 def test_the_list_is_paginated(owner_client: Client, project: Project, owner: Any) -> None:

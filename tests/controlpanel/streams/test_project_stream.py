@@ -52,7 +52,7 @@ def test_a_change_of_the_projects_workloads_is_told(
         events_server.url + "/p/alpha/events/", headers=session_cookie(logged_in(owner))
     )
     opened = reader.next()
-    assert (opened.name, opened.data) == ("open", {"project": "alpha"})
+    assert (opened.name, opened.data) == ("ready", {"project": "alpha"})
     job = running_job(project, owner)
     record_state(job, JobState.FAILED, "exit code 1")
     assert changes(reader) == {str(job.pk): ["state"]}
@@ -77,7 +77,7 @@ def test_a_burst_is_coalesced_and_nothing_is_dropped(
     reader = open_stream(
         events_server.url + "/p/alpha/events/", headers=session_cookie(logged_in(owner))
     )
-    assert reader.next().name == "open"
+    assert reader.next().name == "ready"
     jobs = [running_job(project, owner, name=f"j{n}") for n in range(6)]
     for job in jobs:
         record_state(job, JobState.DONE, "exit code 0")
@@ -106,7 +106,7 @@ def test_another_projects_member_gets_nothing(
     assert (anonymous.status_code, anonymous.text) == (401, "Log in to follow this page.")
     # The outsider's own project's stream says nothing of alpha's workloads.
     theirs = open_stream(events_server.url + "/p/beta/events/", headers=outsider_cookie)
-    assert theirs.next().name == "open"
+    assert theirs.next().name == "ready"
     secret = running_job(project, owner, name="secret")
     record_state(secret, JobState.DONE, "exit code 0")
     own = running_job(other_project, outsider, name="mine")

@@ -35,14 +35,14 @@ def ends_with(reader: Reader, reason: str) -> None:
         if event.name == "end":
             assert event.data["reason"] == reason, event
             break
-        assert event.name in ("state", "open", "changed"), event
+        assert event.name in ("state", "ready", "changed"), event
     with pytest.raises(EOFError):
         reader.next()
 
 
 def opened(open_stream: Callable[..., Reader], url: str, headers: dict[str, str]) -> Reader:
     reader = open_stream(url, headers=headers)
-    assert reader.next().name in ("open", "state")  # subscribed: what follows is heard
+    assert reader.next().name in ("ready", "state")  # subscribed: what follows is heard
     return reader
 
 
