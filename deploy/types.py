@@ -525,6 +525,9 @@ class ObservedWorkload:
     # the backend has, so a run missing from it has ended. None where the kind bills one run
     # per observation (`run_uid`).
     replica_runs: tuple[ReplicaRun, ...] | None = None
+    # A QUEUED run that Kueue evicted: when (its Workload's Evicted condition). A pod of the
+    # run that is gone without its end seen is metered to here, never past its end.
+    evicted_at: datetime | None = None
     # None of the run's objects carries an install label: made before install ids, so the
     # install whose database has its row adopts it, and no orphan sweep may delete it.
     unlabelled: bool = False

@@ -15,6 +15,7 @@ from django.conf import settings
 from django.dispatch import Signal
 from django.utils import timezone
 
+from controlpanel.engine.evictions import end_evicted_runs, name_eviction
 from controlpanel.engine.models import FINAL_STATES, JobEvent, JobRun, Workload
 from controlpanel.engine.registry import kind_of
 from controlpanel.engine.replicas import REPLICA_UIDS, record_replicas, serving_replicas
@@ -48,6 +49,7 @@ def record_state(
     job.save(update_fields=["state", "state_reason", "state_changed_at", "updated_at"])
     channels.state_recorded(
         workload_id=job.pk,
+        project_id=job.project_id,
         run=job.run,
         state=state,
         reason=reason,
@@ -149,10 +151,14 @@ def apply_observation(job: Workload, observed: ObservedWorkload, *, fresh: bool 
         return False
     if is_behind(job, observed) and not (fresh and observed.phase is Phase.QUEUED):
         return False
-    if observed.phase is Phase.QUEUED and is_behind(job, observed):
+    requeued = observed.phase is Phase.QUEUED and is_behind(job, observed)
+    if requeued or observed.evicted_at is not None:
         # Kueue took the run back to its queue (preempted, or suspended to let another run
-        # first): its pod has ended, so its metering ends too; re-admitted, it is a new pod.
-        end_runs(job)
+        # first): its pods end, and so does their metering, each at its pod's own end
+        # (evictions.py); re-admitted, it is a new pod.
+        end_evicted_runs(job, observed)
+    if requeued:
+        name_eviction(job, observed.reason)
         evictions = JobRun.objects.filter(job=job, run=job.run).exclude(started_at=None).count()
         if evictions > settings.QUEUE_MAX_EVICTIONS:
             return record_state(

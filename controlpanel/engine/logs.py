@@ -18,6 +18,7 @@ from django.db.models import Max
 from django.utils import timezone
 
 from controlpanel.engine.backend import get_backend, job_ref
+from controlpanel.engine.evictions import interrupted_entry
 from controlpanel.engine.models import JobEvent, JobLogLine, Workload
 from controlpanel.engine.replicas import OBSERVED_PROGRESS
 from controlpanel.streams import channels
@@ -77,9 +78,12 @@ def _store(job: Workload, lines: tuple[str, ...] | list[str]) -> None:
         ],
         batch_size=1000,
     )
+    progress = job.progress
     _note_progress(job, lines)
     job.log_lines = start + len(lines)
     channels.lines_stored(workload_id=job.pk, run=job.run, first=start + 1, texts=texts)
+    if job.progress != progress:  # the lists' and dashboards' bars and ETAs
+        channels.workload_changed(project_id=job.project_id, workload_id=job.pk, what="progress")
 
 
 def archive_logs(*, job_id: Any, max_rounds: int = 1000) -> bool:
@@ -130,7 +134,10 @@ def _note_milestone(job: Workload, event: dict[str, Any]) -> None:
         return  # a line that only looks like the event (any job can print one)
     stamp = event.get("time")
     at = datetime.fromtimestamp(stamp, UTC) if isinstance(stamp, int | float) else timezone.now()
-    reason = MILESTONES[event["event"]].format(step=event.get("step"))
+    if event["event"] == "interrupted":  # stopped by whom, or evicted by Kueue and why
+        reason = interrupted_entry(job, event["step"])
+    else:
+        reason = MILESTONES[event["event"]].format(step=event.get("step"))
     JobEvent.objects.create(job=job, run=job.run, state=job.state, reason=reason, at=at)
 
 

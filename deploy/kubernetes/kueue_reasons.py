@@ -3,9 +3,12 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from kubernetes.client.exceptions import ApiException
 
 from deploy.kubernetes.api import KubeApi, Obj
+from deploy.kubernetes.pods import parse_time
 
 JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
 
@@ -56,3 +59,11 @@ def waiting_reason_of(workload: Obj | None, queue: str | None) -> str:
     if reserved is not None and reserved.get("status") == "False" and reserved.get("message"):
         return f"waiting in {where}: {reserved['message']}"
     return f"waiting for admission by {where}"
+
+
+def evicted_at(workload: Obj | None) -> datetime | None:
+    """When Kueue evicted the run (its Workload's Evicted condition turned True): the pods it
+    admitted were deleted then, so one gone without its end seen ended no later than its
+    grace period after this, and was billed up to here at the least. None if not evicted."""
+    evicted = _true(workload, "Evicted") if workload is not None else None
+    return parse_time(evicted.get("lastTransitionTime")) if evicted is not None else None

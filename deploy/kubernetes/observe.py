@@ -12,7 +12,7 @@ from datetime import datetime
 
 from deploy import names
 from deploy.kubernetes.api import Obj
-from deploy.kubernetes.kueue_reasons import waiting_reason_of
+from deploy.kubernetes.kueue_reasons import evicted_at, waiting_reason_of
 from deploy.kubernetes.pods import (
     ContainerRun,
     clip,
@@ -151,7 +151,9 @@ def _in_progress(
     if (job.get("spec") or {}).get("suspend"):
         queue = (job["metadata"].get("labels") or {}).get("kueue.x-k8s.io/queue-name")
         reason = waiting_reason_of(workload, queue)
-        return replace(observed, phase=Phase.QUEUED, reason=clip(reason))
+        return replace(
+            observed, phase=Phase.QUEUED, reason=clip(reason), evicted_at=evicted_at(workload)
+        )
     if pod is None:
         refused = latest_event(events, "FailedCreate")
         reason = clip(f"cannot create the pod: {refused}") if refused else "creating the pod"
