@@ -457,6 +457,7 @@ def test_bundled_datastores_keep_their_data_and_read_their_password_from_the_sec
 STREAM_PATHS = [
     "/p/vision/jobs/0b6c7f1e-8d2a-4c55-9a51-1f1d6a3f9e20/events/",
     "/p/a_b-2/notebooks/0b6c7f1e-8d2a-4c55-9a51-1f1d6a3f9e20/events/",
+    "/p/vision/events/",
     "/api/v1/jobs/0b6c7f1e-8d2a-4c55-9a51-1f1d6a3f9e20/logs/stream/",
     "/api/v1/apps/0b6c7f1e-8d2a-4c55-9a51-1f1d6a3f9e20/logs/stream/",
 ]
@@ -464,6 +465,9 @@ PAGE_PATHS = [
     "/p/vision/jobs/0b6c7f1e-8d2a-4c55-9a51-1f1d6a3f9e20/",
     "/p/vision/jobs/0b6c7f1e-8d2a-4c55-9a51-1f1d6a3f9e20/logs/",
     "/p/vision/jobs/0b6c7f1e-8d2a-4c55-9a51-1f1d6a3f9e20/events/x",
+    "/p/vision/events/x",
+    "/p/vision/jobs/events/",
+    "/p/vision/dashboard/",
     "/api/v1/jobs/0b6c7f1e-8d2a-4c55-9a51-1f1d6a3f9e20/logs/",
     "/api/v1/jobs/0b6c7f1e-8d2a-4c55-9a51-1f1d6a3f9e20/logs/stream/extra/",
     "/",
@@ -473,15 +477,16 @@ PAGE_PATHS = [
 def assert_routes_the_streams(patterns: list[str]) -> None:
     """The routes' patterns take exactly the paths the events server streams
     (controlpanel/streams/asgi.py), nothing of the pages or the rest of the API."""
-    from controlpanel.streams.asgi import API, PAGE
+    from controlpanel.streams.asgi import API, PAGE, PROJECT
 
     def routed(path: str) -> bool:  # ingress-nginx anchors at ^, gateways match the whole path
         return any(re.fullmatch(p.removeprefix("^").removesuffix("$"), path) for p in patterns)
 
     for path in STREAM_PATHS:
-        assert routed(path) and (PAGE.match(path) or API.match(path)), path
+        assert routed(path) and (PAGE.match(path) or API.match(path) or PROJECT.match(path)), path
     for path in PAGE_PATHS:
-        assert not routed(path) and not (PAGE.match(path) or API.match(path)), path
+        served = PAGE.match(path) or API.match(path) or PROJECT.match(path)
+        assert not routed(path) and not served, path
 
 
 def assert_reaches_events(objects: list[Obj], service_name: str, port: str | int) -> None:
