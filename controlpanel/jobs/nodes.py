@@ -16,13 +16,14 @@ from controlpanel.engine.validation import whole_number
 from controlpanel.flavors.models import Flavor
 from controlpanel.projects.models import Project
 
-LOCAL_NODES_NOTE = (
-    "More than one node needs the Kubernetes backend (COMPUTE_BACKEND=kubernetes): this panel "
-    "runs jobs as processes on its own machine, one node."
+NODES_NOTE = (
+    "More than one node needs the Kubernetes backend or the local one (COMPUTE_BACKEND="
+    "kubernetes or local): this panel's backend runs a job on one node."
 )
 # The backends that run a job of several nodes: Kubernetes applies, observes, stops and bills
-# its JobSet (deploy/kubernetes/jobsets.py). Elsewhere more than one node is refused at submit.
-MULTI_NODE_BACKENDS: frozenset[str] = frozenset({"kubernetes"})
+# its JobSet (deploy/kubernetes/jobsets.py); the local backend runs one torchrun agent per node
+# on this machine (deploy/local/group.py). Elsewhere more than one node is refused at submit.
+MULTI_NODE_BACKENDS: frozenset[str] = frozenset({"kubernetes", "local"})
 
 
 def check_nodes(value: Any, units: int | None, flavor: Flavor | None, project: Project) -> int:
@@ -37,7 +38,7 @@ def check_nodes(value: Any, units: int | None, flavor: Flavor | None, project: P
             f"At most {settings.MAX_NODES_PER_JOB} nodes per job (asked for {nodes})."
         )
     if nodes > 1 and settings.COMPUTE_BACKEND not in MULTI_NODE_BACKENDS:
-        raise ValidationError(LOCAL_NODES_NOTE)
+        raise ValidationError(NODES_NOTE)
     if units is None or flavor is None:
         return nodes
     gpus = nodes * units * flavor.gpus_per_unit

@@ -19,6 +19,7 @@ from deploy.local import runs
 from deploy.local.apps import app_argv, app_probe, app_problem
 from deploy.local.editors import editor_problem
 from deploy.local.gpus import Gpu, detect_gpus, pick_gpus
+from deploy.local.group import node_envs
 from deploy.local.machine import machine_capacity
 from deploy.local.paths import run_dir, secret_file
 from deploy.local.plan import (
@@ -244,10 +245,11 @@ class LocalBackend:
         if problem:
             self._decide(job.ref, run, Phase.FAILED, problem)
             return
-        gpus = self._gpus_for(job.ref, run, job.flavor, job.units)
+        gpus = self._gpus_for(job.ref, run, job.flavor, job.units * job.nodes)
         if gpus is None:
             return
         plan = make_plan(
+            nodes=self._nodes(job, gpus),
             ref=job.ref,
             run=run,
             argv=argv,
@@ -262,6 +264,17 @@ class LocalBackend:
             push_every_s=job.push_every_s,
         )
         runs.launch(run, plan, python=self.python, extra={})
+
+    def _nodes(self, job: JobRequest, gpus: list[int]) -> list[dict[str, str]]:
+        """Each node's env for a job of several nodes (`group`); none for one node."""
+        if job.nodes <= 1:
+            return []
+        per_node = max(job.units * job.flavor.gpus_per_unit, 1)
+        rdzv = f"{job.id}-{job.run}"
+        port, grace = _port(None), self.grace_s
+        return node_envs(
+            nodes=job.nodes, per_node=per_node, rdzv_id=rdzv, port=port, gpus=gpus, grace_s=grace
+        )
 
     def _start_notebook(self, notebook: NotebookRequest, run: Path, previous: State) -> None:
         env, missing = self._with_secrets(notebook)

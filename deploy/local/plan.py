@@ -120,10 +120,12 @@ def make_plan(
     grace_s: float = 10.0,
     push_every_s: int = 0,
     probe: dict[str, Any] | None = None,
+    nodes: Sequence[Mapping[str, str]] = (),
 ) -> dict[str, Any]:
     """The plan of one run: the user's env (paths rewritten) over the safe host variables;
     the sync engine alone gets the datastore credentials. `push_every_s` (0: never) pushes
-    the rw volumes while the process runs; `probe` is `editor_probe`'s."""
+    the rw volumes while the process runs; `probe` is `editor_probe`'s; `nodes` each node's
+    env, for a job of several nodes (`group.node_envs`)."""
     workspace = workspace_dir(run)
     full_env = {**base_env(), **rewrite_env(env, workspace)}
     full_env.update(
@@ -149,6 +151,7 @@ def make_plan(
         "gpus": gpus,
         "push_every_s": push_every_s if pushed else 0,
         "probe": probe,
+        "nodes": [dict(node) for node in nodes],
     }
 
 

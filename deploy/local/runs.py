@@ -104,9 +104,10 @@ def kill(state: State) -> None:
         return
     with suppress(ProcessLookupError, PermissionError):
         os.kill(state["supervisor_pid"], signal.SIGKILL)
-    if state.get("child_pid"):
-        with suppress(ProcessLookupError, PermissionError):
-            os.killpg(state["child_pid"], signal.SIGKILL)
+    for child in dict.fromkeys([state.get("child_pid"), *(state.get("child_pids") or [])]):
+        if child:
+            with suppress(ProcessLookupError, PermissionError):
+                os.killpg(child, signal.SIGKILL)
 
 
 def ref_from_state(state: State) -> WorkloadRef:
@@ -189,7 +190,20 @@ def _replicas(ref: WorkloadRef, phase: Phase) -> tuple[int, int] | None:
 
 
 def _replica_runs(ref: WorkloadRef, state: State) -> tuple[ReplicaRun, ...] | None:
-    """A local app's one replica: each start of its server is a run (its own run id)."""
+    """A local app's one replica: each start of its server is a run (its own run id). A job
+    of several nodes: each node is a run (`group`), billed as the JobSet's pods are."""
+    if ref.kind is WorkloadKind.JOB and state.get("node_runs"):
+        return tuple(
+            ReplicaRun(
+                uid=str(node["uid"]),
+                started_at=started,
+                finished_at=parse_iso(node.get("finished_at")),
+                exit_code=node.get("exit_code"),
+                node=os.uname().nodename,
+            )
+            for node in state["node_runs"]
+            if (started := parse_iso(node.get("started_at"))) is not None
+        )
     if ref.kind is not WorkloadKind.APP:
         return None
     started = parse_iso(state.get("started_at"))

@@ -28,6 +28,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from deploy.local.group import NodeGroup, node_log
 from deploy.local.paths import as_workload, workspace_dir
 from deploy.local.state import now_iso, process_start_ticks, read_json, read_state, update_state
 from deploy.types import Phase
@@ -52,6 +53,7 @@ class Supervisor:
             self.server = HealthWatch(probe) if "health" in probe else ServerWatch(probe)
         self.unanswered = ""  # why the editor counts as failed to start, once it does
         self.pushes = PeriodicPush(self)
+        self.group: NodeGroup | None = None  # a job of several nodes (`group`)
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
 
@@ -114,7 +116,7 @@ class Supervisor:
         )
         code, timed_out = self._wait(child)
         finished = now_iso()
-        _kill_group(child.pid, signal.SIGKILL)  # leftovers of the process group
+        _signal(child, signal.SIGKILL)  # leftovers of the process group(s)
         return self._outcome(code, timed_out) | {"finished_at": finished, "exit_code": code}
 
     def _waiting_words(self) -> str:
@@ -122,7 +124,10 @@ class Supervisor:
             return "loading the model"
         return "waiting for the editor to answer"
 
-    def _spawn(self, cwd: Path) -> subprocess.Popen[bytes]:
+    def _spawn(self, cwd: Path) -> Child:
+        if self.plan.get("nodes"):
+            self.group = NodeGroup(self.run, self.plan, cwd)
+            return self.group
         with open(self.run / "output.log", "ab") as output:
             return subprocess.Popen(
                 self.plan["argv"],
@@ -134,7 +139,7 @@ class Supervisor:
                 start_new_session=True,  # its own process group: stop reaches its children
             )
 
-    def _wait(self, child: subprocess.Popen[bytes]) -> tuple[int, bool]:
+    def _wait(self, child: Child) -> tuple[int, bool]:
         timeout = self.plan.get("timeout_s")
         deadline = time.monotonic() + timeout if timeout else None
         while True:
@@ -153,12 +158,12 @@ class Supervisor:
                 return code, timed_out and not self.stopping()
             self.pushes.tick()
 
-    def _terminate(self, child: subprocess.Popen[bytes]) -> int:
-        _kill_group(child.pid, signal.SIGTERM)
+    def _terminate(self, child: Child) -> int:
+        _signal(child, signal.SIGTERM)
         try:
             return child.wait(timeout=float(self.plan.get("grace_s", 10)))
         except subprocess.TimeoutExpired:
-            _kill_group(child.pid, signal.SIGKILL)
+            _signal(child, signal.SIGKILL)
             return child.wait()
 
     def _outcome(self, code: int, timed_out: bool) -> dict[str, Any]:
@@ -175,6 +180,11 @@ class Supervisor:
         if code == 0 and not notebook:
             return {"phase": Phase.SUCCEEDED.value, "reason": "exit code 0"}
         what = "exit code"
+        if self.group is not None and self.group.failed_node is not None:
+            failed = self.group.failed_node
+            last = last_words(node_log(self.run, failed), workspace_dir(self.run))
+            reason = f"node {failed}: exit code {code}"
+            return {"phase": Phase.FAILED.value, "reason": f"{reason}: {last}" if last else reason}
         if notebook:
             server = "server" if self.plan["ref"]["kind"] == "app" else "editor"
             what = f"the {server} exited"
@@ -458,6 +468,17 @@ def _size(path: Path) -> int:
 
 def _clip(text: str, limit: int = 300) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+Child = subprocess.Popen[bytes] | NodeGroup
+
+
+def _signal(child: Child, sig: signal.Signals) -> None:
+    """`sig` to the child's process group, or to every node's."""
+    if isinstance(child, NodeGroup):
+        child.kill_leftovers() if sig == signal.SIGKILL else child.signal(sig)
+    else:
+        _kill_group(child.pid, sig)
 
 
 def _kill_group(pid: int, sig: signal.Signals) -> None:

@@ -9,9 +9,10 @@ from typing import Any
 import pytest
 
 from controlpanel.engine.admission import Need, job_need
+from controlpanel.flavors.models import Flavor
 from controlpanel.jobs import nodes as job_nodes
 from controlpanel.jobs.models import Job
-from controlpanel.jobs.nodes import LOCAL_NODES_NOTE
+from controlpanel.jobs.nodes import NODES_NOTE
 from controlpanel.projects.models import Project
 from tests.fixtures.cli import cli_as, ok_json
 from tests.fixtures.jobs import submit
@@ -34,11 +35,11 @@ def multi_node(k8s_jobs: Any) -> Any:
 def test_only_the_backends_that_run_jobsets_take_more_than_one_node(
     owner_api: Any, k8s_jobs: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    assert frozenset({"kubernetes"}) == job_nodes.MULTI_NODE_BACKENDS
+    assert frozenset({"kubernetes", "local"}) == job_nodes.MULTI_NODE_BACKENDS
     assert owner_api.post(URL, BODY | {"nodes": 2}, "json").status_code == 201
     monkeypatch.setattr(job_nodes, "MULTI_NODE_BACKENDS", frozenset())  # switched off
     answer = owner_api.post(URL, BODY | {"nodes": 2}, "json")
-    assert (answer.status_code, answer.json()) == (400, {"nodes": [LOCAL_NODES_NOTE]})
+    assert (answer.status_code, answer.json()) == (400, {"nodes": [NODES_NOTE]})
     assert Job.objects.count() == 1
     assert owner_api.post(URL, BODY | {"nodes": 1}, "json").status_code == 201
 
@@ -84,14 +85,12 @@ def test_nodes_over_the_projects_gpu_quota_together_are_refused(
     assert list(Job.objects.values_list("nodes", flat=True)) == [3]
 
 
-def test_the_local_backend_refuses_more_than_one_node_with_the_reason(
+def test_the_local_backend_takes_more_than_one_node(
     project: Project, owner: Any, owner_api: Any, local_jobs: Any
 ) -> None:
-    body = {"preset": "finetune", "flavor": "ai1-1-cpu", "gpu": 1, "nodes": 2}
-    answer = owner_api.post(URL, body, "json")
-    assert answer.status_code == 400
-    assert answer.json()["nodes"] == [LOCAL_NODES_NOTE]
-    assert not Job.objects.exists()
+    """`make run` runs one torchrun agent per node (deploy/local/group.py)."""
+    cpu = Flavor.objects.get(name="ai1-1-cpu")
+    assert job_nodes.check_nodes(2, 1, cpu, project) == 2
 
 
 def test_nodes_default_to_one_and_are_read_back(owner_api: Any, multi_node: Any) -> None:
