@@ -13,10 +13,11 @@ from typing import Any
 import pytest
 import redis
 from django.conf import settings
+from django.core.cache import cache
 from django.db import connection
 
 from controlpanel.engine import logs
-from controlpanel.engine.collector import _followed
+from controlpanel.engine.collector import _followed, _followed_key
 from controlpanel.engine.lifecycle import record_state
 from controlpanel.jobs.states import JobState
 from controlpanel.streams.limits import _key
@@ -111,7 +112,8 @@ def test_follow_polls_when_the_stream_cannot_be_opened(
     def driver() -> None:
         wait_for(lambda: _followed({str(job.pk)}), 30, "the CLI to read the log")
         store(job, "two")
-        time.sleep(1.5)  # a poll or more
+        cache.delete(_followed_key(job.pk))  # each poll marks it again, then reads
+        wait_for(lambda: _followed({str(job.pk)}), 30, "a poll after the second line")
         record_state(job, JobState.FAILED, "exit code 1")
         logs.archive_logs(job_id=job.pk, max_rounds=0)
 
