@@ -20,7 +20,7 @@ from controlpanel.engine.validation import secret_reference
 from controlpanel.flavors.models import Flavor
 from controlpanel.projects.models import Project
 from controlpanel.projects.selectors import secret_names, secret_values
-from controlpanel.queues.selectors import namespace_gpu_quota
+from controlpanel.queues.selectors import namespace_cpu_memory_quotas, namespace_gpu_quota
 from deploy.backend import ComputeBackend
 from deploy.egress import egress_for_endpoint
 from deploy.gpu_resources import mig_profile
@@ -117,12 +117,13 @@ def project_request(project: Project) -> ProjectRequest:
     egress = list(settings.KUBERNETES_EGRESS)
     if settings.KUBERNETES_EGRESS_FROM_DATASTORES:
         egress += [egress_for_endpoint(d.workload_endpoint_url) for d in datastores]
+    cpu_quota, memory_gib_quota = namespace_cpu_memory_quotas(project)
     return ProjectRequest(
         slug=project.slug,
         namespace=project.namespace,
         gpu_quota=namespace_gpu_quota(project),
-        cpu_quota=project.cpu_quota,
-        memory_gib_quota=project.memory_gib_quota,
+        cpu_quota=cpu_quota,
+        memory_gib_quota=memory_gib_quota,
         pod_quota=project.pod_quota,
         storage_gib_quota=project.storage_gib_quota,
         datastores=datastores,

@@ -57,6 +57,22 @@ def namespace_gpu_quota(project: Project) -> int:
     return max(int(total), project.gpu_quota)
 
 
+def namespace_cpu_memory_quotas(project: Project) -> tuple[int, int]:
+    """The CPU cores and memory GiB the namespace's ResourceQuota allows (0: no line). With the
+    builtin engine, the project's quotas. With Kueue, its ClusterQueue lends and borrows CPU
+    and memory in the cohort without a limit, so the ceiling is the cohort's whole (no line
+    when a project has none): the namespace's quota must never refuse a pod Kueue admitted on
+    borrowed capacity, as it would a borrowed GPU's own CPU and memory."""
+    if not kueue_on():
+        return project.cpu_quota, project.memory_gib_quota
+    rows = list(Project.objects.values_list("cpu_quota", "memory_gib_quota"))
+    cpu = 0 if any(c == 0 for c, _ in rows) else sum(c for c, _ in rows)
+    memory = 0 if any(m == 0 for _, m in rows) else sum(m for _, m in rows)
+    return max(cpu, project.cpu_quota) if cpu else 0, max(
+        memory, project.memory_gib_quota
+    ) if memory else 0
+
+
 def priority_tier(*, interactive: bool, preemptible: bool) -> str:
     if interactive:
         return "interactive"

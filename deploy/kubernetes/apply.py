@@ -174,7 +174,17 @@ def _patch_body(desired: Obj, current: Obj) -> Obj:
         body["spec"] = {k: v for k, v in body["spec"].items() if k not in frozen}
     if desired["kind"] in ("Secret", "ConfigMap"):
         body["data"] = _stale_keys_removed(desired, current)
+    if desired["kind"] == "ResourceQuota":
+        body["spec"] = {**body["spec"], "hard": _stale_limits_removed(desired, current)}
     return body
+
+
+def _stale_limits_removed(desired: Obj, current: Obj) -> dict[str, Any]:
+    """A quota no longer set (0: no limit; under Kueue, a line the cohort's borrowing must not
+    meet) goes from the ResourceQuota: a merge patch alone would keep the old line."""
+    wanted = (desired.get("spec") or {}).get("hard") or {}
+    had = (current.get("spec") or {}).get("hard") or {}
+    return {**{key: None for key in had if key not in wanted}, **wanted}
 
 
 def _stale_keys_removed(desired: Obj, current: Obj) -> dict[str, Any]:
