@@ -173,7 +173,7 @@ async def _plain(send: Send, refused: Refused, cors: list[tuple[bytes, bytes]]) 
     await send({"type": "http.response.body", "body": body})
 
 
-async def _pump(stream: Stream, receive: Receive, send: Send) -> None:
+async def _pump(stream: Stream | ProjectStream, receive: Receive, send: Send) -> None:
     """Send the stream's events until it ends or the browser goes."""
 
     async def forward() -> None:
