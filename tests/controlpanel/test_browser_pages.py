@@ -79,6 +79,7 @@ def test_every_page_without_a_console_error(
     panel_s3: Any,
     settings: Any,
     tmp_path: Path,
+    gpu_machine: Any,  # the job form's GPU units are shown: a machine with GPUs offers them
 ) -> None:
     from controlpanel.celery import app
 
