@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,6 +46,9 @@ QUOTA = 1
 S = JobState
 SETTLE_S = 60  # every scenario's jobs end well within this once the fault is over
 REQUEST_TIMEOUT_S = 2  # the processes' Kubernetes API call timeout (the time-out scenario)
+# What a Celery worker's Kubernetes client says it is (deploy/kubernetes/client.py): its
+# requests told from the watcher's and its log collector's (User-Agent `(watch_workloads)`).
+WORKER_AGENT = "(celery-worker)"
 
 
 @pytest.fixture
@@ -132,8 +134,8 @@ class Plan:
 @dataclass
 class Scenario:
     """The jobs of one scenario and the test's kubelet over them: each pod is run, prints its
-    first lines, and (once the panel saw it running, or after a while) prints the rest and
-    exits with its plan's code."""
+    first lines, and once the panel recorded it RUNNING (or as `finish_when` says) prints the
+    rest and exits with its plan's code."""
 
     cluster: Any
     procs: Processes
@@ -141,7 +143,6 @@ class Scenario:
     plans: dict[str, Plan]
     printed: dict[str, list[str]] = field(default_factory=dict)
     stage: dict[str, int] = field(default_factory=dict)
-    since: dict[str, float] = field(default_factory=dict)
     finish_when: Callable[[Job, str], bool] | None = None
     restarted: list[str] = field(default_factory=list)
 
@@ -179,7 +180,7 @@ class Scenario:
                     first = [f"{job.short_id} loading", f"{job.short_id} step 1 loss 2.0"]
                     kubelet.log(NS, name, *first)
                     lines.extend(first)
-                    self.stage[name], self.since[name] = 1, time.monotonic()
+                    self.stage[name] = 1
                 elif stage == 1 and self._may_finish(job, name):
                     rest = [f"{job.short_id} step 2 loss 1.5", f"{job.short_id} saved"]
                     kubelet.log(NS, name, *rest)
@@ -188,10 +189,11 @@ class Scenario:
                     self.stage[name] = 2
 
     def _may_finish(self, job: Job, pod: str) -> bool:
+        """Once the panel recorded this run RUNNING (`drive`'s deadline fails a scenario
+        whose panel never does)."""
         if self.finish_when is not None:
             return self.finish_when(job, pod)
-        seen_running = _db_retry(lambda: state_of(job) == S.RUNNING, False)
-        return seen_running or time.monotonic() - self.since[pod] > 5
+        return bool(_db_retry(lambda: recorded_running(job), False))
 
     def settled(self) -> bool:
         def read() -> bool:
@@ -234,6 +236,12 @@ class Scenario:
 
 def state_of(job: Job) -> str:
     return str(Job.objects.values_list("state", flat=True).get(pk=job.pk))
+
+
+def recorded_running(job: Job) -> bool:
+    """The panel's RUNNING event for the job's current run is stored."""
+    run = Job.objects.values_list("run", flat=True).get(pk=job.pk)
+    return JobEvent.objects.filter(job_id=job.pk, run=run, state=S.RUNNING).exists()
 
 
 @pytest.fixture
@@ -407,7 +415,6 @@ def test_worker_killed_inside_a_finalize(
     jobs = submit_jobs(quota_project, owner, 2)
     scenario = Scenario(k8s_cluster, procs, jobs, plans_for(jobs))
     first = jobs[0]
-    held: dict[str, Any] = {}
 
     def finish_first(job: Job, pod: str) -> bool:
         if job.pk != first.pk:
@@ -420,34 +427,18 @@ def test_worker_killed_inside_a_finalize(
 
     scenario.finish_when = finish_first
     scenario.drive(lambda: state_of(first) == S.DONE, 30, "the first job DONE")
-    # The collector stops reading a job once it has ended; its last read is over by now.
-    wait_for(Quiet(k8s_cluster, "log", 1.0), 10, "the collector done with the log", procs)
-    held["hold"] = k8s_cluster.hold_next("GET", "pods/log")
+    # The worker's next log read is the finalize's (the collector reads from the watcher).
+    hold = k8s_cluster.hold_next("GET", "pods/log", agent=WORKER_AGENT)
     os.killpg(procs.procs["worker-1"].pid, 18)  # SIGCONT: the finalize runs into the hold
-    assert held["hold"].wait_arrived(30), procs.logs()[-4000:]
+    assert hold.wait_arrived(30), procs.logs()[-4000:]
     procs.kill("worker-1")
-    held["hold"].release()
+    hold.release()
     first.refresh_from_db()
     assert first.notified_run == first.run and not first.logs_archived  # killed mid-finalize
     procs.worker("worker-2")
     scenario.finish_when = None
     scenario.run_to_the_end()
     check_invariants(scenario, sampler)
-
-
-class Quiet:
-    """True once no request for a subresource (`sub`) has arrived for `seconds`."""
-
-    def __init__(self, cluster: Any, sub: str, seconds: float) -> None:
-        self.cluster, self.marker, self.seconds = cluster, f"/{sub}", seconds
-        self.last: tuple[int, float] = (-1, time.monotonic())
-
-    def __call__(self) -> bool:
-        ids = [r.id for r in self.cluster.requests() if r.url.path.endswith(self.marker)]
-        last = ids[-1] if ids else -1
-        if last != self.last[0]:
-            self.last = (last, time.monotonic())
-        return time.monotonic() - self.last[1] >= self.seconds
 
 
 def test_redis_restarted_with_tasks_queued(
@@ -495,17 +486,43 @@ def test_postgresql_restarted(
     scenario.finish_when = never
     scenario.drive(lambda: state_of(first) == S.RUNNING, 60, "the first job RUNNING")
     pod = scenario.pods(first)[0]["metadata"]["name"]
+    said = Said(procs)
     private_services.postgres.stop()
     k8s_cluster.kubelet.log(NS, pod, f"{first.short_id} last words")
     scenario.printed[str(first.pk)].append(f"{first.short_id} last words")
     k8s_cluster.kubelet.finish(NS, pod, exit_code=0)
     scenario.stage[pod] = 2
-    time.sleep(2)  # the database stays down a while: the watcher and the sweep hit it
+    # The database stays down until the watcher failed to record the pod's end and a sweep
+    # failed on it too.
+    wait_for(
+        lambda: (
+            said("watcher", f"recording {first.pk} failed")
+            and said("worker-1", "jobs_sweep[", "raised unexpected")
+        ),
+        60,
+        "the watcher and a sweep failing on the stopped database",
+        procs,
+    )
     private_services.postgres.start()
     connections.close_all()
     scenario.finish_when = None
     scenario.run_to_the_end()
     check_invariants(scenario, sampler)
+
+
+class Said:
+    """What the processes wrote to their logs since this was made."""
+
+    def __init__(self, procs: Processes) -> None:
+        self.dir = procs.log_dir
+        self.start = {p.stem: p.stat().st_size for p in self.dir.glob("*.log")}
+
+    def __call__(self, name: str, *parts: str) -> bool:
+        """Whether process `name` wrote a line holding every one of `parts`."""
+        with (self.dir / f"{name}.log").open("rb") as log:
+            log.seek(self.start.get(name, 0))
+            text = log.read().decode(errors="replace")
+        return any(all(part in line for part in parts) for line in text.splitlines())
 
 
 @pytest.mark.parametrize("status", [409, 413, 500])
