@@ -33,6 +33,7 @@ from controlpanel.engine.validation import (
 from controlpanel.projects.models import Project
 from controlpanel.served.config import WEIGHT_PATHS
 from controlpanel.served.models import AppImage
+from controlpanel.served.weights import weights_problem
 from deploy import images
 from deploy.types import APP_ADAPTER_PATH, APP_MODEL_PATH, Scaling
 from storage.volumes import Mode, VolumeSpec, VolumeSpecError, parse_volume_spec, render_volume_spec
@@ -140,9 +141,13 @@ def validate_app(*, project: Project, data: Mapping[str, Any]) -> AppSpec:
     port = errors.check("port", _port, data.get("port") or 8000)
     scaling = _scaling(errors, data)
     public = errors.check("public", _boolean, data.get("public", False))
+    model, adapter = weights
+    if model is not None and not errors.by_key:
+        problem = weights_problem(model=model, adapter=adapter)  # lists the bucket: last
+        if problem:
+            errors.add(*problem)
     if errors.by_key:
         raise SpecError(errors.by_key)
-    model, adapter = weights
     assert model is not None
     params = {
         "model": _bucket_path(model),

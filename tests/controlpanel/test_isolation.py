@@ -25,7 +25,7 @@ from storage.datastore import DatastoreConfig
 from storage.errors import BucketNotFound
 from storage.objects import create_bucket, delete_bucket, put_object
 from storage.presign import create_multipart_upload, presign_upload_parts
-from tests.fixtures.jobs import put_dataset
+from tests.fixtures.jobs import put_dataset, put_weights
 
 
 @dataclass(frozen=True)
@@ -658,7 +658,7 @@ OWNER: dict[str, tuple[Probe, ...]] = {
             "post",
             201,
             '"project":"alpha"',
-            {"flavor": "ai1-1-cpu", "model": "alpha-data@LOCAL/tiny"},
+            {"flavor": "ai1-1-cpu", "model": "alpha-data@LOCAL/tiny-llama"},
         ),
     ),
     "api-app-detail": (Probe("get", 200, '"name":"secret-app"'), Probe("delete", 204, "")),
@@ -759,6 +759,7 @@ def owner_s3(panel_s3: DatastoreConfig) -> Iterator[DatastoreConfig]:
     create_bucket(panel_s3, bucket="alpha-data")
     put_object(panel_s3, bucket="alpha-data", key="a.txt", data=b"owner's data")
     put_dataset(panel_s3, "alpha-data")  # the fine-tune probe's dataset (chat/train.jsonl)
+    put_weights(panel_s3, "alpha-data")  # the app probe's model folder (tiny-llama/)
     yield panel_s3
     with contextlib.suppress(BucketNotFound):
         delete_bucket(panel_s3, bucket="alpha-data", force=True)

@@ -34,7 +34,7 @@ from deploy.local.plan import ref_dict
 from deploy.local.state import now_iso, process_start_ticks, read_state, write_json
 from deploy.types import WorkloadKind, WorkloadRef
 from storage.datastore import DatastoreConfig
-from tests.fixtures.jobs import access_for, project_bucket
+from tests.fixtures.jobs import access_for, project_bucket, put_weights
 
 A = AppState
 LONG_AGO = timedelta(minutes=10)
@@ -85,7 +85,9 @@ def test_the_sweep_deletes_what_a_deleted_app_left_and_stops_an_ended_one(
     panel_s3: DatastoreConfig,
     settings: Any,
 ) -> None:
-    theirs = deploy(other_project, outsider, project_bucket(other_project, panel_s3))
+    their_bucket = project_bucket(other_project, panel_s3)
+    put_weights(panel_s3, their_bucket.name)
+    theirs = deploy(other_project, outsider, their_bucket)
     serve(k8s_cluster, theirs)
 
     k8s_cluster.store.clock_offset = -LONG_AGO  # what is made now looks ten minutes old

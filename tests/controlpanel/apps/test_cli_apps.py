@@ -108,7 +108,7 @@ def test_fixed_replicas_and_a_secret_reference(
             "app",
             "create",
             "--model",
-            f"{data_bucket.name}@LOCAL/m",
+            f"{data_bucket.name}@LOCAL/tiny-llama",
             "--replicas",
             "2",
             "--secret",
