@@ -1,5 +1,6 @@
 """REST API for notebooks (`/api/v1/notebooks/`), scoped by project exactly like jobs: create,
-list (state, owner, label, q), get, start, stop, keep-alive, delete, logs.
+list (state, owner, label, q), get, start, stop, keep-alive, delete, logs, and who may open one
+(`shares/`, `share/`, `unshare/`: notebooks/sharing.py's rules, as on its page).
 
 Every answer reads rows only (the engine's tasks do the cluster work). The editor's token never
 appears: `url` is the notebook's address without any query (the local backend's carries the
@@ -10,13 +11,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime
+from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
 from django.urls import reverse
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers
+from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -24,6 +27,7 @@ from controlpanel.api.scoping import api_project
 from controlpanel.engine import selectors
 from controlpanel.engine.api import (
     PROJECT_PARAM,
+    SUBMISSION_ERRORS,
     ServedSerializer,
     acted_by,
     create_serializer,
@@ -35,6 +39,7 @@ from controlpanel.engine.api import EventSerializer as ServedEventSerializer
 from controlpanel.engine.api import WorkloadViewSet as ServedViewSet
 from controlpanel.notebooks import selectors as notebook_rows
 from controlpanel.notebooks import services as notebooks
+from controlpanel.notebooks import sharing
 from controlpanel.notebooks.auth import notebook_path
 from controlpanel.notebooks.models import Notebook
 from controlpanel.notebooks.states import NotebookState
@@ -118,6 +123,33 @@ NotebookCreateSerializer = create_serializer(
 )
 
 
+class NotebookSharesSerializer(serializers.Serializer):
+    """Who besides its owner may open the notebook's editor."""
+
+    project = serializers.BooleanField(help_text="Shared with every member of the project.")
+    members = serializers.ListField(
+        child=serializers.CharField(), help_text="The current members it is shared with."
+    )
+
+
+class NotebookShareSerializer(serializers.Serializer):
+    """Exactly one of: `member` (a username of a current member of the project), or
+    `project: true` (every member)."""
+
+    member = serializers.CharField(required=False, allow_blank=False)
+    project = serializers.BooleanField(required=False)
+
+    def validate(self, attrs: dict[str, object]) -> dict[str, object]:
+        if ("member" in attrs) == bool(attrs.get("project")):
+            raise serializers.ValidationError(
+                {"member": "Name one member (member), or share with the project (project: true)."}
+            )
+        return attrs
+
+
+SHARE_ERRORS = OpenApiResponse(SUBMISSION_ERRORS, description="Problems by key (member).")
+
+
 def notebooks_filtered(
     *, notebooks_: QuerySet[Notebook], query: Mapping[str, str]
 ) -> QuerySet[Notebook]:
@@ -178,4 +210,43 @@ class NotebookViewSet(ServedViewSet):
         NotebookSerializer,
         "Count as activity now: the idle stop waits a full limit again.",
     )
+
+    @extend_schema(request=None, responses=NotebookSharesSerializer)
+    @action(detail=True, methods=["get"])
+    def shares(self, request: Request, pk: str) -> Response:
+        """Who may open it besides its owner: the project, and members one by one."""
+        _, notebook = self._workload(request, pk)
+        return Response(NotebookSharesSerializer(sharing.notebook_shares(notebook)).data)
+
+    @extend_schema(
+        request=NotebookShareSerializer,
+        responses={200: NotebookSharesSerializer, 400: SHARE_ERRORS},
+    )
+    @action(detail=True, methods=["post"])
+    def share(self, request: Request, pk: str) -> Response:
+        """Let one current member (`member`), or the whole project (`project: true`), open
+        it: its owner only. Audited."""
+        return self._share(request, pk, sharing.notebook_share_member, sharing.notebook_share)
+
+    @extend_schema(
+        request=NotebookShareSerializer,
+        responses={200: NotebookSharesSerializer, 400: SHARE_ERRORS},
+    )
+    @action(detail=True, methods=["post"])
+    def unshare(self, request: Request, pk: str) -> Response:
+        """Take a member's share back (the owner or a manager), or the project's (the owner):
+        their open editors are refused from the next request. Audited."""
+        return self._share(request, pk, sharing.notebook_unshare_member, sharing.notebook_unshare)
+
+    def _share(self, request: Request, pk: str, one: Any, everyone: Any) -> Response:
+        access, notebook = self._workload(request, pk)
+        asked = NotebookShareSerializer(data=request.data)
+        asked.is_valid(raise_exception=True)
+        kwargs = {"access": access, "user": request.user, "notebook": notebook}
+        if "member" in asked.validated_data:
+            notebook = one(**kwargs, member=asked.validated_data["member"])
+        else:
+            notebook = everyone(**kwargs)
+        return Response(NotebookSharesSerializer(sharing.notebook_shares(notebook)).data)
+
     logs = log_lines_of("The editor's log lines after `?after=` (0 = the start), up to `limit`.")

@@ -1,4 +1,4 @@
-"""`ajuste notebook run|list|get|start|stop|keep-alive|delete|logs`.
+"""`ajuste notebook run|list|get|start|stop|keep-alive|delete|logs|shares|share|unshare`.
 
 `ajuste notebook run` takes `ajuste job run`'s flags where they mean the same (`--flavor`,
 `--gpu`, `--volume`, `--env`, `--label`, `--name`), and `--image`, `--editor`:
@@ -142,4 +142,53 @@ add_actions(
             "Deleting {key}: its workspace goes with it.",
         ),
     ],
+)
+
+
+def shares_message(shares: dict[str, Any]) -> str:
+    members = ", ".join(shares["members"]) or "none"
+    project = (
+        "Shared with the whole project" if shares["project"] else "Not shared with the project"
+    )
+    return f"{project}; members it is shared with: {members}."
+
+
+@notebook.command("shares")
+@click.argument("ref")
+@output_option
+def shares(ref: str) -> None:
+    """Who may open a notebook besides its owner."""
+    api = state().api()
+    answer = api.get(f"notebooks/{notebook_id(api, ref)}/shares/")
+    emit(answer, message=shares_message(answer))
+
+
+def share_command(path: str, doc: str) -> Any:
+    @click.argument("ref")
+    @click.option("--member", default=None, help="A member of the project (a username).")
+    @click.option("--project", "everyone", is_flag=True, help="Every member of the project.")
+    @output_option
+    def command(ref: str, member: str | None, everyone: bool) -> None:
+        if (member is None) == (not everyone):
+            raise click.UsageError("Give one of --member USERNAME or --project.")
+        api = state().api()
+        body: dict[str, Any] = {"member": member} if member is not None else {"project": True}
+        answer = api.post(f"notebooks/{notebook_id(api, ref)}/{path}/", body, name=flag_of_share)
+        emit(answer, message=shares_message(answer))
+
+    command.__doc__ = doc
+    return command
+
+
+def flag_of_share(key: str) -> str:
+    return "--project" if key == "project" else f"--{key}"
+
+
+notebook.command("share")(
+    share_command(
+        "share", "Let a member (--member) or the project (--project) open it: its owner only."
+    )
+)
+notebook.command("unshare")(
+    share_command("unshare", "Take a member's (--member) or the project's (--project) share back.")
 )
