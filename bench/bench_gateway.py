@@ -3,8 +3,11 @@ its own entry point as tests/controlpanel/usercontent/gateway.py does) in front 
 notebook server on loopback, asking the panel (gunicorn, 1 worker x 8 threads, PostgreSQL) at
 every request. Per request: GET latency straight to the server and through the gateway, with
 the panel's yes not cached (USER_CONTENT_CACHE_SECONDS=0: every request asks) and cached (5 s,
-the default for notebooks; apps are never cached). Per websocket message: an echo's round trip
-on an open socket, straight and through the gateway (the panel is asked once, at the upgrade).
+the default), for a notebook (its cookie) and for an app called with a project API token (its
+yes kept under the token; each call still told to the panel for the autoscaler, by nginx's
+mirror). Per websocket message: an echo's round trip on an open socket, straight and through
+the gateway (the panel is asked once, at the upgrade). The gateway's throttling is set out of
+the way (one client sends faster than its default 100 requests a second).
 
     .venv/bin/python bench/bench_gateway.py [--requests 400] [--messages 2000]
 
@@ -42,6 +45,17 @@ def timed(call: Callable[[Any], object], arg: Any, *, count: int) -> list[float]
     return out
 
 
+def ok(client: Any) -> Callable[[str], object]:
+    """client.get that insists on a 200 (a refusal or a 429 timed would flatter the gateway)."""
+
+    def get(path: str) -> object:
+        answer = client.get(path)
+        assert answer.status_code == 200, (answer.status_code, answer.text[:200])
+        return answer
+
+    return get
+
+
 def row(name: str, values: list[float], base: list[float] | None = None) -> str:
     p50, p95 = nearest_rank(values, 50), nearest_rank(values, 95)
     added = ""
@@ -76,8 +90,10 @@ def main() -> None:
     import websocket
     from django.test import Client
 
+    from controlpanel.accounts.services import token_create
     from controlpanel.flavors.models import Flavor
     from controlpanel.notebooks.models import Notebook
+    from controlpanel.served.models import App
     from controlpanel.usercontent.hosts import content_host
     from controlpanel.usercontent.tickets import (
         cookie_name,
@@ -98,6 +114,18 @@ def main() -> None:
         flavor=Flavor.objects.get(name="ai1-1-cpu"), state="RUNNING",
         url=f"http://127.0.0.1:{server.server_address[1]}/",
     )  # fmt: skip
+    app = App.objects.create(
+        project=project, owner=user, name="chat", image="x/serve:1",
+        params={"model": "b@LOCAL/m", "model_name": "chat", "public": False},
+        volumes=["b@LOCAL/m:/workspace/model:ro"], state="RUNNING",
+        url=f"http://127.0.0.1:{server.server_address[1]}",
+        flavor=Flavor.objects.get(name="ai1-1-cpu"),
+    )  # fmt: skip
+    _, raw_token = token_create(user=user, name="bench")
+    app_headers = {
+        "Host": content_host("app", app.pk).netloc,
+        "Authorization": f"Bearer {raw_token}",
+    }
     browser = Client()
     browser.force_login(user)
     session_key = browser.session.session_key
@@ -117,7 +145,11 @@ def main() -> None:
     results = []
     for cache in ("0", "5"):
         procs = start({"web": gunicorn(panel_port, 1)}, logs, USER_CONTENT_CACHE_SECONDS=cache)
-        gateway = start_gateway(panel, gateway_port)
+        unthrottled = {
+            f"AJUSTE_GATEWAY_{knob}": "1000000"
+            for knob in ("RATE", "BURST", "KEY_RATE", "KEY_BURST")
+        }
+        gateway = start_gateway(panel, gateway_port, **unthrottled)
         try:
             wait_http(f"{panel}/healthz")
             # A new connection per request, as nginx opens to the server (http.server's
@@ -130,10 +162,16 @@ def main() -> None:
             assert through.get("/lab").status_code == 200, through.get("/lab").text
             for _ in range(20):  # warm both paths
                 direct.get("/lab"), through.get("/lab")
+            calls = httpx.Client(base_url=f"http://127.0.0.1:{gateway_port}", headers=app_headers)
+            assert calls.get("/v1/models").status_code == 200, calls.get("/v1/models").text
+            for _ in range(20):
+                calls.get("/v1/models")
             base = timed(direct.get, "/lab", count=args.requests)
-            gated = timed(through.get, "/lab", count=args.requests)
+            gated = timed(ok(through), "/lab", count=args.requests)
+            called = timed(ok(calls), "/v1/models", count=args.requests)
             results.append(row("GET straight to the server", base))
             results.append(row(f"GET through the gateway, cache {cache} s", gated, base))
+            results.append(row(f"app call with a token, cache {cache} s", called, base))
             if cache == "0":
                 ws_direct = websocket.create_connection(
                     f"ws://127.0.0.1:{server.server_address[1]}/ws", timeout=30
