@@ -38,6 +38,9 @@ from controlpanel.projects.settings_rules import (
     project_field,
     project_settings_check,
 )
+from controlpanel.queues.forms import SharingForm
+from controlpanel.queues.selectors import kueue_on
+from controlpanel.queues.services import SITE_ADMINS_ONLY, project_queue_update
 from controlpanel.served import app_tokens
 
 
@@ -78,7 +81,28 @@ def project_settings(request: ProjectRequest) -> HttpResponse:
         return _webhook_post(request, access, action)
     if action.startswith("app-token-"):
         return _app_token_post(request, access, action)
+    if action == "sharing-save":
+        return _sharing_save(request, access)
     return _settings_save(request, access)
+
+
+def _sharing_save(request: HttpRequest, access: ProjectAccess) -> HttpResponse:
+    """How the project shares GPUs in Kueue's cohort (site admins; queues/services.py)."""
+    form = SharingForm(request.POST)
+    if not access.is_admin:
+        return HttpResponse(SITE_ADMINS_ONLY, status=403, content_type="text/plain; charset=utf-8")
+    if not form.is_valid():
+        return _settings_page(request, access, sharing_form=form)
+    try:
+        changed = project_queue_update(access=access, changes=form.cleaned_data)
+    except ValidationError as exc:
+        for field, errors in exc.message_dict.items():
+            for error in errors:
+                form.add_error(field if field in form.fields else None, error)
+        return _settings_page(request, access, sharing_form=form)
+    names = ", ".join(str(form.fields[n].label) for n in changed) or "nothing changed"
+    messages.success(request, f"GPU sharing saved: {names}.")
+    return redirect("project-settings", slug=access.project.slug)
 
 
 def _settings_page(
@@ -91,6 +115,7 @@ def _settings_page(
     new: bool = False,
     app_token: str = "",
     app_token_error: str = "",
+    sharing_form: SharingForm | None = None,
 ) -> HttpResponse:
     """`secret` is shown in full (just made, or asked for), otherwise only its last characters;
     `app_token` is a new app-only token's raw value, shown this once."""
@@ -102,6 +127,11 @@ def _settings_page(
         "project": project,
         "form": form or ProjectSettingsForm(initial=_initial(project), with_quotas=access.is_admin),
         "quotas": None if access.is_admin else _quotas(project),
+        # Site admins: the cohort's borrowing, lending and weight (QUEUE_ENGINE=kueue).
+        "sharing_form": (sharing_form or SharingForm(initial=SharingForm.initial_for(project)))
+        if access.is_admin
+        else None,
+        "kueue": kueue_on(),
         "webhook_form": webhook_form or WebhookForm(initial={"webhook_url": project.webhook_url}),
         "webhook_secret_hint": secret_hint(project.webhook_secret, head=0)
         if project.webhook_secret
@@ -113,6 +143,7 @@ def _settings_page(
         (form is not None and form.errors)
         or (webhook_form is not None and webhook_form.errors)
         or app_token_error
+        or (sharing_form is not None and sharing_form.errors)
     )
     response = render(request, "projects/settings.html", context, status=400 if invalid else 200)
     if secret or app_token:

@@ -4,11 +4,19 @@ priority classes, one ClusterQueue and LocalQueue per project; queues of deleted
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
+from typing import Any
 
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.db import transaction
+
+from controlpanel import audit
 from controlpanel.core.install import install_id
 from controlpanel.engine.backend import ensure_project, get_backend
 from controlpanel.engine.models import Workload
+from controlpanel.projects.access import ProjectAccess
 from controlpanel.projects.models import Project
+from controlpanel.queues.models import ProjectQueue
 from controlpanel.queues.positions import positions_refresh
 from controlpanel.queues.selectors import kueue_on, queue_flavors, queue_request
 from controlpanel.queues.sharing import sharing_refresh
@@ -59,3 +67,70 @@ def queues_observe() -> dict[str, int]:
         "positions": positions_refresh(api, waiting=waiting),
         "shares": sharing_refresh(api, install=install_id()),
     }
+
+
+SHARING_FIELDS = ("borrowing_limit", "lending_limit", "fair_sharing_weight")
+SITE_ADMINS_ONLY = "Only site admins change how a project shares GPUs with the others; ask one."
+
+
+@transaction.atomic
+def project_queue_update(
+    *, access: ProjectAccess, changes: Mapping[str, Any]
+) -> dict[str, tuple[Any, Any]]:
+    """Change how the project shares GPUs in Kueue's cohort (site admins only): its borrowing
+    and lending limits (None: no limit) and its fair-sharing weight. Every value is checked
+    before any is written (ValidationError by field); each change is one audit event with the
+    old and new values, and Kueue's configuration follows after the commit (receivers.py).
+    Returns each changed field's (old, new)."""
+    if not access.is_admin:
+        raise PermissionDenied(SITE_ADMINS_ONLY)
+    project = access.project
+    errors: dict[str, list[str]] = {}
+    values: dict[str, Any] = {}
+    for name, value in changes.items():
+        try:
+            values[name] = _sharing_value(name, value, project)
+        except ValidationError as exc:
+            errors[name[:64]] = exc.messages
+    if errors:
+        raise ValidationError(errors)
+    row = ProjectQueue.objects.select_for_update().filter(project=project).first()
+    row = row or ProjectQueue(project=project)
+    changed = {n: (getattr(row, n), v) for n, v in values.items() if getattr(row, n) != v}
+    if changed:
+        for name, (_, new) in changed.items():
+            setattr(row, name, new)
+        row.save()
+        details = {n: f"{_said(old)} → {_said(new)}" for n, (old, new) in changed.items()}
+        audit.record("project.sharing", actor=None, project=project, target=project, **details)
+    return changed
+
+
+def _sharing_value(name: str, value: Any, project: Project) -> int | None:
+    if name not in SHARING_FIELDS:
+        raise ValidationError(
+            f"{name[:64]!r} is no sharing setting; they are {', '.join(SHARING_FIELDS)}."
+        )
+    if value in (None, ""):
+        if name == "fair_sharing_weight":
+            raise ValidationError("Give a weight from 1 to 1000.")
+        return None  # no limit
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise ValidationError("Give a whole number.")
+    text = str(value).strip()
+    if not (len(text) <= 9 and text.removeprefix("-").isdigit()):
+        raise ValidationError(f"{text[:40]!r} is not a whole number.")
+    number = int(text)
+    if name == "fair_sharing_weight" and not 1 <= number <= 1000:
+        raise ValidationError("Give a weight from 1 to 1000.")
+    if number < 0:
+        raise ValidationError("Give 0 or more (empty: no limit).")
+    if name == "lending_limit" and number > project.gpu_quota:
+        raise ValidationError(
+            f"A project lends at most its own GPU quota ({project.gpu_quota}); empty lends all."
+        )
+    return number
+
+
+def _said(value: Any) -> str:
+    return "no limit" if value is None else str(value)
