@@ -175,6 +175,7 @@ def _detail_context(app: App) -> dict[str, Any]:
         "hourly": selectors.hourly_price(flavor=app.flavor, units=app.gpu),
         "changing": app.state in CHANGING,
         "figures": app_stats.figures(app_id=app.pk),
+        "queue_position": selectors.queue_place(job=app),
     }
 
 

@@ -155,3 +155,55 @@ def test_ordinals() -> None:
         "101st",
         "111th",
     ]
+
+
+@pytest.mark.django_db
+def test_the_notebook_and_app_pages_and_api_show_the_kept_place(
+    settings: Any, project: Project, owner: Any, owner_client: Any, owner_api: Any
+) -> None:
+    """The page side alone (the emulator test above covers the reading): a notebook starting
+    and an app queued under Kueue show the place the periodic task kept, and nothing once the
+    place has gone from the cache."""
+    from django.core.cache import cache
+
+    from controlpanel.flavors.models import Flavor
+    from controlpanel.notebooks.models import Notebook
+    from controlpanel.queues.positions import PREFIX
+    from controlpanel.served.models import App
+
+    settings.QUEUE_ENGINE = "kueue"
+    flavor = Flavor.objects.get(name="ai1-1-cpu")
+    notebook = Notebook.objects.create(
+        project=project,
+        owner=owner,
+        name="nb",
+        image="local",
+        editor="jupyterlab",
+        flavor=flavor,
+        state="STARTING",
+    )
+    app = App.objects.create(
+        project=project,
+        owner=owner,
+        name="app",
+        image="x/serve:1",
+        params={"model": "alpha-data@LOCAL/tiny", "model_name": "app"},
+        state="QUEUED",
+        flavor=flavor,
+    )
+    cache.set(f"{PREFIX}{notebook.pk}", (2, 2), 60)
+    cache.set(f"{PREFIX}{app.pk}", (1, 3), 60)
+    page = owner_client.get(f"/p/alpha/notebooks/{notebook.pk}/").content.decode()
+    assert 'data-testid="queue-position">2nd in the queue for alpha</span>' in page
+    page = owner_client.get(f"/p/alpha/apps/{app.pk}/").content.decode()
+    said = "1st in the queue for alpha, 3rd in its ClusterQueue"
+    assert f'data-testid="queue-position">{said}</span>' in page
+    body = owner_api.get(f"/api/v1/apps/{app.pk}/?project=alpha").json()
+    assert body["queue_position"] == {"local": 1, "cluster": 3, "said": said}
+    body = owner_api.get(f"/api/v1/notebooks/{notebook.pk}/?project=alpha").json()
+    assert body["queue_position"]["local"] == 2
+    cache.delete_many([f"{PREFIX}{notebook.pk}", f"{PREFIX}{app.pk}"])
+    assert 'data-testid="queue-position"' not in (
+        owner_client.get(f"/p/alpha/apps/{app.pk}/").content.decode()
+    )
+    assert owner_api.get(f"/api/v1/apps/{app.pk}/?project=alpha").json()["queue_position"] is None
