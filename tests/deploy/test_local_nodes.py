@@ -82,7 +82,7 @@ def test_a_node_that_keeps_failing_fails_the_group_after_its_restarts(
 ) -> None:
     job = gloo_job("fails", FAIL_NODE="1", HOLD_S="30")
     local.apply_job(job=job)
-    done = wait_until(local, job.ref, lambda o: o.phase.is_final, timeout_s=150)
+    done = wait_until(local, job.ref, lambda o: o.phase.is_final, timeout_s=400)
     assert done.phase is Phase.FAILED
     assert done.reason.startswith("node 1: exit code 1"), done.reason
     # torchrun restarted the group: node 1's agent MAX_GROUP_RESTARTS times (its own count),
