@@ -167,25 +167,37 @@ def test_a_machine_with_gpus_takes_its_model_and_refuses_others(
     ]
 
 
-def test_more_units_than_the_machine_has_gpus_are_refused(
-    project: Project, tmp_path: Any, settings: Any
-) -> None:
+TOO_MANY = (
+    "h100-1-gpu × 3 needs 3 H100 GPUs at once; this machine, where this panel runs workloads, "
+    "has 2: ask for at most 2 units."
+)
+
+
+@pytest.fixture
+def two_h100(tmp_path: Any, settings: Any) -> Any:
     settings.VAR_DIR = tmp_path
     two = [Gpu(0, H100_NAME), Gpu(1, H100_NAME)]
     job_backend.set_backend(LocalBackend(base_dir=tmp_path / "w", gpus=lambda: two))
-    try:
-        data = {"image": "python", "flavor": "h100-1-gpu"}
-        assert validate_notebook(project=project, data=data | {"gpu": 2}).gpu == 2
-        with pytest.raises(ValidationError) as three:
-            validate_notebook(project=project, data=data | {"gpu": 3})
-    finally:
-        job_backend.set_backend(None)
-    assert three.value.message_dict == {
-        "gpu": [
-            "h100-1-gpu × 3 needs 3 H100 GPUs at once; this machine, where this panel runs "
-            "workloads, has 2: ask for at most 2 units."
-        ]
-    }
+    yield
+    job_backend.set_backend(None)
+
+
+def test_more_units_than_the_machine_has_gpus_are_refused(project: Project, two_h100: Any) -> None:
+    data = {"image": "python", "flavor": "h100-1-gpu"}
+    assert validate_notebook(project=project, data=data | {"gpu": 2}).gpu == 2
+    with pytest.raises(ValidationError) as three:
+        validate_notebook(project=project, data=data | {"gpu": 3})
+    assert three.value.message_dict == {"gpu": [TOO_MANY]}
+
+
+def test_the_api_refuses_more_units_than_the_machine_has_gpus(
+    owner_api: APIClient, data_bucket: Bucket, two_h100: Any
+) -> None:
+    body = finetune_body(data_bucket, "h100-1-gpu") | {"gpu": 3}
+    answer = owner_api.post("/api/v1/jobs/?project=alpha", body, format="json")
+    assert answer.status_code == 400
+    assert answer.json() == {"gpu": [TOO_MANY]}
+    assert not Job.objects.exists()
 
 
 def test_a_mig_flavor_never_runs_on_this_machine(project: Project, gpu_machine: Any) -> None:
