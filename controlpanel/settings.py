@@ -362,6 +362,13 @@ CELERY_BEAT_SCHEDULER = "controlpanel.engine.leaderbeat:LeaderScheduler"
 # off by default (make run and Compose run one of each): every replica acts.
 LEADER_ELECTION = env_bool("LEADER_ELECTION", False)
 LEADER_LEASE_SECONDS = env_int("LEADER_LEASE_SECONDS", 15, minimum=2)
+# Every watcher replica collects the logs it owns (controlpanel/engine/shards.py): a replica not
+# heard from for LOG_SHARD_TTL_SECONDS is gone, and the others take its logs over. Each log read
+# has its own deadline (LOG_READ_DEADLINE_SECONDS); a followed log silent for
+# LOG_FOLLOW_IDLE_SECONDS is opened again from its cursor.
+LOG_SHARD_TTL_SECONDS = env_int("LOG_SHARD_TTL_SECONDS", 10, minimum=2)
+LOG_READ_DEADLINE_SECONDS = env_int("LOG_READ_DEADLINE_SECONDS", 10, minimum=1)
+LOG_FOLLOW_IDLE_SECONDS = env_int("LOG_FOLLOW_IDLE_SECONDS", 60, minimum=1)
 # Every task ends: a hung call past the soft limit raises in it (retried where the task says),
 # past the hard one its process is replaced. Tasks that need longer say so on their decorator.
 # (The prefork pool enforces them; the deadlines below bound the calls in any pool.)
