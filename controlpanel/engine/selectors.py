@@ -193,7 +193,7 @@ def queue_place(*, job: Workload) -> QueuePosition | None:
 POSITION_SAID = re.compile(r"; position \d+ in the queue$")
 
 
-def reason_shown(*, job: Workload, position: int | None) -> str:
+def reason_shown(*, job: Workload, position: QueuePosition | int | None) -> str:
     """The reason without the queue position admission wrote into it, where the page shows
     the live position beside it (once, and never a stale one)."""
     return POSITION_SAID.sub("", job.state_reason) if position else job.state_reason

@@ -66,7 +66,7 @@ def job_list(request: ProjectRequest) -> HttpResponse:
     )
     places = kueue_places(page)
     for row in page:
-        row.queue_place = places.get(str(row.pk))  # Kueue's, shown under the state
+        row.queue_place = places.get(str(row.pk))  # type: ignore[attr-defined]  # for the row
     context = {
         "project": project,
         "page": page,
