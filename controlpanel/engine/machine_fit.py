@@ -52,7 +52,7 @@ def matching_gpus(flavor: Flavor, gpus: Iterable[str]) -> list[str]:
 def flavor_problem(flavor: Flavor, gpus: tuple[str, ...] | None) -> str | None:
     """Why `flavor` can never start on a machine with these GPUs (None: it can, or a cluster
     decides)."""
-    if runs_on(flavor, gpus):
+    if gpus is None or runs_on(flavor, gpus):
         return None
     if mig_profile(flavor.resource_key):
         return (
