@@ -7,7 +7,7 @@ from typing import Any
 
 from django.shortcuts import get_object_or_404
 from django.utils.cache import add_never_cache_headers
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.exceptions import NotFound, PermissionDenied, ValidationError
 from rest_framework.request import Request
@@ -102,10 +102,23 @@ class MemberViewSet(viewsets.ViewSet):
         )
         return Response(s.MembershipSerializer(membership).data)
 
+    @extend_schema(
+        parameters=[
+            OpenApiParameter(
+                "hand_over_to",
+                str,
+                description="A member's username: what the leaver owns here becomes theirs "
+                "(audited) instead of stopping.",
+            )
+        ]
+    )
     def destroy(self, request: Request, project_slug: str, pk: str) -> Response:
+        """Remove a member: their jobs, notebooks and apps here stop, or with `hand_over_to`
+        become that member's."""
         access = api_project(request, slug=project_slug, manage=True)
         membership = get_object_or_404(Membership, pk=pk, project=access.project)
-        project_services.member_remove(access=access, membership=membership)
+        heir = request.query_params.get("hand_over_to", "").strip()
+        project_services.member_remove(access=access, membership=membership, hand_over_to=heir)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 

@@ -9,7 +9,11 @@ from django.db import transaction
 from django.utils import timezone
 
 from controlpanel import audit
-from controlpanel.engine.leavers import leaver_work_stop
+from controlpanel.engine.leavers import (
+    hand_over_target,
+    leaver_work_hand_over,
+    leaver_work_stop,
+)
 from controlpanel.projects.access import ProjectAccess
 from controlpanel.projects.models import (
     MAX_SECRET_BYTES,
@@ -187,9 +191,19 @@ def member_set_role(*, access: ProjectAccess, membership: Membership, role: str)
 
 
 @transaction.atomic
-def member_remove(*, access: ProjectAccess, membership: Membership) -> None:
+def member_remove(
+    *, access: ProjectAccess, membership: Membership, hand_over_to: str = ""
+) -> list[Any]:
+    """Remove the member; what they own in the project is handed over to the member named by
+    `hand_over_to` (a username), or else stops (engine/leavers.py). The work handed over."""
     if not access.can_manage:
         raise PermissionDenied("Only the project's managers can remove members.")
+    leaver = membership.user
+    heir = (
+        hand_over_target(project=access.project, leaver=leaver, username=hand_over_to)
+        if hand_over_to
+        else None
+    )
     _keep_one_manager(membership, leaving=True)
     audit.record(
         "member.remove",
@@ -201,12 +215,17 @@ def member_remove(*, access: ProjectAccess, membership: Membership) -> None:
     )
     membership.delete()
     channels.member_removed(project_id=access.project.pk, user_id=membership.user_id)
-    # Their work there stops: nothing of theirs keeps running in a project they left.
+    handed = []
+    if heir is not None:
+        # by=None: the audit takes the signed-in user of the request (the manager).
+        handed = leaver_work_hand_over(project=access.project, leaver=leaver, to=heir, by=None)
+    # What is still theirs there stops: nothing of theirs keeps running in a project they left.
     leaver_work_stop(
-        user=membership.user,
+        user=leaver,
         project=access.project,
         reason=f"stopped: {membership.user.username} left the project",
     )
+    return handed
 
 
 def _keep_one_manager(membership: Membership, *, leaving: bool) -> None:

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 from django.conf import settings
@@ -19,6 +20,7 @@ from controlpanel.accounts.models import AppToken, Invitation
 from controlpanel.accounts.selectors import grants_in, pending_invitations
 from controlpanel.buckets.crypto import secret_hint
 from controlpanel.core.htmx import wants_fragment
+from controlpanel.engine.leavers import owned_counts, owned_text
 from controlpanel.projects import services
 from controlpanel.projects.access import ProjectAccess, ProjectRequest, project_view
 from controlpanel.projects.first_run import first_run_dismiss, first_run_for
@@ -303,9 +305,13 @@ def _members_page(
     status: int = 200,
 ) -> HttpResponse:
     access = request.access
+    members = list(members_of(project=access.project))
+    counts = owned_counts(project=access.project) if access.can_manage else {}
+    for m in members:  # what a removal would hand over or stop ("3 notebooks, 2 apps")
+        m.owned = owned_text(counts.get(m.user_id, Counter()))
     context = {
         "project": access.project,
-        "members": members_of(project=access.project),
+        "members": members,
         "grants": grants_in(project=access.project),
         "invitations": pending_invitations(project=access.project) if access.can_manage else [],
         "form": form or MemberAddForm(),
@@ -400,8 +406,11 @@ def member_update(request: ProjectRequest, member_id: int) -> HttpResponse:
     membership = get_object_or_404(Membership, pk=member_id, project=access.project)
     try:
         if request.POST.get("action") == "remove":
-            services.member_remove(access=access, membership=membership)
-            messages.success(request, f"Removed {membership.user.username}.")
+            heir = request.POST.get("hand_over_to", "").strip()
+            handed = services.member_remove(access=access, membership=membership, hand_over_to=heir)
+            what = owned_text(Counter(w.kind for w in handed))
+            given = f" Their {what} now belong to {heir}." if handed else ""
+            messages.success(request, f"Removed {membership.user.username}.{given}")
         else:
             form = MemberRoleForm(request.POST)
             if not form.is_valid():
