@@ -22,6 +22,7 @@ from controlpanel.jobs.models import Job
 from controlpanel.jobs.states import JobState
 from controlpanel.projects.models import Project
 from deploy.local import LocalBackend
+from deploy.local.gpus import Gpu
 from deploy.types import Capacity
 from tests.fixtures.jobs import project_bucket, put_dataset, submit
 from tests.fixtures.panel import add_member
@@ -88,13 +89,16 @@ def finish(job: Job) -> None:
 
 
 def test_local_capacity_is_the_machine_or_the_override(tmp_path: Path) -> None:
-    assert LocalBackend(base_dir=tmp_path, cpus=3, memory_gib=5).capacity() == Capacity(
-        millicpu=3000, memory_mib=5 * 1024
+    assert LocalBackend(base_dir=tmp_path, cpus=3, memory_gib=5, gpus=list).capacity() == (
+        Capacity(millicpu=3000, memory_mib=5 * 1024)
     )
     mem_total_kib = int(Path("/proc/meminfo").read_text().split("\n")[0].split()[1])
-    assert LocalBackend(base_dir=tmp_path).capacity() == Capacity(
+    assert LocalBackend(base_dir=tmp_path, gpus=list).capacity() == Capacity(
         millicpu=len(os.sched_getaffinity(0)) * 1000, memory_mib=mem_total_kib // 1024
     )
+    # and its GPUs, by name (issue 32: the panel refuses a GPU flavor it has none of)
+    two = [Gpu(0, "NVIDIA L4"), Gpu(1, "NVIDIA L4")]
+    assert LocalBackend(base_dir=tmp_path, gpus=lambda: two).capacity().gpus == ("NVIDIA L4",) * 2
 
 
 def test_the_settings_size_the_panels_local_backend(settings: Any, tmp_path: Path) -> None:
@@ -102,7 +106,8 @@ def test_the_settings_size_the_panels_local_backend(settings: Any, tmp_path: Pat
     settings.AJUSTE_LOCAL_CPUS, settings.AJUSTE_LOCAL_MEMORY_GIB = 2, 6
     job_backend.set_backend(None)
     try:
-        assert job_backend.get_backend().capacity() == Capacity(millicpu=2000, memory_mib=6144)
+        capacity = job_backend.get_backend().capacity()
+        assert (capacity.millicpu, capacity.memory_mib) == (2000, 6144)  # GPUs: the host's
     finally:
         job_backend.set_backend(None)
 
