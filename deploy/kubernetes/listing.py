@@ -127,9 +127,15 @@ def group_job(
         push_jobs=push_jobs,
         push_pods=push_pods,
         events=pod_events(api, newest(main_pods)) if main_pods else job_events(api, job),
-        workload=None if main_pods else job_workload(api, jobset or job),
+        # Only a suspended Job has one to read (job_workload): its pods are gone or going
+        # (an evicted pod terminating while it saves its checkpoint).
+        workload=None if _live(main_pods) else job_workload(api, jobset or job),
         jobset=jobset,
     )
+
+
+def _live(pods: list[Obj]) -> bool:
+    return any(not p["metadata"].get("deletionTimestamp") for p in pods)
 
 
 def notebook_state(api: KubeApi, ref: WorkloadRef) -> ObservedWorkload:

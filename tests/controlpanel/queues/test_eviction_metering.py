@@ -14,13 +14,19 @@ from django.utils import timezone
 
 from controlpanel.billing.models import Line
 from controlpanel.engine.admission import admit_jobs
+from controlpanel.engine.backend import job_ref
 from controlpanel.engine.lifecycle import apply_observation, record_state
 from controlpanel.engine.models import JobRun
+from controlpanel.engine.reconcile import reconcile
+from controlpanel.engine.tasks import sweep_now
 from controlpanel.jobs.models import Job
 from controlpanel.projects.models import Project
+from controlpanel.queues.services import queues_reconcile
+from deploy import names
 from deploy.kubernetes.observe import JobObjects, observe_job
 from deploy.types import ObservedWorkload, Phase, WorkloadKind, WorkloadRef
 from tests.fixtures.jobs import submit
+from tests.fixtures.k8s_emulator import crds
 
 REASON = "preempted: project alpha reclaimed its quota; back in Kueue queue ajuste, it resumes"
 
@@ -174,3 +180,46 @@ def test_the_observation_of_an_evicted_job_carries_kueues_eviction_time() -> Non
     assert seen.evicted_at == datetime(2026, 12, 5, 10, 7, 31, tzinfo=UTC)
     waiting = observe_job(ref, JobObjects(job=_suspended_job(), workload=_workload(None)))
     assert waiting.phase is Phase.QUEUED and waiting.evicted_at is None  # never admitted
+
+
+@pytest.mark.k8s
+@pytest.mark.django_db(transaction=True)
+def test_a_pod_terminating_after_its_eviction_shows_kueues_reason_and_is_metered(
+    k8s_cluster: Any,
+    k8s_jobs: Any,
+    settings: Any,
+    project: Project,
+    other_project: Project,
+    owner: Any,
+) -> None:
+    """Through the emulator's Kueue: the evicted pod saves its checkpoint (it ignores SIGTERM
+    for its grace period), and meanwhile the job says why it waits and is still metered."""
+    missing = crds.missing(crds.KUEUE)
+    if missing:
+        pytest.skip(missing)
+    settings.QUEUE_ENGINE = "kueue"
+    k8s_cluster.install_kueue()
+    Project.objects.filter(pk__in=[project.pk, other_project.pk]).update(gpu_quota=1)
+    queues_reconcile()
+    theirs = [submit(other_project, owner, name=f"beta-{i}", preemptible=True) for i in range(2)]
+    admit_jobs(project_id=other_project.pk)
+    for job in theirs:  # the second borrows alpha's idle GPU
+        reconcile(str(job.pk))
+        pod = k8s_cluster.pod_of(other_project.namespace, names.job_name(job_ref(job)))
+        k8s_cluster.kubelet.run(other_project.namespace, pod)
+    sweep_now()
+    k8s_cluster.kubelet.ignore_sigterm = True
+    ours = submit(project, owner, name="alpha-0")
+    admit_jobs(project_id=project.pk)
+    reconcile(str(ours.pk))
+    sweep_now()
+    [preempted] = Job.objects.filter(pk__in=[j.pk for j in theirs], state="QUEUED")
+    assert preempted.state_reason.startswith("preempted: "), preempted.state_reason
+    assert "reclamation within the cohort" in preempted.state_reason
+    [run] = JobRun.objects.filter(job=preempted)
+    assert run.finished_at is None  # its pod still runs (terminating): metered
+    [dying] = k8s_cluster.pods_of(other_project.namespace, names.job_name(job_ref(preempted)))
+    k8s_cluster.kubelet.stop(other_project.namespace, dying["metadata"]["name"], 143)
+    sweep_now()
+    run.refresh_from_db()
+    assert run.finished_at is not None and run.started_at <= run.finished_at <= timezone.now()
