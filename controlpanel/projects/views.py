@@ -308,7 +308,7 @@ def _members_page(
     members = list(members_of(project=access.project))
     counts = owned_counts(project=access.project) if access.can_manage else {}
     for m in members:  # what a removal would hand over or stop ("3 notebooks, 2 apps")
-        m.owned = owned_text(counts.get(m.user_id, Counter()))
+        setattr(m, "owned", owned_text(counts.get(m.user_id, Counter())))  # noqa: B010
     context = {
         "project": access.project,
         "members": members,
