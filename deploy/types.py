@@ -543,13 +543,15 @@ class LogChunk:
 
     `lines` have no trailing newline and no timestamp prefix. `eof` is set once the process
     has ended and every line has been returned. `skipped` says what the read had to pass over
-    (too much at once to take): the collector stores it as a line of its own.
+    (too much at once to take): the collector stores it as a line of its own. `gap` says what
+    was lost before `lines` (the log file rotated before they were read): stored before them.
     """
 
     lines: tuple[str, ...]
     cursor: str
     eof: bool = False
     skipped: str = ""
+    gap: str = ""
 
 
 def _tuplify(obj: object, *names: str) -> None:

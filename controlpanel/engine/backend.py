@@ -60,6 +60,8 @@ def _build_backend() -> ComputeBackend:
             install_id=install_id(),  # ajuste.io/install on every object (controlpanel/core)
             namespaced=settings.KUBERNETES_NAMESPACED,
             images=settings.AJUSTE_IMAGE_MAP,
+            log_read_deadline_s=float(settings.LOG_READ_DEADLINE_SECONDS),
+            log_follow_idle_s=float(settings.LOG_FOLLOW_IDLE_SECONDS),
         )
     from deploy.local import LocalBackend  # deferred, as the Kubernetes one: one is used
 

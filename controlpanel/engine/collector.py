@@ -1,5 +1,7 @@
-"""The log collector: one loop in the watcher process reads the log of every running workload
-and stores its new lines, whether anyone watches or not (logs.collect_logs).
+"""The log collector: a loop in each watcher replica reads the log of every running workload
+the replica owns (shards.py: spread over the replicas, taken over when one dies) and stores
+its new lines, whether anyone watches or not (logs.collect_logs). On Kubernetes a read is a
+stream (`follow=true`) that lasts as long as the workload prints (logs.follow_logs).
 
 A workload that printed is read again after `interval_s`; a quiet one less and less often, up
 to `idle_s`. A log that someone follows (a job page polling it, a live stream of it, `ajuste
@@ -7,8 +9,8 @@ logs -f`) is read every `interval_s` however quiet, so a line printed after a pa
 readers within about a second: each poll notes the job in the cache for `FOLLOWED_S`
 (`note_followed`; the streams of a web process, `note_followed_many` once a second), one write
 whatever the number of readers, so 50 readers cost the cluster what one does. Reads run on a
-few threads, so one slow pod log does not hold up the others. Pages and the API read the stored
-rows only.
+thread each, and a round starts what is due without waiting for reads still going: one slow
+pod log holds up no other. Pages and the API read the stored rows only.
 """
 
 from __future__ import annotations
@@ -17,16 +19,18 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 
+from django.conf import settings
 from django.core.cache import cache
-from django.db import close_old_connections
+from django.db import close_old_connections, connections
 from django.db.models import F
 
 from controlpanel.core.metrics import store as metrics_store
-from controlpanel.engine.logs import collect_logs
+from controlpanel.engine.logs import collect_logs, follow_logs
 from controlpanel.engine.models import Workload
 from controlpanel.engine.registry import states_of
+from controlpanel.engine.shards import Shard
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +66,10 @@ def _followed(job_ids: set[str]) -> set[str]:
 
 
 class LogCollector:
+    """Reads the logs this replica owns (`shard`; all of them without one). With `submit`
+    (the run loop's thread pool) each read runs on its own and the round never waits for one:
+    a read still going is not started again, and a stuck read holds only its own log."""
+
     def __init__(
         self,
         *,
@@ -69,36 +77,59 @@ class LogCollector:
         idle_s: float = 2.0,
         threads: int = 8,
         collect: Callable[[str], int] | None = None,
+        shard: Shard | None = None,
     ) -> None:
         self.interval_s = interval_s
         self.idle_s = idle_s
         self.threads = threads
+        self.shard = shard
         self.collect = collect or _collect_one
         self._due: dict[str, float] = {}  # job id -> when to read it next (monotonic)
         self._wait: dict[str, float] = {}  # job id -> its current wait between reads
         self._failing: set[str] = set()  # last read failed: the longest wait, followed or not
+        self._running: dict[str, Future[int]] = {}  # reads going on now
 
     def run(self, stop: threading.Event) -> None:
         def fresh(job_id: str) -> int:  # a thread of the pool: its own database connection
             close_old_connections()
-            return self.collect(job_id)
+            try:
+                return self.collect(job_id)
+            finally:
+                connections.close_all()
 
+        beat_s = settings.LOG_SHARD_TTL_SECONDS / 4
+        next_beat = 0.0
         with ThreadPoolExecutor(self.threads, thread_name_prefix="log-collector") as pool:
-            while not stop.is_set():
-                close_old_connections()
-                started = time.monotonic()
-                try:
-                    self.tick(lambda _, ids: pool.map(fresh, ids))
-                except Exception:  # a database hiccup: the loop goes on
-                    log.exception("log collection round failed")
-                else:  # /metrics' log collector lag
-                    metrics_store.note_collector_round(seconds=time.monotonic() - started)
-                stop.wait(self.interval_s)
+            try:
+                while not stop.is_set():
+                    close_old_connections()
+                    started = time.monotonic()
+                    if self.shard is not None and started >= next_beat:
+                        self.shard.beat()
+                        next_beat = started + beat_s
+                    try:
+                        self.tick(submit=lambda job_id: pool.submit(fresh, job_id))
+                    except Exception:  # a database hiccup: the loop goes on
+                        log.exception("log collection round failed")
+                    else:  # /metrics' log collector lag
+                        metrics_store.note_collector_round(seconds=time.monotonic() - started)
+                    stop.wait(self.interval_s)
+            finally:
+                if self.shard is not None:
+                    self.shard.leave()
+                pool.shutdown(wait=False, cancel_futures=True)
 
-    def tick(self, run_all: Callable[..., object] = map) -> list[str]:
-        """One round: read every printing workload that is due or followed; returns the ids
-        read."""
-        live = {str(pk) for pk in _printing_jobs()}
+    def owns(self, job_id: str) -> bool:
+        return self.shard is None or self.shard.owns(job_id)
+
+    def tick(self, submit: Callable[[str], Future[int]] | None = None) -> list[str]:
+        """One round: start a read of every owned printing workload that is due or followed
+        and not being read; returns the ids started. Without `submit` the reads run here."""
+        for job_id, future in list(self._running.items()):
+            if future.done():
+                del self._running[job_id]
+                self._schedule(job_id, -1 if future.exception() else future.result())
+        live = {str(pk) for pk in _printing_jobs() if self.owns(str(pk))}
         for job_id in set(self._due) - live:
             self._due.pop(job_id, None)
             self._wait.pop(job_id, None)
@@ -107,13 +138,15 @@ class LogCollector:
         followed = _followed(live)
         due = sorted(
             job_id
-            for job_id in live
+            for job_id in live - set(self._running)
             if self._due.get(job_id, 0.0) <= now
             or (job_id in followed and job_id not in self._failing)
         )
-        results = list(run_all(self.collect, due))  # type: ignore[call-overload]
-        for job_id, added in zip(due, results, strict=True):
-            self._schedule(job_id, added)
+        for job_id in due:
+            if submit is None:
+                self._schedule(job_id, self.collect(job_id))
+            else:
+                self._running[job_id] = submit(job_id)
         return due
 
     def _schedule(self, job_id: str, added: int) -> None:
@@ -134,6 +167,23 @@ def _printing_jobs() -> list[object]:
             state__in=PRINTING_STATES, logs_archived=False, launched_run__gte=F("run")
         ).values_list("pk", flat=True)
     )
+
+
+def follow_while_owned(shard: Shard | None, stop: threading.Event) -> Callable[[str], int]:
+    """The watcher's read: the log followed as a stream (`follow_logs`) for as long as this
+    replica owns the workload and runs."""
+
+    def follow(job_id: str) -> int:
+        def keep() -> bool:
+            return not stop.is_set() and (shard is None or shard.owns(job_id))
+
+        try:
+            return follow_logs(job_id=job_id, keep=keep)
+        except Exception as exc:  # a cluster or database error must not stop the other logs
+            log.warning("following the log of job %s failed: %s", job_id, exc)
+            return -1
+
+    return follow
 
 
 def _collect_one(job_id: str) -> int:

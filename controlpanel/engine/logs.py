@@ -9,7 +9,7 @@ only read the stored rows: 50 viewers cost what one does, and a GET never reache
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -22,6 +22,7 @@ from controlpanel.engine.evictions import interrupted_entry
 from controlpanel.engine.models import JobEvent, JobLogLine, Workload
 from controlpanel.engine.replicas import OBSERVED_PROGRESS
 from controlpanel.streams import channels
+from deploy.types import LogChunk
 from training.protocol import Snapshot, clean_text, curve_point, read_event
 
 # Every logged step up to this many (a 10,000-step run logging every 10 steps fits whole).
@@ -53,19 +54,47 @@ def collect_logs(*, job_id: Any, limit: int = COLLECT_LIMIT) -> tuple[int, bool]
     chunk = get_backend().read_logs(
         ref=job_ref(job), cursor=cursor or None, limit=limit, fresh=job.is_final
     )
+    added = _commit(job_id, run, cursor, chunk)
+    return max(added, 0), chunk.eof and added >= 0
+
+
+def follow_logs(*, job_id: Any, keep: Callable[[], bool]) -> int:
+    """Store the job's log as it is printed, followed as a stream (`follow=true`) while `keep()`
+    and the stream last (the backend resumes from the stored cursor after a break); returns the
+    lines stored. A backend without streams is read once (`collect_logs`)."""
+    backend = get_backend()
+    job = Workload.objects.select_related("project").filter(pk=job_id).first()
+    if not hasattr(backend, "follow_logs") or job is None or job.is_final:
+        return collect_logs(job_id=job_id)[0]
+    if job.logs_archived or job.launched_run < job.run:
+        return 0
+    run, cursor, total = job.run, job.log_cursor, 0
+    for chunk in backend.follow_logs(ref=job_ref(job), cursor=cursor or None, keep=keep):
+        added = _commit(job_id, run, cursor, chunk)
+        if added < 0:
+            break  # another replica stored from this cursor: it follows the log now
+        total, cursor = total + added, chunk.cursor
+    return total
+
+
+def _commit(job_id: Any, run: int, cursor: str, chunk: LogChunk) -> int:
+    """Store a chunk read from `cursor`; -1 if the row moved on meanwhile (another collector
+    stored from that cursor: nothing is stored twice)."""
     lines = chunk.lines
+    if chunk.gap:
+        lines = (f"{MARK} {chunk.gap}", *lines)
     if chunk.skipped:
         lines = (*lines, f"{MARK} {chunk.skipped}")
     if not lines and chunk.cursor == cursor:
-        return 0, chunk.eof  # nothing new: no row written (the read is most reads of a log)
+        return 0  # nothing new: no row written (the read is most reads of a log)
     with transaction.atomic():
         job = Workload.objects.select_for_update(of=("self",)).filter(pk=job_id).first()
         if job is None or job.logs_archived or (job.run, job.log_cursor) != (run, cursor):
-            return 0, False  # another collector moved on: the next read starts from its cursor
+            return -1  # another collector moved on: the next read starts from its cursor
         _store(job, lines)
         job.log_cursor = chunk.cursor
         job.save(update_fields=["log_cursor", "log_lines", "progress", "loss_curve", "updated_at"])
-        return len(lines), chunk.eof
+        return len(lines)
 
 
 def _store(job: Workload, lines: tuple[str, ...] | list[str]) -> None:

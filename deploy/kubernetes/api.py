@@ -181,9 +181,17 @@ class KubeApi:
             response.release_conn()
 
     def pod_log(
-        self, namespace: str, name: str, *, container: str, since_time: str | None, limit_bytes: int
+        self,
+        namespace: str,
+        name: str,
+        *,
+        container: str,
+        since_time: str | None,
+        limit_bytes: int,
+        deadline_s: float | None = None,
     ) -> str:
-        """The container's log with RFC 3339 timestamps, from `since_time` (seconds) on."""
+        """The container's log with RFC 3339 timestamps, from `since_time` (seconds) on.
+        `deadline_s`: the read's own limit, tried once (the log collector reads again later)."""
         query = _query(
             container=container,
             timestamps="true",
@@ -191,8 +199,53 @@ class KubeApi:
             limitBytes=str(limit_bytes),
         )
         path = KINDS["Pod"].path(namespace, name, "log")
-        response = self._send("GET", path, query=query, accept="text/plain")
-        return response.data.decode("utf-8", errors="replace")
+        if deadline_s is None:
+            data = self._send("GET", path, query=query, accept="text/plain").data
+        else:
+            response = self._once(path, query, read_timeout_s=deadline_s)
+            try:
+                data = response.read()
+            except (urllib3.exceptions.HTTPError, OSError) as exc:
+                raise TransientError(f"the log read timed out: {_describe(exc)}") from exc
+            finally:
+                response.release_conn()
+        return str(data.decode("utf-8", errors="replace"))
+
+    def follow_pod_log(
+        self,
+        namespace: str,
+        name: str,
+        *,
+        container: str,
+        since_time: str | None,
+        idle_s: float,
+    ) -> Iterator[bytes]:
+        """The container's log streamed (`follow=true`, as `kubectl logs -f`), as the kubelet
+        sends it, until the container ends; a silence longer than `idle_s` raises (the caller
+        resumes from its cursor)."""
+        query = _query(container=container, timestamps="true", sinceTime=since_time, follow="true")
+        path = KINDS["Pod"].path(namespace, name, "log")
+        response = self._once(path, query, read_timeout_s=idle_s)
+        try:
+            yield from response.stream(64 * 1024, decode_content=True)
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise TransientError(f"the log stream broke: {_describe(exc)}") from exc
+        finally:
+            response.release_conn()
+
+    def _once(self, path: str, query: Query, *, read_timeout_s: float) -> Any:
+        """A streamed GET of text, tried once, with its own read time-out."""
+        request = self.client.param_serialize(
+            method="GET",
+            resource_path=path,
+            query_params=query,
+            header_params={"Accept": "text/plain"},
+            auth_settings=["BearerToken"],
+        )
+        try:
+            return self._call(request, (5.0, read_timeout_s), True)
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise TransientError(f"the Kubernetes API did not answer: {_describe(exc)}") from exc
 
     def _json(
         self,

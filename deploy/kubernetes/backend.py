@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
 from typing import TypeVar
 
@@ -74,6 +74,8 @@ class KubernetesBackend:
         namespaced: bool = False,
         images: Mapping[str, str] | None = None,
         namespaced_poll_s: float = 10.0,
+        log_read_deadline_s: float = 10.0,
+        log_follow_idle_s: float = 60.0,
     ) -> None:
         self.api = KubeApi(api_client or make_api_client(), request_timeout_s=request_timeout_s)
         self.service_account = service_account
@@ -82,7 +84,9 @@ class KubernetesBackend:
         self.install_id = names.label_value(install_id) if install_id else ""
         self.namespaced, self.namespaced_poll_s = namespaced, namespaced_poll_s
         self.images = dict(images or {})
-        self.logs = RunLogs(self.api)
+        self.logs = RunLogs(
+            self.api, read_deadline_s=log_read_deadline_s, follow_idle_s=log_follow_idle_s
+        )
 
     def capacity(self) -> None:
         """None: the scheduler (and Kueue, where installed) queues what the nodes cannot run."""
@@ -211,6 +215,12 @@ class KubernetesBackend:
         self, *, ref: WorkloadRef, cursor: str | None, limit: int = 1000, fresh: bool = False
     ) -> LogChunk:
         return self.logs.read(self._ref(ref), cursor, limit, fresh=fresh)
+
+    def follow_logs(
+        self, *, ref: WorkloadRef, cursor: str | None, keep: Callable[[], bool]
+    ) -> Iterator[LogChunk]:
+        """The log as it is printed (`follow=true`), from `cursor`, while `keep()`."""
+        return self.logs.follow(self._ref(ref), cursor, keep=keep)
 
     def apply_notebook(self, *, notebook: NotebookRequest) -> ObservedWorkload:
         notebook = self._own(notebook)

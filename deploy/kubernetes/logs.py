@@ -101,6 +101,25 @@ def new_lines(
     return fresh, Cursor(cursor.pod_uid, last_ns, count)
 
 
+def rotated_gap(lines: list[tuple[int, str]], cursor: Cursor) -> str:
+    """What a read from `cursor`'s second says was lost, or "": the read starts at that second,
+    so it holds the `count` lines the cursor saw at its time unless the kubelet rotated the log
+    file since (the API serves the current file only). Lines after them with fewer of them
+    present: everything printed in between went with the rotated file."""
+    if cursor.last_ns < 0 or cursor.count == 0:
+        return ""
+    at_cursor = sum(1 for stamp, _ in lines if stamp == cursor.last_ns)
+    later = [stamp for stamp, _ in lines if stamp > cursor.last_ns]
+    if at_cursor >= cursor.count or not later:
+        return ""
+    start = datetime.fromtimestamp(cursor.last_ns / 1e9, tz=UTC)
+    end = datetime.fromtimestamp(later[0] / 1e9, tz=UTC)
+    return (
+        f"— lines printed between {start:%Y-%m-%d %H:%M:%S} and {end:%H:%M:%S} UTC skipped "
+        "(log rotated: the kubelet rotated the log file before they were read) —"
+    )
+
+
 @dataclass(frozen=True)
 class PodLogRead:
     lines: list[str]
@@ -118,6 +137,7 @@ def read_pod_log(
     container: str,
     cursor: str | None,
     limit: int,
+    deadline_s: float | None = None,
 ) -> PodLogRead:
     position = Cursor.decode(cursor, pod_uid=pod_uid)
     body = api.pod_log(
@@ -126,13 +146,16 @@ def read_pod_log(
         container=container,
         since_time=since_time(position.last_ns),
         limit_bytes=MAX_BYTES,
+        deadline_s=deadline_s,
     )
     size = len(body.encode())
     truncated = size >= MAX_BYTES
-    fresh, after = new_lines(split_lines(body), position, limit=limit)
+    lines = split_lines(body)
+    fresh, after = new_lines(lines, position, limit=limit)
     if truncated and not fresh:
         return _skip(body, size, position)
-    return PodLogRead(fresh, after.encode(), not truncated and len(fresh) < limit)
+    gap = rotated_gap(lines, position)
+    return PodLogRead(fresh, after.encode(), not truncated and len(fresh) < limit, gap)
 
 
 def _skip(body: str, size: int, position: Cursor) -> PodLogRead:

@@ -88,7 +88,7 @@ def test_one_watcher_records_and_the_other_takes_over_when_it_stops_renewing(
         thread = threading.Thread(
             target=watch_while_leading,
             args=(stops[name], leader),
-            kwargs={"record": record, "poll_s": 0.1, "resync_s": 300.0, "log_s": 0.1},
+            kwargs={"record": record, "poll_s": 0.1, "resync_s": 300.0},
         )
         thread.start()
         return thread

@@ -5,9 +5,11 @@ without a watch is polled. The beat sweep stays the safety net: either alone con
 Beside the watch, the same process runs the log collector (collector.py): the log of every
 running workload is stored as it is printed, watched or not.
 
-Both run in one replica at a time: the one holding the `ajuste-watch` Lease (engine/leader.py).
-Another replica (a rolling update's new pod, a second one for availability) waits and takes
-over, watch and collector, when the holder lets go or stops renewing."""
+The watch runs in one replica at a time: the one holding the `ajuste-watch` Lease
+(engine/leader.py). Another replica (a rolling update's new pod, a second one for
+availability) waits and takes over when the holder lets go or stops renewing. The log
+collection runs in every replica, each following the logs it owns (engine/shards.py); a dead
+replica's logs are taken over by the others within LOG_SHARD_TTL_SECONDS."""
 
 from __future__ import annotations
 
@@ -21,8 +23,9 @@ from django.core.management.base import BaseCommand, CommandParser
 from django.db import close_old_connections, connections
 
 from controlpanel.engine.backend import get_backend
-from controlpanel.engine.collector import LogCollector
+from controlpanel.engine.collector import LogCollector, follow_while_owned
 from controlpanel.engine.leader import WATCH_LEASE, Leadership, leadership
+from controlpanel.engine.shards import Shard
 from controlpanel.engine.sweep import record_observation
 from deploy.types import DeployError, ObservedWorkload
 
@@ -46,6 +49,12 @@ class Command(BaseCommand):
             default=0.25,
             help="How often the log of a workload that is printing is read.",
         )
+        parser.add_argument(
+            "--log-threads",
+            type=int,
+            default=2048,
+            help="Logs followed at once by this replica (one thread each, beside its stream's).",
+        )
 
     def handle(
         self,
@@ -53,9 +62,18 @@ class Command(BaseCommand):
         poll_seconds: float,
         resync_seconds: float,
         log_seconds: float,
+        log_threads: int,
         **options: Any,
     ) -> None:
         stop = threading.Event()
+        shard = Shard()
+        collector = LogCollector(
+            interval_s=log_seconds,
+            threads=log_threads,
+            shard=shard,
+            collect=follow_while_owned(shard, stop),
+        )
+        logs = threading.Thread(target=_collect, args=(collector, stop), name="logs", daemon=True)
 
         def shut_down(*_: object) -> None:
             # At once, not at the next event: the main thread may be waiting on a watch for
@@ -67,18 +85,15 @@ class Command(BaseCommand):
             signal.signal(sig, shut_down)
         leader = leadership(WATCH_LEASE)
         leader.start(stop)
+        logs.start()
         try:
             watch_while_leading(
-                stop,
-                leader,
-                record=self._record,
-                poll_s=poll_seconds,
-                resync_s=resync_seconds,
-                log_s=log_seconds,
+                stop, leader, record=self._record, poll_s=poll_seconds, resync_s=resync_seconds
             )
         finally:
             stop.set()
             leader.join()  # the Lease let go: the next replica takes over at once
+            logs.join(5)  # its share of the logs let go too
 
     def _record(self, observed: ObservedWorkload) -> None:
         close_old_connections()
@@ -97,20 +112,14 @@ def watch_while_leading(
     record: Callable[[ObservedWorkload], None],
     poll_s: float,
     resync_s: float,
-    log_s: float,
 ) -> None:
-    """Until `stop`: wait for the Lease, then watch and collect logs for as long as it is
-    held (a term). An observation that arrives after the Lease was lost is not recorded: the
-    next leader's relist records it."""
+    """Until `stop`: wait for the Lease, then watch for as long as it is held (a term). An
+    observation that arrives after the Lease was lost is not recorded: the next leader's
+    relist records it."""
     while leader.wait_leading(stop):
         term = threading.Event()
-        collector = LogCollector(interval_s=log_s)
-        threads = [
-            threading.Thread(target=_end_term, args=(stop, leader, term), daemon=True),
-            threading.Thread(target=_collect, args=(collector, term), name="logs", daemon=True),
-        ]
-        for thread in threads:
-            thread.start()
+        ender = threading.Thread(target=_end_term, args=(stop, leader, term), daemon=True)
+        ender.start()
         try:
             for observed in _observations(term, poll_s, resync_s):
                 if not leader.leading():
@@ -118,14 +127,13 @@ def watch_while_leading(
                 record(observed)
         finally:
             term.set()
-            for thread in threads:
-                thread.join()
+            ender.join()
 
 
-def _collect(collector: LogCollector, term: threading.Event) -> None:
-    """The collector for one term, on a thread of its own: its connection closes with it."""
+def _collect(collector: LogCollector, stop: threading.Event) -> None:
+    """The collector, on a thread of its own until `stop`: its connection closes with it."""
     try:
-        collector.run(term)
+        collector.run(stop)
     finally:
         connections.close_all()
 
