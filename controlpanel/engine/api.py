@@ -5,7 +5,7 @@ Each kind's view set (its package's api.py) declares its own endpoints, their sc
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, ClassVar
 
 from django.conf import settings
@@ -177,9 +177,13 @@ class QueuePositionSerializer(serializers.Serializer):
 QUEUE_POSITION_HELP = "Where it waits, while it waits (null otherwise)."
 
 
-def queue_position_of(workload: Any) -> dict[str, Any] | None:
-    """A workload's `queue_position` in the API (QueuePositionSerializer)."""
-    place = selectors.queue_place(job=workload)
+def queue_position_of(workload: Any, context: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A workload's `queue_position` in the API (QueuePositionSerializer): from the page's
+    places where a list read them at once (`queue_places` in the serializer's context)."""
+    if "queue_places" in context:
+        place = context["queue_places"].get(str(workload.pk))
+    else:
+        place = selectors.queue_place(job=workload)
     return None if place is None else place.as_dict()
 
 
@@ -194,7 +198,7 @@ class ServedSerializer(serializers.ModelSerializer):
 
     @extend_schema_field(QueuePositionSerializer(allow_null=True))
     def get_queue_position(self, workload: Any) -> dict[str, Any] | None:
-        return queue_position_of(workload)
+        return queue_position_of(workload, self.context)
 
     def get_cost(self, workload: Any) -> str | None:
         cost = selectors.workload_cost_estimate(workload=workload)
@@ -240,8 +244,10 @@ class WorkloadViewSet(viewsets.ViewSet):
 
     def _page(self, request: Request, rows: QuerySet[Any]) -> Response:
         paginator = self.pagination_class()
-        page = paginator.paginate_queryset(rows, request, view=self)
-        return paginator.get_paginated_response(self.serializer_class(page, many=True).data)
+        page = paginator.paginate_queryset(rows, request, view=self) or []
+        context = {"queue_places": selectors.queue_places(page)}  # one read for the page
+        answer = self.serializer_class(page, many=True, context=context)
+        return paginator.get_paginated_response(answer.data)
 
     def _create(self, request: Request, service: Callable[..., Model]) -> Response:
         access = api_project(request)

@@ -22,7 +22,7 @@ from controlpanel.engine.admission import WAITING_STATES, shares_machine
 from controlpanel.engine.models import Workload
 from controlpanel.engine.validation import LABEL_RE
 from controlpanel.flavors.models import Flavor
-from controlpanel.queues.positions import QueuePosition, kueue_position
+from controlpanel.queues.positions import QueuePosition, kueue_places, kueue_position
 from controlpanel.queues.selectors import kueue_on
 
 _Jobs = TypeVar("_Jobs", bound=QuerySet[Any])
@@ -182,12 +182,40 @@ def queue_place(*, job: Workload) -> QueuePosition | None:
     if kueue_on():
         return kueue_position(job)
     place = queue_position(job=job)
-    if place is None:
-        return None
+    return None if place is None else _panel_place(place, shared=shares_machine())
+
+
+def _panel_place(place: int, *, shared: bool) -> QueuePosition:
+    """A place in the panel's queue: the project's, or (`shared`) the machine's."""
     said = f"position {place} in the queue"
-    if shares_machine():
+    if shared:
         return QueuePosition(local=None, cluster=place, said=said)
     return QueuePosition(local=place, cluster=None, said=said)
+
+
+def queue_places(rows: Sequence[Workload]) -> dict[str, QueuePosition]:
+    """`queue_place` of each row of a list page, by id, in one read: Kueue's kept places, or
+    the panel's queue read once (a row's place: the waiting rows queued before it, of its
+    project or of the machine)."""
+    waiting = [row for row in rows if row.state in WAITING_STATES]
+    if kueue_on() or not waiting:
+        return kueue_places(waiting)
+    mine = [row for row in waiting if row.admitted_at is None]
+    if not mine:
+        return {}
+    shared = shares_machine()
+    queue = Workload.objects.filter(state__in=WAITING_STATES, admitted_at=None)
+    if not shared:
+        queue = queue.filter(project__in={row.project_id for row in mine})
+    times: dict[Any, list[datetime]] = {}
+    for project_id, queued_at in queue.values_list("project_id", "queued_at"):
+        times.setdefault(None if shared else project_id, []).append(queued_at)
+    places = {}
+    for row in mine:
+        ahead = times.get(None if shared else row.project_id, [])
+        before = sum(1 for at in ahead if at and row.queued_at and at < row.queued_at)
+        places[str(row.pk)] = _panel_place(before + 1, shared=shared)
+    return places
 
 
 POSITION_SAID = re.compile(r"; position \d+ in the queue$")

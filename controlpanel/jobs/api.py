@@ -87,7 +87,7 @@ class JobSerializer(serializers.ModelSerializer):
 
     @extend_schema_field(QueuePositionSerializer(allow_null=True))
     def get_queue_position(self, job: Job) -> dict[str, Any] | None:
-        return queue_position_of(job)
+        return queue_position_of(job, self.context)
 
     def get_cost(self, job: Job) -> str | None:
         cost = selectors.job_cost_estimate(job=job)

@@ -38,7 +38,7 @@ from controlpanel.jobs.validation import (
     validate_job,
 )
 from controlpanel.projects.access import ProjectRequest, project_view
-from controlpanel.queues.positions import QueuePosition, kueue_places
+from controlpanel.queues.positions import QueuePosition, mark_places
 from training.protocol import Snapshot
 
 log = logging.getLogger(__name__)
@@ -64,9 +64,7 @@ def job_list(request: ProjectRequest) -> HttpResponse:
     page = Paginator(jobs.jobs_for_project(project=project, filters=filters), PAGE_SIZE).get_page(
         request.GET.get("page")
     )
-    places = kueue_places(page)
-    for row in page:
-        row.queue_place = places.get(str(row.pk))  # type: ignore[attr-defined]  # for the row
+    mark_places(page)
     context = {
         "project": project,
         "page": page,

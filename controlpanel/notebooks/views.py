@@ -38,6 +38,7 @@ from controlpanel.notebooks.models import Notebook, NotebookImage
 from controlpanel.notebooks.states import NotebookState
 from controlpanel.notebooks.validation import validate_notebook
 from controlpanel.projects.access import ProjectRequest, project_view
+from controlpanel.queues.positions import mark_places
 from controlpanel.usercontent.views import open_workload
 
 IDLE_WARNING_MINUTES = 10
@@ -59,6 +60,7 @@ class NotebookRow:
 def notebook_list(request: ProjectRequest) -> HttpResponse:
     project = request.access.project
     page = list_page(request, notebook_rows.notebooks_for_project(project=project))
+    mark_places(page)
     images = notebook_rows.notebook_images()
     rows = [
         NotebookRow(

@@ -81,6 +81,15 @@ def kueue_places(rows: Iterable[Workload]) -> dict[str, QueuePosition]:
     }
 
 
+def mark_places(rows: Iterable[Workload]) -> None:
+    """Give each row of a list page its kept Kueue place as `queue_place` (None for most),
+    which the list templates show under the state."""
+    rows = list(rows)
+    places = kueue_places(rows)
+    for row in rows:
+        row.queue_place = places.get(str(row.pk))  # type: ignore[attr-defined]
+
+
 def _key(workload_id: str) -> str:
     return f"{PREFIX}{workload_id}"
 

@@ -28,6 +28,7 @@ from controlpanel.jobs import selectors as jobs
 from controlpanel.jobs.models import Job
 from controlpanel.jobs.states import JobState
 from controlpanel.projects.access import ProjectRequest, project_view
+from controlpanel.queues.positions import mark_places
 from controlpanel.served import selectors as apps
 from controlpanel.served import services
 from controlpanel.served import stats as app_stats
@@ -106,6 +107,7 @@ class AppForm(forms.Form):
 def app_list(request: ProjectRequest) -> HttpResponse:
     project = request.access.project
     page = list_page(request, apps.apps_for_project(project=project))
+    mark_places(page)
     rows = [(app, Serving.of(app), replicas(app)) for app in page]
     context = {
         "project": project,

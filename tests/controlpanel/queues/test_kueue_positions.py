@@ -158,12 +158,12 @@ def test_ordinals() -> None:
 
 
 @pytest.mark.django_db
-def test_the_notebook_and_app_pages_and_api_show_the_kept_place(
+def test_the_notebook_and_app_pages_lists_and_api_show_the_kept_place(
     settings: Any, project: Project, owner: Any, owner_client: Any, owner_api: Any
 ) -> None:
     """The page side alone (the emulator test above covers the reading): a notebook starting
-    and an app queued under Kueue show the place the periodic task kept, and nothing once the
-    place has gone from the cache."""
+    and an app queued under Kueue show the place the periodic task kept on their pages, lists
+    and API answers, and nothing once the place has gone from the cache."""
     from django.core.cache import cache
 
     from controlpanel.flavors.models import Flavor
@@ -202,8 +202,34 @@ def test_the_notebook_and_app_pages_and_api_show_the_kept_place(
     assert body["queue_position"] == {"local": 1, "cluster": 3, "said": said}
     body = owner_api.get(f"/api/v1/notebooks/{notebook.pk}/?project=alpha").json()
     assert body["queue_position"]["local"] == 2
+    notebooks = owner_client.get("/p/alpha/notebooks/").content.decode()
+    assert 'data-testid="queue-place">2nd in the queue for alpha</small>' in notebooks
+    apps = owner_client.get("/p/alpha/apps/").content.decode()
+    assert f'data-testid="queue-place">{said}</small>' in apps
     cache.delete_many([f"{PREFIX}{notebook.pk}", f"{PREFIX}{app.pk}"])
     assert 'data-testid="queue-position"' not in (
         owner_client.get(f"/p/alpha/apps/{app.pk}/").content.decode()
     )
     assert owner_api.get(f"/api/v1/apps/{app.pk}/?project=alpha").json()["queue_position"] is None
+
+
+@pytest.mark.django_db
+def test_the_builtin_engine_gives_the_panels_own_place_in_one_read_for_a_list(
+    k8s_jobs: Any, project: Project, owner: Any, owner_api: Any
+) -> None:
+    """QUEUE_ENGINE=builtin: the same field from the panel's queue (its project's, first in
+    first out); a list reads the places of its page at once, and says the same as each job."""
+    Project.objects.filter(pk=project.pk).update(gpu_quota=1)
+    jobs = [submit(project, owner, name=f"j{i}") for i in range(3)]
+    assert admit_jobs(project_id=project.pk) == [str(jobs[0].pk)]
+    one = {
+        j.name: owner_api.get(f"/api/v1/jobs/{j.pk}/?project=alpha").json()["queue_position"]
+        for j in jobs
+    }
+    assert one == {
+        "j0": None,
+        "j1": {"local": 1, "cluster": None, "said": "position 1 in the queue"},
+        "j2": {"local": 2, "cluster": None, "said": "position 2 in the queue"},
+    }
+    listed = owner_api.get("/api/v1/jobs/?project=alpha").json()["results"]
+    assert {r["name"]: r["queue_position"] for r in listed} == one
