@@ -23,6 +23,14 @@ class Notebook(_OneKind, Workload):
         proxy = True
         app_label = "workloads"
 
+    @property
+    def shared_members(self) -> list[str]:
+        """The current members it is shared with by name (sharing.py), for its page."""
+        from controlpanel.notebooks.sharing import notebook_shares
+
+        members: list[str] = notebook_shares(self)["members"]
+        return members
+
 
 class NotebookImage(models.Model):
     """A framework image notebooks may run (the admin keeps the list): which editors it

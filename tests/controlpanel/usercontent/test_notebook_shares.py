@@ -82,6 +82,8 @@ def test_the_owner_shares_with_a_member_who_then_opens_it_and_it_is_audited(
     assert answer.json() == {"project": False, "members": ["colleague"]}
     assert shares(colleague, notebook).json() == {"project": False, "members": ["colleague"]}
     assert opens(colleague, notebook) and not opens(mallory, notebook)
+    page = logged_in(mallory).get(f"/p/alpha/notebooks/{notebook.pk}/").content.decode()
+    assert "the members it is shared with (colleague) can open it" in page
     event = AuditEvent.objects.get(action="notebook.share")
     assert event.actor == member and event.details["member"] == "colleague"
     assert event.target_id == str(notebook.pk)
