@@ -94,9 +94,14 @@ class Reader:
         self.lines = response.iter_lines()
         self.closed = False
 
-    def next(self) -> Event:
+    def next(self, within: float = 30) -> Event:
+        """The next event; an error if none comes `within` seconds (heartbeats do not count:
+        a stream that only keeps alive fails the test instead of hanging it)."""
         name, data, event_id = "message", "", None
+        deadline = time.monotonic() + within
         for line in self.lines:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no event within {within} s")
             if line == "":
                 if data:
                     return Event(name, json.loads(data), event_id)
