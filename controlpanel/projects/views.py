@@ -6,7 +6,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.admin.views.decorators import staff_member_required
-from django.core.exceptions import ValidationError
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -42,7 +42,7 @@ from controlpanel.projects.settings_rules import (
 )
 from controlpanel.queues.forms import SharingForm
 from controlpanel.queues.selectors import kueue_on
-from controlpanel.queues.services import SITE_ADMINS_ONLY, project_queue_update
+from controlpanel.queues.services import project_queue_update, sharing_check
 from controlpanel.served import app_tokens
 
 
@@ -90,9 +90,11 @@ def project_settings(request: ProjectRequest) -> HttpResponse:
 
 def _sharing_save(request: HttpRequest, access: ProjectAccess) -> HttpResponse:
     """How the project shares GPUs in Kueue's cohort (site admins; queues/services.py)."""
+    try:
+        sharing_check(access=access)
+    except PermissionDenied as exc:
+        return HttpResponse(str(exc), status=403, content_type="text/plain; charset=utf-8")
     form = SharingForm(request.POST)
-    if not access.is_admin:
-        return HttpResponse(SITE_ADMINS_ONLY, status=403, content_type="text/plain; charset=utf-8")
     if not form.is_valid():
         return _settings_page(request, access, sharing_form=form)
     try:

@@ -82,8 +82,7 @@ def project_queue_update(
     before any is written (ValidationError by field); each change is one audit event with the
     old and new values, and Kueue's configuration follows after the commit (receivers.py).
     Returns each changed field's (old, new)."""
-    if not access.is_admin:
-        raise PermissionDenied(SITE_ADMINS_ONLY)
+    sharing_check(access=access)
     project = access.project
     errors: dict[str, list[str]] = {}
     values: dict[str, Any] = {}
@@ -104,6 +103,12 @@ def project_queue_update(
         details = {n: f"{_said(old)} → {_said(new)}" for n, (old, new) in changed.items()}
         audit.record("project.sharing", actor=None, project=project, target=project, **details)
     return changed
+
+
+def sharing_check(*, access: ProjectAccess) -> None:
+    """Refuse (PermissionDenied) anyone but a site admin, before any value is read."""
+    if not access.is_admin:
+        raise PermissionDenied(SITE_ADMINS_ONLY)
 
 
 def _sharing_value(name: str, value: Any, project: Project) -> int | None:
