@@ -14,6 +14,7 @@ import click
 from controlpanel.cli.client import Api, ApiError, state
 from controlpanel.cli.follow import Unavailable, follow_stream
 from controlpanel.cli.output import emit, output_option, wants_json
+from controlpanel.cli.waiting import wait_to_start
 
 FOLLOW_PERIOD_S = 1.0
 EXIT_NOT_DONE = 3  # `logs --follow`: the run ended, but not as it should (1 and 2 are click's)
@@ -172,13 +173,19 @@ def logs_command(
         "-f",
         "--follow",
         is_flag=True,
-        help="Keep printing new lines until the run ends, then its final state on stderr.",
+        help="Keep printing new lines until the run ends, then its final state on stderr; "
+        "while it waits to start, its state and place in the queue on stderr.",
     )
     @click.option("--after", type=int, default=0, help="Start after this line number.")
     @output_option
     def command(ref: str, follow: bool, after: int) -> None:
         api = state().api()
         base = f"{collection}/{resolve(api, ref)}/"
+        if follow:
+            try:
+                wait_to_start(api, base)  # its state and place, not silence, until it starts
+            except KeyboardInterrupt:
+                raise SystemExit(130) from None
         page = print_log(api, base, after=after, follow=follow)
         if follow:
             ended, summary = run_outcome(api.get(base), page["run"], noun)
