@@ -68,7 +68,7 @@ def follow_pod_log(
             first = first and not lines
             fresh, position = new_lines(lines, position, limit=len(lines))
             if fresh or gap or ended:
-                yield PodLogRead(fresh, position.encode(), ended and error is None, gap)
+                yield PodLogRead(fresh, position.encode(), ended and error is None, gap=gap)
             if error is not None:
                 raise error
     finally:

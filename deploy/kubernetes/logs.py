@@ -126,6 +126,7 @@ class PodLogRead:
     cursor: str
     at_end: bool  # the read reached the current end of the log
     skipped: str = ""  # what was passed over, for the log itself
+    gap: str = ""  # what was lost before `lines` (a rotated log file)
 
 
 def read_pod_log(
@@ -155,7 +156,7 @@ def read_pod_log(
     if truncated and not fresh:
         return _skip(body, size, position)
     gap = rotated_gap(lines, position)
-    return PodLogRead(fresh, after.encode(), not truncated and len(fresh) < limit, gap)
+    return PodLogRead(fresh, after.encode(), not truncated and len(fresh) < limit, gap=gap)
 
 
 def _skip(body: str, size: int, position: Cursor) -> PodLogRead:

@@ -80,7 +80,7 @@ class RunLogs:
                 keep=keep,
                 idle_s=self.follow_idle_s,
             ):
-                yield LogChunk(lines=tuple(read.lines), cursor=read.cursor, gap=read.skipped)
+                yield LogChunk(lines=tuple(read.lines), cursor=read.cursor, gap=read.gap)
         except ApiException as exc:
             if exc.status not in (400, 404):  # not started yet, or gone meanwhile
                 raise
@@ -142,6 +142,7 @@ class RunLogs:
             cursor=read.cursor,
             eof=finished and read.at_end,
             skipped=read.skipped,
+            gap=read.gap,
         )
 
     def _ended(self, ref: WorkloadRef) -> bool:
