@@ -5,9 +5,9 @@ their apps stop serving (their address kept); a manager may start any of it agai
 Each stop is the engine's own (workload_stop), with the reason in the workload's history.
 
 Or, when a manager removes a member, their work is handed over to another member of the project
-instead (`leaver_work_hand_over`): every job, notebook and app they own there becomes that
-member's, audited, and keeps its state (a running notebook keeps running, now its new owner's to
-open, stop or delete; the leaver is refused with the rest of the project)."""
+instead (`leaver_work_hand_over`): every job, notebook, app and sweep they own there becomes
+that member's, audited, and keeps its state (a running notebook keeps running, now its new
+owner's to open, stop or delete; the leaver is refused with the rest of the project)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,20 @@ from controlpanel.engine.services import workload_stop
 from controlpanel.projects.models import Membership, Project
 
 # How a count of each kind reads ("3 notebooks, 2 apps").
-NOUNS = {"job": ("job", "jobs"), "notebook": ("notebook", "notebooks"), "app": ("app", "apps")}
+NOUNS = {
+    "job": ("job", "jobs"),
+    "notebook": ("notebook", "notebooks"),
+    "app": ("app", "apps"),
+    "sweep": ("sweep", "sweeps"),
+}
+
+
+def _sweeps() -> Any:
+    """The sweeps' model: a sweep (not a workload kind) launches its trials as its owner's
+    jobs, so it goes with them; imported here only (sweeps build on the engine)."""
+    from controlpanel.sweeps.models import Sweep
+
+    return Sweep
 
 
 def leaver_work(*, user: Any, project: Project | None = None) -> list[Workload]:
@@ -48,6 +61,8 @@ def owned_counts(*, project: Project) -> dict[int, Counter[str]]:
     rows = Workload.objects.filter(project=project).values_list("owner_id", "kind")
     for owner_id, kind in rows:
         counts.setdefault(owner_id, Counter())[kind] += 1
+    for owner_id in _sweeps().objects.filter(project=project).values_list("owner_id", flat=True):
+        counts.setdefault(owner_id, Counter())["sweep"] += 1
     return counts
 
 
@@ -84,10 +99,11 @@ def leaver_work_hand_over(*, project: Project, leaver: Any, to: Any, by: Any) ->
     rows = list(
         Workload.objects.select_for_update().filter(project=project, owner=leaver).order_by("pk")
     )
-    if not rows:
+    sweeps = _sweeps().objects.filter(project=project, owner=leaver).update(owner=to)
+    if not rows and not sweeps:
         return rows
     Workload.objects.filter(pk__in=[w.pk for w in rows]).update(owner=to)
-    counts = Counter(w.kind for w in rows)
+    counts = Counter(w.kind for w in rows) + Counter({"sweep": sweeps})
     audit.record(
         "member.hand_over",
         actor=by,

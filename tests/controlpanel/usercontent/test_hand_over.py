@@ -14,6 +14,7 @@ from controlpanel.audit.models import AuditEvent
 from controlpanel.engine.models import Workload
 from controlpanel.notebooks.models import Notebook
 from controlpanel.projects.models import Membership, Project
+from controlpanel.sweeps.models import Sweep
 from controlpanel.usercontent.domain import parse_content_domain
 from tests.controlpanel.usercontent.test_leavers import notebook, queued_app
 from tests.fixtures.jobs import submit
@@ -41,6 +42,16 @@ def work(project: Project, member: Any, settings: Any) -> list[Workload]:
     return [nb, queued_app(project, member), job]
 
 
+@pytest.fixture
+def sweep(project: Project, member: Any, work: list[Workload]) -> Sweep:
+    """The leaver's running sweep (its trials are their jobs)."""
+    return Sweep.objects.create(
+        project=project, owner=member, name="lr", base={"name": "lr"},
+        space={"learning_rate": {"values": [1e-4, 1e-3]}}, sampler="grid", max_trials=2,
+        parallel=1,
+    )  # fmt: skip
+
+
 def owners(rows: list[Workload]) -> list[str]:
     return [Workload.objects.get(pk=w.pk).owner.username for w in rows]
 
@@ -55,22 +66,25 @@ def remove(client: Any, project: Project, leaver: Any, heir: str) -> Any:
 
 
 def test_the_page_offers_it_and_the_heir_takes_the_work_over(
-    project: Project, owner: Any, member: Any, heir: Any, work: list[Workload]
+    project: Project, owner: Any, member: Any, heir: Any, work: list[Workload], sweep: Sweep
 ) -> None:
     manager = logged_in(owner)
     page = manager.get("/p/alpha/members/").content.decode()
-    assert "Hand over member's 1 job, 1 notebook, 1 app to:" in page
+    assert "Hand over member's 1 job, 1 notebook, 1 app, 1 sweep to:" in page
     assert '<option value="heir">heir</option>' in page
     answer = remove(manager, project, member, "heir")
     assert "Removed member. Their 1 job, 1 notebook, 1 app now belong to heir." in (
         answer.content.decode()
     )
     assert owners(work) == ["heir", "heir", "heir"]
+    kept = Sweep.objects.get(pk=sweep.pk)
+    assert (kept.owner, kept.state) == (heir, "RUNNING")  # its next trials are the heir's
     nb = Workload.objects.get(pk=work[0].pk)
     assert (nb.state, nb.stop_requested) == ("RUNNING", False)  # kept, not stopped
     event = AuditEvent.objects.get(action="member.hand_over")
     assert event.actor == owner and event.details["leaver"] == "member"
-    assert event.details["to"] == "heir" and event.details["what"] == "1 job, 1 notebook, 1 app"
+    assert event.details["to"] == "heir"
+    assert event.details["what"] == "1 job, 1 notebook, 1 app, 1 sweep"
     # The heir opens the notebook and stops it; the leaver reaches nothing.
     theirs = logged_in(heir)
     assert theirs.get(f"/p/alpha/notebooks/{nb.pk}/open/").status_code == 302
