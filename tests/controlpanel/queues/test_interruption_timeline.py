@@ -12,15 +12,21 @@ import pytest
 from django.utils import timezone
 
 from controlpanel.engine.admission import admit_jobs
+from controlpanel.engine.backend import job_ref
 from controlpanel.engine.lifecycle import apply_observation, record_launch, record_state
 from controlpanel.engine.logs import _store
 from controlpanel.engine.models import JobEvent, JobRun
+from controlpanel.engine.reconcile import reconcile
 from controlpanel.engine.services import workload_stop
+from controlpanel.engine.tasks import sweep_now
 from controlpanel.jobs.models import Job
 from controlpanel.projects.models import Project
+from controlpanel.queues.services import queues_reconcile
+from deploy import names
 from deploy.types import ObservedWorkload, Phase, WorkloadKind
 from tests.fixtures.cli import cli_as
 from tests.fixtures.jobs import access_for, submit
+from tests.fixtures.k8s_emulator import crds
 
 INTERRUPTED = (
     '{"event": "interrupted", "v": 1, "time": 1733130000.0, "step": 412, "signal": "SIGTERM", '
@@ -113,3 +119,44 @@ def test_a_stop_by_the_panel_says_its_reason(running: Job, owner: Any) -> None:
     )
     _store(job, [INTERRUPTED])
     assert milestones(job) == [f"stopped (idle for 2 hours) {SAVED}"]
+
+
+@pytest.mark.k8s
+@pytest.mark.django_db(transaction=True)
+def test_the_requeue_the_sweep_sees_names_kueues_reason_for_that_job_only(
+    k8s_cluster: Any,
+    k8s_jobs: Any,
+    settings: Any,
+    project: Project,
+    other_project: Project,
+    owner: Any,
+) -> None:
+    """Through the emulator's Kueue: both of beta's fine-tunes printed `interrupted` before
+    anything was seen (the collector is ahead); alpha reclaims its GPU, the sweep sees one of
+    them requeued, and only that one's entry names Kueue's reason."""
+    missing = crds.missing(crds.KUEUE)
+    if missing:
+        pytest.skip(missing)
+    settings.QUEUE_ENGINE = "kueue"
+    k8s_cluster.install_kueue()
+    Project.objects.filter(pk__in=[project.pk, other_project.pk]).update(gpu_quota=1)
+    queues_reconcile()
+    theirs = [submit(other_project, owner, name=f"beta-{i}", preemptible=True) for i in range(2)]
+    admit_jobs(project_id=other_project.pk)
+    for job in theirs:  # the second borrows alpha's idle GPU
+        reconcile(str(job.pk))
+        pod = k8s_cluster.pod_of(other_project.namespace, names.job_name(job_ref(job)))
+        k8s_cluster.kubelet.run(other_project.namespace, pod)
+    sweep_now()
+    for job in Job.objects.filter(pk__in=[j.pk for j in theirs]):
+        _store(job, [INTERRUPTED])
+    ours = submit(project, owner, name="alpha-0")
+    admit_jobs(project_id=project.pk)
+    reconcile(str(ours.pk))
+    sweep_now()
+    [requeued] = Job.objects.filter(pk__in=[j.pk for j in theirs], state="QUEUED")
+    [still] = Job.objects.filter(pk__in=[j.pk for j in theirs], state="RUNNING")
+    [said] = milestones(requeued)
+    assert said.startswith("evicted by Kueue (preempted: ") and said.endswith(SAVED), said
+    assert "reclamation within the cohort" in said
+    assert milestones(still) == [f"evicted {SAVED}"]  # not its requeue: left as it was
