@@ -148,7 +148,10 @@ def test_an_installs_watch_yields_nothing_of_another_install(
         k8s_cluster.kubelet.run(NS, k8s_cluster.pod_of(NS, "job-43-r1"))
         yielded = []
         while not (yielded and yielded[-1].id == "43" and yielded[-1].phase is Phase.RUNNING):
-            yielded.append(seen.get(timeout=WAIT_S))
+            try:
+                yielded.append(seen.get(timeout=WAIT_S))
+            except queue.Empty:
+                raise AssertionError(f"the staging run never showed running: {yielded}") from None
     finally:
         stop.set()
         thread.join(WAIT_S)
