@@ -41,7 +41,10 @@ def end_evicted_runs(job: Workload, observed: ObservedWorkload) -> None:
     for run in JobRun.objects.filter(job=job, finished_at=None).exclude(started_at=None):
         if observed.run_uid is not None and run.uid == observed.run_uid:
             continue  # its pod is listed: its finish (or that it runs on) is recorded from it
-        run.finished_at = max(end, run.started_at or end)
+        started = run.started_at or end
+        # An eviction older than the pod is not its own (Kueue clears Evicted on admission):
+        # its end is unknown, so the panel's now, as before Kueue said when.
+        run.finished_at = end if end >= started else max(now, started)
         run.save()
 
 

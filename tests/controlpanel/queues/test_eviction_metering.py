@@ -223,3 +223,16 @@ def test_a_pod_terminating_after_its_eviction_shows_kueues_reason_and_is_metered
     sweep_now()
     run.refresh_from_db()
     assert run.finished_at is not None and run.started_at <= run.finished_at <= timezone.now()
+
+
+@pytest.mark.django_db
+def test_an_eviction_older_than_the_pod_is_not_its_end(running: tuple[Job, JobRun]) -> None:
+    """An Evicted time from before this pod started (a stale condition) never cuts its run
+    to a minute: its end is then the panel's now."""
+    job, run = running
+    before = timezone.now()
+    stale = run.started_at - timedelta(minutes=1)
+    apply_observation(job, requeued(job, evicted_at=stale), fresh=True)
+    run.refresh_from_db()
+    assert run.finished_at is not None and before <= run.finished_at <= timezone.now()
+    assert billed_minutes(run) >= 10
