@@ -482,6 +482,10 @@ class ReplicaRun:
     finished_at: datetime | None = None
     exit_code: int | None = None
     node: str | None = None
+    # A pod being deleted (a JobSet's group restart, a scale-down) that has not ended yet:
+    # when it will be gone at the latest (its deletionTimestamp: the deletion plus its grace
+    # period). Kept with its run, so a pod that goes without its end seen is billed to here.
+    ends_by: datetime | None = None
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,8 @@ every replica like a job's pod, and a replica that goes ends its run."""
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from django.utils import timezone
 
 from controlpanel.engine.models import JobRun, Workload
@@ -35,11 +37,13 @@ def ends_replicas(job: Workload, observed: ObservedWorkload) -> bool:
 
 def record_replicas(job: Workload, replicas: tuple[ReplicaRun, ...], *, serving: bool) -> None:
     """Each replica of an app is a run of its own (billing: replica-minutes): opened when its
-    server has started, ended with the backend's end time, or now when the backend no longer
-    has it (scaled down, replaced by a rolling update, deleted). A run once ended is never
-    opened again (an older observation that still lists it), and its start never moves
-    later (a restarted server is the same replica, billed since its first start). Like a
-    job's run, an open one is saved at each observation (the ledger bills it up to now).
+    server has started, ended with the backend's end time, or when the backend no longer
+    has it (scaled down, replaced by a rolling update, deleted by a JobSet's group restart):
+    by the deletion's deadline its pod reported while terminating, else now (`gone_at`).
+    A run once ended is never opened again (an older observation that still lists it), and
+    its start never moves later (a restarted server is the same replica, billed since its
+    first start). Like a job's run, an open one is saved at each observation (the ledger
+    bills it up to now).
     `serving`: the app is RUNNING now or was in this run; before, no run is opened, so an app
     whose server failed while it loaded (a missing model) is billed nothing."""
     now = timezone.now()
@@ -65,9 +69,19 @@ def record_replicas(job: Workload, replicas: tuple[ReplicaRun, ...], *, serving:
         if replica.finished_at is not None:
             run.finished_at = max(replica.finished_at, run.started_at)
             run.exit_code = replica.exit_code
+        if replica.ends_by is not None:  # being deleted: gone by then at the latest
+            run.ends_by = min(run.ends_by or replica.ends_by, replica.ends_by)
         run.node = replica.node or run.node
         run.save()
     gone = JobRun.objects.filter(job=job, run=job.run, finished_at=None).exclude(uid__in=seen)
     for run in gone.exclude(started_at=None):
-        run.finished_at = max(now, run.started_at or now)
+        run.finished_at = gone_at(run, now)
         run.save()  # the ledger follows (billing/receivers.py)
+
+
+def gone_at(run: JobRun, now: datetime) -> datetime:
+    """When a run whose pod went without its end seen ended: by the deletion's deadline seen
+    while it terminated (a group restart's pod is billed to its own end, not to when the panel
+    noticed), never past the panel's now, never before its start; now if none was seen."""
+    end = min(run.ends_by or now, now)
+    return max(end, run.started_at or end)

@@ -166,6 +166,8 @@ def _differs(job: Workload, seen: ObservedWorkload) -> bool:
         return True
     if seen.replica_runs is not None and serving_replicas(seen) != job.progress.get(REPLICA_UIDS):
         return True  # a replica started or ended: its run opens or closes
+    if seen.replica_runs is not None and any(r.ends_by for r in seen.replica_runs):
+        return True  # a pod being deleted: its run keeps when it will be gone (replicas.py)
     if not targets:
         return False
     state, reason = targets[-1]

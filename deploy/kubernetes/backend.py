@@ -17,7 +17,7 @@ from deploy.kubernetes.api import KubeApi, Obj
 from deploy.kubernetes.apply import apply, delete, delete_found, delete_labelled, label_install
 from deploy.kubernetes.capacity import read_capacity
 from deploy.kubernetes.client import make_api_client
-from deploy.kubernetes.jobsets import observe_run
+from deploy.kubernetes.jobsets import earlier_pods, observe_run
 from deploy.kubernetes.listing import app_state, job_objects, notebook_state
 from deploy.kubernetes.observe import JobObjects
 from deploy.kubernetes.pods import main_component
@@ -342,6 +342,10 @@ class KubernetesBackend:
         if ref.kind is WorkloadKind.APP:
             return self.observe_app(ref=ref)
         objects = job_objects(self.api, ref)
+        if deleted_pod is not None and objects.jobset is not None:
+            # A pod of an earlier attempt of the group, deleted by its restart: its end.
+            earlier = earlier_pods(ref, objects.jobset, objects.job, [deleted_pod])
+            objects = replace(objects, earlier=[*objects.earlier, *earlier])
         if deleted_pod is not None and controlled_by(deleted_pod, objects.job):
             uids = {p["metadata"].get("uid") for p in objects.pods}
             if deleted_pod["metadata"].get("uid") not in uids and main_component(ref) == "main":

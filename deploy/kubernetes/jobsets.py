@@ -33,6 +33,8 @@ from deploy.types import ObservedWorkload, Phase, WorkloadKind, WorkloadRef
 
 KIND = "JobSet"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+JOBSET_UID_LABEL = "jobset.sigs.k8s.io/jobset-uid"
+RESTART_LABEL = "jobset.sigs.k8s.io/restart-attempt"
 INACTIVE: Obj = {"spec": {"active": False}}
 ENDED = ("Succeeded", "Failed")
 # The least advanced node decides where the group is (all must run for RUNNING).
@@ -66,6 +68,34 @@ def child_job(ref: WorkloadRef, jobset: Obj, jobs: list[Obj]) -> Obj | None:
     wanted = child_job_name(ref)
     found = (j for j in jobs if j["metadata"].get("name") == wanted and controlled_by(j, jobset))
     return next(found, None)
+
+
+def earlier_pods(ref: WorkloadRef, jobset: Obj, job: Obj | None, pods: list[Obj]) -> list[Obj]:
+    """The run's pods of the JobSet's earlier attempts: a group restart deleted their child
+    Job, and a healthy node's pod is still terminating (or just ended). Its own JobSet's
+    (`jobset-uid`), of an attempt before the JobSet's `restarts`, controlled by a Job of the
+    child's name that is not the current child. Billed until each ends, not until the panel
+    sees it gone."""
+    uid = jobset["metadata"].get("uid")
+    restarts = int((jobset.get("status") or {}).get("restarts") or 0)
+    return [p for p in pods if uid and _of_earlier_attempt(ref, p, uid, restarts, job)]
+
+
+def _of_earlier_attempt(
+    ref: WorkloadRef, pod: Obj, uid: str, restarts: int, job: Obj | None
+) -> bool:
+    meta = pod.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    attempt = str(labels.get(RESTART_LABEL, ""))
+    if labels.get(JOBSET_UID_LABEL) != uid or not attempt.isdigit() or int(attempt) >= restarts:
+        return False
+    if labels.get(names.COMPONENT) != "main" or controlled_by(pod, job):
+        return False
+    owners = [r for r in meta.get("ownerReferences") or [] if r.get("controller")]
+    return len(owners) == 1 and (owners[0].get("kind"), owners[0].get("name")) == (
+        "Job",
+        child_job_name(ref),
+    )
 
 
 def rank(pod: Obj) -> int:
@@ -128,7 +158,9 @@ def observe_jobset(
         namespace=ref.namespace,
         run=ref.run,
         created_at=created_at,
-        replica_runs=tuple(r for r in map(pod_run, objects.pods) if r is not None),
+        replica_runs=tuple(
+            r for r in map(pod_run, [*objects.pods, *objects.earlier]) if r is not None
+        ),
     )
     failed = [p for p in pods if (p.get("status") or {}).get("phase") == "Failed"]
     observed = _with_pod_facts(base, newest(failed) or newest(rank_zero(pods)) or newest(pods))

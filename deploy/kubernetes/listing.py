@@ -15,7 +15,7 @@ from kubernetes.client.exceptions import ApiException
 
 from deploy import names
 from deploy.kubernetes.api import KubeApi, Obj
-from deploy.kubernetes.jobsets import child_job, list_jobsets, run_jobset
+from deploy.kubernetes.jobsets import child_job, earlier_pods, list_jobsets, run_jobset
 from deploy.kubernetes.kueue_reasons import job_workload
 from deploy.kubernetes.observe import JobObjects, observe_app, observe_notebook
 from deploy.kubernetes.pods import newest, unscheduled_reason
@@ -131,6 +131,7 @@ def group_job(
         # (an evicted pod terminating while it saves its checkpoint).
         workload=None if _live(main_pods) else job_workload(api, jobset or job),
         jobset=jobset,
+        earlier=earlier_pods(ref, jobset, job, pods) if jobset is not None else [],
     )
 
 

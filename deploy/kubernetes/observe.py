@@ -42,8 +42,10 @@ class JobObjects:
     events: list[Obj] = field(default_factory=list)
     # Kueue's Workload of a suspended Job (QUEUE_ENGINE=kueue): why it waits, or was evicted.
     workload: Obj | None = None
-    # A job of several nodes: its JobSet (`job` is then the JobSet's child Job).
+    # A job of several nodes: its JobSet (`job` is then the JobSet's child Job), and the pods
+    # of its earlier attempts (a group restart deleted their Job): billed until they end.
     jobset: Obj | None = None
+    earlier: list[Obj] = field(default_factory=list)
 
 
 def observe_job(
@@ -392,17 +394,19 @@ def replica_run(pod: Obj) -> ReplicaRun | None:
     """A replica as billing sees it, once its server has started: a pod stopping (deleted,
     scaled down) is billed until it is gone, a crash-looping one while it holds its GPUs
     (from its earliest start the panel saw); it ends with its pod (Succeeded or Failed), at
-    its server's end."""
+    its server's end. A pod being deleted ends by its deletionTimestamp (`ends_by`), or when
+    its container has ended: the kubelet starts nothing again in a pod on its way out."""
     status = container_status(pod, "main") or {}
     main = container_run(status)
     started = main.started_at or container_run({"state": status.get("lastState") or {}}).started_at
     uid = pod["metadata"].get("uid")
     if started is None or not uid:
         return None
-    if ((pod.get("status") or {}).get("phase")) not in ("Succeeded", "Failed"):
-        return ReplicaRun(
-            uid=str(uid), started_at=started, node=(pod.get("spec") or {}).get("nodeName")
-        )
+    ends_by = parse_time(pod["metadata"].get("deletionTimestamp"))
+    ended = ends_by is not None and main.finished_at is not None
+    if ((pod.get("status") or {}).get("phase")) not in ("Succeeded", "Failed") and not ended:
+        node = (pod.get("spec") or {}).get("nodeName")
+        return ReplicaRun(uid=str(uid), started_at=started, node=node, ends_by=ends_by)
     if main.finished_at is None:
         return None  # ended without saying when (evicted): the panel ends it as it notices
     return ReplicaRun(
