@@ -118,7 +118,7 @@ def main() -> None:
         with transaction.atomic():
             locked = Workload.objects.select_for_update(of=("self",)).get(pk=job.pk)
             logs._store(locked, [f"line {n}"])
-            locked.save(update_fields=["log_lines", "progress", "loss_curve", "updated_at"])
+            locked.save(update_fields=["log_lines", "progress", "curve_points", "updated_at"])
 
     port = bench_jobs.free_port()
     logdir = Path(tempfile.mkdtemp(prefix="bench-streams-"))

@@ -735,6 +735,22 @@ CELERY_BEAT_SCHEDULE["jobs-sweep"] = {
     "options": {"expires": float(JOB_SWEEP_SECONDS)},
 }
 
+# Ended logs (engine/logarchive.py): once a run's log is complete it moves out of PostgreSQL to
+# the default datastore (S3_ENDPOINT_URL), one gzip object per run in LOG_ARCHIVE_BUCKET (made if
+# missing); without S3_ENDPOINT_URL logs stay in PostgreSQL. Archives older than
+# LOG_ARCHIVE_RETENTION_DAYS are deleted (0: kept forever). A failed run's kept workspace claim
+# (a push to retry, data to rescue) is deleted WORKSPACE_KEPT_DAYS after the run ended
+# (engine/workspaces.py). Both are done by one periodic task.
+LOG_ARCHIVE_BUCKET = env_str("LOG_ARCHIVE_BUCKET") or "ajuste-logs"
+LOG_ARCHIVE_RETENTION_DAYS = env_int("LOG_ARCHIVE_RETENTION_DAYS", 90, minimum=0)
+WORKSPACE_KEPT_DAYS = env_int("WORKSPACE_KEPT_DAYS", 7, minimum=1)
+RETENTION_SECONDS = env_int("RETENTION_SECONDS", 600, minimum=10)
+CELERY_BEAT_SCHEDULE["retention"] = {
+    "task": "controlpanel.workloads.tasks.retention",
+    "schedule": float(RETENTION_SECONDS),
+    "options": {"expires": float(RETENTION_SECONDS)},
+}
+
 # Sweeps (controlpanel/sweeps): how often each running sweep is advanced (pruning reads the
 # trials' loss curves, finished trials make room for new ones); a trial's end advances it too.
 SWEEP_TICK_SECONDS = env_int("SWEEP_TICK_SECONDS", 5, minimum=1)

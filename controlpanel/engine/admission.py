@@ -125,7 +125,9 @@ def project_usage(*, project: Project) -> Need:
     running = Workload.objects.filter(project=project, state__in=LIVE_STATES)
     for job in running.exclude(admitted_at=None).select_related("flavor"):
         total += job_need(job)
-    kept = Workload.objects.filter(project=project, state__in=CLAIM_KEPT_STATES)
+    kept = Workload.objects.filter(
+        project=project, state__in=CLAIM_KEPT_STATES, workspace_deleted_at=None
+    )
     for job in kept.exclude(admitted_at=None).select_related("flavor"):
         total += Need(storage_gib=job_need(job).storage_gib)
     return total

@@ -17,16 +17,15 @@ from django.db import transaction
 from django.db.models import Max
 from django.utils import timezone
 
+from controlpanel.engine import curves, logarchive
 from controlpanel.engine.backend import get_backend, job_ref
 from controlpanel.engine.evictions import interrupted_entry
-from controlpanel.engine.models import JobEvent, JobLogLine, Workload
+from controlpanel.engine.models import JobEvent, JobLogLine, LogArchive, Workload
 from controlpanel.engine.replicas import OBSERVED_PROGRESS
 from controlpanel.streams import channels
 from deploy.types import LogChunk
 from training.protocol import Snapshot, clean_text, curve_point, read_event
 
-# Every logged step up to this many (a 10,000-step run logging every 10 steps fits whole).
-MAX_CURVE_POINTS = 2000
 COLLECT_LIMIT = 5000
 # Lines Ajuste itself adds to a log (skipped bytes, a truncated archive) start with this.
 MARK = "[ajuste]"
@@ -93,7 +92,9 @@ def _commit(job_id: Any, run: int, cursor: str, chunk: LogChunk) -> int:
             return -1  # another collector moved on: the next read starts from its cursor
         _store(job, lines)
         job.log_cursor = chunk.cursor
-        job.save(update_fields=["log_cursor", "log_lines", "progress", "loss_curve", "updated_at"])
+        job.save(
+            update_fields=["log_cursor", "log_lines", "progress", "curve_points", "updated_at"]
+        )
         return len(lines)
 
 
@@ -133,15 +134,16 @@ def archive_logs(*, job_id: Any, max_rounds: int = 1000) -> bool:
         if not job.logs_archived:
             channels.log_archived(workload_id=job.pk, run=job.run)
         job.logs_archived = True
-        job.save(update_fields=["log_lines", "progress", "loss_curve", "logs_archived"])
+        job.save(update_fields=["log_lines", "progress", "curve_points", "logs_archived"])
     return True
 
 
 def _note_progress(job: Workload, lines: tuple[str, ...] | list[str]) -> None:
-    """Keep the run's progress snapshot and a bounded loss curve (for the bar, ETA and chart).
-    Any job can print lines that look like events: the protocol checks every field."""
+    """Keep the run's progress snapshot (a few fields, rewritten) and append the new points of
+    its curve (for the bar, ETA and chart). Any job can print lines that look like events: the
+    protocol checks every field."""
     snapshot = Snapshot.from_json(job.progress)
-    curve = job.loss_curve if isinstance(job.loss_curve, list) else []
+    points = []
     for line in lines:
         event = read_event(line)
         if event is None:
@@ -151,10 +153,11 @@ def _note_progress(job: Workload, lines: tuple[str, ...] | list[str]) -> None:
             _note_milestone(job, event)
         point = curve_point(event)
         if point is not None:
-            curve = _append_point(curve, point)
+            points.append(point)
+    curves.append(job, points)
     stored = job.progress if isinstance(job.progress, dict) else {}
     observed = {key: stored[key] for key in OBSERVED_PROGRESS if key in stored}
-    job.progress, job.loss_curve = {**observed, **snapshot.to_json()}, curve
+    job.progress = {**observed, **snapshot.to_json()}
 
 
 def _note_milestone(job: Workload, event: dict[str, Any]) -> None:
@@ -168,13 +171,6 @@ def _note_milestone(job: Workload, event: dict[str, Any]) -> None:
     else:
         reason = MILESTONES[event["event"]].format(step=event.get("step"))
     JobEvent.objects.create(job=job, run=job.run, state=job.state, reason=reason, at=at)
-
-
-def _append_point(curve: list[list[Any]], point: list[Any]) -> list[list[Any]]:
-    curve = [*curve, point]
-    if len(curve) > MAX_CURVE_POINTS:
-        curve = curve[::2]  # halve the resolution, keep the shape
-    return curve
 
 
 def resolve_run(*, job: Workload, value: str | None) -> int:
@@ -192,17 +188,36 @@ def resolve_run(*, job: Workload, value: str | None) -> int:
 
 def run_line_count(*, job: Workload, run: int) -> int:
     """How many lines a run stored (the current run keeps the count on the row)."""
+    archive = archived(job=job, run=run)
+    if archive is not None:
+        return 1 if archive.deleted_at else archive.lines
     if run == job.run:
         return job.log_lines
     last = JobLogLine.objects.filter(job=job, run=run).aggregate(last=Max("seq"))["last"]
     return last or 0
 
 
+def archived(*, job: Workload, run: int) -> LogArchive | None:
+    """The run's log in object storage, if it moved there (only an ended log can: a live one
+    costs no query)."""
+    if run == job.run and not job.logs_archived:
+        return None
+    return LogArchive.objects.filter(job_id=job.pk, run=run).first()
+
+
 def lines_after(
     *, job: Workload, after: int, limit: int = 500, run: int | None = None
 ) -> list[JobLogLine]:
+    run = run or job.run
+    archive = archived(job=job, run=run)
+    if archive is not None:
+        texts = logarchive.lines_of(archive)[after : after + limit]
+        return [
+            JobLogLine(job_id=job.pk, run=run, seq=seq, text=text)
+            for seq, text in enumerate(texts, start=after + 1)
+        ]
     return list(
-        JobLogLine.objects.filter(job=job, run=run or job.run, seq__gt=after)
+        JobLogLine.objects.filter(job=job, run=run, seq__gt=after)
         .order_by("seq")
         .only("seq", "text")[:limit]
     )
@@ -210,12 +225,17 @@ def lines_after(
 
 def tail(*, job: Workload, count: int = 500) -> list[JobLogLine]:
     """The last `count` lines, found by sequence number (an index range, not a scan)."""
-    first = max(job.log_lines - count, 0)
+    first = max(run_line_count(job=job, run=job.run) - count, 0)
     return lines_after(job=job, after=first, limit=count)
 
 
 def iter_log_text(*, job: Workload, run: int | None = None) -> Iterator[str]:
     """The whole log of a run, streamed (constant memory for a 100k-line log)."""
+    archive = archived(job=job, run=run or job.run)
+    if archive is not None:
+        for text in logarchive.lines_of(archive):
+            yield text + "\n"
+        return
     lines = (
         JobLogLine.objects.filter(job=job, run=run or job.run)
         .order_by("seq")

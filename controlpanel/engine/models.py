@@ -97,10 +97,13 @@ class Workload(models.Model):
     finished_at = models.DateTimeField(null=True, blank=True)
     exit_code = models.IntegerField(null=True, blank=True)
     progress = models.JSONField(default=dict, blank=True)
-    loss_curve = models.JSONField(default=list, blank=True)
+    # The points its current run's curve keeps (CurvePoint rows; engine/curves.py).
+    curve_points = models.PositiveIntegerField(default=0)
     log_cursor = models.TextField(blank=True, default="")
     log_lines = models.PositiveIntegerField(default=0)
     logs_archived = models.BooleanField(default=False)
+    # A failed run's kept workspace claim, deleted after WORKSPACE_KEPT_DAYS (engine/workspaces.py).
+    workspace_deleted_at = models.DateTimeField(null=True, blank=True)
     # A run's end notice: claimed once (notified_run, at notice_claimed_at), then handed to the
     # mail server and the webhook queue (notice_sent_run). A claim never handed over (a crash
     # between the two) is sent again by the sweep (tasks.notices_resend).
@@ -134,6 +137,13 @@ class Workload(models.Model):
         """The volumes, parsed (stored canonical by job_submit, so they always parse; a
         VolumeSpecError here means the row was written by hand)."""
         return parsed_volumes(tuple(self.volumes))
+
+    @property
+    def loss_curve(self) -> list[list[Any]]:
+        """The current run's training curve (engine/curves.py; read from its rows each time)."""
+        from controlpanel.engine import curves
+
+        return curves.read(self)
 
     @property
     def is_final(self) -> bool:
@@ -205,6 +215,9 @@ class JobRun(models.Model):
     finished_at = models.DateTimeField(null=True, blank=True)
     exit_code = models.IntegerField(null=True, blank=True)
     node = models.CharField(max_length=200, blank=True)
+    # Its pod is being deleted (a group restart, a scale-down): when it will be gone at the
+    # latest. A run whose pod goes without its end seen ends here, not when the panel notices.
+    ends_by = models.DateTimeField(null=True, blank=True)
 
     def __str__(self) -> str:
         return f"run {self.run} of {self.job_id} ({self.uid})"
@@ -256,3 +269,42 @@ class Orphan(models.Model):
 
     def __str__(self) -> str:
         return f"orphan {self.kind} {self.workload_id} run {self.run} in {self.namespace}"
+
+
+class CurvePoint(models.Model):
+    """One point of a run's training curve, [step, loss, tokens_per_s, learning_rate], in the
+    order logged (`id`): appended, never rewritten (engine/curves.py)."""
+
+    id = models.BigAutoField(primary_key=True)
+    job = models.ForeignKey(Workload, on_delete=models.CASCADE, related_name="curve_rows")
+    point = models.JSONField()
+
+    class Meta:
+        indexes = [models.Index(fields=["job", "id"])]
+
+    def __str__(self) -> str:
+        return f"{self.job_id}: {self.point}"
+
+
+class LogArchive(models.Model):
+    """A run's ended log, moved out of PostgreSQL into the panel's object storage as one
+    compressed object (engine/logarchive.py). `deleted_at`: removed by the retention."""
+
+    job = models.ForeignKey(Workload, on_delete=models.CASCADE, related_name="log_archives")
+    run = models.PositiveIntegerField()
+    datastore = models.CharField(max_length=32)
+    bucket = models.CharField(max_length=63)
+    key = models.CharField(max_length=300)
+    lines = models.PositiveIntegerField()
+    size = models.BigIntegerField(help_text="Bytes of the compressed object.")
+    archived_at = models.DateTimeField(default=timezone.now)
+    deleted_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["job", "run"], name="one_log_archive_per_run")
+        ]
+        indexes = [models.Index(fields=["archived_at"])]
+
+    def __str__(self) -> str:
+        return f"log of run {self.run} of {self.job_id} at {self.bucket}/{self.key}"

@@ -16,7 +16,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from controlpanel import audit
-from controlpanel.engine import tasks
+from controlpanel.engine import curves, tasks
 from controlpanel.engine.lifecycle import record_state
 from controlpanel.engine.models import DELETING, JobEvent, JobLogLine, Workload
 from controlpanel.engine.registry import KindSpec, kind_of
@@ -63,8 +63,10 @@ def _new_run(workload: Workload) -> None:
     workload.queued_at = timezone.now()
     workload.admitted_at = workload.started_at = workload.finished_at = None
     workload.exit_code = workload.last_activity_at = None
-    workload.progress, workload.loss_curve = {}, []
+    workload.progress = {}
+    curves.replace(workload, [])
     workload.log_cursor, workload.log_lines, workload.logs_archived = "", 0, False
+    workload.workspace_deleted_at = None
 
 
 @transaction.atomic

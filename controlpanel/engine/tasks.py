@@ -17,6 +17,7 @@ from django.db import transaction
 
 from controlpanel.buckets.services import buckets_recount_written
 from controlpanel.core.metrics import store as metrics_store
+from controlpanel.engine import logarchive, workspaces
 from controlpanel.engine.admission import admit_jobs, release_workspace
 from controlpanel.engine.backend import ensure_project
 from controlpanel.engine.lifecycle import workload_ended
@@ -140,6 +141,22 @@ def job_finalize(job_id: str, run: int) -> None:
     # What the job pushed changed its buckets' object counts and sizes.
     buckets_recount_written(project_id=job.project_id, volumes=job.volumes)
     archive_logs(job_id=job_id)
+    try:  # the log is complete: out of PostgreSQL (the retention task retries a failure)
+        logarchive.move_to_store(job_id=job_id, run=run)
+    except Exception:
+        log.warning("log of run %s of %s not moved to object storage yet", run, job_id)
+
+
+@shared_task(name=f"{NAMES}.retention", **RETRY)
+def retention() -> dict[str, int]:
+    """Ended logs still in PostgreSQL moved to object storage, archives past
+    LOG_ARCHIVE_RETENTION_DAYS deleted, failed runs' workspaces past WORKSPACE_KEPT_DAYS
+    deleted."""
+    return {
+        "logs_moved": logarchive.move_pending(),
+        "logs_deleted": logarchive.expire(),
+        "workspaces_deleted": workspaces.expire(),
+    }
 
 
 @shared_task(name=f"{NAMES}.job_cleanup", **RETRY)

@@ -53,7 +53,7 @@ def jobs_for_project(
         )
     )
     if not whole:
-        jobs = jobs.defer("progress", "loss_curve", "log_cursor", "env", "params")
+        jobs = jobs.defer("progress", "log_cursor", "env", "params")
     return filtered(jobs, filters).order_by(
         SORTS.get(filters.sort, SORTS["-created"]), "-created_at"
     )

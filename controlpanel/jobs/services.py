@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
@@ -56,6 +57,12 @@ def job_retry_push(*, access: ProjectAccess, user: Any, job: Job) -> Job:
     job = workload_locked(access=access, user=user, workload=job)
     if job.state != S.SYNC_FAILED:
         raise ValidationError("Only a job whose final push failed (SYNC_FAILED) can retry it.")
+    if job.workspace_deleted_at is not None:
+        raise ValidationError(
+            "The push cannot be retried: its workspace was deleted on "
+            f"{job.workspace_deleted_at:%Y-%m-%d}, {settings.WORKSPACE_KEPT_DAYS} days after the "
+            "run ended."
+        )
     refused = launch_refusal(project=job.project, volumes=job.volumes)
     if refused:  # the push would write (rwd: delete) in a bucket no longer this project's
         raise ValidationError(f"The push cannot be retried: {refused}.")

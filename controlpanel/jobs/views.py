@@ -22,7 +22,7 @@ from django_htmx.http import HttpResponseClientRedirect
 from controlpanel.buckets.selectors import buckets_for_project
 from controlpanel.core.htmx import wants_fragment
 from controlpanel.dashboards.utilisation import workload_utilisation
-from controlpanel.engine import selectors
+from controlpanel.engine import selectors, workspaces
 from controlpanel.engine.admission import WAITING_STATES
 from controlpanel.engine.pages import act, log_section, log_views
 from controlpanel.flavors.models import Flavor
@@ -205,6 +205,7 @@ def _detail_context(job: Job, queue_position: QueuePosition | None) -> dict[str,
         "reason": selectors.reason_shown(job=job, position=queue_position),
         "status_version": status_version(job, queue_position),
         "utilisation": workload_utilisation(job) if job.flavor.is_gpu else None,
+        "workspace_until": workspaces.kept_until(job),
     }
 
 

@@ -13,7 +13,7 @@ from controlpanel.projects.models import Project
 
 def notebooks_for_project(*, project: Project) -> QuerySet[Notebook]:
     """The project's notebooks, newest first, with what the list shows."""
-    return listed(Notebook, project=project, defer=("progress", "loss_curve", "log_cursor", "env"))
+    return listed(Notebook, project=project, defer=("progress", "log_cursor", "env"))
 
 
 def notebook_get(*, project: Project, notebook_id: Any) -> Notebook:

@@ -13,7 +13,7 @@ from controlpanel.served.models import App
 
 def apps_for_project(*, project: Project) -> QuerySet[App]:
     """The project's apps, newest first, with what the list shows."""
-    return listed(App, project=project, defer=("progress", "loss_curve", "log_cursor"))
+    return listed(App, project=project, defer=("progress", "log_cursor"))
 
 
 def app_get(*, project: Project, app_id: Any) -> App:

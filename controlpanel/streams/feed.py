@@ -26,6 +26,7 @@ from django.conf import settings
 from django.db import close_old_connections, connection
 from django.http import Http404
 
+from controlpanel.engine import logs
 from controlpanel.engine.ansi import ansi_to_html
 from controlpanel.engine.models import FINAL_STATES, JobLogLine, Workload
 from controlpanel.projects.access import project_access
@@ -112,6 +113,11 @@ def _rows(workload_id: uuid.UUID, run: int, after: int) -> tuple[list[tuple[int,
         .values_list("seq", "text")[:READ_BATCH]
     )
     now = Workload.objects.filter(pk=workload_id).values("run", "state", "logs_archived").first()
+    if not rows and now is not None and (run < now["run"] or now["logs_archived"]):
+        # An ended log may have moved to object storage (engine/logarchive.py).
+        job = Workload(pk=workload_id, run=now["run"], logs_archived=now["logs_archived"])
+        found = logs.lines_after(job=job, after=after, limit=READ_BATCH, run=run)
+        rows = [(line.seq, line.text) for line in found]
     over = (
         now is None or run < now["run"] or (now["state"] in FINAL_STATES and now["logs_archived"])
     )

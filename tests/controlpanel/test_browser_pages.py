@@ -14,6 +14,7 @@ import pytest
 from django.utils import timezone
 from playwright.sync_api import expect
 
+from controlpanel.engine import curves
 from controlpanel.engine.models import JobEvent, JobLogLine
 from controlpanel.flavors.models import Flavor
 from controlpanel.jobs.models import Job
@@ -42,11 +43,11 @@ def finished_finetune(project: Project, owner: Any) -> Job:
         finished_at=now,
         exit_code=0,
         progress={"step": 60, "max_steps": 60, "loss": 0.91, "tokens_per_s": 5120},
-        loss_curve=[[step, 2.4 - step / 40] for step in range(0, 61, 5)],
         volumes=["data@LOCAL/chat:/workspace/data:ro", "data@LOCAL/out:/workspace/output:rw"],
         logs_archived=True,
         log_lines=2,
     )
+    curves.replace(job, [[step, 2.4 - step / 40] for step in range(0, 61, 5)])
     JobEvent.objects.create(job=job, run=1, state=JobState.DONE, reason="exit code 0", at=now)
     for seq, text in enumerate(["step 1 loss 2.4", "\x1b[32mdone\x1b[0m"], start=1):
         JobLogLine.objects.create(job=job, run=1, seq=seq, text=text)

@@ -13,6 +13,7 @@ from django.utils import timezone
 from playwright.sync_api import expect
 
 from controlpanel.dashboards.rollups import days_rebuild, recent_days
+from controlpanel.engine import curves
 from controlpanel.engine.models import JobRun, Kind, Workload
 from controlpanel.flavors.models import Flavor
 from controlpanel.jobs.states import JobState
@@ -21,12 +22,15 @@ from tests.fixtures.browser import browser_login, console_errors
 from tests.fixtures.panel import PASSWORD
 
 
-def _job(project: Project, owner: Any, name: str, **fields: Any) -> Workload:
+def _job(
+    project: Project, owner: Any, name: str, curve: list[list[Any]] | None = None, **fields: Any
+) -> Workload:
     now = timezone.now()
     flavor = Flavor.objects.get(name="h100-1-gpu")
     job = Workload.objects.create(
         project=project, owner=owner, flavor=flavor, name=name, image="x", kind=Kind.JOB, **fields
     )
+    curves.replace(job, curve or [])
     if job.started_at:
         JobRun.objects.create(
             uid=f"{job.pk}-1",
@@ -61,7 +65,7 @@ def test_dashboard_and_training_curve_draw_under_the_csp(
         queued_at=now - timedelta(hours=2, minutes=5),
         admitted_at=now - timedelta(hours=2),
         progress={"step": 12, "max_steps": 12, "loss": 0.9, "tokens_per_s": 5100.0},
-        loss_curve=[[s, 2.4 - s / 10, 5000 + s, 1e-4 * (12 - s) / 12] for s in range(1, 13)],
+        curve=[[s, 2.4 - s / 10, 5000 + s, 1e-4 * (12 - s) / 12] for s in range(1, 13)],
     )
     _job(
         project,

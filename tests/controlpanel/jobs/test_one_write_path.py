@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from controlpanel.billing.tasks import billing_catch_up, budget_check_task
 from controlpanel.buckets.models import Bucket
+from controlpanel.engine import curves
 from controlpanel.engine.admission import admit_jobs
 from controlpanel.engine.models import JobRun, Workload
 from controlpanel.engine.reconcile import reconcile
@@ -40,12 +41,12 @@ KINDS = {
 # What one run leaves on the row: none of it may leak into the next run.
 RAN = {
     "progress": {"step": 40, "total_steps": 100, "replicas": [1, 1]},
-    "loss_curve": [[10, 2.5], [40, 1.25]],
     "log_cursor": "2025-01-01T00:00:00Z 1234",
     "log_lines": 3,
     "logs_archived": True,
     "exit_code": 0,
 }
+CURVE = [[10, 2.5], [40, 1.25]]
 RESET = {
     "progress": {},
     "loss_curve": [],
@@ -65,7 +66,7 @@ RESET = {
 def finished(kind: str, project: Project, owner: Any) -> Workload:
     model, state, *_ = KINDS[kind]
     now = timezone.now()
-    return model.objects.create(
+    workload = model.objects.create(
         project=project,
         owner=owner,
         name=f"a-{kind}",
@@ -82,6 +83,9 @@ def finished(kind: str, project: Project, owner: Any) -> Workload:
         stop_requested=True,
         **RAN,
     )
+    curves.replace(workload, CURVE)
+    assert workload.loss_curve == CURVE
+    return workload
 
 
 def run_scoped(workload: Workload) -> dict[str, Any]:

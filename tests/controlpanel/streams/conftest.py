@@ -165,4 +165,4 @@ def store(job: Workload, *texts: str) -> None:
     with transaction.atomic():
         locked = Workload.objects.select_for_update(of=("self",)).get(pk=job.pk)
         logs._store(locked, list(texts))
-        locked.save(update_fields=["log_lines", "progress", "loss_curve", "updated_at"])
+        locked.save(update_fields=["log_lines", "progress", "curve_points", "updated_at"])

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from django.test import Client
 
+from controlpanel.engine import curves
 from controlpanel.engine.lifecycle import record_state
 from controlpanel.jobs.models import Job
 from controlpanel.projects.models import Project
@@ -58,8 +59,8 @@ def done_job(
         ],
     )
     job.progress = {"last_event": "done", "adapter_path": "/workspace/output/adapter"}
-    job.loss_curve = [[1, 6.0, 10.0, 1e-3], [2, 5.5, 10.0, 1e-3]]
-    job.save(update_fields=["progress", "loss_curve"])
+    job.save(update_fields=["progress"])
+    curves.replace(job, [[1, 6.0, 10.0, 1e-3], [2, 5.5, 10.0, 1e-3]])
     metrics = (
         '{"event":"eval","v":1,"time":1,"step":2,"eval_loss":5.75,'
         '"eval_perplexity":3,"eval_tokens":9}\n'

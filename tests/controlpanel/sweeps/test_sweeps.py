@@ -15,6 +15,7 @@ from rest_framework.test import APIClient
 
 from controlpanel.billing.models import Line
 from controlpanel.buckets.models import Bucket
+from controlpanel.engine import curves
 from controlpanel.engine.lifecycle import record_state
 from controlpanel.engine.models import JobRun
 from controlpanel.jobs.models import Job
@@ -67,8 +68,7 @@ def advance(sweep_id: str) -> Sweep:
 def run_job(job: Job, losses: list[float], *, end: str | None = None) -> None:
     """The job ran (RUNNING, a billed run) and reported these losses at steps 1, 2, ..."""
     job.refresh_from_db()
-    job.loss_curve = [[step, loss, 100.0, 1e-4] for step, loss in enumerate(losses, start=1)]
-    job.save(update_fields=["loss_curve"])
+    curves.replace(job, [[step, loss, 100.0, 1e-4] for step, loss in enumerate(losses, start=1)])
     start = timezone.now() - timedelta(minutes=3)
     JobRun.objects.update_or_create(
         uid=f"run-{job.pk}",
