@@ -19,18 +19,24 @@ DATA_PATH = "/workspace/data"
 OUTPUT_PATH = "/workspace/output"
 ENTRY_POINT = ["python", "-m", "training.finetune"]
 
-# The parameters the form shows, with their defaults (the entry point's own defaults).
-MAIN_PARAMS: dict[str, Any] = {
-    "method": "lora",
-    "rank": 16,
-    "alpha": 32,
-    "learning_rate": 2e-4,
-    "epochs": 1.0,
-    "max_steps": -1,
-    "batch_size": 4,
-    "grad_accum": 1,
-    "max_length": 2048,
-}
+# The parameters the form shows, with their defaults: the entry point's own, read from its
+# parser, so the form starts where `ajuste job run --preset finetune` (which sends only the
+# parameters given) runs, and neither can drift from the image (#32).
+MAIN_NAMES = (
+    "method",
+    "rank",
+    "alpha",
+    "learning_rate",
+    "epochs",
+    "max_steps",
+    "batch_size",
+    "grad_accum",
+    "max_length",
+)
+ENTRY_POINT_DEFAULTS: dict[str, Any] = parse_options(
+    ["--model", MODEL_PATH, "--data", DATA_PATH, "--output", OUTPUT_PATH]
+).as_dict()
+MAIN_PARAMS: dict[str, Any] = {name: ENTRY_POINT_DEFAULTS[name] for name in MAIN_NAMES}
 # Every option the preset passes through; `base_model` is the preset's own (a hub id).
 BOOLEAN_FLAGS = {"merge": "--merge", "packing": "--no-packing"}
 VALUE_PARAMS = {
