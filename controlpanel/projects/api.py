@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from django.db import transaction
 from django.shortcuts import get_object_or_404
 from django.utils.cache import add_never_cache_headers
 from drf_spectacular.utils import OpenApiParameter, extend_schema
@@ -19,6 +20,7 @@ from controlpanel.projects import services as project_services
 from controlpanel.projects.models import Membership, Project, ProjectSecret
 from controlpanel.projects.selectors import members_of, projects_for_user, secrets_of
 from controlpanel.projects.settings_rules import FieldsRefused, project_settings_check
+from controlpanel.queues.services import SHARING_FIELDS, project_queue_update, sharing_check
 
 
 class ProjectViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
@@ -41,23 +43,32 @@ class ProjectViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
             by=self.request.user, **serializer.validated_data
         )
 
-    @extend_schema(request=s.ProjectUpdateSerializer, responses=s.ProjectUpdatedSerializer)
+    @extend_schema(request=s.ProjectChangeSerializer, responses=s.ProjectUpdatedSerializer)
     def partial_update(self, request: Request, slug: str) -> Response:
         """Change what you may change: managers the notebook idle limit, the budget and the
-        job webhook; site admins the quotas too. A field your role may not change is named in
-        a 403, a bad value in a 400; either way nothing changes."""
+        job webhook; site admins the quotas and the GPU sharing (`borrowing_limit`,
+        `lending_limit`, `fair_sharing_weight`: Kueue's cohort) too. A field your role may
+        not change is named in a 403, a bad value in a 400; either way nothing changes."""
         access = api_project(request, slug=slug, manage=True)
         if not isinstance(request.data, Mapping):
             raise ValidationError({"detail": "Send a JSON object of the settings to change."})
+        data = dict(request.data)
+        # How it shares GPUs in Kueue's cohort: site admins (queues/services.py).
+        sharing = {name: data.pop(name) for name in SHARING_FIELDS if name in data}
+        if sharing:
+            sharing_check(access=access)
         try:
-            project_settings_check(access=access, fields=request.data.keys())
+            project_settings_check(access=access, fields=data.keys())
         except FieldsRefused as exc:
             raise PermissionDenied({"detail": str(exc), **exc.fields}) from None
-        serializer = s.ProjectUpdateSerializer(data=request.data, partial=True)
+        serializer = s.ProjectUpdateSerializer(data=data, partial=True)
         serializer.is_valid(raise_exception=True)
-        result = project_services.project_settings_update(
-            access=access, changes=dict(serializer.validated_data)
-        )
+        with transaction.atomic():  # a bad value in either changes nothing
+            if sharing:
+                project_queue_update(access=access, changes=sharing)
+            result = project_services.project_settings_update(
+                access=access, changes=dict(serializer.validated_data)
+            )
         if result.admits_more:
             from controlpanel.engine.tasks import admit_soon  # the engine reads projects
 

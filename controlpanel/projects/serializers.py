@@ -68,14 +68,61 @@ class ProjectUpdateSerializer(serializers.ModelSerializer):
         }
 
 
+class ProjectChangeSerializer(ProjectUpdateSerializer):
+    """`PATCH /api/v1/projects/<slug>/` as documented: the settings, and for site admins the
+    project's GPU sharing in Kueue's cohort (queues/services.py checks those)."""
+
+    borrowing_limit = serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        help_text="Site admins. GPUs it may borrow beyond its quota from idle projects "
+        "(null: no limit; 0: none).",
+    )
+    lending_limit = serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        help_text="Site admins. GPUs of its quota others may borrow while it is idle "
+        "(null: all; at most its GPU quota).",
+    )
+    fair_sharing_weight = serializers.IntegerField(
+        required=False, help_text="Site admins. Its share of idle GPUs, 1 to 1000."
+    )
+
+    class Meta(ProjectUpdateSerializer.Meta):
+        fields = [
+            *ProjectUpdateSerializer.Meta.fields,
+            "borrowing_limit",
+            "lending_limit",
+            "fair_sharing_weight",
+        ]
+
+
+class SharingSerializer(serializers.Serializer):
+    """How the project shares GPUs in Kueue's cohort (QUEUE_ENGINE=kueue; site admins change
+    it): GPUs it may borrow beyond its quota and lend of it (null: no limit), and its
+    fair-sharing weight (1-1000)."""
+
+    borrowing_limit = serializers.IntegerField(allow_null=True, min_value=0)
+    lending_limit = serializers.IntegerField(allow_null=True, min_value=0)
+    fair_sharing_weight = serializers.IntegerField(min_value=1, max_value=1000)
+
+
 class ProjectUpdatedSerializer(ProjectSerializer):
     """The project after a change, with the job webhook's signing secret when that change
-    made it (null otherwise): it is shown once."""
+    made it (null otherwise): it is shown once; and its GPU sharing."""
 
     webhook_secret = serializers.SerializerMethodField()
+    sharing = serializers.SerializerMethodField()
 
     class Meta(ProjectSerializer.Meta):
-        fields = [*ProjectSerializer.Meta.fields, "webhook_secret"]
+        fields = [*ProjectSerializer.Meta.fields, "webhook_secret", "sharing"]
+
+    @extend_schema_field(SharingSerializer)
+    def get_sharing(self, project: Project) -> dict[str, Any]:
+        from controlpanel.queues.selectors import project_queue  # queues reads projects
+
+        row = project_queue(project)
+        return {n: getattr(row, n) for n in SharingSerializer().fields}
 
     @extend_schema_field(serializers.CharField(allow_null=True))
     def get_webhook_secret(self, project: Project) -> str | None:

@@ -14,7 +14,7 @@ from controlpanel.projects.access import ProjectAccess, project_access
 from controlpanel.projects.models import Project
 from controlpanel.queues.models import ProjectQueue
 from controlpanel.queues.services import project_queue_update
-from tests.fixtures.panel import logged_in
+from tests.fixtures.panel import api_client_for, logged_in
 
 pytestmark = pytest.mark.django_db
 URL = "/p/alpha/settings/"
@@ -141,4 +141,44 @@ def test_the_settings_page_edits_the_sharing_for_site_admins_only(
     assert forged.status_code == 403
     row.refresh_from_db()
     assert row.borrowing_limit == 2
+    assert len(sharing_events()) == 1
+
+
+def test_the_api_changes_the_sharing_with_the_settings_for_site_admins_only(
+    quota4: Project, admin_user: Any, owner_api: Any
+) -> None:
+    api = api_client_for(admin_user)
+    answer = api.patch(
+        "/api/v1/projects/alpha/",
+        {"borrowing_limit": 2, "lending_limit": None, "notebook_idle_minutes": 30},
+        format="json",
+    )
+    assert answer.status_code == 200, answer.content
+    assert answer.json()["sharing"] == {
+        "borrowing_limit": 2,
+        "lending_limit": None,
+        "fair_sharing_weight": 1,
+    }
+    assert answer.json()["notebook_idle_minutes"] == 30
+    # A bad sharing value changes nothing, the other settings of the request included.
+    refused = api.patch(
+        "/api/v1/projects/alpha/",
+        {"lending_limit": 5, "notebook_idle_minutes": 45},
+        format="json",
+    )
+    assert refused.status_code == 400
+    assert "at most its own GPU quota (4)" in str(refused.json()["lending_limit"])
+    quota4.refresh_from_db()
+    assert quota4.notebook_idle_minutes == 30
+    # A manager may change the idle limit, not the sharing: 403 and nothing changes.
+    forged = owner_api.patch(
+        "/api/v1/projects/alpha/",
+        {"borrowing_limit": 9, "notebook_idle_minutes": 50},
+        format="json",
+    )
+    assert forged.status_code == 403 and "Only site admins" in forged.json()["detail"]
+    quota4.refresh_from_db()
+    assert quota4.notebook_idle_minutes == 30
+    row = ProjectQueue.objects.get(project=quota4)
+    assert (row.borrowing_limit, row.lending_limit) == (2, None)
     assert len(sharing_events()) == 1
