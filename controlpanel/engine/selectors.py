@@ -213,7 +213,8 @@ def queue_places(rows: Sequence[Workload]) -> dict[str, QueuePosition]:
     places = {}
     for row in mine:
         ahead = times.get(None if shared else row.project_id, [])
-        before = sum(1 for at in ahead if at and row.queued_at and at < row.queued_at)
+        mine_at = row.queued_at
+        before = len([at for at in ahead if at and mine_at and at < mine_at])
         places[str(row.pk)] = _panel_place(before + 1, shared=shared)
     return places
 

@@ -122,7 +122,8 @@ class ProjectUpdatedSerializer(ProjectSerializer):
         from controlpanel.queues.selectors import project_queue  # queues reads projects
 
         row = project_queue(project)
-        return {n: getattr(row, n) for n in SharingSerializer().fields}
+        names = ("borrowing_limit", "lending_limit", "fair_sharing_weight")
+        return {name: getattr(row, name) for name in names}
 
     @extend_schema_field(serializers.CharField(allow_null=True))
     def get_webhook_secret(self, project: Project) -> str | None:
