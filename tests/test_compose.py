@@ -4,8 +4,10 @@ services keep their data and report their health."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import yaml
 
@@ -89,3 +91,47 @@ def test_the_docs_say_what_works_and_that_the_s3_identity_is_an_admin() -> None:
     for said in ("What works with Compose", "Try it", "is an admin, and job pods hold it"):
         assert said in compose_docs, said
     assert "every bucket of every project" in (ROOT / "docker-compose.yml").read_text()
+
+
+def _default(value: str) -> str:
+    """What a Compose `${NAME-default}` or `${NAME:-default}` gives when NAME is not set."""
+    match = re.fullmatch(r"\$\{\w+:?-(.*)\}", value)
+    assert match, value
+    return match.group(1)
+
+
+def test_pages_open_their_streams_at_the_events_service() -> None:
+    """The events service runs the Procfile's uvicorn on the port it publishes, answers its
+    health check, and every panel process gets STREAMS_URL (the pages' <meta>), which names
+    that published port out of the box: with nothing between the browser and uvicorn, nothing
+    buffers the events. An empty STREAMS_URL stays empty (pages poll)."""
+    compose = _compose()
+    events = compose["services"]["events"]
+    assert events["command"][:2] == ["uvicorn", "controlpanel.asgi:application"]
+    port = events["command"][events["command"].index("--port") + 1]
+    assert f"{port}:{port}" in events["ports"]
+    assert f"127.0.0.1:{port}/readyz" in str(events["healthcheck"]["test"])
+    for name in ("web", "events", "worker"):  # the pages, the streams, the CLI's Link header
+        value = compose["services"][name]["environment"]["STREAMS_URL"]
+        assert value.startswith("${STREAMS_URL-"), (name, value)  # no ':': empty is kept
+    streams = urlsplit(_default(compose["services"]["web"]["environment"]["STREAMS_URL"]))
+    site = urlsplit(_default(compose["services"]["web"]["environment"]["SITE_URL"]))
+    assert (streams.hostname, str(streams.port)) == (site.hostname, port)
+
+
+def test_the_compose_defaults_let_a_page_open_its_stream() -> None:
+    """The panel's settings read from Compose's defaults: the page may connect to the events
+    service (CSP connect-src) and the events service takes the page's origin (SITE_URL)."""
+    from tests.deploy.test_ajuste_on_kubernetes import panel_settings
+
+    env = _compose()["services"]["web"]["environment"]
+    streams_url, site_url = _default(env["STREAMS_URL"]), _default(env["SITE_URL"])
+    found = panel_settings(
+        {"STREAMS_URL": streams_url, "SITE_URL": site_url},
+        "STREAMS_URL",
+        "STREAMS_ALLOWED_ORIGINS",
+        "CONTENT_SECURITY_POLICY",
+    )
+    assert found[0] == "http://localhost:8001" == streams_url
+    assert site_url in found[1]
+    assert "'http://localhost:8001'" in found[2].split("'connect-src'")[1].split("]")[0]
