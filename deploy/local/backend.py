@@ -1,38 +1,24 @@
 """`LocalBackend`: the embedded `ComputeBackend` of `make run`, running workloads as processes
-on this machine. See `paths` (layout, /workspace rewriting), `supervisor` (the detached
-process per run) and `state` (the state file that survives panel restarts)."""
+on this machine. See `paths` (layout, /workspace rewriting), `launch` (each kind's plan from
+its request), `supervisor` (the detached process per run) and `state` (the state file that
+survives panel restarts)."""
 
 from __future__ import annotations
 
 import shutil
-import socket
 import sys
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
-from deploy import images
 from deploy.local import runs
-from deploy.local.apps import app_argv, app_probe, app_problem
-from deploy.local.editors import editor_problem
 from deploy.local.gpus import Gpu, detect_gpus, pick_gpus
-from deploy.local.group import node_envs
+from deploy.local.launch import Launcher, decide
 from deploy.local.machine import machine_capacity
 from deploy.local.paths import run_dir, secret_file
-from deploy.local.plan import (
-    editor_argv,
-    editor_env,
-    editor_probe,
-    local_argv,
-    make_plan,
-    preset_problem,
-    ref_dict,
-    slashed,
-)
-from deploy.local.state import State, now_iso, read_json, read_state, update_state, write_json
+from deploy.local.state import State, read_json, read_state, update_state, write_json
 from deploy.types import (
     AppRequest,
     Capacity,
@@ -86,6 +72,13 @@ class LocalBackend:
         self.python = python
         self.grace_s = grace_s
         self.gpus = gpus
+        self.launch = Launcher(
+            base=self.base,
+            python=python,
+            grace_s=grace_s,
+            any_command=any_command,
+            gpus_for=self._gpus_for,
+        )
 
     def capacity(self) -> Capacity:
         """The cores and memory jobs may use, and this machine's GPUs (read now)."""
@@ -128,7 +121,7 @@ class LocalBackend:
         with runs.locked(run):
             state = read_state(run)
             if state is None or state.get("waiting"):
-                self._start_job(job, run)
+                self.launch.job(job, run)
         return self.observe_job(ref=job.ref)
 
     def stop_job(self, *, job: JobRequest) -> None:
@@ -180,7 +173,7 @@ class LocalBackend:
             state = read_state(run)
             active = state is not None and not Phase(state["phase"]).is_final
             if notebook.running and not (active and not (state or {}).get("waiting")):
-                self._start_notebook(notebook, run, state or {})
+                self.launch.notebook(notebook, run, state or {})
         if not notebook.running:
             self._stop(run)
         return self.observe_notebook(ref=notebook.ref)
@@ -199,7 +192,7 @@ class LocalBackend:
             state = read_state(run)
             active = state is not None and not Phase(state["phase"]).is_final
             if app.running and not (active and not (state or {}).get("waiting")):
-                self._start_app(app, run, state or {})
+                self.launch.app(app, run, state or {})
         if not app.running:
             self._stop(run)
         return self.observe_app(ref=app.ref)
@@ -233,111 +226,6 @@ class LocalBackend:
                     yield observed
             stop.wait(POLL_S)
 
-    def _start_job(self, job: JobRequest, run: Path) -> None:
-        argv = local_argv(job.image, job.command, python=self.python)
-        if argv is None:
-            self._decide(job.ref, run, Phase.FAILED, _needs_kubernetes(job.image))
-            return
-        env = {**job.env, **dict.fromkeys(job.secret_env, "")}  # the names, for the check
-        problem = None if self.any_command else preset_problem(job.command, env)
-        if not problem:
-            env, problem = self._with_secrets(job)
-        if problem:
-            self._decide(job.ref, run, Phase.FAILED, problem)
-            return
-        gpus = self._gpus_for(job.ref, run, job.flavor, job.units * job.nodes)
-        if gpus is None:
-            return
-        plan = make_plan(
-            nodes=self._nodes(job, gpus),
-            ref=job.ref,
-            run=run,
-            argv=argv,
-            env=env,
-            volumes=job.volumes,
-            pushed=job.pushed_volumes,
-            gpus=gpus,
-            sync_env=self._datastore_env(job.namespace, job.datastore_secret),
-            timeout_s=job.timeout_s,
-            python=self.python,
-            grace_s=self.grace_s,
-            push_every_s=job.push_every_s,
-        )
-        runs.launch(run, plan, python=self.python, extra={})
-
-    def _nodes(self, job: JobRequest, gpus: list[int]) -> list[dict[str, str]]:
-        """Each node's env for a job of several nodes (`group`); none for one node."""
-        if job.nodes <= 1:
-            return []
-        per_node = max(job.units * job.flavor.gpus_per_unit, 1)
-        rdzv = f"{job.id}-{job.run}"
-        port, grace = _port(None), self.grace_s
-        return node_envs(
-            nodes=job.nodes, per_node=per_node, rdzv_id=rdzv, port=port, gpus=gpus, grace_s=grace
-        )
-
-    def _start_notebook(self, notebook: NotebookRequest, run: Path, previous: State) -> None:
-        env, missing = self._with_secrets(notebook)
-        missing = _missing_editor(notebook) or missing
-        if missing:
-            self._decide(notebook.ref, run, Phase.FAILED, missing)
-            return
-        gpus = self._gpus_for(notebook.ref, run, notebook.flavor, notebook.units)
-        if gpus is None:
-            return
-        # The same port and token as the last run when the port is free: the same URL.
-        port = _port(previous.get("port"))
-        # The panel's token when it sends one (the request field is newer than this backend).
-        token = str(getattr(notebook, "token", "") or previous.get("token") or uuid.uuid4().hex)
-        argv = editor_argv(notebook, python=self.python, port=port)
-        url = f"http://127.0.0.1:{port}{slashed(notebook.path)}"
-        if notebook.command is None and notebook.editor.value == "jupyterlab":
-            url += f"?token={token}"
-        plan = make_plan(
-            ref=notebook.ref,
-            run=run,
-            argv=argv,
-            env={**env, **editor_env(notebook, run=run, token=token)},
-            volumes=notebook.volumes,
-            pushed=notebook.pushed_volumes,
-            gpus=gpus,
-            sync_env=self._datastore_env(notebook.namespace, notebook.datastore_secret),
-            timeout_s=None,
-            python=self.python,
-            grace_s=self.grace_s,
-            push_every_s=notebook.push_every_s,
-            probe=editor_probe(notebook, port=port, token=token),
-        )
-        extra = {"port": port, "token": token, "url": url}
-        runs.launch(run, plan, python=self.python, extra=extra)
-
-    def _start_app(self, app: AppRequest, run: Path, previous: State) -> None:
-        env, missing = self._with_secrets(app)
-        missing = app_problem(app) or missing
-        if missing:
-            self._decide(app.ref, run, Phase.FAILED, missing)
-            return
-        gpus = self._gpus_for(app.ref, run, app.flavor, app.units)
-        if gpus is None:
-            return
-        port = _port(previous.get("port"))
-        plan = make_plan(
-            ref=app.ref,
-            run=run,
-            argv=app_argv(app, python=self.python, port=port),
-            env=env,
-            volumes=app.pulled_volumes,
-            pushed=(),
-            gpus=gpus,
-            sync_env=self._datastore_env(app.namespace, app.datastore_secret),
-            timeout_s=None,
-            python=self.python,
-            grace_s=self.grace_s,
-            probe=app_probe(app, port=port),
-        )
-        extra = {"port": port, "url": f"http://127.0.0.1:{port}"}
-        runs.launch(run, plan, python=self.python, extra=extra)
-
     def _gpus_for(
         self, ref: WorkloadRef, run: Path, flavor: FlavorSpec, units: int
     ) -> list[int] | None:
@@ -346,21 +234,8 @@ class LocalBackend:
             flavor, units, self.gpus() if flavor.gpus_per_unit else [], self._busy()
         )
         if gpus is None:
-            self._decide(ref, run, Phase.PENDING, why, waiting=True)
+            decide(ref, run, Phase.PENDING, why, waiting=True)
         return gpus
-
-    def _decide(
-        self, ref: WorkloadRef, run: Path, phase: Phase, reason: str, *, waiting: bool = False
-    ) -> None:
-        """Record a run that does not start now (refused, or waiting for GPUs)."""
-        state = {
-            "phase": phase.value,
-            "reason": reason,
-            "waiting": waiting,
-            "ref": ref_dict(ref),
-            "created_at": now_iso(),
-        }
-        write_json(run / "state.json", state)
 
     def _busy(self) -> set[int]:
         busy: set[int] = set()
@@ -399,52 +274,3 @@ class LocalBackend:
             state = read_json(path)
             if state is not None and "ref" in state:
                 yield state
-
-    def _with_secrets(
-        self, job: JobRequest | NotebookRequest | AppRequest
-    ) -> tuple[dict[str, str], str | None]:
-        """The job's env with each `secret_env` name set to the project secret's value (read
-        from the file `ensure_project` wrote), or why it cannot start: a Secret missing the
-        key is what keeps a Kubernetes pod from starting too. Values are never logged."""
-        stored = self._datastore_env(job.namespace, job.project_secrets)
-        missing = sorted(key for key in job.secret_env.values() if key not in stored)
-        if missing:
-            return {}, f"the project has no secret named {', '.join(missing)}"
-        env = {k: v for k, v in job.env.items() if k not in job.secret_env}
-        return env | {name: stored[key] for name, key in job.secret_env.items()}, None
-
-    def _datastore_env(self, namespace: str, secret: str) -> dict[str, str]:
-        data = read_json(secret_file(self.base, namespace, secret))
-        return {str(k): str(v) for k, v in (data or {}).items()}
-
-
-def _needs_kubernetes(image: str) -> str:
-    return (
-        f"the image {image} needs the Kubernetes backend (COMPUTE_BACKEND=kubernetes); the local "
-        f"backend runs only the built-in fine-tune image {images.FINETUNE_IMAGE}"
-    )
-
-
-def _missing_editor(notebook: NotebookRequest) -> str:
-    """Why the editor cannot start here, or '' (a notebook's own command is tried as is)."""
-    return "" if notebook.command is not None else editor_problem(notebook.editor)
-
-
-def _port(previous: object) -> int:
-    """The notebook's previous port when still free (same URL after a restart), else a new one."""
-    if isinstance(previous, int) and _free(previous):
-        return previous
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def _free(port: int) -> bool:
-    with socket.socket() as probe:
-        # Like the servers themselves: a port in TIME_WAIT after a stop is free to reuse.
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True

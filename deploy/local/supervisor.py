@@ -5,7 +5,7 @@ so Celery tasks never wait on a workload and a panel restart loses nothing.
 
 It pulls the volumes, runs the command (never through a shell) with its output in
 `output.log`, pushes the rw volumes every `push_every_s` while it runs (`PeriodicPush`), tells
-when a notebook's editor answers and what it last did (`ServerWatch`: RUNNING only then),
+when a notebook's editor answers and what it last did (`probes.ServerWatch`: RUNNING only then),
 enforces the timeout, honours a stop (SIGTERM to itself, or the `stop` file):
 SIGTERM to the process group, SIGKILL after the grace period; then pushes rw volumes
 (three-way, against the manifests the pull left in `<run>/sync`, outside the volumes; the
@@ -16,25 +16,21 @@ keys left alone as conflicts become `push_note`). Every step is recorded in `sta
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import subprocess
 import sys
 import time
 import traceback
-import urllib.request
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from deploy.local.group import NodeGroup, node_log
-from deploy.local.paths import as_workload, workspace_dir
+from deploy.local.paths import workspace_dir
+from deploy.local.probes import POLL_S, HealthWatch, ServerWatch
+from deploy.local.runlog import last_words, push_note, size, sync_failure, sync_state_dir
 from deploy.local.state import now_iso, process_start_ticks, read_json, read_state, update_state
 from deploy.types import Phase
-from storage.sync.stats import conflict_note
-
-POLL_S = 0.1
 
 
 class Supervisor:
@@ -273,7 +269,7 @@ class PeriodicPush:
         if self.process is None and time.monotonic() >= self.next_at:
             supervisor = self.supervisor
             log_path = supervisor.run / "sync.log"
-            self.log_start = _size(log_path)
+            self.log_start = size(log_path)
             self.process = supervisor.start_sync("push", supervisor.plan["push"], log_path)
 
     def finish(self) -> None:
@@ -291,183 +287,9 @@ class PeriodicPush:
         self.next_at = time.monotonic() + self.every
 
 
-class ServerWatch:
-    """Asks the editor's REST API (`plan.editor_probe`) whether it answers, then every
-    `every_s` what it last did, into the state file: `last_activity` (Jupyter's own, which
-    counts requests, kernels and terminals; now while a kernel is busy, since a long cell
-    prints nothing), `kernels`, `connections`. Its requests do not count as activity."""
-
-    def __init__(self, probe: dict[str, Any]) -> None:
-        self.api = str(probe["api"])
-        self.token = str(probe["token"])
-        self.every = float(probe.get("every_s") or 10)
-        self.ready_s = float(probe.get("ready_s") or 180)
-        self.ready_by: float | None = None  # counted from the first look, after the pull
-        self.ready = False
-        self.next_at = 0.0
-        self.seen: dict[str, Any] = {}
-
-    def tick(self, supervisor: Supervisor) -> str:
-        """One look when due; why the editor failed to start, or ''."""
-        now = time.monotonic()
-        if now < self.next_at:
-            return ""
-        if self.ready_by is None:
-            self.ready_by = now + self.ready_s
-        status = self._get("status")
-        if not self.ready:
-            if status is None:
-                self.next_at = now + POLL_S
-                if now < self.ready_by:
-                    return ""
-                return "the editor did not answer on its port in time"
-            self.ready = True
-        if status is not None:
-            activity = self._activity(status)
-            if not self.seen:
-                supervisor.announce(phase=Phase.RUNNING.value, reason="running", **activity)
-            elif activity != self.seen:
-                update_state(supervisor.run, **activity)
-            self.seen = activity
-        self.next_at = time.monotonic() + self.every
-        return ""
-
-    def _activity(self, status: dict[str, Any]) -> dict[str, Any]:
-        kernels = int(status.get("kernels") or 0)
-        last = _utc_iso(str(status.get("last_activity") or ""))
-        if kernels and self._busy_kernels():
-            last = now_iso()
-        return {
-            "last_activity": last,
-            "kernels": kernels,
-            "connections": int(status.get("connections") or 0),
-        }
-
-    def _busy_kernels(self) -> int:
-        kernels = self._get("kernels?no_track_activity=1")
-        if not isinstance(kernels, list):
-            return 0
-        return sum(1 for k in kernels if isinstance(k, dict) and k.get("execution_state") == "busy")
-
-    def _get(self, path: str) -> Any:
-        """The JSON answer of GET api/`path`, or None when it does not answer (yet)."""
-        request = urllib.request.Request(  # noqa: S310 - http on 127.0.0.1, from the plan
-            self.api + path, headers={"Authorization": f"token {self.token}"}
-        )
-        try:
-            with urllib.request.urlopen(request, timeout=2) as response:  # noqa: S310
-                return json.loads(response.read())
-        except (OSError, ValueError):
-            return None
-
-
-class HealthWatch:
-    """An app's server: RUNNING once GET `health` answers 2xx (after its weights are
-    loaded); failed when it has not within `ready_s`. Nothing is read afterwards."""
-
-    def __init__(self, probe: dict[str, Any]) -> None:
-        self.url = str(probe["health"])
-        self.ready_s = float(probe.get("ready_s") or 300)
-        self.ready_by: float | None = None
-        self.ready = False
-        self.next_at = 0.0
-
-    def tick(self, supervisor: Supervisor) -> str:
-        now = time.monotonic()
-        if self.ready or now < self.next_at:
-            return ""
-        if self.ready_by is None:
-            self.ready_by = now + self.ready_s
-        try:
-            with urllib.request.urlopen(self.url, timeout=2) as response:  # noqa: S310 - loopback
-                answered = 200 <= response.status < 300
-        except OSError:
-            answered = False
-        if answered:
-            self.ready = True
-            supervisor.announce(phase=Phase.RUNNING.value, reason="running")
-            return ""
-        self.next_at = now + 0.25
-        return "" if now < self.ready_by else "the server did not answer its probe in time"
-
-
-def _utc_iso(value: str) -> str | None:
-    """Jupyter's timestamp ('...Z') as the state file writes times, or None."""
-    try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return parsed.astimezone(UTC).isoformat(timespec="microseconds")
-
-
 def exit_code(returncode: int) -> int:
     """Killed by signal N reads 128+N, as a shell or a container runtime reports it."""
     return 128 - returncode if returncode < 0 else returncode
-
-
-def last_words(log: Path, workspace: Path) -> str:
-    """The last non-empty line of a log (what a failing process said last), its paths the
-    workload's own: written so before it is clipped, since a cut path no longer reads as one."""
-    lines = _tail_lines(log, max(0, _size(log) - 8192))
-    return _clip(as_workload(lines[-1], workspace)) if lines else ""
-
-
-def sync_failure(log: Path, start: int, code: int) -> str:
-    """Why a sync run failed, from its JSON lines written after `start`: the first failed
-    file of a `result` line, else the message the engine printed (bad usage), else the code."""
-    lines = _tail_lines(log, start)
-    for line in lines:
-        try:
-            event = json.loads(line)
-        except ValueError:
-            continue
-        if not isinstance(event, dict) or event.get("event") != "result":
-            continue
-        if event.get("failed") or event.get("failures"):
-            first = (event.get("failures") or [{}])[0]
-            detail = f"{first.get('key', '?')}: {first.get('error', 'failed')}"
-            if event.get("failed"):
-                detail = f"{event['failed']} file(s) failed, first {detail}"
-            return _clip(f"{event.get('spec')}: {detail}")
-    plain = [line for line in lines if not line.lstrip().startswith("{")]
-    return _clip(plain[-1]) if plain else f"the sync engine exited with {code}"
-
-
-def sync_state_dir(run: Path) -> Path:
-    """The sync engine's manifests of a run: beside `root`, so outside every volume."""
-    return run / "sync"
-
-
-def push_note(log: Path, start: int) -> str:
-    """The conflicts of the push whose lines start at `start`, as the job's history says
-    them ("" when there were none): from the engine's last `push` summary line."""
-    summary: dict[str, Any] = {}
-    for line in _tail_lines(log, start):
-        try:
-            event = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(event, dict) and event.get("event") == "push":
-            summary = event
-    return conflict_note(list(summary.get("conflicts") or []), summary.get("conflicts_total"))
-
-
-def _tail_lines(log: Path, start: int) -> list[str]:
-    try:
-        with open(log, "rb") as handle:
-            handle.seek(start)
-            text = handle.read(1024 * 1024).decode(errors="replace")
-    except FileNotFoundError:
-        return []
-    return [line.strip() for line in text.splitlines() if line.strip()]
-
-
-def _size(path: Path) -> int:
-    return path.stat().st_size if path.exists() else 0
-
-
-def _clip(text: str, limit: int = 300) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 Child = subprocess.Popen[bytes] | NodeGroup
