@@ -93,7 +93,8 @@ def curve_update(points: int, updates: int) -> dict[str, float]:
     curve = [point(s) for s in range(1, points + 1)]
     with connection.cursor() as cursor:
         cursor.execute(
-            f"UPDATE {table} SET loss_curve = %s WHERE id = %s",  # noqa: S608 [json.dumps(curve), old.pk]
+            f"UPDATE {table} SET loss_curve = %s WHERE id = %s",  # noqa: S608
+            [json.dumps(curve), old.pk],
         )
     curves.replace(new, curve)
     new.refresh_from_db()
