@@ -11,8 +11,9 @@ from controlpanel.api.routes import ApiRoutes
 from controlpanel.kinds import KINDS
 
 # Each workload kind registers its own routes (its package's urls.py), in the order of
-# controlpanel/kinds.py; the engine's are what they share (the flavors).
-KIND_APPS = [package.rpartition(".")[2] for package in KINDS.values()]
+# controlpanel/kinds.py, named by its whole package (a kind may live outside controlpanel/);
+# the engine's are what they share (the flavors).
+KIND_APPS = list(KINDS.values())
 
 API_APPS = [
     "projects",
@@ -29,7 +30,10 @@ API_MODULES = {"billing": "controlpanel.billing.team_urls"}
 
 
 def api_module(app: str) -> str:
-    """The module whose `api_routes()` adds the app's routes."""
+    """The module whose `api_routes()` adds the app's routes (an app named by its whole
+    package: that package's urls.py)."""
+    if "." in app:
+        return f"{app}.urls"
     return API_MODULES.get(app, f"controlpanel.{app}.urls")
 
 
