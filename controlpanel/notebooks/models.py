@@ -31,6 +31,13 @@ class Notebook(_OneKind, Workload):
         members: list[str] = notebook_shares(self)["members"]
         return members
 
+    @property
+    def share_candidates(self) -> list[str]:
+        """The active members its owner may still share it with (sharing.py), for its page."""
+        from controlpanel.notebooks.sharing import share_candidates
+
+        return share_candidates(self)
+
 
 class NotebookImage(models.Model):
     """A framework image notebooks may run (the admin keeps the list): which editors it

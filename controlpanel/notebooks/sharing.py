@@ -43,6 +43,18 @@ def notebook_shares(notebook: Workload) -> dict[str, Any]:
     return {"project": notebook_shared(notebook), "members": sorted(members)}
 
 
+def share_candidates(notebook: Workload) -> list[str]:
+    """The usernames the owner may still share it with, for the page's select: the project's
+    active members other than the owner, not shared with yet (notebook_share_member decides)."""
+    return list(
+        Membership.objects.filter(project_id=notebook.project_id, user__is_active=True)
+        .exclude(user_id=notebook.owner_id)
+        .exclude(pk__in=notebook_shared_with(notebook))
+        .order_by("user__username")
+        .values_list("user__username", flat=True)
+    )
+
+
 def notebook_opener(*, user: Any, notebook: Workload) -> tuple[int, str]:
     """(200, "") when `user` may open the notebook, else 403 and why: nothing is said of
     another project's notebooks."""

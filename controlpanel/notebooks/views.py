@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from decimal import Decimal
+from functools import partial
 from typing import Any
 
 from django.contrib import messages
@@ -217,9 +218,20 @@ ACTIONS = {
     "share": (sharing.notebook_share, "Shared: the project's members can open it."),
     "unshare": (sharing.notebook_unshare, "No longer shared: only you can open it."),
 }
+# The page's share form and each share's Unshare: the API's services, with the posted `member`.
+MEMBER_ACTIONS = {
+    "share-member": (sharing.notebook_share_member, "Shared with {}: they can open it."),
+    "unshare-member": (sharing.notebook_unshare_member, "{} can no longer open it."),
+}
 
 
 @require_POST
 @project_view()
 def notebook_action(request: ProjectRequest, notebook_id: str, action: str) -> HttpResponse:
-    return act(request, _get(request, notebook_id), action, ACTIONS, "notebook")
+    notebook = _get(request, notebook_id)
+    if action in MEMBER_ACTIONS:
+        member = request.POST.get("member", "").strip()
+        service, done = MEMBER_ACTIONS[action]
+        one = {action: (partial(service, member=member), done.format(member))}
+        return act(request, notebook, action, one, "notebook")
+    return act(request, notebook, action, ACTIONS, "notebook")
