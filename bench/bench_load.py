@@ -6,7 +6,13 @@ polls them, while 30 API clients submit 10 jobs per second in total, for `--dura
 (default 300), headless, on loopback. Prints per page: requests, failures, p50, p95, and the
 throughput; and the CPU each process took.
 
-    .venv/bin/python bench/bench_load.py [--duration 300] [--users 100]
+    .venv/bin/python bench/bench_load.py [--duration 300] [--users 100] [--streams]
+
+With `--streams` the pages stream instead of polling (issue 27): an events server (uvicorn
+serving controlpanel.asgi, as k8s/events.yaml runs it) beside gunicorn, STREAMS_URL set, and
+each member holds their project's stream and, on a running job's page, the job's stream
+(bench/locustfile.py says how). `BENCH_LOAD_DATABASE` and `BENCH_LOAD_REDIS_DB` name another
+database and Redis database than the defaults below.
 
 The server is run as the production image runs it: gunicorn with k8s/web.yaml's command
 (3 workers x 8 threads, access log), the Celery worker and notifier of k8s/worker.yaml, beat and
@@ -49,7 +55,11 @@ from _panel import (
 )
 
 # The other benchmarks may run at the same time: a database and a Redis database of its own.
-configure("ajuste_bench_load", 11, JOB_SWEEP_SECONDS="10")  # 10: the default
+configure(
+    os.environ.get("BENCH_LOAD_DATABASE", "ajuste_bench_load"),
+    int(os.environ.get("BENCH_LOAD_REDIS_DB", "11")),
+    JOB_SWEEP_SECONDS="10",
+)  # 10: the default
 PROJECTS = 4
 FINISHED_JOBS = 300  # per project, with LOG_LINES lines each
 LOG_LINES = 200
@@ -216,9 +226,11 @@ def queue_worker(queue: str, concurrency: int, *more: str) -> list[str]:
     ]
 
 
-def start_processes(kubeconfig: str, port: int, logs: Path) -> list[subprocess.Popen[bytes]]:
+def start_processes(
+    kubeconfig: str, port: int, logs: Path, events: int = 0
+) -> list[subprocess.Popen[bytes]]:
     """The panel's processes as the manifests run them (k8s/web.yaml, worker.yaml, beat.yaml,
-    watcher.yaml), bound to loopback."""
+    watcher.yaml; with `events`, k8s/events.yaml's uvicorn on that port), bound to loopback."""
     commands = {
         "web": gunicorn(port, 3, "--access-logfile", "-", "--timeout", "120"),
         "worker": queue_worker("celery", 4),
@@ -232,7 +244,18 @@ def start_processes(kubeconfig: str, port: int, logs: Path) -> list[subprocess.P
         ],
         "watcher": WATCHER,
     }
-    return start(commands, logs, KUBECONFIG=kubeconfig)  # the emulator's token
+    env = {"KUBECONFIG": kubeconfig}  # the emulator's token
+    if events:
+        commands["events"] = [
+            *(sys.executable, "-m", "uvicorn", "controlpanel.asgi:application"),
+            *("--host", "127.0.0.1", "--port", str(events), "--no-access-log"),
+            *("--timeout-graceful-shutdown", "3"),
+        ]
+        env |= {
+            "STREAMS_URL": f"http://127.0.0.1:{events}",
+            "STREAMS_ALLOWED_ORIGINS": f"http://127.0.0.1:{port}",
+        }
+    return start(commands, logs, **env)
 
 
 def cpu_seconds(procs: dict[str, Any]) -> dict[str, float]:
@@ -272,6 +295,9 @@ def main() -> None:
     parser.add_argument("--duration", type=int, default=300, help="seconds of load (300)")
     parser.add_argument("--users", type=int, default=100, help="browsing members (100)")
     parser.add_argument(
+        "--streams", action="store_true", help="pages hold streams (an events server) and poll not"
+    )
+    parser.add_argument(
         "--costs-only",
         action="store_true",
         help="only each page's CPU and queries per request, on the database the last run left",
@@ -295,7 +321,8 @@ def main() -> None:
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     logs = Path(tempfile.mkdtemp(prefix="bench-load-"))
-    procs = start_processes(cluster.kubeconfig, port, logs)
+    events = free_port() if args.streams else 0
+    procs = start_processes(cluster.kubeconfig, port, logs, events)
     feeding = threading.Event()
     try:
         wait_http(f"{base}/healthz")
@@ -304,7 +331,13 @@ def main() -> None:
         config = logs / "load.json"
         config.write_text(
             json.dumps(
-                {"sessions": members, "tokens": tokens, "cookie_name": _cookie_name()}, indent=1
+                {
+                    "sessions": members,
+                    "tokens": tokens,
+                    "cookie_name": _cookie_name(),
+                    "streams": f"http://127.0.0.1:{events}" if events else "",
+                },
+                indent=1,
             )
         )
         prefix = logs / "locust"
@@ -329,7 +362,7 @@ def main() -> None:
             "--loglevel",
             "WARNING",
         ]
-        names = ["web", "worker", "notifier", "beat", "watcher"]
+        names = ["web", "worker", "notifier", "beat", "watcher"] + (["events"] if events else [])
         watched = {name: psutil.Process(proc.pid) for name, proc in zip(names, procs, strict=True)}
         watched["bench (emulator, feeder)"] = psutil.Process()
         load_before = os.getloadavg()
@@ -357,7 +390,8 @@ def main() -> None:
         cpu_after["locust"], cpu_before["locust"] = locust_cpu, 0.0
         load_after = os.getloadavg()
         print(
-            f"{args.users} browsing members + {SUBMITTERS} submitters for {args.duration} s "
+            f"{args.users} browsing members + {SUBMITTERS} submitters for {args.duration} s, "
+            f"{'pages streamed' if events else 'pages polling'} "
             f"(locust exit {runner.returncode}); load average before "
             f"{load_before[0]:.1f}, after {load_after[0]:.1f} (1-min), {load_after[2]:.1f} (15-min)"
         )
