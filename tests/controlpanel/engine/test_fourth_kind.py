@@ -47,16 +47,15 @@ def _rebuild() -> None:
 
 @pytest.fixture
 def toy_kind() -> Iterator[Any]:
-    with (
-        mock.patch.dict(KINDS, {"batch": TOY}),
-        override_settings(INSTALLED_APPS=[*settings.INSTALLED_APPS, TOY]),
-    ):
-        _rebuild()
-        try:
+    try:
+        with (
+            mock.patch.dict(KINDS, {"batch": TOY}),
+            override_settings(INSTALLED_APPS=[*settings.INSTALLED_APPS, TOY]),
+        ):
+            _rebuild()
             yield importlib.import_module(f"{TOY}.models").Batch
-        finally:
-            registry._specs.cache_clear()
-    _rebuild()
+    finally:  # rebuilt without it, even when rebuilding with it failed
+        _rebuild()
 
 
 def _batch(batch_model: Any, project: Project, owner: Any, name: str, **fields: Any) -> Any:
