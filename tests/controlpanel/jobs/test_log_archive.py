@@ -96,6 +96,7 @@ def test_retention_deletes_old_archives_and_the_log_says_so(
     for job in (old, new):
         logarchive.move_to_store(job_id=job.pk, run=1)
     LogArchive.objects.filter(job=old).update(archived_at=timezone.now() - timedelta(days=31))
+    LogArchive.objects.filter(job=new).update(archived_at=timezone.now() - timedelta(days=29))
     assert logarchive.expire() == 1
     gone = LogArchive.objects.get(job=old)
     assert gone.deleted_at is not None
@@ -121,7 +122,7 @@ def test_a_failed_runs_workspace_is_kept_until_a_date_then_deleted(
     project: Project, owner: Any, owner_client: Client, settings: Any
 ) -> None:
     settings.WORKSPACE_KEPT_DAYS = 7
-    recent, old = failed_push(project, owner, 1), failed_push(project, owner, 8)
+    recent, old = failed_push(project, owner, 6.5), failed_push(project, owner, 8)
     until = workspaces.kept_until(recent)
     assert until == recent.finished_at + timedelta(days=7)  # type: ignore[operator]
     page = owner_client.get(f"/p/alpha/jobs/{recent.pk}/").content.decode()
