@@ -1,7 +1,8 @@
 """Site admins manage accounts from the panel's own pages (`/people/`): create one (its owner
 sets the password through a one-time link), send a set-password link (the old password
-stops working), deactivate (tokens revoked and sessions ended at once) or reactivate, and
-hand a deactivated person's running work over to someone else in its project.
+stops working), deactivate (tokens revoked and sessions ended at once; their work in each
+project handed over to a member there, or stopped) or reactivate, and hand a deactivated
+person's running work over to someone else in its project.
 
 Set-password links are Django's password-reset tokens: signed, valid PASSWORD_RESET_TIMEOUT
 (3 days), and void once used (they hash the password they replace) or when the account
@@ -13,6 +14,9 @@ audited; with the untrusted local backend no second account becomes active (loca
 from __future__ import annotations
 
 import logging
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
@@ -30,7 +34,13 @@ from controlpanel import audit
 from controlpanel.accounts.invitations import mail_now
 from controlpanel.accounts.local_guard import refuse_another_active_user
 from controlpanel.accounts.models import ApiToken
-from controlpanel.engine.leavers import leaver_work_stop
+from controlpanel.engine.leavers import (
+    hand_over_target,
+    leaver_work_hand_over,
+    leaver_work_stop,
+    owned_counts_of,
+    owned_text,
+)
 from controlpanel.engine.models import LIVE_STATES, Workload
 from controlpanel.projects.models import Membership, Project, Role
 from controlpanel.streams import channels
@@ -141,24 +151,64 @@ def user_password_reset(*, by: Any, user: Any) -> str:
     return link
 
 
+@dataclass(frozen=True)
+class Handed:
+    """What a deactivation gave one heir in one project (`what`: "1 job, 2 notebooks")."""
+
+    project: Project
+    heir: Any
+    what: str
+
+
 @transaction.atomic
-def user_deactivate(*, by: Any, user: Any) -> None:
+def user_deactivate(
+    *, by: Any, user: Any, hand_over: Mapping[int, str] | None = None
+) -> list[Handed]:
     """The account can no longer sign in (password or SSO); its API tokens are revoked and
-    its sessions end now, and its work stops everywhere (engine/leavers.py); its memberships
-    are kept (see `live_workloads_of`)."""
+    its sessions end now; its memberships are kept (see `live_workloads_of`). Its work in a
+    project named in `hand_over` (project id -> an active member's username) becomes that
+    member's, as a removal hands it over (engine/leavers.py); everything else stops. Every heir
+    is checked before anything changes. What was handed over."""
     _staff(by)
     if user.pk == by.pk:
         raise ValidationError("You cannot deactivate your own account.")
     if user.is_superuser and not by.is_superuser:
         raise PermissionDenied("Only a superuser can deactivate a superuser.")
+    heirs = _heirs(user, hand_over or {})
     type(user).objects.filter(pk=user.pk).update(is_active=False)
     user.is_active = False
     ApiToken.objects.filter(user=user, revoked_at=None).update(revoked_at=timezone.now())
     end_sessions(user)
-    # Their work stops in every project (engine/leavers.py): a deactivated account runs nothing.
+    owned = owned_counts_of(user=user)
+    handed = []
+    for project, heir in heirs:
+        what = owned_text(owned.get(project.pk, Counter()))
+        if what:
+            leaver_work_hand_over(project=project, leaver=user, to=heir, by=by)
+            handed.append(Handed(project=project, heir=heir, what=what))
+    # The rest stops in every project (engine/leavers.py): a deactivated account runs nothing.
     leaver_work_stop(user=user, reason=f"stopped: {user.username}'s account was deactivated")
-    audit.record("user.deactivate", actor=by, target=user, username=user.username)
+    given = [f"{h.project.slug}: {h.heir.username}" for h in handed]  # each audited too
+    extra = {"handed_over": given} if given else {}
+    audit.record("user.deactivate", actor=by, target=user, username=user.username, **extra)
     log.info("%s deactivated %s", by, user)
+    return handed
+
+
+def _heirs(user: Any, hand_over: Mapping[int, str]) -> list[tuple[Project, Any]]:
+    """(project, heir) for each project named with a username; a ValidationError that says
+    which project and why for an unknown project or a heir who is not its active member."""
+    heirs = []
+    for project_id, username in hand_over.items():
+        if not (username or "").strip():
+            continue  # nobody: their work there stops
+        project = Project.objects.filter(pk=project_id).first()
+        if project is None:
+            raise ValidationError({"hand_over_to": "No such project."})
+        heirs.append(
+            (project, hand_over_target(project=project, leaver=user, username=username.strip()))
+        )
+    return heirs
 
 
 @transaction.atomic

@@ -1,6 +1,7 @@
 """The site admins' people pages (`/people/`): list, create, and one person's page (projects,
-sign-in, tokens, running work; set-password link, deactivate, reactivate; stop or hand over
-their running work). Anyone else gets 404; a signed-out visitor is sent to log in."""
+sign-in, tokens, running work; set-password link, deactivate (handing their work in each
+project over to a member there, or stopping it), reactivate; stop or hand over their running
+work). Anyone else gets 404; a signed-out visitor is sent to log in."""
 
 from __future__ import annotations
 
@@ -21,9 +22,11 @@ from controlpanel.accounts.models import ApiToken
 from controlpanel.accounts.selectors import group_grants_of, memberships_of
 from controlpanel.accounts.selectors import people as people_query
 from controlpanel.accounts.views import _form_errors
+from controlpanel.engine.leavers import owned_counts_of, owned_text
 from controlpanel.engine.models import Workload
 from controlpanel.engine.services import workload_stop
 from controlpanel.projects.access import project_access, site_admin_page
+from controlpanel.projects.models import Membership, Project
 
 
 @site_admin_page
@@ -75,6 +78,7 @@ def _person_page(
         "workloads": people.live_workloads_of(person),
         "link": link,
         "hand_over": hand_over or HandOverForm(),
+        "heir_choices": _heir_choices(person) if person.is_active else [],
     }
     response = render(request, "accounts/person.html", context, status=status)
     if link:
@@ -98,11 +102,17 @@ def person_detail(request: HttpRequest, user_id: int) -> HttpResponse:
             )
             return _person_page(request, person, link=link)
         if action == "deactivate":
-            people.user_deactivate(by=request.user, user=person)
+            handed = people.user_deactivate(
+                by=request.user, user=person, hand_over=_hand_over_posted(request)
+            )
+            given = "".join(
+                f" Their {h.what} in {h.project.name} now belong to {h.heir.username}."
+                for h in handed
+            )
             messages.success(
                 request,
                 f"{person.username} is deactivated: their tokens are revoked and their sessions "
-                "ended. Their running work is listed below.",
+                f"ended.{given} Anything else they ran or queued is stopping (listed below).",
             )
         elif action == "reactivate":
             people.user_reactivate(by=request.user, user=person)
@@ -112,6 +122,44 @@ def person_detail(request: HttpRequest, user_id: int) -> HttpResponse:
     except (ValidationError, PermissionDenied) as exc:
         messages.error(request, " ".join(getattr(exc, "messages", [str(exc)])))
     return redirect("person-detail", user_id=person.pk)
+
+
+HAND_OVER = "hand_over_to_"  # + a project's id: the heir chosen for that project
+
+
+def _hand_over_posted(request: HttpRequest) -> dict[int, str]:
+    """The deactivation form's heirs: project id -> username ("" for nobody: stop it)."""
+    chosen = {}
+    for key, value in request.POST.items():
+        if key.startswith(HAND_OVER):
+            if not key[len(HAND_OVER) :].isdigit():
+                raise ValidationError("No such project.")
+            chosen[int(key[len(HAND_OVER) :])] = value.strip()
+    return chosen
+
+
+def _heir_choices(person: Any) -> list[dict[str, Any]]:
+    """Per project where `person` owns work: what they own there and the active members who
+    could take it (people.user_deactivate checks the choice)."""
+    owned = owned_counts_of(user=person)
+    projects = Project.objects.filter(pk__in=owned).order_by("name")
+    members = Membership.objects.filter(project__in=projects, user__is_active=True).exclude(
+        user=person
+    )
+    names: dict[int, list[str]] = {}
+    for project_id, username in members.order_by("user__username").values_list(
+        "project_id", "user__username"
+    ):
+        names.setdefault(project_id, []).append(username)
+    return [
+        {
+            "project": project,
+            "field": f"{HAND_OVER}{project.pk}",
+            "what": owned_text(owned[project.pk]),
+            "members": names.get(project.pk, []),
+        }
+        for project in projects
+    ]
 
 
 @require_POST

@@ -4,8 +4,9 @@ account deactivated, no longer runs anything there. Their queued jobs never laun
 their apps stop serving (their address kept); a manager may start any of it again, as theirs.
 Each stop is the engine's own (workload_stop), with the reason in the workload's history.
 
-Or, when a manager removes a member, their work is handed over to another member of the project
-instead (`leaver_work_hand_over`): every job, notebook, app and sweep they own there becomes
+Or, when a manager removes a member (or a site admin deactivates an account, project by
+project), their work is handed over to another member of the project instead
+(`leaver_work_hand_over`): every job, notebook, app and sweep they own there becomes
 that member's, audited, and keeps its state (a running notebook keeps running, now its new
 owner's to open, stop or delete; the leaver is refused with the rest of the project)."""
 
@@ -63,6 +64,17 @@ def owned_counts(*, project: Project) -> dict[int, Counter[str]]:
         counts.setdefault(owner_id, Counter())[kind] += 1
     for owner_id in _sweeps().objects.filter(project=project).values_list("owner_id", flat=True):
         counts.setdefault(owner_id, Counter())["sweep"] += 1
+    return counts
+
+
+def owned_counts_of(*, user: Any) -> dict[int, Counter[str]]:
+    """Per project's id, how many workloads of each kind `user` owns there (any state), sweeps
+    included: what a deactivation hands over or stops, project by project."""
+    counts: dict[int, Counter[str]] = {}
+    for project_id, kind in Workload.objects.filter(owner=user).values_list("project_id", "kind"):
+        counts.setdefault(project_id, Counter())[kind] += 1
+    for project_id in _sweeps().objects.filter(owner=user).values_list("project_id", flat=True):
+        counts.setdefault(project_id, Counter())["sweep"] += 1
     return counts
 
 
