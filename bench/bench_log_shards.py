@@ -1,0 +1,241 @@
+"""Log collection spread over 2 watcher replicas (issue 26): N live workloads printing on the
+Kubernetes emulator, two `manage.py watch_workloads` processes following their logs.
+
+The emulator runs in a process of its own (this script with `--emulator`): it holds N running
+Jobs and pods of project `alpha` and is their kubelet, printing one line per workload every
+1/`--rate` s for `--seconds`, each line carrying its print time. This process starts the two
+watchers, listens to the stored-lines notices (streams/channels.py publishes them once the
+batch committed) and prints:
+- lines stored per second, and the lag from a line's print to its notice, p50/p95;
+- the Kubernetes API requests per second the emulator answered;
+- the rows written per second in the run's database (pg_stat_database);
+- the CPU seconds of the two watchers and of the emulator, kept apart (the emulator's kubelet
+  and its `follow=true` streams are the cluster's cost, not the panel's).
+
+    .venv/bin/python bench/bench_log_shards.py [--jobs 1000] [--rate 1] [--seconds 60]
+
+PostgreSQL database `ajuste_bench_shards` (recreated) and Redis database 10.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _panel
+import bench_jobs  # configures its own run: this one's configure() comes after
+from _panel import REPO, WATCHER, configure, nearest_rank, stop
+
+DB_NAME = "ajuste_bench_shards"
+NS = "ajuste-alpha"
+configure(DB_NAME, 10, COMPUTE_BACKEND="kubernetes", USER_CONTENT_DOMAIN="usercontent.example.net")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of a process (and of its waited-for children), from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return sum(int(v) for v in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
+def emulator(args: argparse.Namespace) -> None:
+    """The cluster's process: N running workloads, then the kubelet printing on `go`."""
+    import django
+
+    django.setup()
+    from controlpanel.engine import backend as job_backend
+    from controlpanel.engine.backend import project_request
+    from controlpanel.jobs.models import Job
+    from controlpanel.jobs.request import job_request
+    from controlpanel.projects.models import Project
+    from deploy.kubernetes.backend import KubernetesBackend
+    from deploy.manifests import make_job
+    from tests.fixtures.k8s_emulator import EmulatedCluster
+
+    cluster = EmulatedCluster()
+    job_backend.set_backend(KubernetesBackend(api_client=cluster.api_client()))
+    job_backend.get_backend().ensure_project(project=project_request(Project.objects.get()))
+    on_change, cluster.store.on_change = cluster.store.on_change, lambda: None
+    pods = []
+    for job in Job.objects.select_related("project", "flavor"):
+        created = cluster.store.create("jobs", NS, make_job(job=job_request(job)))
+        pods.append(
+            cluster.store.create("pods", NS, bench_jobs.running_pod(cluster, created))["metadata"]
+        )
+    cluster.store.on_change = on_change
+    out = Path(args.emulator)
+    (out / "kubeconfig").write_text(Path(cluster.kubeconfig).read_text())
+    go = out / "go"
+    while not go.exists():
+        time.sleep(0.1)
+    requests_before, cpu_before = len(cluster.requests()), time.process_time()
+    started = time.monotonic()
+    period, n = 1 / args.rate, 0
+    while time.monotonic() - started < args.seconds:
+        n += 1
+        for pod in pods:
+            cluster.kubelet.log(NS, pod["name"], f"p={time.time():.6f} line {n}")
+        time.sleep(max(0.0, started + n * period - time.monotonic()))
+    printed_s = time.monotonic() - started
+    (out / "printed.json").write_text(json.dumps({"lines": n * len(pods), "seconds": printed_s}))
+    while not (out / "drained").exists():
+        time.sleep(0.1)
+    report = {
+        "requests": len(cluster.requests()) - requests_before,
+        "cpu": time.process_time() - cpu_before,
+    }
+    (out / "emulator.json").write_text(json.dumps(report))
+    signal.pause()
+
+
+class Notices(threading.Thread):
+    """The stored-lines notices of every workload: each line's lag from its print time."""
+
+    def __init__(self, prefix: str) -> None:
+        super().__init__(daemon=True, name="notices")
+        import redis
+
+        self.pubsub = redis.Redis.from_url(os.environ["REDIS_URL"]).pubsub()
+        self.pubsub.psubscribe(f"{prefix}:stream:workload:*")
+        self.lags: list[float] = []
+        self.lines = 0
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            message = self.pubsub.get_message(timeout=0.5)
+            if not message or message["type"] != "pmessage":
+                continue
+            now, body = time.time(), json.loads(message["data"])
+            if body.get("t") != "lines":
+                continue
+            self.lines += body["last"] - body["first"] + 1
+            for text in body.get("lines") or []:
+                if text.startswith("p="):
+                    self.lags.append(now - float(text[2:].split(" ", 1)[0]))
+
+
+def rows_written() -> int:
+    import psycopg
+
+    with psycopg.connect(os.environ["DATABASE_URL"]) as conn:
+        row = conn.execute(
+            "SELECT tup_inserted + tup_updated + tup_deleted FROM pg_stat_database"
+            " WHERE datname = current_database()"
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--jobs", type=int, default=1000)
+    parser.add_argument("--rate", type=float, default=1.0, help="lines/s of each workload")
+    parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--emulator", help=argparse.SUPPRESS)  # the emulator's process
+    args = parser.parse_args()
+    if args.emulator:
+        return emulator(args)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
+    _panel.fresh_database(flush_redis=True)
+    import django
+
+    django.setup()
+    from django.conf import settings
+    from django.contrib.auth import get_user_model
+
+    from controlpanel.flavors.models import Flavor
+    from controlpanel.jobs.models import Job
+    from controlpanel.jobs.states import JobState
+
+    project, _ = bench_jobs.setup_panel()
+    owner = get_user_model().objects.get(username="owner")
+    flavor = Flavor.objects.get(name="h100-1-gpu")
+    Job.objects.bulk_create(
+        Job(
+            project=project,
+            owner=owner,
+            name=f"print-{i}",
+            image="x/y:1",
+            flavor=flavor,
+            state=JobState.RUNNING,
+            launched_run=1,
+            admitted_at=project.created_at,
+        )
+        for i in range(args.jobs)
+    )
+    work = Path(tempfile.mkdtemp(prefix="bench-shards-"))
+    procs = _panel.start(
+        {"emulator": [sys.executable, __file__, "--emulator", str(work), *_passed(args)]}, work
+    )
+    try:
+        _wait(lambda: (work / "kubeconfig").exists(), 300, "the emulator's workloads", work)
+        env = {"KUBECONFIG": str(work / "kubeconfig")}
+        watchers = [
+            _panel.start({name: WATCHER}, work, HOSTNAME=name, **env)[0]
+            for name in ("watcher-a", "watcher-b")
+        ]
+        procs += watchers
+        import redis
+
+        shards = redis.Redis.from_url(os.environ["REDIS_URL"])
+        key = f"{settings.REDIS_KEY_PREFIX}:log-shards"
+        _wait(lambda: shards.zcard(key) == 2, 120, "both watchers collecting", work)
+        time.sleep(5)  # every log opened
+        notices = Notices(settings.REDIS_KEY_PREFIX)
+        notices.start()
+        cpu = [cpu_seconds(p.pid) for p in watchers]
+        rows = rows_written()
+        (work / "go").touch()
+        _wait(lambda: (work / "printed.json").exists(), args.seconds + 600, "the prints", work)
+        printed = json.loads((work / "printed.json").read_text())
+        _wait(lambda: notices.lines >= printed["lines"], 60, "every line stored", work)
+        window = printed["seconds"]
+        cpu = [cpu_seconds(p.pid) - before for p, before in zip(watchers, cpu, strict=True)]
+        rows = rows_written() - rows
+        (work / "drained").touch()
+        _wait(lambda: (work / "emulator.json").exists(), 30, "the emulator's figures", work)
+        emu = json.loads((work / "emulator.json").read_text())
+    finally:
+        stop(procs, grace=5)
+    lags = notices.lags
+    print(
+        f"{args.jobs} workloads printing {args.rate:g} line/s each for {window:.0f} s, "
+        f"2 watcher replicas: {printed['lines']} lines printed, {notices.lines} stored"
+    )
+    print(f"lines stored: {notices.lines / window:.0f} lines/s")
+    print(
+        f"lag print -> stored: p50 {nearest_rank(lags, 50):.2f} s, "
+        f"p95 {nearest_rank(lags, 95):.2f} s, max {max(lags):.2f} s ({len(lags)} lines)"
+    )
+    print(f"Kubernetes API requests: {emu['requests'] / window:.1f}/s")
+    print(f"PostgreSQL rows written: {rows / window:.0f}/s")
+    print(
+        f"CPU seconds over the window: watchers {cpu[0]:.1f} + {cpu[1]:.1f}, "
+        f"emulator {emu['cpu']:.1f} (kept apart; load average {os.getloadavg()[0]:.1f})"
+    )
+    print(f"(process logs in {work})")
+
+
+def _passed(args: argparse.Namespace) -> list[str]:
+    return ["--jobs", str(args.jobs), "--rate", str(args.rate), "--seconds", str(args.seconds)]
+
+
+def _wait(condition: Any, seconds: float, what: str, work: Path) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            sys.exit(f"not within {seconds:.0f} s: {what} (logs in {work})")
+        time.sleep(0.2)
+
+
+if __name__ == "__main__":
+    os.chdir(REPO)
+    main()
