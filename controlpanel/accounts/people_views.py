@@ -130,11 +130,12 @@ HAND_OVER = "hand_over_to_"  # + a project's id: the heir chosen for that projec
 def _hand_over_posted(request: HttpRequest) -> dict[int, str]:
     """The deactivation form's heirs: project id -> username ("" for nobody: stop it)."""
     chosen = {}
-    for key, value in request.POST.items():
+    for key in request.POST:
         if key.startswith(HAND_OVER):
-            if not key[len(HAND_OVER) :].isdigit():
+            project_id = key[len(HAND_OVER) :]
+            if not project_id.isdigit():
                 raise ValidationError("No such project.")
-            chosen[int(key[len(HAND_OVER) :])] = value.strip()
+            chosen[int(project_id)] = request.POST.get(key, "").strip()
     return chosen
 
 
