@@ -530,8 +530,11 @@ class ObservedWorkload:
     # per observation (`run_uid`).
     replica_runs: tuple[ReplicaRun, ...] | None = None
     # A QUEUED run that Kueue evicted: when (its Workload's Evicted condition). A pod of the
-    # run that is gone without its end seen is metered to here, never past its end.
+    # run that is gone without its end seen, never seen terminating, is metered to here.
     evicted_at: datetime | None = None
+    # The `run_uid` pod is being deleted (evicted, stopped): when it will be gone at the
+    # latest (its deletionTimestamp: the deletion plus its grace period), as `ReplicaRun`'s.
+    ends_by: datetime | None = None
     # None of the run's objects carries an install label: made before install ids, so the
     # install whose database has its row adopts it, and no orphan sweep may delete it.
     unlabelled: bool = False

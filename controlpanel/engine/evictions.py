@@ -4,8 +4,10 @@ metering ends, and what the timeline says of the checkpoint the fine-tune saved 
 Metering: an evicted pod is billed to its own end, never to the moment the panel noticed the
 requeue (up to a sweep later). Its end is the finish its pod reported when the pod is still
 listed (recorded from the observation like any finish); a pod still terminating (saving its
-checkpoint) stays metered until it ends; one gone without its end seen is billed to Kueue's
-eviction (its Workload's Evicted time, when its deletion began), never past the panel's now.
+checkpoint) stays metered until it ends; one gone without its end seen is billed to the
+deadline of its deletion when it was seen terminating (its deletionTimestamp), else to Kueue's
+eviction (its Workload's Evicted time, when its deletion began); never past the panel's now
+(`replicas.gone_at`).
 
 Timeline: the preset's `interrupted` event says why: "stopped by <user> at step N" for a stop,
 "evicted by Kueue (<Kueue's reason>) at step N" for an eviction. When the line is collected
@@ -20,6 +22,7 @@ from django.utils import timezone
 
 from controlpanel.engine.models import JobEvent, JobRun, Workload
 from controlpanel.engine.registry import kind_of
+from controlpanel.engine.replicas import gone_at
 from deploy.types import ObservedWorkload
 
 SAVED = "its checkpoint is saved"
@@ -34,17 +37,16 @@ _KUEUE_WORDS = re.compile(r"^((?:preempted|evicted): .*?); back in ")
 
 
 def end_evicted_runs(job: Workload, observed: ObservedWorkload) -> None:
-    """Kueue took the run back to its queue: each of its open pod runs ends when its pod did,
-    each saved so the ledger records it (billing/receivers.py)."""
+    """Kueue took the run back to its queue: each of its open pod runs ends when its pod did
+    (`replicas.gone_at`, the same rule as a replica gone unseen), each saved so the ledger
+    records it (billing/receivers.py). A pod the observation still lists is left to it: its
+    finish (or that it runs on, terminating) is recorded from it."""
     now = timezone.now()
-    end = min(observed.evicted_at or now, now)
+    listed = {observed.run_uid} | {r.uid for r in observed.replica_runs or ()}
     for run in JobRun.objects.filter(job=job, finished_at=None).exclude(started_at=None):
-        if observed.run_uid is not None and run.uid == observed.run_uid:
-            continue  # its pod is listed: its finish (or that it runs on) is recorded from it
-        started = run.started_at or end
-        # An eviction older than the pod is not its own (Kueue clears Evicted on admission):
-        # its end is unknown, so the panel's now, as before Kueue said when.
-        run.finished_at = end if end >= started else max(now, started)
+        if run.uid in listed:
+            continue
+        run.finished_at = gone_at(run, now, evicted_at=observed.evicted_at)
         run.save()
 
 

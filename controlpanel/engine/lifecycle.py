@@ -228,17 +228,17 @@ def _record_times(job: Workload, observed: ObservedWorkload) -> None:
     if observed.replica_runs is not None:
         record_replicas(job, observed.replica_runs, serving=_has_served(job, observed))
     elif observed.run_uid and observed.started_at:
-        JobRun.objects.update_or_create(
-            uid=observed.run_uid,
-            defaults={
-                "job": job,
-                "project_id": job.project_id,
-                "run": job.run,
-                "flavor_id": job.flavor_id,
-                "units": job.gpu,
-                "started_at": observed.started_at,
-                "finished_at": observed.finished_at,
-                "exit_code": observed.exit_code,
-                "node": observed.node or "",
-            },
-        )
+        defaults = {
+            "job": job,
+            "project_id": job.project_id,
+            "run": job.run,
+            "flavor_id": job.flavor_id,
+            "units": job.gpu,
+            "started_at": observed.started_at,
+            "finished_at": observed.finished_at,
+            "exit_code": observed.exit_code,
+            "node": observed.node or "",
+        }
+        if observed.ends_by is not None:  # being deleted: gone by then (replicas.gone_at)
+            defaults["ends_by"] = observed.ends_by
+        JobRun.objects.update_or_create(uid=observed.run_uid, defaults=defaults)

@@ -79,9 +79,21 @@ def record_replicas(job: Workload, replicas: tuple[ReplicaRun, ...], *, serving:
         run.save()  # the ledger follows (billing/receivers.py)
 
 
-def gone_at(run: JobRun, now: datetime) -> datetime:
-    """When a run whose pod went without its end seen ended: by the deletion's deadline seen
-    while it terminated (a group restart's pod is billed to its own end, not to when the panel
-    noticed), never past the panel's now, never before its start; now if none was seen."""
-    end = min(run.ends_by or now, now)
-    return max(end, run.started_at or end)
+def gone_at(run: JobRun, now: datetime, *, evicted_at: datetime | None = None) -> datetime:
+    """When a run whose pod went without its end seen really ended (one rule for every path:
+    a group restart's or a scale-down's replica here, an evicted pod in evictions.py):
+    - by the deletion's deadline seen while it terminated (`ends_by`: its own end at the
+      latest, billed to it rather than to when the panel noticed it gone);
+    - else, evicted by Kueue, at the eviction (`evicted_at`, when its deletion began), unless
+      that is older than the pod (a stale condition: not its own eviction);
+    - else the panel's now.
+    Never past the panel's now (a cluster clock ahead), never before its start."""
+    started = run.started_at
+    if run.ends_by is not None:
+        end = run.ends_by
+    elif evicted_at is not None and (started is None or evicted_at >= started):
+        end = evicted_at
+    else:
+        end = now
+    end = min(end, now)
+    return max(end, started or end)

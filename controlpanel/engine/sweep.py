@@ -168,6 +168,8 @@ def _differs(job: Workload, seen: ObservedWorkload) -> bool:
         return True  # a replica started or ended: its run opens or closes
     if seen.replica_runs is not None and any(r.ends_by for r in seen.replica_runs):
         return True  # a pod being deleted: its run keeps when it will be gone (replicas.py)
+    if seen.ends_by is not None and seen.run_uid and not seen.finished_at:
+        return True  # the run's pod being deleted (evicted): likewise (replicas.gone_at)
     if not targets:
         return False
     state, reason = targets[-1]

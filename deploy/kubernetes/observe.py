@@ -88,6 +88,7 @@ def _with_pod_facts(base: ObservedWorkload, pod: Obj | None) -> ObservedWorkload
         started_at=run.started_at,
         finished_at=run.finished_at,
         exit_code=run.exit_code,
+        ends_by=parse_time(pod["metadata"].get("deletionTimestamp")),
     )
 
 

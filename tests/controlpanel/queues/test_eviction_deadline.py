@@ -1,0 +1,121 @@
+"""An evicted pod seen terminating that then goes unseen is billed to its deletion's deadline
+(its deletionTimestamp, kept on its run as `ends_by`), not to Kueue's Evicted time, which is
+up to one grace period early: the one rule of `replicas.gone_at`, for a one-node Job's pod as
+for a replica. Billing layer first, then the emulator's Kueue with the cluster's clock 30
+minutes behind the panel's (an end taken when the panel noticed would bill 30 minutes more)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.utils import timezone
+
+from controlpanel.engine.admission import admit_jobs
+from controlpanel.engine.backend import job_ref
+from controlpanel.engine.lifecycle import apply_observation
+from controlpanel.engine.models import JobRun
+from controlpanel.engine.reconcile import reconcile
+from controlpanel.engine.tasks import sweep_now
+from controlpanel.jobs.models import Job
+from controlpanel.projects.models import Project
+from controlpanel.queues.services import queues_reconcile
+from deploy import names
+from deploy.kubernetes.pods import parse_time
+from tests.controlpanel.queues.test_eviction_metering import (
+    billed_minutes,
+    requeued,
+    running,  # noqa: F401 (a fixture)
+)
+from tests.fixtures.jobs import submit
+from tests.fixtures.k8s_emulator import crds
+
+BEHIND = timedelta(minutes=30)
+
+
+@pytest.mark.django_db
+def test_a_pod_seen_terminating_then_gone_is_billed_to_its_deadline_not_the_eviction(
+    running: tuple[Job, JobRun],  # noqa: F811
+) -> None:
+    job, run = running
+    evicted = run.started_at + timedelta(minutes=5)
+    deadline = evicted + timedelta(minutes=2, seconds=30)  # its grace period: it saves
+    seen = requeued(
+        job, evicted_at=evicted, run_uid="pod-1", started_at=run.started_at, ends_by=deadline
+    )
+    assert apply_observation(job, seen, fresh=True)
+    run.refresh_from_db()
+    assert run.finished_at is None and run.ends_by == deadline  # still metered
+    apply_observation(job, requeued(job, evicted_at=evicted), fresh=True)  # gone, end unseen
+    run.refresh_from_db()
+    assert run.finished_at == deadline  # not the eviction, nor the panel's now
+    assert billed_minutes(run) == 8  # 7 min 30 s: eight started minutes
+
+
+@pytest.mark.django_db
+def test_a_deadline_in_the_panels_future_ends_at_now(
+    running: tuple[Job, JobRun],  # noqa: F811
+) -> None:
+    """A cluster clock ahead of the panel's: the deadline is past the panel's now, so now."""
+    job, run = running
+    evicted = run.started_at + timedelta(minutes=5)
+    ahead = timezone.now() + timedelta(hours=1)
+    seen = requeued(
+        job, evicted_at=evicted, run_uid="pod-1", started_at=run.started_at, ends_by=ahead
+    )
+    apply_observation(job, seen, fresh=True)
+    before = timezone.now()
+    apply_observation(job, requeued(job, evicted_at=evicted), fresh=True)
+    run.refresh_from_db()
+    assert run.finished_at is not None and before <= run.finished_at <= timezone.now()
+
+
+@pytest.mark.k8s
+@pytest.mark.django_db(transaction=True)
+def test_an_evicted_pod_killed_after_its_grace_is_billed_to_its_deletion_deadline(
+    k8s_cluster: Any,
+    k8s_jobs: Any,
+    settings: Any,
+    project: Project,
+    other_project: Project,
+    owner: Any,
+) -> None:
+    """Beta's borrowing job is preempted by alpha's; it ignores SIGTERM (saving), the sweep
+    sees it terminating, then it is killed at its grace's end and gone before the next sweep."""
+    missing = crds.missing(crds.KUEUE)
+    if missing:
+        pytest.skip(missing)
+    settings.QUEUE_ENGINE = "kueue"
+    k8s_cluster.install_kueue()
+    k8s_cluster.advance(-BEHIND.total_seconds())
+    Project.objects.filter(pk__in=[project.pk, other_project.pk]).update(gpu_quota=1)
+    queues_reconcile()
+    theirs = [submit(other_project, owner, name=f"beta-{i}", preemptible=True) for i in range(2)]
+    admit_jobs(project_id=other_project.pk)
+    for job in theirs:  # the second borrows alpha's idle GPU
+        reconcile(str(job.pk))
+        pod = k8s_cluster.pod_of(other_project.namespace, names.job_name(job_ref(job)))
+        k8s_cluster.kubelet.run(other_project.namespace, pod)
+    sweep_now()
+    k8s_cluster.advance(5 * 60)
+    k8s_cluster.kubelet.ignore_sigterm = True
+    ours = submit(project, owner, name="alpha-0")
+    admit_jobs(project_id=project.pk)
+    reconcile(str(ours.pk))
+    sweep_now()
+    [preempted] = Job.objects.filter(pk__in=[j.pk for j in theirs], state="QUEUED")
+    [dying] = k8s_cluster.pods_of(other_project.namespace, names.job_name(job_ref(preempted)))
+    deadline = parse_time(dying["metadata"]["deletionTimestamp"])
+    grace = int(dying["metadata"]["deletionGracePeriodSeconds"])
+    [run] = JobRun.objects.filter(job=preempted)
+    assert run.finished_at is None and run.ends_by == deadline  # saving: still metered
+    k8s_cluster.advance(grace)  # killed (137) and gone, unseen
+    assert k8s_cluster.get("pods", other_project.namespace, dying["metadata"]["name"]) is None
+    sweep_now()
+    run.refresh_from_db()
+    assert deadline is not None and grace > 0
+    assert run.finished_at == deadline  # a grace period after Kueue's Evicted time
+    assert timezone.now() - run.finished_at > timedelta(minutes=15)  # the panel: later
+    minutes = (deadline - run.started_at).total_seconds() / 60
+    assert billed_minutes(run) == int(minutes) + (minutes % 1 > 0)
