@@ -19,7 +19,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from deploy.types import WorkloadKind, WorkloadRef
+from deploy import kinds
+from deploy.types import WorkloadRef
 
 MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGER = "ajuste"
@@ -92,7 +93,7 @@ def selector_labels(ref: WorkloadRef) -> dict[str, str]:
         KIND: ref.kind.value,
         ID: label_value(ref.id),
     }
-    if ref.kind is WorkloadKind.JOB:
+    if kinds.spec(ref.kind).numbered_runs:
         labels[RUN] = str(ref.run)
     return labels
 

@@ -17,14 +17,13 @@ from deploy.kubernetes.api import KubeApi, Obj
 from deploy.kubernetes.apply import apply, delete, delete_found, delete_labelled, label_install
 from deploy.kubernetes.capacity import read_capacity
 from deploy.kubernetes.client import make_api_client
-from deploy.kubernetes.jobsets import earlier_pods, observe_run
+from deploy.kubernetes.driver import driver
+from deploy.kubernetes.jobsets import observe_run
 from deploy.kubernetes.listing import app_state, job_objects, notebook_state
 from deploy.kubernetes.observe import JobObjects
-from deploy.kubernetes.pods import main_component
 from deploy.kubernetes.runlogs import RunLogs
 from deploy.kubernetes.stopping import STOP_ATTEMPTS, STOPPABLE, stop_patch
 from deploy.kubernetes.sweep import observe_everything, observe_namespaces, project_namespaces
-from deploy.kubernetes.trust import controlled_by
 from deploy.kubernetes.watcher import watch_workloads
 from deploy.types import (
     AppRequest,
@@ -36,7 +35,6 @@ from deploy.types import (
     Phase,
     ProjectRequest,
     TransientError,
-    WorkloadKind,
     WorkloadRef,
 )
 
@@ -335,24 +333,9 @@ class KubernetesBackend:
             stop.wait(self.namespaced_poll_s)
 
     def _observe_after_event(self, ref: WorkloadRef, deleted_pod: Obj | None) -> ObservedWorkload:
-        """Observe one run; a job pod that just went away still tells how its run ended."""
-        ref = self._ref(ref)
-        if ref.kind is WorkloadKind.NOTEBOOK:
-            return self.observe_notebook(ref=ref)
-        if ref.kind is WorkloadKind.APP:
-            return self.observe_app(ref=ref)
-        objects = job_objects(self.api, ref)
-        if deleted_pod is not None and objects.jobset is not None:
-            # A pod of an earlier attempt of the group, deleted by its restart: its end.
-            earlier = earlier_pods(ref, objects.jobset, objects.job, [deleted_pod])
-            objects = replace(objects, earlier=[*objects.earlier, *earlier])
-        if deleted_pod is not None and controlled_by(deleted_pod, objects.job):
-            uids = {p["metadata"].get("uid") for p in objects.pods}
-            if deleted_pod["metadata"].get("uid") not in uids and main_component(ref) == "main":
-                objects = replace(
-                    objects, pods=[*objects.pods, deleted_pod], events=[], workload=None
-                )
-        return observe_run(ref, objects)
+        """Observe one run after a watch event, as its kind's driver does (a job pod that
+        just went away still tells how its run ended)."""
+        return driver(ref.kind).after_event(self.api, self._ref(ref), deleted_pod)
 
 
 def _ended_mounting(pod: Obj, claim: str) -> bool:

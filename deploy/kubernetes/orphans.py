@@ -11,26 +11,11 @@ from __future__ import annotations
 
 from kubernetes.client.exceptions import ApiException
 
-from deploy import names
+from deploy import kinds, names
 from deploy.kubernetes.api import KubeApi, Obj
 from deploy.kubernetes.apply import delete_found
-from deploy.types import WorkloadKind, WorkloadRef
+from deploy.types import WorkloadRef
 
-# What runs (and holds GPUs) per kind, controllers first so nothing makes a new pod meanwhile.
-# A notebook's Service, token Secret and any Ingress of an earlier version go with its pods.
-RUNNING: dict[WorkloadKind, tuple[str, ...]] = {
-    WorkloadKind.JOB: ("JobSet", "Job", "Pod"),  # a job of several nodes: its JobSet first
-    WorkloadKind.NOTEBOOK: ("StatefulSet", "Service", "Secret", "Ingress", "Pod"),
-    WorkloadKind.APP: (
-        "HorizontalPodAutoscaler",
-        "ScaledObject",
-        "Deployment",
-        "ReplicaSet",
-        "Service",
-        "Ingress",
-        "Pod",
-    ),
-}
 WORKSPACE = "PersistentVolumeClaim"
 
 
@@ -55,7 +40,7 @@ def installed_objects(api: KubeApi, kind: str, ref: WorkloadRef, install: str) -
 def stop_orphan(api: KubeApi, ref: WorkloadRef, *, install: str) -> bool:
     """Delete what runs of an orphan run, keeping its workspace claim; True when a claim of
     this install is left (a workspace waiting for `delete_orphan`)."""
-    for kind in RUNNING[ref.kind]:
+    for kind in kinds.spec(ref.kind).running:
         for obj in installed_objects(api, kind, ref, install):
             delete_found(api, obj, kind)
     return bool(installed_objects(api, WORKSPACE, ref, install))
@@ -65,7 +50,7 @@ def delete_orphan(api: KubeApi, ref: WorkloadRef, *, install: str) -> int:
     """Delete everything of this install left of an orphan run, its workspace claim included;
     how many objects went."""
     deleted = 0
-    for kind in (*RUNNING[ref.kind], WORKSPACE):
+    for kind in (*kinds.spec(ref.kind).running, WORKSPACE):
         found = installed_objects(api, kind, ref, install)
         deleted += sum(delete_found(api, obj, kind) for obj in found)
     return deleted

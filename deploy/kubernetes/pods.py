@@ -6,8 +6,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
+from deploy import kinds
 from deploy.kubernetes.api import Obj
-from deploy.types import WorkloadKind, WorkloadRef
+from deploy.types import WorkloadRef
 
 # Waiting reasons that are only a step of a normal start, not something to show as a problem.
 STARTING_REASONS = frozenset({"ContainerCreating", "PodInitializing", ""})
@@ -132,4 +133,4 @@ def _name(obj: Obj) -> str:
 
 def main_component(ref: WorkloadRef) -> str:
     """The component label of the pod that runs the user's process."""
-    return {WorkloadKind.NOTEBOOK: "notebook", WorkloadKind.APP: "app"}.get(ref.kind, "main")
+    return kinds.spec(ref.kind).component

@@ -10,15 +10,13 @@ from collections.abc import Callable, Iterator
 from kubernetes.client.exceptions import ApiException
 
 from deploy import names
-from deploy.kubernetes import jobsets
 from deploy.kubernetes.api import KubeApi, Obj
+from deploy.kubernetes.driver import driver
 from deploy.kubernetes.follow import follow_pod_log
-from deploy.kubernetes.jobsets import observe_run
-from deploy.kubernetes.listing import app_pods, app_state, job_objects, notebook_state, owned
+from deploy.kubernetes.listing import owned
 from deploy.kubernetes.logs import read_pod_log
 from deploy.kubernetes.pods import container_run, container_status, main_component, newest
-from deploy.kubernetes.trust import controlled_by
-from deploy.types import LogChunk, WorkloadKind, WorkloadRef
+from deploy.types import LogChunk, WorkloadRef
 
 # How long a pod seen running is read without checking it again (a replaced or finished pod
 # is noticed at most this late; its end is read in full by the next, checked read).
@@ -91,34 +89,7 @@ class RunLogs:
         component = {names.COMPONENT: main_component(ref)}
         selector = names.selector({**names.selector_labels(ref), **component})
         pods, _ = self.api.list("Pod", ref.namespace, label_selector=selector)
-        pods = owned(pods, ref.install)
-        if ref.kind is WorkloadKind.APP:
-            deployment = self._read("Deployment", ref.namespace, names.app_name(ref))
-            sets, _ = self.api.list(
-                "ReplicaSet",
-                ref.namespace,
-                label_selector=names.selector(names.selector_labels(ref)),
-            )
-            return app_pods(deployment, owned(sets, ref.install), pods)[1]
-        if ref.kind is WorkloadKind.NOTEBOOK:
-            kind, name = "StatefulSet", names.notebook_name(ref)
-        else:
-            kind, name = "Job", names.job_name(ref)
-        owner = self._read(kind, ref.namespace, name)
-        if owner is None and kind == "Job":  # several nodes: the JobSet's child; node 0's log
-            owner = self._read(kind, ref.namespace, jobsets.child_job_name(ref))
-            pods = jobsets.rank_zero(pods)
-        if owner is not None and not names.belongs(owner, ref.install):
-            owner = None
-        return [pod for pod in pods if controlled_by(pod, owner)]
-
-    def _read(self, kind: str, namespace: str, name: str) -> Obj | None:
-        try:
-            return self.api.read(kind, namespace, name)
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
+        return driver(ref.kind).main_pods(self.api, ref, owned(pods, ref.install))
 
     def _read_pod(self, pod: Obj, cursor: str | None, limit: int, *, finished: bool) -> LogChunk:
         meta = pod["metadata"]
@@ -146,8 +117,4 @@ class RunLogs:
         )
 
     def _ended(self, ref: WorkloadRef) -> bool:
-        if ref.kind is WorkloadKind.APP:
-            return app_state(self.api, ref).phase.is_final
-        if ref.kind is WorkloadKind.NOTEBOOK:
-            return notebook_state(self.api, ref).phase.is_final
-        return observe_run(ref, job_objects(self.api, ref)).phase.is_final
+        return driver(ref.kind).state(self.api, ref).phase.is_final

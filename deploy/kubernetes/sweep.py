@@ -10,23 +10,15 @@ from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
-from datetime import datetime
 
 from deploy import names
 from deploy.kubernetes.api import KubeApi, Obj
-from deploy.kubernetes.jobsets import list_jobsets, observe_run
-from deploy.kubernetes.listing import (
-    MANAGED,
-    component,
-    group_job,
-    map_app,
-    map_notebook,
-    owned,
-    ref_of,
-)
-from deploy.kubernetes.pods import newest, parse_time, unscheduled_reason
+from deploy.kubernetes.driver import driver
+from deploy.kubernetes.jobsets import list_jobsets
+from deploy.kubernetes.listing import MANAGED, component, owned, ref_of
+from deploy.kubernetes.pods import newest, unscheduled_reason
 from deploy.kubernetes.trust import ProjectNamespaces
-from deploy.types import ObservedWorkload, WorkloadKind, WorkloadRef
+from deploy.types import ObservedWorkload, WorkloadRef
 
 
 class ObservationCache:
@@ -44,7 +36,7 @@ class ObservationCache:
         key = (ref, *map(_version, [*group["jobsets"], *group["jobs"]]), "|")
         key += tuple(map(_version, group["pods"]))
         found = self.entries.get(key)
-        return key, found if found is not None else _observe_group(api, ref, group)
+        return key, found if found is not None else driver(ref.kind).observe_group(api, ref, group)
 
     def keep(self, kept: dict[tuple[object, ...], ObservedWorkload]) -> None:
         self.entries = kept  # only this listing's runs: the cache never outgrows the cluster
@@ -156,8 +148,9 @@ def _observe_listed(
     observations: list[ObservedWorkload] = []
     kept: dict[tuple[object, ...], ObservedWorkload] = {}
     for ref, group in sorted(by_ref.items(), key=_order):
-        if ref.kind is not WorkloadKind.JOB:
-            observations.append(_labelled(_observe_group(api, ref, group), group, install))
+        if not driver(ref.kind).cacheable:
+            observed = driver(ref.kind).observe_group(api, ref, group)
+            observations.append(_labelled(observed, group, install))
             continue
         cached, observed = cache.observe(api, ref, group)
         observed = _labelled(observed, group, install)
@@ -197,32 +190,6 @@ def _gc_paused() -> Iterator[None]:
 def _version(obj: Obj) -> tuple[str, str]:
     meta = obj.get("metadata") or {}
     return (meta.get("uid") or "", meta.get("resourceVersion") or "")
-
-
-def _observe_group(api: KubeApi, ref: WorkloadRef, group: dict[str, list[Obj]]) -> ObservedWorkload:
-    if ref.kind is WorkloadKind.NOTEBOOK:
-        wanted = names.notebook_name(ref)
-        named = (s for s in group["sets"] if s["metadata"].get("name") == wanted)
-        observed = map_notebook(api, ref, next(named, None), group["pods"])
-        # Without it the orphan collector gave a notebook no grace at all (its workspace
-        # claim went at the first sweep that found no row: a restored backup's).
-        return replace(observed, created_at=_newest_creation([*group["sets"], *group["pods"]]))
-    if ref.kind is WorkloadKind.APP:
-        app = names.app_name(ref)
-        found = (d for d in group["deployments"] if d["metadata"].get("name") == app)
-        observed = map_app(api, ref, next(found, None), group["replica_sets"], group["pods"])
-        created = _newest_creation([*group["deployments"], *group["replica_sets"]])
-        return replace(observed, created_at=created)
-    objects = group_job(api, ref, group["jobs"], group["pods"], group["jobsets"])
-    created = _newest_creation([*group["jobsets"], *group["jobs"], *group["pods"]])
-    return observe_run(ref, objects, created_at=created)
-
-
-def _newest_creation(objects: list[Obj]) -> datetime | None:
-    """When the newest of a run's objects (trusted or only labelled) was made: the orphan
-    collector waits its grace period from there."""
-    stamps = [(o.get("metadata") or {}).get("creationTimestamp") or "" for o in objects]
-    return parse_time(max(stamps, default=""))
 
 
 def _order(item: tuple[WorkloadRef, object]) -> tuple[str, str, str, int]:

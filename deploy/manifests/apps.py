@@ -19,6 +19,7 @@ service-account token, the datastore credentials in the pull container only, as 
 from __future__ import annotations
 
 from deploy import images, names
+from deploy.kinds import DeploySpec
 from deploy.manifests.common import (
     SHM_PATH,
     WORKSPACE,
@@ -36,7 +37,7 @@ from deploy.manifests.common import (
     workload_annotations,
 )
 from deploy.manifests.kueue import PRIORITY_LABEL, QUEUE_LABEL
-from deploy.types import APP_ADAPTER_PATH, APP_MODEL_PATH, AppRequest
+from deploy.types import APP_ADAPTER_PATH, APP_MODEL_PATH, AppRequest, WorkloadKind
 
 COMPONENT = "app"
 # vLLM loads the weights before its probe answers: at most this long (30 min) before the
@@ -313,3 +314,24 @@ def _server_container(app: AppRequest) -> Manifest:
         {"name": "dshm", "mountPath": SHM_PATH},
     ]
     return container
+
+
+# The app kind's entry in the deploy registry (`deploy.kinds`).
+SPEC = DeploySpec(
+    kind=WorkloadKind.APP,
+    object_name=names.app_name,
+    component=COMPONENT,
+    running=(
+        "HorizontalPodAutoscaler",
+        "ScaledObject",
+        "Deployment",
+        "ReplicaSet",
+        "Service",
+        "Ingress",
+        "Pod",
+    ),
+    cluster="deploy.kubernetes.app_kind",
+    server="server",
+    keeps_workspace=False,
+    replica_per_start=True,
+)

@@ -26,6 +26,7 @@ How rw volumes survive the pod (the design, also in docs/deploy-kubernetes.md):
 from __future__ import annotations
 
 from deploy import images, names
+from deploy.kinds import DeploySpec
 from deploy.manifests.common import (
     PULL_PROGRESS,
     WORKSPACE,
@@ -43,7 +44,7 @@ from deploy.manifests.common import (
     sync_container,
     workload_annotations,
 )
-from deploy.types import JobRequest
+from deploy.types import JobRequest, WorkloadKind
 
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 KUEUE_PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
@@ -220,3 +221,14 @@ def _workspace_volume(job: JobRequest) -> Manifest:
         claim = names.workspace_claim_name(job.ref)
         return {"name": "workspace", "persistentVolumeClaim": {"claimName": claim}}
     return {"name": "workspace", "emptyDir": {"sizeLimit": f"{job.workspace_gib}Gi"}}
+
+
+# The job kind's entry in the deploy registry (`deploy.kinds`).
+SPEC = DeploySpec(
+    kind=WorkloadKind.JOB,
+    object_name=names.job_name,
+    component="main",
+    running=("JobSet", "Job", "Pod"),  # a job of several nodes: its JobSet first
+    cluster="deploy.kubernetes.job_kind",
+    numbered_runs=True,
+)

@@ -13,6 +13,7 @@ it sends upstream; the browser never holds the token.
 from __future__ import annotations
 
 from deploy import images, names
+from deploy.kinds import DeploySpec
 from deploy.manifests.common import (
     SECRET_FILE_MODE,
     WORKSPACE,
@@ -31,7 +32,10 @@ from deploy.manifests.common import (
     workload_annotations,
 )
 from deploy.manifests.kueue import PRIORITY_LABEL, QUEUE_LABEL
-from deploy.types import Editor, NotebookRequest
+from deploy.types import Editor, NotebookRequest, WorkloadKind
+
+# The pod that runs the editor.
+COMPONENT = "notebook"
 
 PORT = 8888
 # The Service's port (to the editor's `http` port): the user-content gateway sends requests there.
@@ -73,7 +77,7 @@ def editor_command(notebook: NotebookRequest) -> list[str]:
 def make_notebook_statefulset(*, notebook: NotebookRequest) -> Manifest:
     """One replica while running, zero when stopped; the claim survives both."""
     ref = notebook.ref
-    labels = names.workload_labels(ref, component="notebook")
+    labels = names.workload_labels(ref, component=COMPONENT)
     annotations = {**workload_annotations(ref, notebook.labels), names.URL: notebook.url}
     name = names.notebook_name(ref)
     claim = {
@@ -229,6 +233,18 @@ def _meta(notebook: NotebookRequest) -> Manifest:
     return metadata(
         name=names.notebook_name(notebook.ref),
         namespace=notebook.namespace,
-        labels=names.workload_labels(notebook.ref, component="notebook"),
+        labels=names.workload_labels(notebook.ref, component=COMPONENT),
         annotations=workload_annotations(notebook.ref, {}),
     )
+
+
+# The notebook kind's entry in the deploy registry (`deploy.kinds`). An orphan's Service,
+# token Secret and any Ingress of an earlier version go with its pods.
+SPEC = DeploySpec(
+    kind=WorkloadKind.NOTEBOOK,
+    object_name=names.notebook_name,
+    component=COMPONENT,
+    running=("StatefulSet", "Service", "Secret", "Ingress", "Pod"),
+    cluster="deploy.kubernetes.notebook_kind",
+    server="editor",
+)
