@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
+from deploy import kinds
 from deploy.local import runs
 from deploy.local.gpus import Gpu, detect_gpus, pick_gpus
 from deploy.local.launch import Launcher, decide
@@ -31,7 +32,6 @@ from deploy.types import (
     ObservedWorkload,
     Phase,
     ProjectRequest,
-    WorkloadKind,
     WorkloadRef,
 )
 
@@ -145,7 +145,7 @@ class LocalBackend:
         """The run's process stops; a job's or notebook's directory (workspace, outputs, log)
         stays. An app keeps nothing: its server and directory go at once."""
         run = run_dir(self.base, ref)
-        if ref.kind is WorkloadKind.APP:
+        if not kinds.spec(ref.kind).keeps_workspace:
             self._delete(run)
             return False
         self._stop(run)

@@ -34,8 +34,8 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-from deploy import names
-from deploy.types import WorkloadKind, WorkloadRef
+from deploy import kinds, names
+from deploy.types import WorkloadRef
 
 WORKSPACE = "/workspace"
 _WORKSPACE_PATH = re.compile(r"(?:(?<=^)|(?<=[=:,]))/workspace(?=/|$|[:,])")
@@ -43,10 +43,7 @@ _WORKSPACE_PATH = re.compile(r"(?:(?<=^)|(?<=[=:,]))/workspace(?=/|$|[:,])")
 
 def run_dir(base: Path, ref: WorkloadRef) -> Path:
     """The directory of one run (deterministic from the ref)."""
-    leaf = {
-        WorkloadKind.NOTEBOOK: names.notebook_name,
-        WorkloadKind.APP: names.app_name,
-    }.get(ref.kind, names.job_name)(ref)
+    leaf = kinds.spec(ref.kind).object_name(ref)
     return base / "runs" / names.dns_label(ref.namespace) / leaf
 
 

@@ -14,6 +14,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from deploy import kinds
 from deploy.local.paths import as_workload, workspace_dir
 from deploy.local.plan import PROJECT_ROOT, base_env
 from deploy.local.state import (
@@ -129,7 +130,7 @@ def observation(ref: WorkloadRef, state: State | None) -> ObservedWorkload:
     reason = str(state.get("reason") or "")
     if not phase.is_final and not state.get("waiting") and not supervisor_alive(state):
         phase, reason = _lost(state, phase, reason)
-    if ref.kind in (WorkloadKind.NOTEBOOK, WorkloadKind.APP):
+    if kinds.spec(ref.kind).server:  # a server ends only when stopped
         phase, reason = _as_notebook(phase, reason)
     return _observed(ref, state, phase, reason)
 
@@ -182,7 +183,7 @@ def _observed(ref: WorkloadRef, state: State, phase: Phase, reason: str) -> Obse
 
 def _replicas(ref: WorkloadRef, phase: Phase) -> tuple[int, int] | None:
     """A local app is one process: ready once its server answers."""
-    if ref.kind is not WorkloadKind.APP:
+    if not kinds.spec(ref.kind).replica_per_start:
         return None
     if phase is Phase.RUNNING:
         return (1, 1)
@@ -192,7 +193,7 @@ def _replicas(ref: WorkloadRef, phase: Phase) -> tuple[int, int] | None:
 def _replica_runs(ref: WorkloadRef, state: State) -> tuple[ReplicaRun, ...] | None:
     """A local app's one replica: each start of its server is a run (its own run id). A job
     of several nodes: each node is a run (`group`), billed as the JobSet's pods are."""
-    if ref.kind is WorkloadKind.JOB and state.get("node_runs"):
+    if kinds.spec(ref.kind).numbered_runs and state.get("node_runs"):
         return tuple(
             ReplicaRun(
                 uid=str(node["uid"]),
@@ -204,7 +205,7 @@ def _replica_runs(ref: WorkloadRef, state: State) -> tuple[ReplicaRun, ...] | No
             for node in state["node_runs"]
             if (started := parse_iso(node.get("started_at"))) is not None
         )
-    if ref.kind is not WorkloadKind.APP:
+    if not kinds.spec(ref.kind).replica_per_start:
         return None
     started = parse_iso(state.get("started_at"))
     if started is None or not state.get("run_uid"):

@@ -25,6 +25,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from deploy import kinds
 from deploy.local.group import NodeGroup, node_log
 from deploy.local.paths import workspace_dir
 from deploy.local.probes import POLL_S, HealthWatch, ServerWatch
@@ -163,7 +164,8 @@ class Supervisor:
             return child.wait()
 
     def _outcome(self, code: int, timed_out: bool) -> dict[str, Any]:
-        notebook = self.plan["ref"]["kind"] in ("notebook", "app")
+        server = kinds.spec(self.plan["ref"]["kind"]).server  # "": a run that ends itself
+        notebook = bool(server)
         if self.stopping():
             return {"phase": Phase.STOPPED.value, "reason": "stopped at the user's request"}
         if self.unanswered:
@@ -182,7 +184,6 @@ class Supervisor:
             reason = f"node {failed}: exit code {code}"
             return {"phase": Phase.FAILED.value, "reason": f"{reason}: {last}" if last else reason}
         if notebook:
-            server = "server" if self.plan["ref"]["kind"] == "app" else "editor"
             what = f"the {server} exited"
         reason = f"{what} ({code})" if notebook else f"{what} {code}"
         last = last_words(self.run / "output.log", workspace_dir(self.run))
