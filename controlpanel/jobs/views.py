@@ -30,6 +30,7 @@ from controlpanel.jobs import selectors as jobs
 from controlpanel.jobs import services
 from controlpanel.jobs.demo import demo_form_initial
 from controlpanel.jobs.forms import CustomJobForm, FinetuneForm
+from controlpanel.jobs.kind import KIND
 from controlpanel.jobs.models import Job
 from controlpanel.jobs.states import JobState
 from controlpanel.jobs.validation import (
@@ -67,6 +68,7 @@ def job_list(request: ProjectRequest) -> HttpResponse:
     mark_places(page)
     context = {
         "project": project,
+        "kind": KIND,
         "page": page,
         "filters": filters,
         "states": JobState.values,

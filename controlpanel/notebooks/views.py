@@ -35,6 +35,7 @@ from controlpanel.notebooks import selectors as notebook_rows
 from controlpanel.notebooks import services as notebooks
 from controlpanel.notebooks import sharing
 from controlpanel.notebooks.forms import EDITOR_LABELS, NotebookForm
+from controlpanel.notebooks.kind import KIND
 from controlpanel.notebooks.models import Notebook, NotebookImage
 from controlpanel.notebooks.states import NotebookState
 from controlpanel.notebooks.validation import validate_notebook
@@ -74,6 +75,7 @@ def notebook_list(request: ProjectRequest) -> HttpResponse:
     ]
     context = {
         "project": project,
+        "kind": KIND,
         "page": page,
         "rows": rows,
         "changing": any(notebook.state in CHANGING for notebook in page),

@@ -34,6 +34,7 @@ from controlpanel.served import services
 from controlpanel.served import stats as app_stats
 from controlpanel.served import try_it as app_try
 from controlpanel.served.config import Serving, app_url, replicas, user_volumes
+from controlpanel.served.kind import KIND
 from controlpanel.served.models import App
 from controlpanel.served.states import AppState
 from controlpanel.served.try_guard import Guard
@@ -111,6 +112,7 @@ def app_list(request: ProjectRequest) -> HttpResponse:
     rows = [(app, Serving.of(app), replicas(app)) for app in page]
     context = {
         "project": project,
+        "kind": KIND,
         "page": page,
         "rows": rows,
         "changing": any(app.state in CHANGING for app in page),
