@@ -269,8 +269,9 @@ def _filtered(
         lines = lines.filter(run__project_id=project.pk)  # runs (by index) where it joins them
     if user:
         lines = lines.filter(run__job__owner__username=user)
-    if workload:
-        lines = lines.filter(run__job_id=uuid.UUID(workload))
+    if workload:  # a deleted workload's runs too, by the id its deletion kept
+        key = uuid.UUID(workload)
+        lines = lines.filter(Q(run__job_id=key) | Q(run__kept__workload=key))
     return lines
 
 
@@ -284,7 +285,38 @@ def project_workloads(*, month: date, project: Project, user: str | None = None)
         .order_by(F("p").desc(), "workload")
     )
     fields = {"name": "name", "kind": "kind", "user": "owner__username"}
-    return Paged(sums, "workload", Workload.objects.all(), fields)
+    return WorkloadsPaged(sums, "workload", Workload.objects.all(), fields, month, project)
+
+
+class WorkloadsPaged(Paged):
+    """The workloads' rows, where the rollup's one row of the deleted workloads (None: their
+    rows join at deletion) becomes a row per deleted workload, named from what the deletion
+    kept (KeptRun: its name, kind and owner), summed from its lines, `deleted` set."""
+
+    def __init__(self, *args: Any) -> None:
+        *paged, self.month, self.project = args
+        super().__init__(*paged)
+
+    def __getitem__(self, which: slice) -> list[dict[str, Any]]:
+        rows = super().__getitem__(which)
+        return [
+            part for row in rows for part in (self._deleted() if row[self.key] is None else [row])
+        ]
+
+    def _deleted(self) -> list[dict[str, Any]]:
+        found: Any = (
+            project_lines(month=self.month, project=self.project)
+            .filter(run__job__isnull=True)
+            .values(
+                workload=F("run__kept__workload"),
+                name=F("run__kept__name"),
+                kind=F("run__kept__kind"),
+                user=F("run__kept__owner__username"),
+            )
+            .annotate(**SUMS, runs=Count("run", distinct=True))
+            .order_by(F("p").desc(), "name")
+        )
+        return [dict(row, deleted=True) for row in found]
 
 
 def project_runs(
@@ -304,6 +336,8 @@ def project_runs(
         "number": "run",
         "name": "job__name",
         "user": "job__owner__username",
+        "kept_name": "kept__name",  # a deleted workload's, kept at its deletion
+        "kept_user": "kept__owner__username",
         "started": "started_at",
         "finished": "finished_at",
         "estimated": "sighting__estimated",

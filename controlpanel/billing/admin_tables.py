@@ -35,6 +35,7 @@ class Cell:
     href: str = ""
     free: bool = False
     title: str = ""
+    badge: str = ""  # a word after the text on the page ("deleted"), not in the CSV
 
     def csv(self) -> str:
         return "'" + self.text if self.free and self.text.startswith(FORMULA) else self.text
@@ -138,6 +139,7 @@ def workloads_table(month: date, project: Project, rows: Iterable[dict[str, Any]
                 item["name"] or "(deleted)",
                 f"{base}?{urlencode({'workload': workload})}" if workload else "",
                 free=True,
+                badge="deleted" if item.get("deleted") else "",
             ),
             Cell(item["kind"] or ""),
             Cell(item["user"] or "", free=True),
@@ -171,10 +173,11 @@ def runs_table(month: date, project: Project, rows: Iterable[dict[str, Any]]) ->
             end = f"running, billed to {when(item['billed_to'])}"
         uid = item["uid"] or ""
         number = f" #{item['number']}" if item["number"] else ""
-        name = f"{item['name'] or '(deleted)'}{number} · {uid[:8]}"
+        gone = item["name"] is None  # its workload deleted: named from what was kept
+        name = f"{item['name'] or item['kept_name'] or '(deleted)'}{number} · {uid[:8]}"
         return [
-            Cell(name, link, free=True, title=f"run {uid}"),
-            Cell(item["user"] or "", free=True),
+            Cell(name, link, free=True, title=f"run {uid}", badge="deleted" if gone else ""),
+            Cell(item["user"] or item["kept_user"] or "", free=True),
             Cell(when(item["started"])),
             Cell(end),
             Cell(f"{item['flavor_name']} × {item['run_units']}"),

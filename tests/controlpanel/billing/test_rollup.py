@@ -24,6 +24,7 @@ from controlpanel.flavors.models import Flavor
 from controlpanel.jobs.models import Job
 from controlpanel.projects.models import Project
 from tests.controlpanel.billing.conftest import at, ran
+from tests.controlpanel.billing.test_usage_team import cells
 
 JAN, FEB = date(2025, 1, 1), date(2025, 2, 1)
 FIELDS = ("minutes", "unit_minutes", "price_minutes", "adjustments", "lines", "runs")
@@ -100,7 +101,9 @@ def test_a_deleted_workload_moves_to_the_deleted_row(
     assert rollup(JAN) == ledger(JAN)
     assert (project.pk, None, train.flavor_id) in rollup(JAN)
     page = admin_client.get("/billing/2025-01/p/alpha/").content.decode()
-    assert "(workload deleted)" in page and "(deleted)" in page
+    assert "(workload deleted)" in page  # the users table: its owner's other rows stay apart
+    # its own row, by the name, kind and owner its deletion kept (KeptRun), marked deleted
+    assert "train-a deleted job owner 1 " in cells(page, "table-workloads")
     # the invoice (from the lines) and the drill-down (from the rollup) still agree
     invoiced = sum(line["amount"] for line in invoice_lines(month=JAN, project=project))
     assert f"{invoiced:.2f}" in page

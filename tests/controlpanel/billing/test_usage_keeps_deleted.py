@@ -54,3 +54,24 @@ def test_a_deleted_projects_runs_keep_nothing(
     assert KeptRun.objects.count() == 1
     january["prep"].project.delete()
     assert KeptRun.objects.count() == 0
+
+
+def test_the_admins_drill_down_names_a_deleted_workload_with_a_badge(
+    january: dict[str, Workload], admin_client: Client
+) -> None:
+    """Its row in the workloads table, and its run in the runs table, by the name, kind and
+    owner its deletion kept, each marked "deleted"; its link still finds its runs; the CSV
+    names it too (issue 32: it was one "(deleted)" row with no person)."""
+    train = _delete_train(january)
+    body = admin_client.get("/billing/2025-01/p/alpha/").content.decode()
+    workloads = cells(body, "table-workloads")
+    assert "train-a deleted job owner 1 " in workloads
+    assert "(deleted)" not in workloads
+    assert 'train-a</a> <span class="badge badge-muted">deleted</span>' in body
+    runs = cells(body, "table-runs")
+    assert "train-a #1 · pod-trai deleted owner" in runs and "(deleted)" not in runs
+    filtered = admin_client.get(f"/billing/2025-01/p/alpha/?workload={train}").content.decode()
+    assert "train-a #1 · pod-trai deleted owner" in cells(filtered, "table-runs")
+    streamed = admin_client.get("/billing/2025-01/p/alpha/workloads.csv").streaming_content
+    csv = b"".join(streamed).decode()  # type: ignore[arg-type]
+    assert "train-a,job,owner,1," in csv
