@@ -26,6 +26,9 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
 def streams_for(live_server: Any, settings: Any, processes: Callable[..., Processes]) -> Any:
+    """The events server for the page's streams. A test names `processes` before `page`, so the
+    tab closes before the server stops: stopped first, it cut the open project stream and the
+    tab's console logged ERR_INCOMPLETE_CHUNKED_ENCODING, failing the page's teardown."""
     events = start_events(processes, STREAMS_ALLOWED_ORIGINS=live_server.url)
     settings.STREAMS_URL = events.url.replace("127.0.0.1", urlsplit(live_server.url).hostname)
     csp = copy.deepcopy(settings.CONTENT_SECURITY_POLICY)
@@ -41,10 +44,10 @@ def requests_to(page: Any, part: str) -> list[str]:
 
 
 def test_the_jobs_list_shows_a_change_without_polling(
+    processes: Callable[..., Processes],  # first: torn down after the page (see streams_for)
     page: Any,
     live_server: Any,
     settings: Any,
-    processes: Callable[..., Processes],
     owner: Any,
     project: Project,
 ) -> None:
@@ -69,10 +72,10 @@ def test_the_jobs_list_shows_a_change_without_polling(
 
 
 def test_a_notebooks_status_block_and_the_dashboard_follow_without_polling(
+    processes: Callable[..., Processes],  # first: torn down after the page (see streams_for)
     page: Any,
     live_server: Any,
     settings: Any,
-    processes: Callable[..., Processes],
     owner: Any,
     project: Project,
 ) -> None:
