@@ -100,6 +100,7 @@ def _form_context(
     )
     return {
         "project": project,
+        "kind": KIND,
         "preset": preset,
         "finetune": finetune,
         "custom": custom,

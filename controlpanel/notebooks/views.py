@@ -108,6 +108,7 @@ def _form_context(request: ProjectRequest, form: NotebookForm) -> dict[str, Any]
     form.describe_units(flavor)
     return {
         "project": project,
+        "kind": KIND,
         "form": form,
         "editor_options": form.editor_options(),
         "estimate": selectors.hourly_price(flavor=flavor, units=units)

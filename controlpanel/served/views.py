@@ -159,7 +159,10 @@ def app_new(request: ProjectRequest) -> HttpResponse:
             return redirect("app-detail", slug=access.project.slug, app_id=app.pk)
     status = 400 if form.is_bound and form.errors else 200
     return render(
-        request, "apps/new.html", {"project": access.project, "form": form}, status=status
+        request,
+        "apps/new.html",
+        {"project": access.project, "kind": KIND, "form": form},
+        status=status,
     )
 
 
