@@ -15,6 +15,7 @@ moved to the embedded S3 server, s3rver, by `logarchive.move_to_store`, then VAC
 1,000 jobs are then stored and moved, to show the steady state (freed pages reused).
 
     .venv/bin/python bench/bench_log_storage.py [--jobs 1000] [--lines 1000] [--updates 40]
+        [--batches 3] [--no-curve]
 
 PostgreSQL database `ajuste_bench_logstore` (recreated) and Redis database 9.
 """
@@ -180,6 +181,7 @@ def store_ended_jobs(count: int, lines: int, first: int) -> list[Any]:
 
 
 def sizes() -> tuple[int, int]:
+    """The log table (heap and indexes) and the archive table, in bytes."""
     from django.db import connection
 
     with connection.cursor() as cursor:
@@ -191,6 +193,18 @@ def sizes() -> tuple[int, int]:
     return lines, archives
 
 
+def heap_and_indexes() -> str:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_relation_size('workloads_joblogline'),"
+            " pg_indexes_size('workloads_joblogline')"
+        )
+        heap, indexes = cursor.fetchone()
+    return f"(heap {heap / MB:.1f}, indexes {indexes / MB:.1f})"
+
+
 def vacuum() -> None:
     from django.db import connection
 
@@ -198,7 +212,7 @@ def vacuum() -> None:
         cursor.execute("VACUUM workloads_joblogline, workloads_logarchive")
 
 
-def log_growth(jobs: int, lines: int) -> None:
+def log_growth(jobs: int, lines: int, batches: int) -> None:
     from controlpanel.engine import logarchive
     from controlpanel.engine.models import LogArchive
 
@@ -208,27 +222,29 @@ def log_growth(jobs: int, lines: int) -> None:
     off_lines, off_archives = sizes()
     print(f"\n(b) {jobs:,} ended jobs of {lines:,} lines each")
     off = off_lines + off_archives - base
-    print(f"  archiving off: log table {off_lines / MB:.1f} MiB, growth {off / MB:.1f} MiB,")
-    print(f"    {off / (jobs * lines):.0f} B a line")
+    print(f"  archiving off: log table {off_lines / MB:.1f} MiB {heap_and_indexes()},")
+    print(f"    growth {off / MB:.1f} MiB, {off / (jobs * lines):.0f} B a line")
     started = time.perf_counter()
     for job in batch:
         assert logarchive.move_to_store(job_id=job.pk, run=1) is not None
     moved_s = time.perf_counter() - started
     vacuum()
-    on_lines, on_archives = sizes()
+    vacuum()  # a b-tree page emptied by one VACUUM is recycled by a later one
+    total = sum(sizes())
     stored = sum(LogArchive.objects.values_list("size", flat=True))
-    print(f"  archiving on (moved in {moved_s:.1f} s, {jobs / moved_s:.0f} runs/s):")
-    print(f"    log table {on_lines / MB:.1f} MiB, archive table {on_archives / MB:.2f} MiB;")
+    print(f"  archiving on, batch 1 moved in {moved_s:.1f} s ({jobs / moved_s:.0f} runs/s):")
+    print(f"    log table {sizes()[0] / MB:.1f} MiB {heap_and_indexes()},")
+    print(f"    archive table {sizes()[1] / MB:.2f} MiB;")
     print(f"    objects {stored / MB:.1f} MiB in S3 ({stored / jobs / 1024:.1f} KiB a run)")
-    second = store_ended_jobs(jobs, lines, jobs)
-    for job in second:
-        logarchive.move_to_store(job_id=job.pk, run=1)
-    vacuum()
-    next_lines, next_archives = sizes()
-    growth = next_lines + next_archives - on_lines - on_archives
-    print(f"  archiving on, the next {jobs:,} jobs stored and moved:")
-    print(f"    log table {next_lines / MB:.1f} MiB, archive table {next_archives / MB:.2f} MiB;")
-    print(f"    growth {growth / MB:.2f} MiB ({growth / jobs:.0f} B a job)")
+    for n in range(2, batches + 1):
+        for job in store_ended_jobs(jobs, lines, jobs * (n - 1)):
+            logarchive.move_to_store(job_id=job.pk, run=1)
+        vacuum()
+        vacuum()
+        now = sum(sizes())
+        print(f"  archiving on, batch {n} stored and moved: log table {sizes()[0] / MB:.1f} MiB")
+        print(f"    {heap_and_indexes()}, growth {(now - total) / MB:.2f} MiB this batch")
+        total = now
 
 
 def main() -> None:
@@ -238,6 +254,8 @@ def main() -> None:
     parser.add_argument(
         "--updates", type=int, default=40, help="curve updates measured, median kept"
     )
+    parser.add_argument("--batches", type=int, default=3, help="batches of --jobs archived")
+    parser.add_argument("--no-curve", action="store_true", help="(b) only")
     args = parser.parse_args()
     from storage.embedded import start_embedded_s3
 
@@ -260,7 +278,7 @@ def main() -> None:
 
         django.setup()
         print("(a) one curve update (one new point), median of", args.updates)
-        for points in (2000, 10_000):
+        for points in () if args.no_curve else (2000, 10_000):
             r = curve_update(points, args.updates)
             print(
                 f"  {points:>6,} points stored: before (JSON list rewritten)"
@@ -268,7 +286,7 @@ def main() -> None:
                 f" {r['old_ms']:.2f} ms; after (a row appended) {r['new_wal'] / 1024:.2f} KiB WAL,"
                 f" {r['new_ms']:.2f} ms; {r['old_wal'] / r['new_wal']:.0f}x less WAL"
             )
-        log_growth(args.jobs, args.lines)
+        log_growth(args.jobs, args.lines, args.batches)
     finally:
         s3.stop()
     print(f"load average at end: {os.getloadavg()}")
