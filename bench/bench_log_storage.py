@@ -11,8 +11,9 @@ raised to 10,000 in this script for both sides, to see how each grows).
 
 (b) PostgreSQL growth per 1,000 ended jobs of N log lines each: the log table (lines) and the
 archive table, `pg_total_relation_size`, with archiving off (lines stay) and on (each run's log
-moved to the embedded S3 server, s3rver, by `logarchive.move_to_store`, then VACUUM). A second
-1,000 jobs are then stored and moved, to show the steady state (freed pages reused).
+moved to the embedded S3 server, s3rver, by `logarchive.move_to_store`, then VACUUM twice:
+a b-tree page emptied by one VACUUM is recycled by the next). Further batches (`--batches`) are
+then stored and moved, to show the steady state (the freed pages reused).
 
     .venv/bin/python bench/bench_log_storage.py [--jobs 1000] [--lines 1000] [--updates 40]
         [--batches 3] [--no-curve]
