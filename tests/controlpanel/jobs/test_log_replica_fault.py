@@ -5,8 +5,9 @@ job's stored log is then exactly what its pod printed: each line once, in order,
 
 The test is the kubelet: a thread prints a line to every pod every `PRINT_EVERY_S`. The first
 replica starts alone and follows every log; the second joins (the logs of its share move,
-read from the stored cursor while the first may still be reading them: the cursor check of
-`logs._commit` keeps each line once); then one of them is killed. Between moves each log is
+read from the stored cursor while the first may still be reading them); a third reader reads
+every log beside them for a while (the cursor check of `logs._commit` keeps each line once);
+then one of them is killed. Between moves each log is
 one stream: no follow request is opened again while the owners stay the same."""
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ from typing import Any
 import pytest
 import redis
 from django.conf import settings
+from django.db import connections
 
+from controlpanel.engine.logs import collect_logs
 from controlpanel.engine.models import JobLogLine
 from controlpanel.engine.shards import owner as owner_of
 from controlpanel.jobs.models import Job
@@ -105,6 +108,19 @@ def one_stream_each(cluster: Any, pods: dict[str, str], printer: Printer, what: 
     wait_for(lambda: all(len(stored(j)) >= mark[j] for j in pods), 15, f"lines stored {what}")
 
 
+def third_reader(job_ids: list[str], *, seconds: float) -> None:
+    """Reads every log beside the replicas for `seconds`, as a replica that has not yet seen
+    a new member does for up to a heartbeat (or a finalize's archive beside the follower):
+    only one reader's batch from a cursor is stored, the others' are dropped."""
+    deadline = time.monotonic() + seconds
+    try:
+        while time.monotonic() < deadline:
+            for job_id in job_ids:
+                collect_logs(job_id=job_id)
+    finally:
+        connections.close_all()
+
+
 def test_a_replica_killed_mid_stream_its_logs_are_taken_over_each_line_once(
     k8s_cluster: Any,
     k8s_jobs: Any,
@@ -149,6 +165,7 @@ def test_a_replica_killed_mid_stream_its_logs_are_taken_over_each_line_once(
         share = {m: [j for j in pods if owner_of(j, both) == m] for m in both}
         assert all(share.values()), f"a replica owns no log of {JOBS}: {share}"
         one_stream_each(k8s_cluster, pods, printer, "by two replicas")
+        third_reader(list(pods), seconds=3)
 
         # SIGKILL watcher-b mid-stream: no leave, its heartbeat just stops.
         dead = next(m for m in both if m.startswith("watcher-b"))
