@@ -611,6 +611,16 @@ except ValueError as exc:
 USER_CONTENT_TICKET_SECONDS = env_int("USER_CONTENT_TICKET_SECONDS", 60, minimum=5)
 USER_CONTENT_SESSION_SECONDS = env_int("USER_CONTENT_SESSION_SECONDS", 43200, minimum=60)
 USER_CONTENT_CACHE_SECONDS = env_int("USER_CONTENT_CACHE_SECONDS", 5, minimum=0)
+# The user-content gateway's throttling (images/gateway/ajuste-gateway: the same names and
+# defaults), kept by the panel's own proxy under `make run` (controlpanel/usercontent/throttle.py):
+# requests a second per client address and the burst above it, the same per Authorization
+# header, and ticket exchanges a minute per address.
+AJUSTE_GATEWAY_RATE = env_int("AJUSTE_GATEWAY_RATE", 100, minimum=1)
+AJUSTE_GATEWAY_BURST = env_int("AJUSTE_GATEWAY_BURST", 400, minimum=1)
+AJUSTE_GATEWAY_KEY_RATE = env_int("AJUSTE_GATEWAY_KEY_RATE", 50, minimum=1)
+AJUSTE_GATEWAY_KEY_BURST = env_int("AJUSTE_GATEWAY_KEY_BURST", 200, minimum=1)
+AJUSTE_GATEWAY_SIGNIN_RATE = env_int("AJUSTE_GATEWAY_SIGNIN_RATE", 60, minimum=1)
+AJUSTE_GATEWAY_SIGNIN_BURST = env_int("AJUSTE_GATEWAY_SIGNIN_BURST", 30, minimum=1)
 # Ingresses of their own with ingress-nginx's forward-auth served notebooks and apps before the
 # gateway did: their settings say nothing any more, and a value left set is refused.
 for _retired in (

@@ -6,7 +6,8 @@ on them (its session, CSRF cookie, CSP, messages): a content host is not the pan
   and its count of an app's requests. At any other host they are not found.
 - any host under USER_CONTENT_DOMAIN: the ticket exchange at `/_ajuste/ticket`; every other
   path is the workload's own, proxied here under the local backend (`make run`: the browser
-  reaches `nb-<id>.localhost` on the panel's port), and the gateway's on a cluster.
+  reaches `nb-<id>.localhost` on the panel's port), and the gateway's on a cluster. Here the
+  gateway's throttling is kept too (throttle.py: its knobs, its 429).
 
 They come before the ALLOWED_HOSTS check, which would refuse every content host: these views
 build no URL from the Host header but the content host's own, checked by hosts.parse_host."""
@@ -19,7 +20,7 @@ from urllib.parse import urlsplit
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 
-from controlpanel.usercontent import proxy, views
+from controlpanel.usercontent import proxy, throttle, views
 from controlpanel.usercontent.hosts import is_content_host
 from controlpanel.usercontent.tickets import TICKET_PATH
 
@@ -43,7 +44,10 @@ class UserContentMiddleware:
             return views.gateway_auth(request)
         if not is_content_host(host):
             return self.get_response(request)
-        if request.path_info == TICKET_PATH:
+        signin = request.path_info == TICKET_PATH
+        if proxied_here() and throttle.throttled(request.META, signin=signin):
+            return throttle.too_many(request.META, signin=signin)  # the gateway's budgets
+        if signin:
             return views.ticket_exchange(request)
         if proxied_here():
             return proxy.content_proxy(request)

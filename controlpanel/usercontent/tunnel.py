@@ -19,6 +19,7 @@ from typing import Any
 
 from django.db import close_old_connections
 
+from controlpanel.usercontent import throttle
 from controlpanel.usercontent.gate import Verdict, Visit, gate_check
 from controlpanel.usercontent.hosts import is_content_host
 from controlpanel.usercontent.middleware import proxied_here
@@ -46,6 +47,8 @@ class ContentTunnel:
 
 
 def tunnel(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+    if throttle.throttled(environ, signin=False):  # the gateway's budgets, as every request's
+        return _plain(start_response, 429, throttle.TEXT, [("Retry-After", "1")])
     close_old_connections()
     try:
         verdict = gate_check(_visit(environ))
@@ -143,11 +146,17 @@ def copy_both_ways(one: socket.socket, other: socket.socket) -> None:
                     return
 
 
-def _plain(start_response: Callable[..., Any], status: int, message: str) -> list[bytes]:
-    reasons = {401: "Unauthorized", 403: "Forbidden", 501: "Not Implemented"}
-    reasons[503] = "Service Unavailable"
+def _plain(
+    start_response: Callable[..., Any],
+    status: int,
+    message: str,
+    extra: list[tuple[str, str]] | None = None,
+) -> list[bytes]:
+    reasons = {401: "Unauthorized", 403: "Forbidden", 429: "Too Many Requests"}
+    reasons.update({501: "Not Implemented", 503: "Service Unavailable"})
     start_response(
         f"{status} {reasons.get(status, 'Error')}",
-        [("Content-Type", "text/plain; charset=utf-8"), ("Cache-Control", "no-store")],
+        [("Content-Type", "text/plain; charset=utf-8"), ("Cache-Control", "no-store")]
+        + (extra or []),
     )
     return [(message + "\n").encode()]
