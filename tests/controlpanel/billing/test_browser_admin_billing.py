@@ -85,4 +85,13 @@ def test_admin_billing_pages_in_chromium(page: Any, live_server: Any, project: P
     expect(page.locator(".messages")).to_contain_text("2025-01 is closed now.")
     expect(page.locator("[data-testid=period-state]")).to_contain_text("closed")
     assert Period.objects.get(month=start.date().replace(day=1)).state == PeriodState.CLOSED
+
+    # A deleted workload keeps its row, by its name, kind and owner, marked deleted (issue 32).
+    Job.objects.get(pk=job.pk).delete()
+    page.goto(f"{base}/billing/2025-01/p/alpha/")
+    row = page.locator("[data-testid=table-workloads] tbody tr", has_text="train")
+    expect(row).to_contain_text("alice")
+    expect(row).to_contain_text("job")
+    expect(row.locator(".badge")).to_have_text("deleted")
+    expect(row.locator(".badge")).to_be_visible()
     assert console_errors(page) == []
