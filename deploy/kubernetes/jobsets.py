@@ -17,7 +17,7 @@ from kubernetes.client.exceptions import ApiException
 
 from deploy import names
 from deploy.kubernetes.api import KubeApi, Obj
-from deploy.kubernetes.kueue_reasons import JOB_UID_LABEL, waiting_reason_of
+from deploy.kubernetes.kueue_reasons import JOB_UID_LABEL, evicted_at, waiting_reason_of
 from deploy.kubernetes.observe import (
     JobObjects,
     _failure,
@@ -182,7 +182,12 @@ def observe_jobset(
     if (jobset.get("spec") or {}).get("suspend"):
         queue = (jobset["metadata"].get("labels") or {}).get(QUEUE_LABEL)
         reason = waiting_reason_of(objects.workload, queue)
-        return replace(observed, phase=Phase.QUEUED, reason=clip(reason))
+        return replace(
+            observed,
+            phase=Phase.QUEUED,
+            reason=clip(reason),
+            evicted_at=evicted_at(objects.workload),
+        )
     return _group_progress(observed, objects, live, failed, restarts)
 
 
