@@ -203,3 +203,15 @@ def test_a_refused_request_spends_nothing_from_its_other_buckets() -> None:
     assert [throttle.take([wide, narrow], now=now) for _ in range(3)] == [False] * 3
     # The wide bucket lost only the one request let through: 9 more pass on their own.
     assert [throttle.take([wide], now=now) for _ in range(10)] == [True] * 9 + [False]
+
+
+def test_a_cluster_panel_answers_content_hosts_unthrottled(
+    project: Project, owner: Any, standin: StandIn, settings: Any
+) -> None:
+    """Nor does it count requests that reach it for a content host (the gateway serves them)."""
+    settings.COMPUTE_BACKEND = "kubernetes"
+    settings.AJUSTE_GATEWAY_RATE, settings.AJUSTE_GATEWAY_BURST = 1, 1
+    app = running_app(project, owner, standin, public=True)
+    answers = [Client().get("/v1/models", HTTP_HOST=app_host(app)) for _ in range(5)]
+    assert {answer.status_code for answer in answers} == {404}
+    assert answers[-1].content.decode().startswith("User content is served by the gateway")
