@@ -25,7 +25,7 @@ from deploy.kubernetes.observe import (
     _with_pod_facts,
     observe_job,
 )
-from deploy.kubernetes.observe import replica_run as pod_run
+from deploy.kubernetes.observe_app import replica_run as pod_run
 from deploy.kubernetes.pods import clip, condition, is_true, newest
 from deploy.kubernetes.trust import controlled_by
 from deploy.manifests.jobset import INDEX_ANNOTATION, MAX_GROUP_RESTARTS, REPLICATED_JOB

@@ -17,7 +17,8 @@ from deploy import names
 from deploy.kubernetes.api import KubeApi, Obj
 from deploy.kubernetes.jobsets import child_job, earlier_pods, list_jobsets, run_jobset
 from deploy.kubernetes.kueue_reasons import job_workload
-from deploy.kubernetes.observe import JobObjects, observe_app, observe_notebook
+from deploy.kubernetes.observe import JobObjects, observe_notebook
+from deploy.kubernetes.observe_app import observe_app
 from deploy.kubernetes.pods import newest, unscheduled_reason
 from deploy.kubernetes.trust import controlled_by, is_main_job, is_push_job
 from deploy.types import ObservedWorkload, WorkloadKind, WorkloadRef

@@ -34,7 +34,7 @@ from controlpanel.projects.models import Project
 from controlpanel.served.models import App
 from controlpanel.served.services import app_create, app_delete, app_stop
 from controlpanel.served.states import AppState
-from deploy.kubernetes.observe import replica_run
+from deploy.kubernetes.observe_app import replica_run
 from deploy.local import runs as local_runs
 from deploy.types import ObservedWorkload, Phase, ReplicaRun, WorkloadKind, WorkloadRef
 from tests.fixtures.jobs import access_for
