@@ -4,6 +4,11 @@ PostgreSQL keeps one `LogArchive` row. Pages, the API, downloads and streams rea
 through `logs` as if its lines were still rows. Archives older than LOG_ARCHIVE_RETENTION_DAYS
 are deleted by the retention task; such a log reads as one line that says so.
 
+A deleted workload's (or project's) archives leave the store too: deleting a `LogArchive` row,
+by a cascade or not, lists its object (`LogObjectDeletion`) in the same transaction; after the
+commit a task deletes the listed objects, and the retention task retries whatever a store that
+was down left listed (`purge`).
+
 Without a default datastore (S3_ENDPOINT_URL unset: `make run` on SQLite, say) logs stay in
 PostgreSQL.
 """
@@ -23,10 +28,12 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 from django.db.models import F
+from django.db.models.signals import pre_delete
+from django.dispatch import receiver
 from django.utils import timezone
 
 from controlpanel.buckets.selectors import datastore_config
-from controlpanel.engine.models import JobLogLine, LogArchive, Workload
+from controlpanel.engine.models import JobLogLine, LogArchive, LogObjectDeletion, Workload
 from storage import objects
 from storage.errors import BucketAlreadyExists, BucketNotFound
 
@@ -74,6 +81,10 @@ def move_to_store(*, job_id: Any, run: int) -> LogArchive | None:
         config, bucket=bucket, key=key, data=body.getvalue(), content_type="application/gzip"
     )
     with transaction.atomic():
+        if not Workload.objects.select_for_update().filter(pk=job.pk).exists():
+            # Deleted while its log was being written: the object goes too.
+            _forget(settings.S3_ALIAS, bucket, key)
+            return None
         archive, made = LogArchive.objects.get_or_create(
             job=job,
             run=run,
@@ -133,6 +144,47 @@ def expire(now: Any = None) -> int:
         archive.save(update_fields=["deleted_at"])
         deleted += 1
     return deleted
+
+
+@receiver(pre_delete, sender=LogArchive, dispatch_uid="logarchive-forget")
+def _archive_deleted(sender: Any, instance: LogArchive, **_: Any) -> None:
+    """A workload's or a project's delete cascades to its archives: their objects are listed
+    for deletion in the same transaction (a rolled back delete lists nothing)."""
+    if instance.deleted_at is None:
+        _forget(instance.datastore, instance.bucket, instance.key)
+
+
+def _forget(datastore: str, bucket: str, key: str) -> None:
+    listed = LogObjectDeletion.objects.create(datastore=datastore, bucket=bucket, key=key)
+    from controlpanel.engine.tasks import log_objects_delete  # tasks imports this module
+
+    log_objects_delete.delay_on_commit([listed.pk])
+
+
+def purge(ids: list[int] | None = None, limit: int = 500) -> tuple[int, int]:
+    """Delete the listed objects (`ids`, or the oldest `limit`): each one deleted from the store
+    leaves the list; at the first failure (the store down) the rest wait for the next try.
+    Returns (deleted, still listed of those asked)."""
+    pending = LogObjectDeletion.objects.order_by("requested_at", "pk")
+    if ids is not None:
+        pending = pending.filter(pk__in=ids)
+    listed = list(pending[:limit])
+    for done, item in enumerate(listed):
+        try:
+            with contextlib.suppress(BucketNotFound):
+                objects.delete_object(
+                    datastore_config(item.datastore), bucket=item.bucket, key=item.key
+                )
+        except Exception as exc:
+            log.warning("log object %s/%s not deleted yet: %s", item.bucket, item.key, exc)
+            LogObjectDeletion.objects.filter(pk=item.pk).update(
+                attempts=F("attempts") + 1, last_error=str(exc)[:300]
+            )
+            return done, len(listed) - done
+        item.delete()
+        with _lock:
+            _cache.pop(item.key, None)
+    return len(listed), 0
 
 
 def lines_of(archive: LogArchive) -> list[str]:

@@ -308,3 +308,23 @@ class LogArchive(models.Model):
 
     def __str__(self) -> str:
         return f"log of run {self.run} of {self.job_id} at {self.bucket}/{self.key}"
+
+
+class LogObjectDeletion(models.Model):
+    """An archived log's object still to delete from the store: written with the deletion of
+    its `LogArchive` row (a workload's or a project's delete), in the same transaction, and
+    removed once the object is gone, so a store that is down when the workload is deleted loses
+    no deletion (engine/logarchive.py: a task after commit, the retention task after that)."""
+
+    datastore = models.CharField(max_length=32)
+    bucket = models.CharField(max_length=63)
+    key = models.CharField(max_length=300)
+    requested_at = models.DateTimeField(default=timezone.now)
+    attempts = models.PositiveIntegerField(default=0)
+    last_error = models.CharField(max_length=300, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["requested_at"])]
+
+    def __str__(self) -> str:
+        return f"to delete: {self.bucket}/{self.key}"

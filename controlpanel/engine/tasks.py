@@ -150,13 +150,24 @@ def job_finalize(job_id: str, run: int) -> None:
 @shared_task(name=f"{NAMES}.retention", **RETRY)
 def retention() -> dict[str, int]:
     """Ended logs still in PostgreSQL moved to object storage, archives past
-    LOG_ARCHIVE_RETENTION_DAYS deleted, failed runs' workspaces past WORKSPACE_KEPT_DAYS
-    deleted."""
+    LOG_ARCHIVE_RETENTION_DAYS deleted, deleted workloads' archives still listed deleted (the
+    store was down), failed runs' workspaces past WORKSPACE_KEPT_DAYS deleted."""
     return {
         "logs_moved": logarchive.move_pending(),
         "logs_deleted": logarchive.expire(),
+        "deleted_logs_purged": logarchive.purge()[0],
         "workspaces_deleted": workspaces.expire(),
     }
+
+
+@shared_task(name=f"{NAMES}.log_objects_delete", **RETRY)
+def log_objects_delete(ids: list[int]) -> int:
+    """Delete a deleted workload's archived log objects (listed with its delete); a store that
+    is down retries this task, then the retention task. Returns how many were deleted."""
+    deleted, left = logarchive.purge(ids)
+    if left:
+        raise TransientError(f"{left} log objects not deleted yet: the store did not answer")
+    return deleted
 
 
 @shared_task(name=f"{NAMES}.job_cleanup", **RETRY)
