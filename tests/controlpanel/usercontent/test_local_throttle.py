@@ -215,3 +215,11 @@ def test_a_cluster_panel_answers_content_hosts_unthrottled(
     answers = [Client().get("/v1/models", HTTP_HOST=app_host(app)) for _ in range(5)]
     assert {answer.status_code for answer in answers} == {404}
     assert answers[-1].content.decode().startswith("User content is served by the gateway")
+
+
+def test_without_redis_requests_pass_and_it_is_logged(settings: Any, caplog: Any) -> None:
+    """A throttle that cannot count lets notebooks work rather than taking them all down."""
+    settings.REDIS_URL = "redis://127.0.0.1:1/0"  # nothing listens there
+    one = bucket("address", rate=1, burst=0)
+    assert [throttle.take([one]) for _ in range(3)] == [True] * 3
+    assert "user-content throttle not kept" in caplog.text
