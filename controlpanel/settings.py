@@ -369,6 +369,10 @@ LEADER_LEASE_SECONDS = env_int("LEADER_LEASE_SECONDS", 15, minimum=2)
 LOG_SHARD_TTL_SECONDS = env_int("LOG_SHARD_TTL_SECONDS", 10, minimum=2)
 LOG_READ_DEADLINE_SECONDS = env_int("LOG_READ_DEADLINE_SECONDS", 10, minimum=1)
 LOG_FOLLOW_IDLE_SECONDS = env_int("LOG_FOLLOW_IDLE_SECONDS", 60, minimum=1)
+# A followed log's thread holds no database connection: it hands its batches to LOG_WRITERS
+# threads of its replica (controlpanel/engine/logwriters.py), one connection each, however
+# many logs the replica follows.
+LOG_WRITERS = env_int("LOG_WRITERS", 4, minimum=1)
 # Every task ends: a hung call past the soft limit raises in it (retried where the task says),
 # past the hard one its process is replaced. Tasks that need longer say so on their decorator.
 # (The prefork pool enforces them; the deadlines below bound the calls in any pool.)

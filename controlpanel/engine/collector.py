@@ -10,7 +10,10 @@ readers within about a second: each poll notes the job in the cache for `FOLLOWE
 (`note_followed`; the streams of a web process, `note_followed_many` once a second), one write
 whatever the number of readers, so 50 readers cost the cluster what one does. Reads run on a
 thread each, and a round starts what is due without waiting for reads still going: one slow
-pod log holds up no other. Pages and the API read the stored rows only.
+pod log holds up no other. In the watcher a reading thread stores nothing itself: it hands its
+batches to the replica's `LOG_WRITERS` writer threads (logwriters.py), so the connections a
+replica holds do not grow with the logs it follows. Pages and the API read the stored rows
+only.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from django.db.models import F
 
 from controlpanel.core.metrics import store as metrics_store
 from controlpanel.engine.logs import collect_logs, follow_logs
+from controlpanel.engine.logwriters import Db, here
 from controlpanel.engine.models import Workload
 from controlpanel.engine.registry import states_of
 from controlpanel.engine.shards import Shard
@@ -90,7 +94,7 @@ class LogCollector:
         self._running: dict[str, Future[int]] = {}  # reads going on now
 
     def run(self, stop: threading.Event) -> None:
-        def fresh(job_id: str) -> int:  # a thread of the pool: its own database connection
+        def fresh(job_id: str) -> int:  # a thread of the pool: what it opened, it closes
             close_old_connections()
             try:
                 return self.collect(job_id)
@@ -169,16 +173,19 @@ def _printing_jobs() -> list[object]:
     )
 
 
-def follow_while_owned(shard: Shard | None, stop: threading.Event) -> Callable[[str], int]:
+def follow_while_owned(
+    shard: Shard | None, stop: threading.Event, *, db: Db = here
+) -> Callable[[str], int]:
     """The watcher's read: the log followed as a stream (`follow_logs`) for as long as this
-    replica owns the workload and runs."""
+    replica owns the workload and runs. With `db=writers.run` (logwriters.py) the reading
+    thread holds no database connection: the replica's connections are its writers'."""
 
     def follow(job_id: str) -> int:
         def keep() -> bool:
             return not stop.is_set() and (shard is None or shard.owns(job_id))
 
         try:
-            return follow_logs(job_id=job_id, keep=keep)
+            return follow_logs(job_id=job_id, keep=keep, db=db)
         except Exception as exc:  # a cluster or database error must not stop the other logs
             log.warning("following the log of job %s failed: %s", job_id, exc)
             return -1

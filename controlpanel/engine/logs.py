@@ -20,6 +20,7 @@ from django.utils import timezone
 from controlpanel.engine import curves, logarchive
 from controlpanel.engine.backend import get_backend, job_ref
 from controlpanel.engine.evictions import interrupted_entry
+from controlpanel.engine.logwriters import Db, here
 from controlpanel.engine.models import JobEvent, JobLogLine, LogArchive, Workload
 from controlpanel.engine.replicas import OBSERVED_PROGRESS
 from controlpanel.streams import channels
@@ -41,39 +42,47 @@ class UnknownRun(ValueError):
     """`?run=` names no run of the job; the message says which runs exist."""
 
 
-def collect_logs(*, job_id: Any, limit: int = COLLECT_LIMIT) -> tuple[int, bool]:
+def collect_logs(*, job_id: Any, limit: int = COLLECT_LIMIT, db: Db = here) -> tuple[int, bool]:
     """Store new lines of the job's current run; returns (lines added, end of log reached).
 
     The backend is read without holding the job's row (a slow read never blocks reconcile);
-    the lines are stored only if nobody stored lines from that cursor meanwhile."""
-    job = Workload.objects.select_related("project").filter(pk=job_id).first()
+    the lines are stored only if nobody stored lines from that cursor meanwhile. `db` runs the
+    database steps (logwriters.py: the watcher's readers hold no connection)."""
+    job, backend = db(lambda: _load(job_id))
     if job is None or job.logs_archived or job.launched_run < job.run:
         return 0, True
     run, cursor = job.run, job.log_cursor
-    chunk = get_backend().read_logs(
+    chunk = backend.read_logs(
         ref=job_ref(job), cursor=cursor or None, limit=limit, fresh=job.is_final
     )
-    added = _commit(job_id, run, cursor, chunk)
+    added = db(lambda: _commit(job_id, run, cursor, chunk))
     return max(added, 0), chunk.eof and added >= 0
 
 
-def follow_logs(*, job_id: Any, keep: Callable[[], bool]) -> int:
+def follow_logs(*, job_id: Any, keep: Callable[[], bool], db: Db = here) -> int:
     """Store the job's log as it is printed, followed as a stream (`follow=true`) while `keep()`
     and the stream last (the backend resumes from the stored cursor after a break); returns the
-    lines stored. A backend without streams is read once (`collect_logs`)."""
-    backend = get_backend()
-    job = Workload.objects.select_related("project").filter(pk=job_id).first()
+    lines stored. A backend without streams is read once (`collect_logs`). `db` runs the
+    database steps: with the watcher's writers, the thread that waits on the stream holds no
+    connection."""
+    job, backend = db(lambda: _load(job_id))
     if not hasattr(backend, "follow_logs") or job is None or job.is_final:
-        return collect_logs(job_id=job_id)[0]
+        return collect_logs(job_id=job_id, db=db)[0]
     if job.logs_archived or job.launched_run < job.run:
         return 0
     run, cursor, total = job.run, job.log_cursor, 0
     for chunk in backend.follow_logs(ref=job_ref(job), cursor=cursor or None, keep=keep):
-        added = _commit(job_id, run, cursor, chunk)
+        added = db(lambda chunk=chunk, cursor=cursor: _commit(job_id, run, cursor, chunk))
         if added < 0:
             break  # another replica stored from this cursor: it follows the log now
         total, cursor = total + added, chunk.cursor
     return total
+
+
+def _load(job_id: Any) -> tuple[Workload | None, Any]:
+    """The row and the backend (built on first use: it reads the install id)."""
+    job = Workload.objects.select_related("project").filter(pk=job_id).first()
+    return job, get_backend()
 
 
 def _commit(job_id: Any, run: int, cursor: str, chunk: LogChunk) -> int:

@@ -9,7 +9,10 @@ The watch runs in one replica at a time: the one holding the `ajuste-watch` Leas
 (engine/leader.py). Another replica (a rolling update's new pod, a second one for
 availability) waits and takes over when the holder lets go or stops renewing. The log
 collection runs in every replica, each following the logs it owns (engine/shards.py); a dead
-replica's logs are taken over by the others within LOG_SHARD_TTL_SECONDS."""
+replica's logs are taken over by the others within LOG_SHARD_TTL_SECONDS. The threads that
+follow the logs hold no database connection: they hand their batches to LOG_WRITERS writer
+threads (engine/logwriters.py), so a replica holds its main thread's, the collector loop's and
+its writers' connections, whatever the number of logs."""
 
 from __future__ import annotations
 
@@ -19,12 +22,14 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 from django.db import close_old_connections, connections
 
 from controlpanel.engine.backend import get_backend
 from controlpanel.engine.collector import LogCollector, follow_while_owned
 from controlpanel.engine.leader import WATCH_LEASE, Leadership, leadership
+from controlpanel.engine.logwriters import LogWriters
 from controlpanel.engine.shards import Shard
 from controlpanel.engine.sweep import record_observation
 from deploy.types import DeployError, ObservedWorkload
@@ -67,13 +72,16 @@ class Command(BaseCommand):
     ) -> None:
         stop = threading.Event()
         shard = Shard()
+        writers = LogWriters(settings.LOG_WRITERS)
         collector = LogCollector(
             interval_s=log_seconds,
             threads=log_threads,
             shard=shard,
-            collect=follow_while_owned(shard, stop),
+            collect=follow_while_owned(shard, stop, db=writers.run),
         )
-        logs = threading.Thread(target=_collect, args=(collector, stop), name="logs", daemon=True)
+        logs = threading.Thread(
+            target=_collect, args=(collector, writers, stop), name="logs", daemon=True
+        )
 
         def shut_down(*_: object) -> None:
             # At once, not at the next event: the main thread may be waiting on a watch for
@@ -130,10 +138,12 @@ def watch_while_leading(
             ender.join()
 
 
-def _collect(collector: LogCollector, stop: threading.Event) -> None:
-    """The collector, on a thread of its own until `stop`: its connection closes with it."""
+def _collect(collector: LogCollector, writers: LogWriters, stop: threading.Event) -> None:
+    """The collector and its writers, on threads of their own until `stop`: their connections
+    close with them."""
     try:
-        collector.run(stop)
+        with writers:
+            collector.run(stop)
     finally:
         connections.close_all()
 
