@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from controlpanel.buckets.embedded_store import plan_object_store, start_object_store
-from controlpanel.localrun import pids
+from controlpanel.localrun import pids, unchanged
 from controlpanel.localrun.ports import Port, choose_port
 from controlpanel.localrun.prepare import REFUSED
 from controlpanel.localrun.procfile import Processes, read_procfile
@@ -157,7 +157,20 @@ def start_services(started: Started, env: dict[str, str]) -> None:
 
 
 def prepare(env: dict[str, str], started: Started) -> None:
-    """The preparation in its own process, while the services start in this one."""
+    """The preparation in its own process, while the services start in this one; none when
+    nothing it looks at changed since the last one (unchanged.py)."""
+    began = time.monotonic()
+    kept = unchanged.skip(ROOT, started.var, env)
+    if kept is not None:
+        if kept.demo_wanted:  # a first start stopped before its demo fill ended
+            pids.pid_dir(started.var).mkdir(parents=True, exist_ok=True, mode=0o700)
+            (pids.pid_dir(started.var) / DEMO_MARK).touch()
+        say(f"• admin account: {kept.admin}")
+        say(
+            f"• prepared in {time.monotonic() - began:.1f} s (nothing changed since the last start)"
+        )
+        start_services(started, env)
+        return
     process = subprocess.Popen(
         [sys.executable, "-m", "controlpanel.localrun.prepare"], env=env, cwd=ROOT
     )

@@ -6,7 +6,9 @@
 2. migrations, only when some are not applied (the plan is read, not `migrate` run);
 3. static files, collected only when their sources changed since the last collection (a
    fingerprint of every file the finders list: name, size, mtime);
-4. the first admin and the demo project (`bootstrap`).
+4. the first admin and the demo project (`bootstrap`);
+5. what it looked at is stamped (unchanged.py): the next start skips this process when nothing
+   changed.
 
 Run as `python -m controlpanel.localrun.prepare` with make run's environment; exit status 3
 means the trust check refused (its message already printed), anything else but 0 a failure.
@@ -22,6 +24,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import django
+
+from controlpanel.localrun import unchanged
 
 REFUSED = 3
 STAMP = ".ajuste-collected"  # in STATIC_ROOT: the fingerprint of what was collected there
@@ -124,6 +128,9 @@ def main() -> int:
     _timed(steps, "static", collect_if_changed)
     _timed(steps, "accounts", lambda: call_command("bootstrap"))
     mark_demo_wanted()
+    from django.conf import settings
+
+    unchanged.record(Path(settings.BASE_DIR), Path(settings.VAR_DIR), os.environ)
     print(f"• prepared in {time.monotonic() - started:.1f} s ({', '.join(steps)})", flush=True)
     return 0
 
