@@ -14,7 +14,9 @@ batch committed) and prints:
 
     .venv/bin/python bench/bench_log_shards.py [--jobs 1000] [--rate 1] [--seconds 60]
 
-PostgreSQL database `ajuste_bench_shards` (recreated) and Redis database 10.
+PostgreSQL database `ajuste_bench_shards` (recreated) and Redis database 10 (`BENCH_REDIS_DB`),
+flushed. Each watcher holds its main thread's, its collector loop's and its `LOG_WRITERS`
+writers' connections, whatever the number of logs: the figures end with the peak seen.
 """
 
 from __future__ import annotations
@@ -37,7 +39,10 @@ from _panel import REPO, WATCHER, configure, nearest_rank, stop
 
 DB_NAME = "ajuste_bench_shards"
 NS = "ajuste-alpha"
-configure(DB_NAME, 10, COMPUTE_BACKEND="kubernetes", USER_CONTENT_DOMAIN="usercontent.example.net")
+REDIS_DB = int(os.environ.get("BENCH_REDIS_DB", "10"))  # another, if a test run uses 10
+configure(
+    DB_NAME, REDIS_DB, COMPUTE_BACKEND="kubernetes", USER_CONTENT_DOMAIN="usercontent.example.net"
+)
 
 
 def cpu_seconds(pid: int) -> float:
@@ -134,6 +139,28 @@ def rows_written() -> int:
     return int(row[0]) if row else 0
 
 
+class Connections(threading.Thread):
+    """The peak PostgreSQL connections of each watcher (by application_name, PGAPPNAME)."""
+
+    def __init__(self, names: list[str]) -> None:
+        super().__init__(daemon=True, name="connections")
+        self.peak = dict.fromkeys(names, 0)
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        import psycopg
+
+        with psycopg.connect(os.environ["DATABASE_URL"], autocommit=True) as conn:
+            while not self.stop.wait(0.5):
+                rows = conn.execute(
+                    "SELECT application_name, count(*) FROM pg_stat_activity"
+                    " WHERE datname = current_database() GROUP BY 1"
+                ).fetchall()
+                for name, count in rows:
+                    if name in self.peak:
+                        self.peak[name] = max(self.peak[name], int(count))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", type=int, default=1000)
@@ -179,9 +206,11 @@ def main() -> None:
         _wait(lambda: (work / "kubeconfig").exists(), 300, "the emulator's workloads", work)
         env = {"KUBECONFIG": str(work / "kubeconfig")}
         watchers = [
-            _panel.start({name: WATCHER}, work, HOSTNAME=name, **env)[0]
+            _panel.start({name: WATCHER}, work, HOSTNAME=name, PGAPPNAME=name, **env)[0]
             for name in ("watcher-a", "watcher-b")
         ]
+        held = Connections(["watcher-a", "watcher-b"])
+        held.start()
         procs += watchers
         import redis
 
@@ -220,6 +249,11 @@ def main() -> None:
     print(
         f"CPU seconds over the window: watchers {cpu[0]:.1f} + {cpu[1]:.1f}, "
         f"emulator {emu['cpu']:.1f} (kept apart; load average {os.getloadavg()[0]:.1f})"
+    )
+    print(
+        "PostgreSQL connections held, peak: "
+        + ", ".join(f"{name} {count}" for name, count in held.peak.items())
+        + f" (LOG_WRITERS {settings.LOG_WRITERS} each)"
     )
     print(f"(process logs in {work})")
 
