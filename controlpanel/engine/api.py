@@ -123,6 +123,17 @@ PROJECT_PARAM = OpenApiParameter(
 )
 
 
+def list_parameters(noun: str, *more: OpenApiParameter) -> list[OpenApiParameter]:
+    """The filters of a kind's list (engine/selectors.py's ListFilters), then its own `more`."""
+    return [
+        OpenApiParameter("state", str, description=f"A {noun} state (any case)."),
+        OpenApiParameter("owner", str),
+        OpenApiParameter("label", str, description="key or key=value"),
+        OpenApiParameter("q", str, description=f"Part of the {noun}'s name (any case)."),
+        *more,
+    ]
+
+
 LOG_PARAMETERS = [
     OpenApiParameter(
         "after", OpenApiTypes.INT, description="0 to 2147483647 (default 0).", default=0
@@ -188,7 +199,11 @@ def queue_position_of(workload: Any, context: Mapping[str, Any]) -> dict[str, An
 
 
 class ServedSerializer(serializers.ModelSerializer):
-    """The fields every served workload has; each kind adds its own and lists them in Meta."""
+    """The fields every served workload has; each kind adds its own and lists them in Meta,
+    around HEAD and STATE (the order is the answer's and the schema's)."""
+
+    HEAD = ("id", "project", "owner", "name", "image")
+    STATE = ("volumes", "env", "labels", "state", "state_reason", "queue_position", "run", "url")
 
     project = serializers.CharField(source="project.slug", read_only=True)
     owner = serializers.CharField(source="owner.username", read_only=True)

@@ -25,6 +25,7 @@ from controlpanel.engine.api import (
     create_serializer,
     created_by,
     deleted_by,
+    list_parameters,
     log_lines_of,
     queue_position_of,
 )
@@ -111,15 +112,12 @@ class JobViewSet(WorkloadViewSet):
     get_row = staticmethod(jobs.job_get)
 
     @extend_schema(
-        parameters=[
-            OpenApiParameter("state", str, description="A job state (any case)."),
-            OpenApiParameter("owner", str),
-            OpenApiParameter("label", str, description="key or key=value"),
-            OpenApiParameter("q", str, description="Part of the job's name (any case)."),
+        parameters=list_parameters(
+            "job",
             OpenApiParameter(
                 "sort", str, description=f"One of {', '.join(jobs.SORTS)} (default -created)."
             ),
-        ],
+        ),
         responses=JobSerializer(many=True),
     )
     def list(self, request: Request) -> Response:

@@ -17,7 +17,7 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
 from django.urls import reverse
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import serializers
 from rest_framework.decorators import action
 from rest_framework.request import Request
@@ -33,6 +33,7 @@ from controlpanel.engine.api import (
     create_serializer,
     created_by,
     deleted_by,
+    list_parameters,
     log_lines_of,
 )
 from controlpanel.engine.api import EventSerializer as ServedEventSerializer
@@ -72,23 +73,12 @@ class NotebookSerializer(ServedSerializer):
     class Meta:
         model = Notebook
         fields = [
-            "id",
-            "project",
-            "owner",
-            "name",
-            "image",
+            *ServedSerializer.HEAD,
             "container_image",
             "editor",
             "flavor",
             "gpu",
-            "volumes",
-            "env",
-            "labels",
-            "state",
-            "state_reason",
-            "queue_position",
-            "run",
-            "url",
+            *ServedSerializer.STATE,
             "open_url",
             "created_at",
             "started_at",
@@ -173,12 +163,7 @@ class NotebookViewSet(ServedViewSet):
     get_row = staticmethod(notebook_rows.notebook_get)
 
     @extend_schema(
-        parameters=[
-            OpenApiParameter("state", str, description="A notebook state (any case)."),
-            OpenApiParameter("owner", str),
-            OpenApiParameter("label", str, description="key or key=value"),
-            OpenApiParameter("q", str, description="Part of the notebook's name (any case)."),
-        ],
+        parameters=list_parameters("notebook"),
         responses=NotebookSerializer(many=True),
     )
     def list(self, request: Request) -> Response:
