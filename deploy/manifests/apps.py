@@ -18,22 +18,21 @@ service-account token, the datastore credentials in the pull container only, as 
 
 from __future__ import annotations
 
-from deploy import images, names
+from deploy import names
 from deploy.kinds import DeploySpec
 from deploy.manifests.common import (
     SHM_PATH,
     WORKSPACE,
     Manifest,
-    container_security_context,
     datastore_volume,
-    env_list,
-    flavor_resources,
+    http_service,
     metadata,
     pod_base,
-    secret_env_list,
     shm_volume,
     sync_container,
     sync_state_volume,
+    user_env,
+    user_limits,
     workload_annotations,
 )
 from deploy.manifests.kueue import PRIORITY_LABEL, QUEUE_LABEL
@@ -137,19 +136,7 @@ def make_app_deployment(*, app: AppRequest, keep_replicas: bool = False) -> Mani
 
 def make_app_service(*, app: AppRequest) -> Manifest:
     """ClusterIP Service in front of the server's port."""
-    ref = app.ref
-    return {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": _meta(app),
-        "spec": {
-            "type": "ClusterIP",
-            "selector": names.selector_labels(ref),
-            "ports": [
-                {"name": "http", "port": SERVICE_PORT, "targetPort": "http", "protocol": "TCP"}
-            ],
-        },
-    }
+    return http_service(_meta(app), app.ref, SERVICE_PORT)
 
 
 def make_app_autoscaler(*, app: AppRequest) -> Manifest | None:
@@ -262,14 +249,7 @@ def _target(app: AppRequest) -> Manifest:
 def _pod_spec(app: AppRequest) -> Manifest:
     pod = pod_base(app.flavor, app.image_pull_secrets, 60)
     pod["initContainers"] = [
-        sync_container(
-            name="pull",
-            image=app.sync_image or images.SYNC_IMAGE,
-            action="pull",
-            volumes=app.pulled_volumes,
-            secret=app.datastore_secret,
-            subpaths=False,
-        )
+        sync_container(app, name="pull", action="pull", volumes=app.pulled_volumes, subpaths=False)
     ]
     pod["containers"] = [_server_container(app)]
     pod["volumes"] = [
@@ -289,12 +269,9 @@ def _server_container(app: AppRequest) -> Manifest:
         container["args"] = server_args(app)
     container["workingDir"] = WORKSPACE
     container["ports"] = [{"name": "http", "containerPort": app.port, "protocol": "TCP"}]
-    plain = {k: v for k, v in app.env.items() if k not in app.secret_env}
     # The weights are on disk: nothing is fetched from a model hub.
-    plain = {"HF_HUB_OFFLINE": "1", **plain}
-    container["env"] = env_list(plain) + secret_env_list(app.secret_env, app.project_secrets)
-    container["resources"] = flavor_resources(app.flavor, app.units)
-    container["securityContext"] = container_security_context()
+    container["env"] = user_env(app, first={"HF_HUB_OFFLINE": "1"})
+    container.update(user_limits(app))
     probe = {"httpGet": {"path": app.probe_path, "port": "http"}}
     container["startupProbe"] = {
         **probe,

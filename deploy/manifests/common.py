@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
-from deploy import names
+from deploy import images, names
 from deploy.types import FlavorSpec, Toleration, WorkloadRef
 from storage.datastore import DIR_VARIABLE, POD_DIR
 from storage.volumes import VolumeSpec, render_volume_spec
@@ -133,6 +133,33 @@ def env_list(env: Mapping[str, str]) -> list[Manifest]:
     return [{"name": key, "value": env[key]} for key in sorted(env)]
 
 
+def user_limits(request: Running) -> Manifest:
+    """The user's container's resources (its flavor's, times its units) and its locked-down
+    security context, in that order."""
+    return {
+        "resources": flavor_resources(request.flavor, request.units),
+        "securityContext": container_security_context(),
+    }
+
+
+def user_env(
+    request: Running,
+    *,
+    first: Mapping[str, str] | None = None,
+    last: Mapping[str, str] | None = None,
+    drop: Iterable[str] = (),
+) -> list[Manifest]:
+    """The user's container's env: the request's plain values (a name that is also a secret
+    reference is the secret's), `first` before them (a user's value wins, in its place) and
+    `last` after, then the secret references to the project Secret; names in `drop` never."""
+    dropped = set(drop) | set(request.secret_env)
+    plain = {k: v for k, v in request.env.items() if k not in dropped}
+    secrets = {k: v for k, v in request.secret_env.items() if k not in set(drop)}
+    return env_list({**(first or {}), **plain, **(last or {})}) + secret_env_list(
+        secrets, request.project_secrets
+    )
+
+
 def secret_env_list(env: Mapping[str, str], secret: str) -> list[Manifest]:
     """Env vars read from keys of the Secret `secret` (no value in the manifest), sorted."""
     return [
@@ -141,13 +168,83 @@ def secret_env_list(env: Mapping[str, str], secret: str) -> list[Manifest]:
     ]
 
 
+class Syncing(Protocol):
+    """What a sync container takes of a request (JobRequest, NotebookRequest, AppRequest)."""
+
+    @property
+    def sync_image(self) -> str | None: ...
+
+
+class Running(Protocol):
+    """What the user's container takes of a request: its env and secret references."""
+
+    @property
+    def env(self) -> Mapping[str, str]: ...
+
+    @property
+    def secret_env(self) -> Mapping[str, str]: ...
+
+    @property
+    def project_secrets(self) -> str: ...
+
+    @property
+    def flavor(self) -> FlavorSpec: ...
+
+    @property
+    def units(self) -> int: ...
+
+
+class Pushing(Syncing, Protocol):
+    """A request whose pod pulls its volumes and pushes the rw ones back while it runs."""
+
+    @property
+    def volumes(self) -> tuple[VolumeSpec, ...]: ...
+
+    @property
+    def pushed_volumes(self) -> tuple[VolumeSpec, ...]: ...
+
+    @property
+    def push_every_s(self) -> int: ...
+
+
+def pull_and_push(
+    request: Pushing, *, subpaths: bool = True, progress_file: str | None = None
+) -> list[Manifest]:
+    """The init containers of a pod that pulls its volumes before the user's process starts
+    (`pull`, with its `progress_file`) and pushes the rw ones back during the run (the native
+    sidecar `push`: it ends, with a last push, when the pod's other containers have)."""
+    containers: list[Manifest] = []
+    if request.volumes:
+        containers.append(
+            sync_container(
+                request,
+                name="pull",
+                action="pull",
+                volumes=request.volumes,
+                subpaths=subpaths,
+                progress_file=progress_file,
+            )
+        )
+    if request.pushed_volumes:
+        sidecar = sync_container(
+            request,
+            name="push",
+            action="push",
+            volumes=request.pushed_volumes,
+            every_s=request.push_every_s,
+            subpaths=subpaths,
+        )
+        sidecar["restartPolicy"] = "Always"  # a native sidecar: ends with the pod
+        containers.append(sidecar)
+    return containers
+
+
 def sync_container(
+    request: Syncing,
     *,
     name: str,
-    image: str,
     action: str,
     volumes: Iterable[VolumeSpec],
-    secret: str,
     every_s: int | None = None,
     progress_file: str | None = None,
     guarded: bool = False,
@@ -171,7 +268,7 @@ def sync_container(
         command = ["python", "-m", "deploy.finalize", PULL_PROGRESS, "--", *command[3:]]
     return {
         "name": name,
-        "image": image,
+        "image": request.sync_image or images.SYNC_IMAGE,
         "command": command,
         "env": [{"name": DIR_VARIABLE, "value": POD_DIR}],
         "terminationMessagePolicy": "FallbackToLogsOnError",
@@ -184,6 +281,21 @@ def sync_container(
             *sync_mounts(subpaths=subpaths),
             {"name": DATASTORES_VOLUME, "mountPath": POD_DIR, "readOnly": True},
         ],
+    }
+
+
+def http_service(meta: Manifest, ref: WorkloadRef, port: int) -> Manifest:
+    """A ClusterIP Service in front of the pod's `http` port (an editor's, a server's) at
+    `port`: where the user-content gateway sends what the panel lets through."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": meta,
+        "spec": {
+            "type": "ClusterIP",
+            "selector": names.selector_labels(ref),
+            "ports": [{"name": "http", "port": port, "targetPort": "http", "protocol": "TCP"}],
+        },
     }
 
 

@@ -25,23 +25,22 @@ How rw volumes survive the pod (the design, also in docs/deploy-kubernetes.md):
 
 from __future__ import annotations
 
-from deploy import images, names
+from deploy import names
 from deploy.kinds import DeploySpec
 from deploy.manifests.common import (
     PULL_PROGRESS,
     WORKSPACE,
     Manifest,
-    container_security_context,
     datastore_volume,
-    env_list,
-    flavor_resources,
     main_mounts,
     metadata,
     pod_base,
     pod_security_context,
-    secret_env_list,
+    pull_and_push,
     shm_volume,
     sync_container,
+    user_env,
+    user_limits,
     workload_annotations,
 )
 from deploy.types import JobRequest, WorkloadKind
@@ -126,14 +125,7 @@ def make_push_job(*, job: JobRequest, attempt: int) -> Manifest:
 
 
 def _push_pod_spec(job: JobRequest) -> Manifest:
-    push = sync_container(
-        name="push",
-        image=job.sync_image or images.SYNC_IMAGE,
-        action="push",
-        volumes=job.pushed_volumes,
-        secret=job.datastore_secret,
-        guarded=True,
-    )
+    push = sync_container(job, name="push", action="push", volumes=job.pushed_volumes, guarded=True)
     return {
         "restartPolicy": "Never",
         "automountServiceAccountToken": False,
@@ -158,7 +150,7 @@ def _pod_spec(job: JobRequest) -> Manifest:
         "restartPolicy": "Never",
         **pod_base(job.flavor, job.image_pull_secrets, TERMINATION_GRACE_S),
     }
-    init = _init_containers(job)
+    init = pull_and_push(job, progress_file=PULL_PROGRESS)
     if init:
         pod["initContainers"] = init
     pod["containers"] = [_main_container(job)]
@@ -166,34 +158,6 @@ def _pod_spec(job: JobRequest) -> Manifest:
     if init:  # the sync containers' credentials; the user's container never mounts them
         pod["volumes"].append(datastore_volume(job.datastore_secret))
     return pod
-
-
-def _init_containers(job: JobRequest) -> list[Manifest]:
-    sync_image = job.sync_image or images.SYNC_IMAGE
-    containers: list[Manifest] = []
-    if job.volumes:
-        containers.append(
-            sync_container(
-                name="pull",
-                image=sync_image,
-                action="pull",
-                volumes=job.volumes,
-                secret=job.datastore_secret,
-                progress_file=PULL_PROGRESS,
-            )
-        )
-    if job.pushed_volumes:
-        sidecar = sync_container(
-            name="push",
-            image=sync_image,
-            action="push",
-            volumes=job.pushed_volumes,
-            secret=job.datastore_secret,
-            every_s=job.push_every_s,
-        )
-        sidecar["restartPolicy"] = "Always"  # a native sidecar: ends with the pod
-        containers.append(sidecar)
-    return containers
 
 
 def _main_container(job: JobRequest) -> Manifest:
@@ -206,12 +170,10 @@ def _main_container(job: JobRequest) -> Manifest:
         # `args`, like `docker run IMAGE CMD...`: the image's entrypoint wrapper still runs.
         container["args"] = list(job.command)
     if job.env or job.secret_env:
-        plain = {k: v for k, v in job.env.items() if k not in job.secret_env}
-        container["env"] = env_list(plain) + secret_env_list(job.secret_env, job.project_secrets)
+        container["env"] = user_env(job)
     # The last lines of a failing run become the pod's termination message: our reason.
     container["terminationMessagePolicy"] = "FallbackToLogsOnError"
-    container["resources"] = flavor_resources(job.flavor, job.units)
-    container["securityContext"] = container_security_context()
+    container.update(user_limits(job))
     container["volumeMounts"] = main_mounts()
     return container
 

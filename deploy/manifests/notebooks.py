@@ -12,23 +12,22 @@ it sends upstream; the browser never holds the token.
 
 from __future__ import annotations
 
-from deploy import images, names
+from deploy import names
 from deploy.kinds import DeploySpec
 from deploy.manifests.common import (
     SECRET_FILE_MODE,
     WORKSPACE,
     Manifest,
-    container_security_context,
     datastore_volume,
-    env_list,
-    flavor_resources,
+    http_service,
     main_mounts,
     metadata,
     pod_base,
-    secret_env_list,
+    pull_and_push,
     shm_volume,
-    sync_container,
     sync_state_volume,
+    user_env,
+    user_limits,
     workload_annotations,
 )
 from deploy.manifests.kueue import PRIORITY_LABEL, QUEUE_LABEL
@@ -126,19 +125,7 @@ def make_notebook_secret(*, notebook: NotebookRequest) -> Manifest:
 
 def make_notebook_service(*, notebook: NotebookRequest) -> Manifest:
     """ClusterIP Service in front of the editor port."""
-    ref = notebook.ref
-    return {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": _meta(notebook),
-        "spec": {
-            "type": "ClusterIP",
-            "selector": names.selector_labels(ref),
-            "ports": [
-                {"name": "http", "port": SERVICE_PORT, "targetPort": "http", "protocol": "TCP"}
-            ],
-        },
-    }
+    return http_service(_meta(notebook), notebook.ref, SERVICE_PORT)
 
 
 def _claim_spec(notebook: NotebookRequest) -> Manifest:
@@ -153,7 +140,7 @@ def _claim_spec(notebook: NotebookRequest) -> Manifest:
 
 def _pod_spec(notebook: NotebookRequest) -> Manifest:
     pod = pod_base(notebook.flavor, notebook.image_pull_secrets, 300)
-    init = _sync_containers(notebook)
+    init = pull_and_push(notebook, subpaths=False)
     if init:
         pod["initContainers"] = init
     pod["containers"] = [_editor_container(notebook)]
@@ -164,36 +151,6 @@ def _pod_spec(notebook: NotebookRequest) -> Manifest:
     return pod
 
 
-def _sync_containers(notebook: NotebookRequest) -> list[Manifest]:
-    image = notebook.sync_image or images.SYNC_IMAGE
-    secret = notebook.datastore_secret
-    containers: list[Manifest] = []
-    if notebook.volumes:
-        containers.append(
-            sync_container(
-                name="pull",
-                image=image,
-                action="pull",
-                volumes=notebook.volumes,
-                secret=secret,
-                subpaths=False,
-            )
-        )
-    if notebook.pushed_volumes:
-        sidecar = sync_container(
-            name="push",
-            image=image,
-            action="push",
-            volumes=notebook.pushed_volumes,
-            secret=secret,
-            every_s=notebook.push_every_s,
-            subpaths=False,
-        )
-        sidecar["restartPolicy"] = "Always"
-        containers.append(sidecar)
-    return containers
-
-
 def _editor_container(notebook: NotebookRequest) -> Manifest:
     container: Manifest = {
         "name": "main",
@@ -202,14 +159,9 @@ def _editor_container(notebook: NotebookRequest) -> Manifest:
         "workingDir": WORKSPACE,
         "ports": [{"name": "http", "containerPort": PORT, "protocol": "TCP"}],
     }
-    plain = {k: v for k, v in notebook.env.items() if k not in notebook.secret_env}
-    plain = {k: v for k, v in plain.items() if k not in TOKEN_ENV}
-    secret_env = {k: v for k, v in notebook.secret_env.items() if k not in TOKEN_ENV}
-    container["env"] = env_list(
-        {**plain, "JUPYTER_TOKEN_FILE": f"{TOKEN_DIR}/{TOKEN_KEY}"}
-    ) + secret_env_list(secret_env, notebook.project_secrets)
-    container["resources"] = flavor_resources(notebook.flavor, notebook.units)
-    container["securityContext"] = container_security_context()
+    token_file = {"JUPYTER_TOKEN_FILE": f"{TOKEN_DIR}/{TOKEN_KEY}"}
+    container["env"] = user_env(notebook, last=token_file, drop=TOKEN_ENV)
+    container.update(user_limits(notebook))
     container["readinessProbe"] = {
         "tcpSocket": {"port": "http"},
         "periodSeconds": 5,
