@@ -1,6 +1,7 @@
 """The template filters of every kind's pages (and the dashboards'): state badges, durations,
-costs, progress, the loss chart's data, a volume's bucket link, a workload's page. (Named
-`jobs` for the templates that load it since jobs were the only kind.)"""
+costs, progress, the loss chart's data, a volume's bucket link, a workload's page, the buttons
+its state takes and where they post. (Named `jobs` for the templates that load it since jobs
+were the only kind.)"""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from django import template
 from django.urls import reverse
 from django.utils import timezone
 
-from controlpanel.engine.registry import kinds
+from controlpanel.engine.registry import kind_of, kinds
 from controlpanel.engine.selectors import job_cost_estimate
 from storage.volumes import VolumeSpecError, parse_volume_spec
 from training.protocol import Snapshot
@@ -105,6 +106,22 @@ def workload_url(row: Any) -> str:
     if not kind or kind not in {spec.name for spec in kinds()}:
         return ""
     return reverse(f"{kind}-detail", kwargs={"slug": slug, f"{kind}_id": get("id")})
+
+
+@register.filter
+def takes(workload: Any, action: str) -> bool:
+    """Whether the workload's state takes a `stop` or a `start` (its kind's stoppable and
+    startable states), for its page's buttons."""
+    spec = kind_of(workload)
+    return workload.state in {"stop": spec.stoppable, "start": spec.startable}[action]
+
+
+@register.simple_tag
+def action_url(project_slug: str, workload: Any, action: str) -> str:
+    """Where the workload's `action` button posts: its kind's `<kind>-action` route."""
+    name = kind_of(workload).name
+    kwargs = {"slug": project_slug, f"{name}_id": workload.pk, "action": action}
+    return reverse(f"{name}-action", kwargs=kwargs)
 
 
 @register.filter
