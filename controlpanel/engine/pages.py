@@ -1,8 +1,9 @@
-"""What every kind's pages share: a page of the list, the detail page's log section and its
-poller's answers (lines after a sequence number, 204 while nothing is new, the download), the
-status fragment of a workload deleted while its page was open, and the action buttons'
-answer. A kind's routes are `<kind>-list`, `<kind>-detail`, `<kind>-logs` and
-`<kind>-log-download` (the detail ones with `<kind>_id`).
+"""What every kind's pages share: a page of the list, the detail page and its status fragment,
+the detail page's log section and its poller's answers (lines after a sequence number, 204
+while nothing is new, the download), the status fragment of a workload deleted while its page
+was open, and the action buttons' answer. A kind's routes are `<kind>-list`, `<kind>-detail`,
+`<kind>-status`, `<kind>-logs`, `<kind>-log-download` and `<kind>-action` (the detail ones
+with `<kind>_id`).
 
 They read rows only: the watcher, the sweep and the tasks talk to the cluster (a GET never
 does), so a page costs the same whether one person watches a workload or fifty."""
@@ -20,6 +21,7 @@ from django.db.models import Exists, OuterRef, QuerySet
 from django.http import Http404, HttpResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
+from django.views.decorators.http import require_POST
 
 from controlpanel.api.pagination import MAX_OFFSET
 from controlpanel.core.htmx import wants_fragment
@@ -187,3 +189,40 @@ def log_views(noun: str, get: Getter) -> tuple[Callable[..., Any], Callable[...,
         return log_download(get(request, ids[f"{noun}_id"]), request.GET.get("run"))
 
     return logs, log_file
+
+
+def detail_views(
+    noun: str, get: Getter, context: Callable[[Any], dict[str, Any]], template: str, **extra: Any
+) -> tuple[Callable[..., Any], Callable[..., Any]]:
+    """A kind's `<noun>-detail` page and its `<noun>-status` fragment (the `<noun>-status`
+    partial of `template`), on its rows (`get`): `context(row)` is what the status block
+    shows; the page adds the log section and `extra`. A status poll of a deleted row goes to
+    the list (`gone`)."""
+
+    @project_view()
+    def detail(request: ProjectRequest, **ids: str) -> HttpResponse:
+        workload = get(request, ids[f"{noun}_id"])
+        return render(request, template, context(workload) | log_section(workload) | extra)
+
+    @project_view()
+    def status(request: ProjectRequest, **ids: str) -> HttpResponse:
+        try:
+            workload = get(request, ids[f"{noun}_id"])
+        except Http404 as missing:
+            return gone(request, missing, noun)
+        return render(request, f"{template}#{noun}-status", context(workload))
+
+    return detail, status
+
+
+def action_view(
+    noun: str, get: Getter, actions: Mapping[str, tuple[Callable[..., Any], str]]
+) -> Callable[..., Any]:
+    """A kind's `<noun>-action` route (a POST): `act` with its `actions` on one of its rows."""
+
+    @require_POST
+    @project_view()
+    def action(request: ProjectRequest, action: str, **ids: str) -> HttpResponse:
+        return act(request, get(request, ids[f"{noun}_id"]), action, actions, noun)
+
+    return action

@@ -16,7 +16,6 @@ from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
 from django.http import HttpResponse
 from django.shortcuts import redirect, render
-from django.views.decorators.http import require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
 from controlpanel.buckets.selectors import buckets_for_project
@@ -24,7 +23,7 @@ from controlpanel.core.htmx import wants_fragment
 from controlpanel.dashboards.utilisation import workload_utilisation
 from controlpanel.engine import selectors, workspaces
 from controlpanel.engine.admission import WAITING_STATES
-from controlpanel.engine.pages import act, log_section, log_views
+from controlpanel.engine.pages import action_view, log_section, log_views
 from controlpanel.flavors.models import Flavor
 from controlpanel.jobs import selectors as jobs
 from controlpanel.jobs import services
@@ -248,9 +247,4 @@ ACTIONS = {
 }
 
 
-@require_POST
-@project_view()
-def job_action(request: ProjectRequest, job_id: str, action: str) -> HttpResponse:
-    return act(
-        request, jobs.job_get(project=request.access.project, job_id=job_id), action, ACTIONS
-    )
+job_action = action_view("job", _get, ACTIONS)

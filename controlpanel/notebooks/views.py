@@ -14,7 +14,7 @@ from typing import Any
 
 from django.contrib import messages
 from django.core.exceptions import ValidationError
-from django.http import Http404, HttpResponse
+from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_POST
@@ -23,13 +23,7 @@ from controlpanel.buckets.selectors import buckets_for_project
 from controlpanel.core.htmx import wants_fragment
 from controlpanel.dashboards.utilisation import workload_utilisation
 from controlpanel.engine import selectors
-from controlpanel.engine.pages import (
-    act,
-    gone,
-    list_page,
-    log_section,
-    log_views,
-)
+from controlpanel.engine.pages import act, detail_views, list_page, log_views
 from controlpanel.flavors.models import Flavor
 from controlpanel.notebooks import selectors as notebook_rows
 from controlpanel.notebooks import services as notebooks
@@ -183,21 +177,9 @@ def _get(request: ProjectRequest, notebook_id: str) -> Notebook:
     return notebook_rows.notebook_get(project=request.access.project, notebook_id=notebook_id)
 
 
-@project_view()
-def notebook_detail(request: ProjectRequest, notebook_id: str) -> HttpResponse:
-    notebook = _get(request, notebook_id)
-    context = _detail_context(notebook) | log_section(notebook)
-    return render(request, "notebooks/detail.html", context)
-
-
-@project_view()
-def notebook_status(request: ProjectRequest, notebook_id: str) -> HttpResponse:
-    try:
-        notebook = _get(request, notebook_id)
-    except Http404 as missing:
-        return gone(request, missing, "notebook")
-    return render(request, "notebooks/detail.html#notebook-status", _detail_context(notebook))
-
+notebook_detail, notebook_status = detail_views(
+    "notebook", _get, _detail_context, "notebooks/detail.html"
+)
 
 notebook_logs, notebook_log_download = log_views("notebook", _get)
 

@@ -9,20 +9,14 @@ from typing import Any
 from django import forms
 from django.contrib import messages
 from django.core.exceptions import ValidationError
-from django.http import Http404, HttpResponse, StreamingHttpResponse
+from django.http import HttpResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from controlpanel.core.htmx import wants_fragment
 from controlpanel.engine import selectors
 from controlpanel.engine.forms import FlavorSelect, offer_runnable
-from controlpanel.engine.pages import (
-    act,
-    gone,
-    list_page,
-    log_section,
-    log_views,
-)
+from controlpanel.engine.pages import action_view, detail_views, list_page, log_views
 from controlpanel.flavors.models import Flavor
 from controlpanel.jobs import selectors as jobs
 from controlpanel.jobs.models import Job
@@ -190,22 +184,13 @@ def _get(request: ProjectRequest, app_id: str) -> App:
     return apps.app_get(project=request.access.project, app_id=app_id)
 
 
-@project_view()
-def app_detail(request: ProjectRequest, app_id: str) -> HttpResponse:
-    app = _get(request, app_id)
-    context = _detail_context(app) | log_section(app)
-    context["try_limits"] = {"message": app_try.MAX_MESSAGE, "tokens": app_try.MAX_TOKENS}
-    return render(request, "apps/detail.html", context)
-
-
-@project_view()
-def app_status(request: ProjectRequest, app_id: str) -> HttpResponse:
-    try:
-        app = _get(request, app_id)
-    except Http404 as missing:
-        return gone(request, missing, "app")
-    return render(request, "apps/detail.html#app-status", _detail_context(app))
-
+app_detail, app_status = detail_views(
+    "app",
+    _get,
+    _detail_context,
+    "apps/detail.html",
+    try_limits={"message": app_try.MAX_MESSAGE, "tokens": app_try.MAX_TOKENS},
+)
 
 app_logs, app_log_download = log_views("app", _get)
 
@@ -241,7 +226,4 @@ ACTIONS = {
 }
 
 
-@require_POST
-@project_view()
-def app_action(request: ProjectRequest, app_id: str, action: str) -> HttpResponse:
-    return act(request, _get(request, app_id), action, ACTIONS, "app")
+app_action = action_view("app", _get, ACTIONS)
