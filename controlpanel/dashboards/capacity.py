@@ -27,6 +27,7 @@ from controlpanel.engine.orphans import orphan_report
 from controlpanel.flavors.models import Flavor
 from controlpanel.queues.selectors import kueue_on
 from controlpanel.queues.sharing import sharing_figures
+from controlpanel.streams.channels import capacity_read
 from deploy.gpu_resources import mig_profile
 from deploy.local.gpus import gpu_matches
 from deploy.types import ClusterCapacity, GpuPool, NodeIssue
@@ -50,12 +51,14 @@ def capacity_refresh() -> ClusterCapacity | None:
         cache.set(
             CACHE_KEY, kept | {"error": str(exc) or type(exc).__name__, "tried_at": now}, KEPT_S
         )
+        capacity_read()  # the page says why
         return None
     cache.set(
         CACHE_KEY,
         {"capacity": asdict(capacity), "read_at": now, "error": "", "tried_at": now},
         KEPT_S,
     )
+    capacity_read()  # the capacity view's streams refresh it
     return capacity
 
 

@@ -20,6 +20,7 @@ from controlpanel.queues.models import ProjectQueue
 from controlpanel.queues.positions import positions_refresh
 from controlpanel.queues.selectors import kueue_on, queue_flavors, queue_request
 from controlpanel.queues.sharing import sharing_refresh
+from controlpanel.streams.channels import capacity_read
 
 log = logging.getLogger(__name__)
 
@@ -63,10 +64,12 @@ def queues_observe() -> dict[str, int]:
     rows = Workload.objects.filter(state__in=WAITING_STATES).values_list("project_id", "pk")
     for project_id, pk in rows:
         waiting.setdefault(project_id, []).append(str(pk))
-    return {
+    kept = {
         "positions": positions_refresh(api, waiting=waiting),
         "shares": sharing_refresh(api, install=install_id()),
     }
+    capacity_read()  # the capacity view's shares are new: its streams refresh it
+    return kept
 
 
 SHARING_FIELDS = ("borrowing_limit", "lending_limit", "fair_sharing_weight")

@@ -1,5 +1,6 @@
-"""The streams' ASGI front: `GET /p/<slug>/<kind>s/<id>/events/` (a page's, with the session)
-and `GET /api/v1/<kind>s/<id>/logs/stream/` (the API's, with a bearer token or the session)
+"""The streams' ASGI front: `GET /p/<slug>/<kind>s/<id>/events/` (a page's, with the session),
+`/p/<slug>/events/` (a project's lists), `/dashboard/events/` (the site admins' pages) and
+`GET /api/v1/<kind>s/<id>/logs/stream/` (the API's, with a bearer token or the session)
 answer `text/event-stream`; everything else goes to Django.
 
 The streams are served here, before Django's middleware, because that chain is synchronous:
@@ -28,6 +29,7 @@ from controlpanel.engine.registry import kinds
 from controlpanel.streams.feed import Stream, _read, watched
 from controlpanel.streams.limits import Refused, Slot
 from controlpanel.streams.project import ProjectStream, project_watched
+from controlpanel.streams.site import SITE, site_stream, site_watched
 from controlpanel.streams.viewer import Viewer, session_user
 
 Scope = dict[str, Any]
@@ -48,7 +50,7 @@ class StreamsApp:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "") if scope["type"] == "http" else ""
-        match = PAGE.match(path) or API.match(path) or PROJECT.match(path)
+        match = PAGE.match(path) or API.match(path) or PROJECT.match(path) or SITE.match(path)
         if match is None:
             return await self.application(scope, receive, send)
         headers = {
@@ -86,6 +88,12 @@ async def _open(
     match: re.Match[str], headers: dict[str, str], query: bytes
 ) -> tuple[Stream | ProjectStream, Any]:
     _check_host(headers.get("host", ""))
+    if match.re is SITE:  # the site admins' pages' gate: others 404 (not revealed)
+        viewer = await _viewer(headers, api=False, what="this page")
+        if not await site_watched(viewer.user):
+            raise Refused(404, "No such page.")
+        slot = await Slot.take(viewer.user.pk)
+        return site_stream(viewer, settings.STREAMS_HEARTBEAT_SECONDS), slot
     if match.re is PROJECT:
         viewer = await _viewer(headers, api=False, what="this page")
         found = await project_watched(viewer.user, match["slug"])

@@ -38,6 +38,11 @@ def user_channel(user_id: object) -> str:
     return f"{settings.REDIS_KEY_PREFIX}:stream:user:{user_id}"
 
 
+def site_channel() -> str:
+    """Every project's workload notices and the capacity readings: the site admins' pages."""
+    return f"{settings.REDIS_KEY_PREFIX}:stream:site"
+
+
 @cache
 def _client(url: str) -> redis.Redis:
     return redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
@@ -100,7 +105,12 @@ def state_recorded(
         _after_commit(workload_channel(workload_id), message)
         return
     changed = _changed(workload_id, "state", state)
-    _after_commit(workload_channel(workload_id), message, (project_channel(project_id), changed))
+    _after_commit(
+        workload_channel(workload_id),
+        message,
+        (project_channel(project_id), changed),
+        (site_channel(), changed),
+    )
 
 
 def _changed(workload_id: object, what: str, state: str | None = None) -> dict[str, Any]:
@@ -110,7 +120,14 @@ def _changed(workload_id: object, what: str, state: str | None = None) -> dict[s
 def workload_changed(*, project_id: object, workload_id: object, what: str) -> None:
     """Something a list, a dashboard or a status block shows changed (`what`: new, progress,
     activity, deleted); the project's streams refresh what they show."""
-    _after_commit(project_channel(project_id), _changed(workload_id, what))
+    changed = _changed(workload_id, what)
+    _after_commit(project_channel(project_id), changed, (site_channel(), changed))
+
+
+def capacity_read() -> None:
+    """The periodic task kept a new capacity reading (or a failure, or Kueue's queues): the
+    capacity view's streams refresh it."""
+    _after_commit(site_channel(), {"t": "capacity"})
 
 
 def log_archived(*, workload_id: object, run: int) -> None:

@@ -41,14 +41,17 @@ project_watched = _read(_project_id)
 
 
 class ProjectStream:
-    """The notices of one viewer's project stream (`events()`)."""
+    """The notices of one viewer's project stream (`events()`); the site's stream
+    (streams/site.py) is one with other channels, another guard and capacity notices."""
 
     def __init__(self, viewer: Viewer, project_id: int, slug: str, heartbeat_s: float) -> None:
-        self.viewer, self.slug, self.heartbeat_s = viewer, slug, heartbeat_s
-        self.guard = Guard(viewer, slug)
+        self.viewer, self.heartbeat_s = viewer, heartbeat_s
+        self.ready: dict[str, Any] = {"project": slug}
+        self.guard: Any = Guard(viewer, slug)
         self.channels = [project_channel(project_id), user_channel(viewer.user.pk)]
         self.on_heartbeat: Callable[[], Awaitable[None]] | None = None
         self.pending: dict[str, list[str]] = {}
+        self.capacity = False  # a new capacity reading (the site's stream only)
         self.sent_at = 0.0
 
     async def events(self) -> AsyncGenerator[bytes]:
@@ -56,15 +59,15 @@ class ProjectStream:
         queue = await hub.join(self.channels)
         try:
             yield b"retry: 2000\n\n"
-            yield event("ready", {"project": self.slug})
+            yield event("ready", self.ready)
             while True:
                 wait = self.heartbeat_s
-                if self.pending:
+                if self.pending or self.capacity:
                     wait = max(0.0, self.sent_at + COALESCE_S - time.monotonic())
                 try:
                     message = await asyncio.wait_for(queue.get(), wait)
                 except TimeoutError:
-                    if self.pending:
+                    if self.pending or self.capacity:
                         yield self._flush()
                         continue
                     yield b": keep-alive\n\n"
@@ -79,7 +82,7 @@ class ProjectStream:
                     if why is not None:
                         yield event("end", {"reason": why})
                         return
-                elif kind == "changed":
+                elif kind in ("changed", "capacity"):
                     self._note(message)
                     if time.monotonic() - self.sent_at >= COALESCE_S:
                         yield self._flush()
@@ -87,11 +90,17 @@ class ProjectStream:
             await hub.leave(self.channels, queue)
 
     def _note(self, message: dict[str, Any]) -> None:
+        if message.get("t") == "capacity":
+            self.capacity = True
+            return
         what = self.pending.setdefault(str(message.get("id")), [])
         if message.get("what") not in what:
             what.append(str(message.get("what")))
 
     def _flush(self) -> bytes:
         changed = [{"id": key, "what": what} for key, what in self.pending.items()]
-        self.pending, self.sent_at = {}, time.monotonic()
-        return event("changed", {"workloads": changed[:MAX_IDS], "more": len(changed) > MAX_IDS})
+        data: dict[str, Any] = {"workloads": changed[:MAX_IDS], "more": len(changed) > MAX_IDS}
+        if self.capacity:
+            data["capacity"] = True
+        self.pending, self.capacity, self.sent_at = {}, False, time.monotonic()
+        return event("changed", data)

@@ -1,5 +1,6 @@
 """What ends a user's open streams besides a member removal (channels.member_removed): a
-logout (that session's streams), a deactivation (all of the user's). Connected by
+logout (that session's streams), a deactivation (all of the user's), a site admin made an
+ordinary user (their site stream; their project streams check and stay). Connected by
 AccountsConfig.ready(); each message leaves once its transaction commits."""
 
 from __future__ import annotations
@@ -24,5 +25,9 @@ def _logged_out(sender: Any, request: Any, user: Any, **kwargs: Any) -> None:
 @receiver(post_save, sender=get_user_model(), dispatch_uid="streams-deactivated")
 def _saved(sender: Any, instance: Any, created: bool, **kwargs: Any) -> None:
     fields = kwargs.get("update_fields")
-    if not created and not instance.is_active and (fields is None or "is_active" in fields):
+    if created:
+        return
+    if not instance.is_active and (fields is None or "is_active" in fields):
         channels.access_changed(user_id=instance.pk)
+    elif not instance.is_staff and (fields is None or "is_staff" in fields):
+        channels.access_changed(user_id=instance.pk)  # a site admin no more: the site stream

@@ -62,18 +62,27 @@ def session_user(key: str | None) -> Any:
     return get_user(SimpleNamespace(session=store))  # type: ignore[arg-type]
 
 
-def access_lost(viewer: Viewer, slug: str) -> str | None:
-    """Why the viewer may no longer follow the project `slug`'s streams, or None (rows read:
-    call it on the streams' read threads)."""
+def signed_out(viewer: Viewer) -> tuple[Any, str | None]:
+    """The viewer's user read again, and why their credential no longer holds (None: it
+    does)."""
     user = get_user_model().objects.filter(pk=viewer.user.pk).first()
     if user is None or not user.is_active:
-        return DEACTIVATED
+        return user, DEACTIVATED
     if viewer.token is not None:
         token = token_authenticate(raw=viewer.token)
         if token is None or token.user.pk != user.pk:
-            return TOKEN_GONE
+            return user, TOKEN_GONE
     elif session_user(viewer.session_key).pk != user.pk:
-        return LOGGED_OUT
+        return user, LOGGED_OUT
+    return user, None
+
+
+def access_lost(viewer: Viewer, slug: str) -> str | None:
+    """Why the viewer may no longer follow the project `slug`'s streams, or None (rows read:
+    call it on the streams' read threads)."""
+    user, why = signed_out(viewer)
+    if why is not None:
+        return why
     try:
         project_access(user=user, slug=slug)
     except Http404:

@@ -9,7 +9,8 @@
 // one small handler is simpler than a second format.
 //
 // A page without a log (a list, the project's dashboard) has `data-pushed` blocks instead: it
-// opens the project's stream (`/p/<slug>/events/`, the block's data-pushed) and a `changed`
+// opens the project's stream (`/p/<slug>/events/`, the block's data-pushed; the site admins'
+// all-projects dashboard and capacity view: the site's, `/dashboard/events/`) and a `changed`
 // event there refreshes them (`ajuste:changed`); they poll only while it is not open. Figures
 // that move with the clock alone (a running row's duration and cost, the idle countdown: the
 // block says `data-clock`) are refreshed once a minute while a stream is open, by the page.

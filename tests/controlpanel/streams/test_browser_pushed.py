@@ -1,5 +1,6 @@
 """Chromium: the jobs list and the project's dashboard follow the project's stream, a notebook's
-status block its log's stream: a change shows without a reload and without a poll."""
+status block its log's stream, the all-projects dashboard the site's stream: a change shows
+without a reload and without a poll."""
 
 from __future__ import annotations
 
@@ -105,3 +106,34 @@ def test_a_notebooks_status_block_and_the_dashboard_follow_without_polling(
     expect(running).to_have_text("1")
     record_state(notebook, NotebookState.STOPPED, "stopped by owner")
     expect(running).to_have_text("0")
+
+
+def test_the_all_projects_dashboard_follows_the_site_stream_without_polling(
+    processes: Callable[..., Processes],  # first: torn down after the page (see streams_for)
+    page: Any,
+    live_server: Any,
+    settings: Any,
+    owner: Any,
+    outsider: Any,
+    project: Project,
+    other_project: Project,
+    admin_user: Any,
+) -> None:
+    """A site admin's all-projects dashboard: any project's change shows with the one fragment
+    request it asks for, and no 30 s poll while the site's stream is open."""
+    streams_for(live_server, settings, processes)
+    first = running_job(project, owner, name="a")
+    running_job(other_project, outsider, name="b")
+    browser_login(page, live_server.url, "admin", PASSWORD)
+    page.clock.install()  # the page's timers on a clock the test can run ahead
+    page.goto(f"{live_server.url}/dashboard/")
+    expect(page.locator("body")).to_have_attribute("data-pushed", "open")
+    running = page.get_by_test_id("running")
+    expect(running).to_have_text("2")
+    asked = requests_to(page, "/dashboard/?")
+    record_state(first, JobState.DONE, "exit code 0")
+    expect(running).to_have_text("1")
+    assert len(asked) == 1, asked  # the one fragment the change asked for
+    page.clock.run_for(35_000)  # the dashboard's 30 s poll would come: none while streamed
+    page.wait_for_timeout(500)
+    assert len(asked) == 1, asked
