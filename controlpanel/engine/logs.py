@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 from django.db import transaction
@@ -72,7 +73,7 @@ def follow_logs(*, job_id: Any, keep: Callable[[], bool], db: Db = here) -> int:
         return 0
     run, cursor, total = job.run, job.log_cursor, 0
     for chunk in backend.follow_logs(ref=job_ref(job), cursor=cursor or None, keep=keep):
-        added = db(lambda chunk=chunk, cursor=cursor: _commit(job_id, run, cursor, chunk))
+        added = db(partial(_commit, job_id, run, cursor, chunk))
         if added < 0:
             break  # another replica stored from this cursor: it follows the log now
         total, cursor = total + added, chunk.cursor
