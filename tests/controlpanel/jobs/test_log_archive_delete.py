@@ -2,7 +2,8 @@
 the real S3 test server: the delete lists the objects with its commit, a task deletes them after
 it, and a store that is down at the delete gets them deleted by the retention once it is back.
 Deleting through the service, the page, the API and a project's delete all do it; a rolled back
-delete lists nothing; a poll of an archived run answers from the object."""
+delete lists nothing; a lost message's deletion is done by the retention; a poll of an archived
+run answers from the object."""
 
 from __future__ import annotations
 
@@ -134,6 +135,25 @@ def test_a_store_down_at_the_delete_loses_no_deletion(
     assert tasks.retention()["deleted_logs_purged"] == 0  # once
 
 
+def test_a_store_down_keeps_every_listed_object_until_the_task_is_retried(
+    panel_s3: DatastoreConfig, project: Project, owner: Any, settings: Any,
+    django_capture_on_commit_callbacks: Any,
+) -> None:  # fmt: skip
+    job, archives = archived_job(project, owner, runs=3)
+    access = ProjectAccess(project=project, role="manager", is_admin=False)
+    settings.S3_ENDPOINT_URL = DEAD
+    with django_capture_on_commit_callbacks(execute=False):
+        services.workload_delete(access=access, user=owner, workload=job)
+    ids = list(LogObjectDeletion.objects.values_list("pk", flat=True))
+    assert logarchive.purge(ids) == (0, 3)  # stops at the first failure, all still listed
+    assert LogObjectDeletion.objects.count() == 3
+    settings.S3_ENDPOINT_URL = panel_s3.endpoint_url
+    assert stored(panel_s3, archives) == [True, True, True]
+    assert tasks.log_objects_delete(ids) == 3  # the worker's retry
+    assert stored(panel_s3, archives) == [False, False, False]
+    assert not LogObjectDeletion.objects.exists()
+
+
 def test_a_projects_delete_lists_its_logs_and_a_rolled_back_delete_none(
     panel_s3: DatastoreConfig, project: Project, owner: Any, settings: Any,
     django_capture_on_commit_callbacks: Any,
@@ -147,16 +167,21 @@ def test_a_projects_delete_lists_its_logs_and_a_rolled_back_delete_none(
         raise RuntimeError("the delete fails after the cascade")
     assert not LogObjectDeletion.objects.exists()
     assert LogArchive.objects.filter(job_id=job.pk).count() == 2
-    with worker(django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=False):  # its message is lost
         Project.objects.get(pk=project.pk).delete()  # what the admin's delete does
-    assert not LogArchive.objects.exists() and not LogObjectDeletion.objects.exists()
-    assert stored(panel_s3, archives[1:]) == [False]
+    assert not LogArchive.objects.exists() and LogObjectDeletion.objects.count() == 1
+    assert stored(panel_s3, archives[1:]) == [True]
+    assert tasks.retention()["deleted_logs_purged"] == 1  # the retention deletes it
+    assert stored(panel_s3, archives[1:]) == [False] and not LogObjectDeletion.objects.exists()
 
 
+@pytest.mark.parametrize("by", ["finalize", "retention"])
 def test_a_job_deleted_while_its_log_is_written_leaves_no_object(
     panel_s3: DatastoreConfig, project: Project, owner: Any, monkeypatch: pytest.MonkeyPatch,
-    django_capture_on_commit_callbacks: Any,
+    django_capture_on_commit_callbacks: Any, by: str,
 ) -> None:  # fmt: skip
+    """The object is written, then the job's delete commits before the archive's row: the
+    object is listed and deleted (whether job_finalize or the retention moved the log)."""
     flavor = Flavor.objects.get(name="h100-1-gpu")
     job = Job.objects.create(
         project=project, owner=owner, name="j", image="x", flavor=flavor,
@@ -171,7 +196,10 @@ def test_a_job_deleted_while_its_log_is_written_leaves_no_object(
 
     monkeypatch.setattr(logarchive.objects, "put_object", put_then_deleted)
     with worker(django_capture_on_commit_callbacks):
-        assert logarchive.move_to_store(job_id=job.pk, run=1) is None
+        if by == "finalize":
+            assert logarchive.move_to_store(job_id=job.pk, run=1) is None
+        else:
+            assert logarchive.move_pending() == 0
     key = logarchive.object_key(job, 1)
     assert not objects.object_exists(panel_s3, bucket="ajuste-logs", key=key)
     assert not LogArchive.objects.exists() and not LogObjectDeletion.objects.exists()
