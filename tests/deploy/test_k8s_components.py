@@ -458,6 +458,7 @@ STREAM_PATHS = [
     "/p/vision/jobs/0b6c7f1e-8d2a-4c55-9a51-1f1d6a3f9e20/events/",
     "/p/a_b-2/notebooks/0b6c7f1e-8d2a-4c55-9a51-1f1d6a3f9e20/events/",
     "/p/vision/events/",
+    "/dashboard/events/",
     "/api/v1/jobs/0b6c7f1e-8d2a-4c55-9a51-1f1d6a3f9e20/logs/stream/",
     "/api/v1/apps/0b6c7f1e-8d2a-4c55-9a51-1f1d6a3f9e20/logs/stream/",
 ]
@@ -468,6 +469,10 @@ PAGE_PATHS = [
     "/p/vision/events/x",
     "/p/vision/jobs/events/",
     "/p/vision/dashboard/",
+    "/dashboard/",
+    "/dashboard/capacity/",
+    "/dashboard/events/x",
+    "/p/vision/dashboard/events/",
     "/api/v1/jobs/0b6c7f1e-8d2a-4c55-9a51-1f1d6a3f9e20/logs/",
     "/api/v1/jobs/0b6c7f1e-8d2a-4c55-9a51-1f1d6a3f9e20/logs/stream/extra/",
     "/",
@@ -477,15 +482,16 @@ PAGE_PATHS = [
 def assert_routes_the_streams(patterns: list[str]) -> None:
     """The routes' patterns take exactly the paths the events server streams
     (controlpanel/streams/asgi.py), nothing of the pages or the rest of the API."""
-    from controlpanel.streams.asgi import API, PAGE, PROJECT
+    from controlpanel.streams.asgi import API, PAGE, PROJECT, SITE
 
     def routed(path: str) -> bool:  # ingress-nginx anchors at ^, gateways match the whole path
         return any(re.fullmatch(p.removeprefix("^").removesuffix("$"), path) for p in patterns)
 
     for path in STREAM_PATHS:
-        assert routed(path) and (PAGE.match(path) or API.match(path) or PROJECT.match(path)), path
+        served = PAGE.match(path) or API.match(path) or PROJECT.match(path) or SITE.match(path)
+        assert routed(path) and served, path
     for path in PAGE_PATHS:
-        served = PAGE.match(path) or API.match(path) or PROJECT.match(path)
+        served = PAGE.match(path) or API.match(path) or PROJECT.match(path) or SITE.match(path)
         assert not routed(path) and not served, path
 
 
