@@ -9,6 +9,7 @@ import json
 import threading
 from dataclasses import asdict
 from pathlib import Path
+from typing import TypedDict
 
 from django.conf import settings
 from django.core.cache import cache
@@ -24,7 +25,7 @@ from controlpanel.queues.selectors import namespace_cpu_memory_quotas, namespace
 from deploy.backend import ComputeBackend
 from deploy.egress import egress_for_endpoint
 from deploy.gpu_resources import mig_profile
-from deploy.types import ProjectRequest, WorkloadKind, WorkloadRef
+from deploy.types import FlavorSpec, ProjectRequest, WorkloadKind, WorkloadRef
 
 _lock = threading.Lock()
 _backend: ComputeBackend | None = None
@@ -106,6 +107,44 @@ def split_secret_env(env: dict[str, str]) -> tuple[dict[str, str], dict[str, str
         else:
             secret[key] = name
     return plain, secret
+
+
+class RequestFields(TypedDict):
+    """What every kind's request for deploy/ takes of its row alike (JobRequest, NotebookRequest
+    and AppRequest name these fields the same): `**request_fields(row)` and the kind's own."""
+
+    id: str
+    project: str
+    namespace: str
+    name: str
+    image: str
+    flavor: FlavorSpec
+    units: int
+    env: dict[str, str]
+    secret_env: dict[str, str]
+    labels: dict[str, str]
+    image_pull_secrets: tuple[str, ...]
+    sync_image: str | None
+
+
+def request_fields(workload: Workload) -> RequestFields:
+    """The row's names, image, flavor, GPUs, env (secret references apart) and labels, and the
+    install's image settings, as each request type takes them."""
+    env, secret_env = split_secret_env(workload.env)
+    return RequestFields(
+        id=str(workload.id),
+        project=workload.project.slug,
+        namespace=workload.project.namespace,
+        name=workload.name,
+        image=workload.image,
+        flavor=workload.flavor.to_spec(),
+        units=workload.gpu,
+        env=env,
+        secret_env=secret_env,
+        labels=dict(workload.labels),
+        image_pull_secrets=settings.KUBERNETES_IMAGE_PULL_SECRETS,
+        sync_image=settings.AJUSTE_SYNC_IMAGE,
+    )
 
 
 def missing_secrets(job: Workload) -> list[str]:

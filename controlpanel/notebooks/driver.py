@@ -7,7 +7,7 @@ from __future__ import annotations
 from django.conf import settings
 
 from controlpanel.accounts.local_guard import notebook_start_refusal
-from controlpanel.engine.backend import get_backend, job_ref, split_secret_env
+from controlpanel.engine.backend import get_backend, job_ref, request_fields
 from controlpanel.engine.driver import OneNameDriver
 from controlpanel.engine.models import Workload
 from controlpanel.notebooks.auth import notebook_path, notebook_token
@@ -32,28 +32,16 @@ _PHASES = {
 
 
 def notebook_request(notebook: Workload) -> NotebookRequest:
-    env, secret_env = split_secret_env(notebook.env)
     queue_name, priority_class = interactive_queue(project=notebook.project)
     return NotebookRequest(
-        id=str(notebook.id),
-        project=notebook.project.slug,
-        namespace=notebook.project.namespace,
-        name=notebook.name,
-        image=notebook.image,
-        flavor=notebook.flavor.to_spec(),
+        **request_fields(notebook),
         editor=Editor(notebook.editor or Editor.JUPYTERLAB),
-        units=notebook.gpu,
         running=not notebook.stop_requested,
-        env=env,
-        secret_env=secret_env,
-        labels=dict(notebook.labels),
         volumes=notebook.volume_specs,
         workspace_gib=settings.NOTEBOOK_WORKSPACE_GIB,
         storage_class=settings.KUBERNETES_STORAGE_CLASS,
         host=content_host(SERVED.prefix, notebook.id).netloc,
         path=notebook_path(notebook),
-        image_pull_secrets=settings.KUBERNETES_IMAGE_PULL_SECRETS,
-        sync_image=settings.AJUSTE_SYNC_IMAGE,
         token=notebook_token(notebook),
         queue_name=queue_name,
         priority_class=priority_class,

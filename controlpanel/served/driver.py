@@ -10,7 +10,7 @@ from dataclasses import replace
 
 from django.conf import settings
 
-from controlpanel.engine.backend import get_backend, job_ref, split_secret_env
+from controlpanel.engine.backend import get_backend, job_ref, request_fields
 from controlpanel.engine.driver import OneNameDriver
 from controlpanel.engine.models import FINAL_STATES, Workload
 from controlpanel.engine.sweep import grace_start
@@ -38,26 +38,16 @@ _PHASES = {
 
 def app_request(app: Workload) -> AppRequest:
     config = Serving.of(app)
-    env, secret_env = split_secret_env(app.env)
     weights = app.volume_specs
     adapter = weights[1] if config.adapter and len(weights) > 1 else None
     queue_name, priority_class = interactive_queue(project=app.project)
     return AppRequest(
-        id=str(app.id),
-        project=app.project.slug,
-        namespace=app.project.namespace,
-        name=app.name,
-        image=app.image,
-        flavor=app.flavor.to_spec(),
+        **request_fields(app),
         model=weights[0],
         adapter=adapter,
         served_name=config.model_name,
-        units=app.gpu,
         running=not app.stop_requested,
         scaling=config.scaling,
-        env=env,
-        secret_env=secret_env,
-        labels=dict(app.labels),
         volumes=weights[2 if adapter else 1 :],
         probe_path=config.probe_path,
         port=config.port,
@@ -65,8 +55,6 @@ def app_request(app: Workload) -> AppRequest:
         keda=settings.APP_KEDA,
         host=content_host("app", app.id).netloc,
         path=app_path(app),
-        image_pull_secrets=settings.KUBERNETES_IMAGE_PULL_SECRETS,
-        sync_image=settings.AJUSTE_SYNC_IMAGE,
         model_gib=settings.APP_MODEL_GIB,
         prometheus_url=settings.APP_PROMETHEUS_URL,
         queue_name=queue_name,
