@@ -5,6 +5,7 @@ kind registry (`deploy.kinds`: each kind's spec names its driver's module, which
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from datetime import datetime
 from functools import cache
 from typing import Protocol
@@ -43,6 +44,25 @@ class ClusterDriver(Protocol):
         """Of `pods` (labelled as the run's user process), those its own controller controls:
         a pod that only carries the labels must not feed the run's log."""
         ...
+
+
+class OneNameDriver:
+    """A `ClusterDriver` base for a kind whose objects keep one name across its starts (a
+    notebook's, an app's): a run is read whole by `read`, after a watch event too (a deleted
+    pod tells nothing the controller's status does not), and never cached by the sweep."""
+
+    cacheable = False
+
+    def __init__(self, read: Callable[[KubeApi, WorkloadRef], ObservedWorkload]) -> None:
+        self.read = read
+
+    def state(self, api: KubeApi, ref: WorkloadRef) -> ObservedWorkload:
+        return self.read(api, ref)
+
+    def after_event(
+        self, api: KubeApi, ref: WorkloadRef, deleted_pod: Obj | None
+    ) -> ObservedWorkload:
+        return self.read(api, ref)
 
 
 @cache

@@ -7,18 +7,13 @@ from dataclasses import replace
 
 from deploy import names
 from deploy.kubernetes.api import KubeApi, Obj
-from deploy.kubernetes.driver import Group, newest_creation, read_or_none
+from deploy.kubernetes.driver import Group, OneNameDriver, newest_creation, read_or_none
 from deploy.kubernetes.listing import map_notebook, notebook_state
 from deploy.kubernetes.trust import controlled_by
 from deploy.types import ObservedWorkload, WorkloadRef
 
 
-class NotebookDriver:
-    cacheable = False
-
-    def state(self, api: KubeApi, ref: WorkloadRef) -> ObservedWorkload:
-        return notebook_state(api, ref)
-
+class NotebookDriver(OneNameDriver):
     def observe_group(self, api: KubeApi, ref: WorkloadRef, group: Group) -> ObservedWorkload:
         wanted = names.notebook_name(ref)
         named = (s for s in group["sets"] if s["metadata"].get("name") == wanted)
@@ -27,11 +22,6 @@ class NotebookDriver:
         # claim went at the first sweep that found no row: a restored backup's).
         return replace(observed, created_at=newest_creation([*group["sets"], *group["pods"]]))
 
-    def after_event(
-        self, api: KubeApi, ref: WorkloadRef, deleted_pod: Obj | None
-    ) -> ObservedWorkload:
-        return notebook_state(api, ref)
-
     def main_pods(self, api: KubeApi, ref: WorkloadRef, pods: list[Obj]) -> list[Obj]:
         owner = read_or_none(api, "StatefulSet", ref.namespace, names.notebook_name(ref))
         if owner is not None and not names.belongs(owner, ref.install):
@@ -39,4 +29,4 @@ class NotebookDriver:
         return [pod for pod in pods if controlled_by(pod, owner)]
 
 
-DRIVER = NotebookDriver()
+DRIVER = NotebookDriver(notebook_state)
