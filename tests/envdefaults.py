@@ -42,6 +42,8 @@ _PREFIXES = (
     "WORKSPACE_",
     "LEADER_",
     "TRY_IT_",
+    "LOG_",  # LOG_LEVEL, LOG_WRITERS, LOG_ARCHIVE_*, LOG_SHARD_TTL_SECONDS...
+    "WEB_",  # WEB_WORKERS, WEB_THREADS (the Procfile's gunicorn, the tunnels' cap)
 )
 _NAMES = {
     "ALLOWED_HOSTS",
@@ -58,12 +60,12 @@ _NAMES = {
     "FIELD_ENCRYPTION_KEY",
     "HTTPS",
     "KUBECONFIG",
-    "LOG_LEVEL",
     "MAX_GPUS_PER_JOB",
     "MAX_NODES_PER_JOB",
     "METRICS_TOKEN",
     "REDIS_KEY_PREFIX",
     "REDIS_URL",
+    "RETENTION_SECONDS",
     "SITE_URL",
     "STATIC_MANIFEST",
     "STATIC_COMPRESS",
