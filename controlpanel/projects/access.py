@@ -47,7 +47,9 @@ def project_access(*, user: Any, slug: str, manage: bool = False) -> ProjectAcce
     project = Project.objects.filter(slug=slug).first()
     if project is None:
         raise Http404("No such project.")
-    membership = Membership.objects.filter(project=project, user=user).only("role").first()
+    # One row at most (one_membership_per_user): no ordering, so no join on the user's name.
+    mine = Membership.objects.filter(project=project, user=user).only("role")
+    membership = mine.order_by("pk").first()
     if membership is None and not user.is_staff:
         raise Http404("No such project.")
     access = ProjectAccess(
