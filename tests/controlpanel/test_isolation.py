@@ -132,26 +132,25 @@ def _notebook_url(suffix: str = "") -> Callable[[dict[str, Any]], str]:
     return lambda c: f"/p/alpha/notebooks/{_notebook(c)}/{suffix}"
 
 
-def _api_notebook_url(suffix: str = "") -> Callable[[dict[str, Any]], str]:
+def _api_notebook(ctx: dict[str, Any]) -> Any:
     """A notebook of the owner's project, RUNNING (a row only: no backend is involved)."""
+    from controlpanel.flavors.models import Flavor
+    from controlpanel.notebooks.models import Notebook
 
-    def url(ctx: dict[str, Any]) -> str:
-        from controlpanel.flavors.models import Flavor
-        from controlpanel.notebooks.models import Notebook
+    notebook = Notebook.objects.filter(owner=ctx["owner"], name="api-notebook").first()
+    return notebook or Notebook.objects.create(
+        project=Membership.objects.get(user=ctx["owner"]).project,
+        owner=ctx["owner"],
+        name="api-notebook",
+        image="x/nb:1",
+        editor="jupyterlab",
+        flavor=Flavor.objects.get(name="ai1-1-cpu"),
+        state="RUNNING",
+    )
 
-        notebook = Notebook.objects.filter(owner=ctx["owner"], name="api-notebook").first()
-        notebook = notebook or Notebook.objects.create(
-            project=Membership.objects.get(user=ctx["owner"]).project,
-            owner=ctx["owner"],
-            name="api-notebook",
-            image="x/nb:1",
-            editor="jupyterlab",
-            flavor=Flavor.objects.get(name="ai1-1-cpu"),
-            state="RUNNING",
-        )
-        return f"/api/v1/notebooks/{notebook.pk}/{suffix}?project=alpha"
 
-    return url
+def _api_notebook_url(suffix: str = "") -> Callable[[dict[str, Any]], str]:
+    return lambda c: f"/api/v1/notebooks/{_api_notebook(c).pk}/{suffix}?project=alpha"
 
 
 def _app(ctx: dict[str, Any]) -> str:
@@ -349,6 +348,9 @@ CASES: list[Case] = [
     Case("api-notebook-stop", _api_notebook_url("stop/"), ("post",), api=True),
     Case("api-notebook-keep-alive", _api_notebook_url("keep-alive/"), ("post",), api=True),
     Case("api-notebook-logs", _api_notebook_url("logs/"), ("get",), api=True),
+    Case("api-notebook-shares", _api_notebook_url("shares/"), ("get",), api=True),
+    Case("api-notebook-share", _api_notebook_url("share/"), ("post",), api=True),
+    Case("api-notebook-unshare", _api_notebook_url("unshare/"), ("post",), api=True),
     Case("bucket-list", lambda c: "/p/alpha/buckets/", ("get", "post")),
     Case("bucket-browse", _bucket_url()),
     Case("bucket-row", _bucket_url("row/")),
@@ -558,6 +560,20 @@ def _upload(ctx: dict[str, Any], *, with_part: bool = False) -> dict[str, Any]:
     return data
 
 
+def _shared_with_member(ctx: dict[str, Any]) -> dict[str, Any]:
+    """The owner's API notebook shared with `member` (by its owner), and the body that takes
+    that share back."""
+    from controlpanel.notebooks import sharing
+    from controlpanel.projects.access import project_access
+
+    access = project_access(user=ctx["owner"], slug="alpha")
+    notebook = _api_notebook(ctx)
+    sharing.notebook_share_member(
+        access=access, user=ctx["owner"], notebook=notebook, member="member"
+    )
+    return {"member": "member"}
+
+
 def _job_spec(ctx: dict[str, Any]) -> dict[str, Any]:
     """The fine-tune preset: the local backend (the default here) refuses anything else."""
     bucket = _bucket(ctx).split("/")[1]
@@ -689,6 +705,13 @@ OWNER: dict[str, tuple[Probe, ...]] = {
     "api-notebook-stop": (Probe("post", 200, '"state":"STOPPED"'),),  # never launched
     "api-notebook-keep-alive": (Probe("post", 200, '"name":"api-notebook"'),),
     "api-notebook-logs": (Probe("get", 200, '"state":"RUNNING"'),),
+    "api-notebook-shares": (Probe("get", 200, '"project":false,"members":[]'),),
+    "api-notebook-share": (
+        Probe("post", 200, '"project":false,"members":["member"]', {"member": "member"}),
+    ),
+    "api-notebook-unshare": (
+        Probe("post", 200, '"project":false,"members":[]', _shared_with_member),
+    ),
     "bucket-list": (
         Probe("get", 200, "alpha-data"),
         Probe("post", 400, "Object Storage \u00b7 Alpha", {}),
@@ -846,3 +869,34 @@ def test_another_projects_thing_under_ones_own_project_is_404(
             assert (response.status_code, response.content) == (200, b""), url
             continue
         assert response.status_code == 404, (method, url, response.status_code)
+
+
+def test_another_projects_member_changes_no_share(
+    ctx: dict[str, Any], outsider_api: APIClient
+) -> None:
+    """The share routes with the very bodies the owner's would succeed with, sent by a member
+    of another project under either project: 404 each time, the notebook's shares and the
+    audit log as they were."""
+    from controlpanel.audit.models import AuditEvent
+
+    def tries(route: str, data: dict[str, Any]) -> None:
+        notebook = _api_notebook(ctx)
+        before = (notebook.params, AuditEvent.objects.count())
+        url = _api_notebook_url(route)(ctx)
+        for where in (url, url.replace("project=alpha", "project=beta")):
+            response = outsider_api.post(where, data, format="json")
+            assert response.status_code == 404, (where, data, response.status_code)
+        notebook.refresh_from_db()
+        assert (notebook.params, AuditEvent.objects.count()) == before, (route, data)
+
+    from controlpanel.notebooks import sharing
+    from controlpanel.projects.access import project_access
+
+    tries("share/", {"member": "member"})
+    tries("share/", {"project": True})
+    _shared_with_member(ctx)
+    access = project_access(user=ctx["owner"], slug="alpha")
+    sharing.notebook_share(access=access, user=ctx["owner"], notebook=_api_notebook(ctx))
+    tries("unshare/", {"member": "member"})
+    tries("unshare/", {"project": True})
+    assert sharing.notebook_shares(_api_notebook(ctx)) == {"project": True, "members": ["member"]}

@@ -1,9 +1,9 @@
 """The role matrix over every project route of test_isolation.CASES: beside the owner (a
 manager), another project's member and an anonymous user covered there, the same requests from
 - a member of the project without the manager role: the manager's real answer, or, for the
-  routes declared in MANAGER_ONLY, a refusal that names nothing of the object;
+  routes declared in MANAGER_ONLY or OWNER_ONLY, a refusal that names nothing of the object;
 - a site admin who is no member: the manager's real answer (admins see and act on every
-  project);
+  project), but for OWNER_ONLY (what only the object's owner may do): 403;
 - the Bearer token of the project's manager sent to a web page (not an API route): not a
   credential there (the log-in page), so a leaked token never opens the browser's pages;
 - the session of the project's manager on an API route, without the CSRF token, for the
@@ -80,7 +80,11 @@ MANAGER_ONLY: set[tuple[str, str]] = {
     ("api-app-detail", "delete"),
     ("api-app-start", "post"),
     ("api-app-stop", "post"),
+    ("api-notebook-unshare", "post"),  # the notebook's owner or a manager
 }
+# What only the object's own owner may do, not even a site admin (nor another manager): sharing
+# a notebook, whose editor is a shell with its owner's volumes and secrets (notebooks/sharing).
+OWNER_ONLY: set[tuple[str, str]] = {("api-notebook-share", "post")}
 # What the site admin's page shows in place of the owner's (a link to the person's page).
 ADMIN_SHOWS = {("member-list", "get"): ">member</a>"}
 
@@ -139,7 +143,7 @@ def test_a_member_without_the_manager_role(
 ) -> None:
     ctx, job, nb = _prepare(ctx, owner_s3)
     client = api_client_for(ctx["member"]) if case.api else logged_in(ctx["member"])
-    refused = frozenset(m for m in case.methods if (case.name, m) in MANAGER_ONLY)
+    refused = frozenset(m for m in case.methods if (case.name, m) in MANAGER_ONLY | OWNER_ONLY)
     url = case.path(ctx)
     for probe in OWNER[case.name]:
         if probe.method not in refused:
@@ -163,12 +167,22 @@ def test_a_site_admin_who_is_no_member(
 ) -> None:
     ctx, job, nb = _prepare(ctx, owner_s3)
     client = api_client_for(admin_user) if case.api else logged_in(admin_user)
-    assert _real_answers(case, ctx, client, (job, nb), shows_instead=ADMIN_SHOWS) == []
+    refused = frozenset(m for m in case.methods if (case.name, m) in OWNER_ONLY)
+    url = case.path(ctx)
+    for probe in OWNER[case.name]:
+        if probe.method in refused:
+            data = probe.data(ctx) if callable(probe.data) else probe.data
+            response = _send(client, case, probe.method, url, data)
+            assert response.status_code == 403, (probe.method, url, response.status_code)
+    assert (
+        _real_answers(case, ctx, client, (job, nb), skip=refused, shows_instead=ADMIN_SHOWS) == []
+    )
 
 
 def test_manager_only_names_real_routes() -> None:
     methods = {(c.name, m) for c in CASES for m in c.methods}
     assert MANAGER_ONLY - methods == set()
+    assert OWNER_ONLY - methods == set()
 
 
 WEB = [c for c in CASES if not c.api]
