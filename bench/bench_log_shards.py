@@ -1,18 +1,23 @@
-"""Log collection spread over 2 watcher replicas (issue 26): N live workloads printing on the
-Kubernetes emulator, two `manage.py watch_workloads` processes following their logs.
+"""Log collection spread over watcher replicas (issue 26): N live workloads printing on the
+Kubernetes emulator, `--watchers` `manage.py watch_workloads` processes (2 by default; 1 is the
+single collector of before the scale-out) following their logs.
 
 The emulator runs in a process of its own (this script with `--emulator`): it holds N running
 Jobs and pods of project `alpha` and is their kubelet, printing one line per workload every
-1/`--rate` s for `--seconds`, each line carrying its print time. This process starts the two
+1/`--rate` s for `--seconds`, each line carrying its print time. This process starts the
 watchers, listens to the stored-lines notices (streams/channels.py publishes them once the
 batch committed) and prints:
 - lines stored per second, and the lag from a line's print to its notice, p50/p95;
 - the Kubernetes API requests per second the emulator answered;
 - the rows written per second in the run's database (pg_stat_database);
-- the CPU seconds of the two watchers and of the emulator, kept apart (the emulator's kubelet
+- the WAL bytes per minute: the whole cluster's (pg_current_wal_lsn() before and after, so other
+  sessions' writes on a shared server count too), and the run database's share, read back with
+  pg_walinspect: the records whose block references name a relation of its database (its commit
+  records name none and are left out, so the share is a little low);
+- the CPU seconds of the watchers and of the emulator, kept apart (the emulator's kubelet
   and its `follow=true` streams are the cluster's cost, not the panel's).
 
-    .venv/bin/python bench/bench_log_shards.py [--jobs 1000] [--rate 1] [--seconds 60]
+    .venv/bin/python bench/bench_log_shards.py [--jobs N] [--rate R] [--seconds S] [--watchers W]
 
 PostgreSQL database `ajuste_bench_shards` (recreated) and Redis database 10 (`BENCH_REDIS_DB`),
 flushed. Each watcher holds its main thread's, its collector loop's and its `LOG_WRITERS`
@@ -139,6 +144,34 @@ def rows_written() -> int:
     return int(row[0]) if row else 0
 
 
+def wal_lsn() -> str:
+    import psycopg
+
+    with psycopg.connect(os.environ["DATABASE_URL"]) as conn:
+        return str(conn.execute("SELECT pg_current_wal_lsn()").fetchone()[0])  # type: ignore[index]
+
+
+def wal_bytes(start: str, end: str) -> tuple[int, int | None]:
+    """The cluster's WAL bytes from `start` to `end`, and this database's share (None when
+    pg_walinspect cannot read the range back, e.g. its segments were recycled)."""
+    import psycopg
+
+    with psycopg.connect(os.environ["DATABASE_URL"], autocommit=True) as conn:
+        total = conn.execute("SELECT pg_wal_lsn_diff(%s, %s)", (end, start)).fetchone()
+        try:
+            conn.execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
+            own = conn.execute(
+                "SELECT coalesce(sum(record_length), 0) FROM pg_get_wal_records_info(%s, %s)"
+                " WHERE block_ref ~ ('rel [0-9]+/' || (SELECT oid FROM pg_database"
+                " WHERE datname = current_database()) || '/')",
+                (start, end),
+            ).fetchone()
+        except psycopg.Error as error:
+            print(f"(the database's WAL share could not be read back: {error})".strip())
+            own = None
+    return int(total[0]) if total else 0, int(own[0]) if own else None
+
+
 class Connections(threading.Thread):
     """The peak PostgreSQL connections of each watcher (by application_name, PGAPPNAME)."""
 
@@ -166,6 +199,7 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=1000)
     parser.add_argument("--rate", type=float, default=1.0, help="lines/s of each workload")
     parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--watchers", type=int, default=2, help="watcher replicas (1: before)")
     parser.add_argument("--emulator", help=argparse.SUPPRESS)  # the emulator's process
     args = parser.parse_args()
     if args.emulator:
@@ -205,39 +239,42 @@ def main() -> None:
     try:
         _wait(lambda: (work / "kubeconfig").exists(), 300, "the emulator's workloads", work)
         env = {"KUBECONFIG": str(work / "kubeconfig")}
+        names = [f"watcher-{chr(ord('a') + i)}" for i in range(args.watchers)]
         watchers = [
             _panel.start({name: WATCHER}, work, HOSTNAME=name, PGAPPNAME=name, **env)[0]
-            for name in ("watcher-a", "watcher-b")
+            for name in names
         ]
-        held = Connections(["watcher-a", "watcher-b"])
+        held = Connections(names)
         held.start()
         procs += watchers
         import redis
 
         shards = redis.Redis.from_url(os.environ["REDIS_URL"])
         key = f"{settings.REDIS_KEY_PREFIX}:log-shards"
-        _wait(lambda: shards.zcard(key) == 2, 120, "both watchers collecting", work)
+        _wait(lambda: shards.zcard(key) == args.watchers, 120, "every watcher collecting", work)
         time.sleep(5)  # every log opened
         notices = Notices(settings.REDIS_KEY_PREFIX)
         notices.start()
         cpu = [cpu_seconds(p.pid) for p in watchers]
-        rows = rows_written()
+        rows, wal_start, load_start = rows_written(), wal_lsn(), os.getloadavg()[0]
         (work / "go").touch()
         _wait(lambda: (work / "printed.json").exists(), args.seconds + 600, "the prints", work)
         printed = json.loads((work / "printed.json").read_text())
         _wait(lambda: notices.lines >= printed["lines"], 60, "every line stored", work)
         window = printed["seconds"]
         cpu = [cpu_seconds(p.pid) - before for p, before in zip(watchers, cpu, strict=True)]
-        rows = rows_written() - rows
+        rows, wal_end = rows_written() - rows, wal_lsn()
         (work / "drained").touch()
         _wait(lambda: (work / "emulator.json").exists(), 30, "the emulator's figures", work)
         emu = json.loads((work / "emulator.json").read_text())
     finally:
         stop(procs, grace=5)
     lags = notices.lags
+    wal_total, wal_own = wal_bytes(wal_start, wal_end)
     print(
         f"{args.jobs} workloads printing {args.rate:g} line/s each for {window:.0f} s, "
-        f"2 watcher replicas: {printed['lines']} lines printed, {notices.lines} stored"
+        f"{args.watchers} watcher replica(s): {printed['lines']} lines printed, "
+        f"{notices.lines} stored (load average {load_start:.1f} at the start)"
     )
     print(f"lines stored: {notices.lines / window:.0f} lines/s")
     print(
@@ -246,8 +283,14 @@ def main() -> None:
     )
     print(f"Kubernetes API requests: {emu['requests'] / window:.1f}/s")
     print(f"PostgreSQL rows written: {rows / window:.0f}/s")
+    per_minute = 60 / window
     print(
-        f"CPU seconds over the window: watchers {cpu[0]:.1f} + {cpu[1]:.1f}, "
+        f"WAL written: {wal_total * per_minute / 2**20:.1f} MiB/min, the whole cluster's (other"
+        " sessions' writes count too); this database's share: "
+        + (f"{wal_own * per_minute / 2**20:.1f} MiB/min" if wal_own is not None else "unknown")
+    )
+    print(
+        "CPU seconds over the window: watchers " + " + ".join(f"{c:.1f}" for c in cpu) + f", "
         f"emulator {emu['cpu']:.1f} (kept apart; load average {os.getloadavg()[0]:.1f})"
     )
     print(
