@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
+from typing import ClassVar
 
 from storage.datastore import DatastoreConfig
 from storage.volumes import Mode, VolumeSpec
@@ -255,7 +256,48 @@ class JobRequest:
 
 
 @dataclass(frozen=True)
-class NotebookRequest:
+class _OneName:
+    """The fields every one-name server's request starts with, in this order."""
+
+    id: str
+    project: str
+    namespace: str
+    name: str
+    image: str
+    flavor: FlavorSpec
+
+
+class ServerRequest(_OneName):
+    """What a notebook's and an app's request share: one server under one name, served at
+    `https://{host}{path}`. Not a dataclass itself: each kind's dataclass keeps its own fields
+    after `_OneName`'s, in its own order; these annotations only name what the methods read."""
+
+    kind: ClassVar[WorkloadKind]
+    host: str
+    path: str
+    install: str
+    command: tuple[str, ...] | None
+
+    def __init_subclass__(cls, *, kind: WorkloadKind, **rest: object) -> None:
+        super().__init_subclass__(**rest)
+        cls.kind = kind
+
+    def __post_init__(self) -> None:
+        _tuplify(self, "volumes", "image_pull_secrets")
+        if self.command is not None:
+            _tuplify(self, "command")
+
+    @property
+    def ref(self) -> WorkloadRef:
+        return WorkloadRef(self.kind, self.project, self.namespace, self.id, 1, self.install)
+
+    @property
+    def url(self) -> str:
+        return f"https://{self.host}{self.path}"
+
+
+@dataclass(frozen=True)
+class NotebookRequest(ServerRequest, kind=WorkloadKind.NOTEBOOK):
     """A notebook as the panel wants it: `running` False keeps the workspace but no pod.
 
     It is served at `https://{host}{path}`, a host of its own under the panel's user-content
@@ -265,12 +307,6 @@ class NotebookRequest:
     the gateway sends it upstream in the `Authorization` header, so no browser ever holds it.
     """
 
-    id: str
-    project: str
-    namespace: str
-    name: str
-    image: str
-    flavor: FlavorSpec
     editor: Editor = Editor.JUPYTERLAB
     units: int = 1
     running: bool = True
@@ -295,21 +331,6 @@ class NotebookRequest:
     # on the StatefulSet, so the notebook's pod counts against its project's ClusterQueue.
     queue_name: str | None = None
     priority_class: str | None = None
-
-    def __post_init__(self) -> None:
-        _tuplify(self, "volumes", "image_pull_secrets")
-        if self.command is not None:
-            _tuplify(self, "command")
-
-    @property
-    def ref(self) -> WorkloadRef:
-        return WorkloadRef(
-            WorkloadKind.NOTEBOOK, self.project, self.namespace, self.id, 1, self.install
-        )
-
-    @property
-    def url(self) -> str:
-        return f"https://{self.host}{self.path}"
 
     @property
     def pushed_volumes(self) -> tuple[VolumeSpec, ...]:
@@ -342,7 +363,7 @@ class Scaling:
 
 
 @dataclass(frozen=True)
-class AppRequest:
+class AppRequest(ServerRequest, kind=WorkloadKind.APP):
     """An app as the panel wants it: `running` False keeps nothing running but its address.
 
     The model is pulled from `model` (a base model, or a merged one) to APP_MODEL_PATH and the
@@ -356,12 +377,6 @@ class AppRequest:
     the request rate that scales the app (and wakes it from zero).
     """
 
-    id: str
-    project: str
-    namespace: str
-    name: str
-    image: str
-    flavor: FlavorSpec
     model: VolumeSpec
     served_name: str
     adapter: VolumeSpec | None = None
@@ -390,19 +405,6 @@ class AppRequest:
     # on the Deployment and its pod template, so each pod counts against its ClusterQueue.
     queue_name: str | None = None
     priority_class: str | None = None
-
-    def __post_init__(self) -> None:
-        _tuplify(self, "volumes", "image_pull_secrets")
-        if self.command is not None:
-            _tuplify(self, "command")
-
-    @property
-    def ref(self) -> WorkloadRef:
-        return WorkloadRef(WorkloadKind.APP, self.project, self.namespace, self.id, 1, self.install)
-
-    @property
-    def url(self) -> str:
-        return f"https://{self.host}{self.path}"
 
     @property
     def pulled_volumes(self) -> tuple[VolumeSpec, ...]:
