@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import TypeVar
 
 from deploy import kinds
 from deploy.local import runs
@@ -36,6 +37,8 @@ from deploy.types import (
 )
 
 POLL_S = 1.0
+
+R = TypeVar("R", NotebookRequest, AppRequest)
 
 
 class LocalBackend:
@@ -168,15 +171,7 @@ class LocalBackend:
         return runs.read_log(run, read_state(run), cursor, limit)
 
     def apply_notebook(self, *, notebook: NotebookRequest) -> ObservedWorkload:
-        run = run_dir(self.base, notebook.ref)
-        with runs.locked(run):
-            state = read_state(run)
-            active = state is not None and not Phase(state["phase"]).is_final
-            if notebook.running and not (active and not (state or {}).get("waiting")):
-                self.launch.notebook(notebook, run, state or {})
-        if not notebook.running:
-            self._stop(run)
-        return self.observe_notebook(ref=notebook.ref)
+        return self._apply_server(notebook, self.launch.notebook)
 
     def delete_notebook(self, *, ref: WorkloadRef) -> None:
         self._delete(run_dir(self.base, ref))
@@ -187,21 +182,28 @@ class LocalBackend:
     def apply_app(self, *, app: AppRequest) -> ObservedWorkload:
         """One replica on this machine whatever the scaling says (a machine has nothing to
         spread replicas over); the same port after a stop when it is still free."""
-        run = run_dir(self.base, app.ref)
-        with runs.locked(run):
-            state = read_state(run)
-            active = state is not None and not Phase(state["phase"]).is_final
-            if app.running and not (active and not (state or {}).get("waiting")):
-                self.launch.app(app, run, state or {})
-        if not app.running:
-            self._stop(run)
-        return self.observe_app(ref=app.ref)
+        return self._apply_server(app, self.launch.app)
 
     def delete_app(self, *, ref: WorkloadRef) -> None:
         self._delete(run_dir(self.base, ref))
 
     def observe_app(self, *, ref: WorkloadRef) -> ObservedWorkload:
         return runs.observation(ref, read_state(run_dir(self.base, ref)))
+
+    def _apply_server(
+        self, request: R, launch: Callable[[R, Path, State], None]
+    ) -> ObservedWorkload:
+        """A notebook's or an app's apply: launched unless it is already up (not waiting),
+        stopped when it should not run; its observation after."""
+        run = run_dir(self.base, request.ref)
+        with runs.locked(run):
+            state = read_state(run)
+            active = state is not None and not Phase(state["phase"]).is_final
+            if request.running and not (active and not (state or {}).get("waiting")):
+                launch(request, run, state or {})
+        if not request.running:
+            self._stop(run)
+        return runs.observation(request.ref, read_state(run))
 
     def observe_all(self, *, namespace: str | None = None) -> list[ObservedWorkload]:
         result = []
