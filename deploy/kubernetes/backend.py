@@ -237,12 +237,8 @@ class KubernetesBackend:
         return self.observe_notebook(ref=notebook.ref)
 
     def delete_notebook(self, *, ref: WorkloadRef) -> None:
-        name = names.notebook_name(ref)
-        for kind in ("Ingress", "Service", "StatefulSet", "Secret"):
-            delete(self.api, kind, ref.namespace, name, install=self.install_id)
-        selector = names.selector(names.selector_labels(ref))
-        for kind in ("Pod", "PersistentVolumeClaim"):
-            delete_labelled(self.api, kind, ref.namespace, selector, install=self.install_id)
+        named = ("Ingress", "Service", "StatefulSet", "Secret")
+        self._delete_server(ref, names.notebook_name(ref), named, ("Pod", "PersistentVolumeClaim"))
 
     def observe_notebook(self, *, ref: WorkloadRef) -> ObservedWorkload:
         return notebook_state(self.api, self._ref(ref))
@@ -274,12 +270,8 @@ class KubernetesBackend:
         return self.observe_app(ref=app.ref)
 
     def delete_app(self, *, ref: WorkloadRef) -> None:
-        name = names.app_name(ref)
-        for kind in ("HorizontalPodAutoscaler", "ScaledObject", "Ingress", "Service", "Deployment"):
-            delete(self.api, kind, ref.namespace, name, install=self.install_id)
-        selector = names.selector(names.selector_labels(ref))
-        for kind in ("ReplicaSet", "Pod"):
-            delete_labelled(self.api, kind, ref.namespace, selector, install=self.install_id)
+        named = ("HorizontalPodAutoscaler", "ScaledObject", "Ingress", "Service", "Deployment")
+        self._delete_server(ref, names.app_name(ref), named, ("ReplicaSet", "Pod"))
 
     def observe_app(self, *, ref: WorkloadRef) -> ObservedWorkload:
         return app_state(self.api, self._ref(ref))
@@ -289,6 +281,17 @@ class KubernetesBackend:
 
     def delete_orphan(self, *, ref: WorkloadRef) -> None:
         orphans.delete_orphan(self.api, ref, install=self.install_id)
+
+    def _delete_server(
+        self, ref: WorkloadRef, name: str, named: tuple[str, ...], labelled: tuple[str, ...]
+    ) -> None:
+        """A notebook's or an app's objects: those under its one name, in order, then those
+        found by its labels."""
+        for kind in named:
+            delete(self.api, kind, ref.namespace, name, install=self.install_id)
+        selector = names.selector(names.selector_labels(ref))
+        for kind in labelled:
+            delete_labelled(self.api, kind, ref.namespace, selector, install=self.install_id)
 
     def _read(self, kind: str, namespace: str, name: str) -> Obj | None:
         try:
