@@ -268,9 +268,10 @@ def test_namespaced_mode_reads_nothing_cluster_wide_but_namespaces_and_nodes(
 
 
 # The database connections each process can hold at once: a gunicorn thread, a Celery prefork
-# child and a watcher thread each keep one. The watcher: its main thread, the log collector's
-# loop and its 8 threads (controlpanel/engine/collector.py). Beat: one, at most.
-WATCHER_CONNECTIONS = 10
+# child and a watcher thread each keep one. The watcher: its main thread and the log collector's
+# loop, plus its LOG_WRITERS writer threads (controlpanel/engine/logwriters.py; a followed log's
+# thread holds none). Beat: one, at most.
+WATCHER_THREADS = 2
 BEAT_CONNECTIONS = 1
 
 
@@ -288,9 +289,8 @@ def connections(objects: list[Obj]) -> dict[str, int]:
                 per_pod += int(config(objects)["STREAMS_READ_THREADS"])
             elif "worker" in command:
                 per_pod += int(_flag(command, "--concurrency"))
-        per_pod = {"ajuste-watcher": WATCHER_CONNECTIONS, "ajuste-beat": BEAT_CONNECTIONS}.get(
-            name, per_pod
-        )
+        watcher = WATCHER_THREADS + int(config(objects)["LOG_WRITERS"])
+        per_pod = {"ajuste-watcher": watcher, "ajuste-beat": BEAT_CONNECTIONS}.get(name, per_pod)
         counts[name] = deployment["spec"]["replicas"] * per_pod
     return counts
 
@@ -304,7 +304,7 @@ def _flag(command: list[str], flag: str) -> str:
     raise AssertionError(f"{flag} not in {command}")
 
 
-@pytest.mark.parametrize(("components", "total"), [([], 87), (["large"], 117)])
+@pytest.mark.parametrize(("components", "total"), [([], 83), (["large"], 113)])
 def test_connection_sizing_counts_every_process(
     tmp_path: Path, components: list[str], total: int
 ) -> None:
