@@ -28,6 +28,7 @@ from controlpanel.api.scoping import api_project
 from controlpanel.engine import contract, logs, selectors
 from controlpanel.engine.collector import note_followed
 from controlpanel.engine.logpage import log_page
+from controlpanel.engine.machine_fit import flavor_problem, machine_gpus
 from controlpanel.engine.models import JobEvent, Workload
 from controlpanel.flavors.models import Flavor
 from controlpanel.projects.access import ProjectAccess
@@ -54,7 +55,36 @@ class FlavorSerializer(serializers.ModelSerializer):
             "memory_gib_per_unit",
             "max_units",
             "price_per_hour",
+            "runs_here",
+            "why_not",
         ]
+
+    runs_here = serializers.SerializerMethodField(
+        help_text="Whether the flavor can run where this panel runs workloads (on the local "
+        "backend, this machine and its GPUs; on Kubernetes always true: the cluster decides)."
+    )
+    why_not = serializers.SerializerMethodField(
+        help_text="Why it cannot run here, the sentence a submission with it is refused with "
+        "(null when it can)."
+    )
+
+    @extend_schema_field(OpenApiTypes.BOOL)
+    def get_runs_here(self, flavor: Flavor) -> bool:
+        return self._problem(flavor) is None
+
+    @extend_schema_field(serializers.CharField(allow_null=True))
+    def get_why_not(self, flavor: Flavor) -> str | None:
+        return self._problem(flavor)
+
+    def _problem(self, flavor: Flavor) -> str | None:
+        """machine_fit's sentence, the machine's GPUs read once per answer."""
+        context = self.context
+        if "machine_gpus" not in context:
+            context["machine_gpus"] = machine_gpus()
+        problems = context.setdefault("flavor_problems", {})
+        if flavor.pk not in problems:
+            problems[flavor.pk] = flavor_problem(flavor, context["machine_gpus"])
+        return problems[flavor.pk]
 
 
 def contract_field(spec: contract.Field) -> serializers.Field:
