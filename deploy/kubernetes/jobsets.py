@@ -23,6 +23,7 @@ from deploy.kubernetes.observe import (
     _failure,
     _pod_progress,
     _with_pod_facts,
+    gone,
     observe_job,
 )
 from deploy.kubernetes.observe_app import replica_run as pod_run
@@ -150,18 +151,8 @@ def observe_jobset(
     """The observed phase of a run of several nodes, from its JobSet, child Job and pods."""
     jobset = objects.jobset or {}
     pods = [p for p in objects.pods if not p["metadata"].get("deletionTimestamp")]
-    base = ObservedWorkload(
-        kind=WorkloadKind.JOB,
-        id=ref.id,
-        phase=Phase.GONE,
-        project=ref.project,
-        namespace=ref.namespace,
-        run=ref.run,
-        created_at=created_at,
-        replica_runs=tuple(
-            r for r in map(pod_run, [*objects.pods, *objects.earlier]) if r is not None
-        ),
-    )
+    runs = tuple(r for r in map(pod_run, [*objects.pods, *objects.earlier]) if r is not None)
+    base = gone(WorkloadKind.JOB, ref, run=ref.run, created_at=created_at, replica_runs=runs)
     failed = [p for p in pods if (p.get("status") or {}).get("phase") == "Failed"]
     observed = _with_pod_facts(base, newest(failed) or newest(rank_zero(pods)) or newest(pods))
     stopped = names.STOP_REQUESTED in (jobset["metadata"].get("annotations") or {})

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from typing import Any
 
 from deploy import names
 from deploy.kubernetes.api import Obj
@@ -49,20 +50,25 @@ class JobObjects:
     earlier: list[Obj] = field(default_factory=list)
 
 
+def gone(kind: WorkloadKind, ref: WorkloadRef, **facts: Any) -> ObservedWorkload:
+    """Where each kind's observation starts: the run's names, GONE, and the `facts` its kind
+    knows before reading its objects (run, url, replica runs...)."""
+    return ObservedWorkload(
+        kind=kind,
+        id=ref.id,
+        phase=Phase.GONE,
+        project=ref.project,
+        namespace=ref.namespace,
+        **facts,
+    )
+
+
 def observe_job(
     ref: WorkloadRef, objects: JobObjects, *, created_at: datetime | None = None
 ) -> ObservedWorkload:
     """The observed phase of one job run (see `deploy.types.Phase`); `created_at` is passed
     through (when the run's newest object was made)."""
-    base = ObservedWorkload(
-        kind=WorkloadKind.JOB,
-        id=ref.id,
-        phase=Phase.GONE,
-        project=ref.project,
-        namespace=ref.namespace,
-        run=ref.run,
-        created_at=created_at,
-    )
+    base = gone(WorkloadKind.JOB, ref, run=ref.run, created_at=created_at)
     job = objects.job
     if job is None:
         if objects.pods or objects.push_jobs:
@@ -285,14 +291,7 @@ def observe_notebook(
     url: str | None,
 ) -> ObservedWorkload:
     """A notebook: RUNNING while its editor runs, STOPPED at zero replicas with no pod left."""
-    base = ObservedWorkload(
-        kind=WorkloadKind.NOTEBOOK,
-        id=ref.id,
-        phase=Phase.GONE,
-        project=ref.project,
-        namespace=ref.namespace,
-        url=url,
-    )
+    base = gone(WorkloadKind.NOTEBOOK, ref, url=url)
     if statefulset is None:
         return replace(base, reason="no object of this notebook exists")
     pod = newest(pods)

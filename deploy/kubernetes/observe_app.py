@@ -8,7 +8,7 @@ from dataclasses import replace
 
 from deploy import names
 from deploy.kubernetes.api import Obj
-from deploy.kubernetes.observe import _last_exit_code, _with_pod_facts
+from deploy.kubernetes.observe import _last_exit_code, _with_pod_facts, gone
 from deploy.kubernetes.pods import (
     clip,
     condition,
@@ -38,13 +38,7 @@ def observe_app(
     from RUNNING; STOPPED at zero replicas with the stop annotation and no pod left (zero
     without it is an autoscaler's scale to zero: still RUNNING). `replica_sets` and `pods` are
     the Deployment's own (`trust`); `events` those of the newest pod when it is unscheduled."""
-    base = ObservedWorkload(
-        kind=WorkloadKind.APP,
-        id=ref.id,
-        phase=Phase.GONE,
-        project=ref.project,
-        namespace=ref.namespace,
-    )
+    base = gone(WorkloadKind.APP, ref)
     if deployment is None:
         return replace(base, reason="no object of this app exists", replica_runs=())
     meta = deployment["metadata"]
