@@ -68,6 +68,11 @@ class FlavorSerializer(serializers.ModelSerializer):
         "(null when it can)."
     )
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._gpus: tuple[tuple[str, ...] | None] | None = None
+        self._problems: dict[int, str | None] = {}
+
     @extend_schema_field(OpenApiTypes.BOOL)
     def get_runs_here(self, flavor: Flavor) -> bool:
         return self._problem(flavor) is None
@@ -77,14 +82,13 @@ class FlavorSerializer(serializers.ModelSerializer):
         return self._problem(flavor)
 
     def _problem(self, flavor: Flavor) -> str | None:
-        """machine_fit's sentence, the machine's GPUs read once per answer."""
-        context = self.context
-        if "machine_gpus" not in context:
-            context["machine_gpus"] = machine_gpus()
-        problems = context.setdefault("flavor_problems", {})
-        if flavor.pk not in problems:
-            problems[flavor.pk] = flavor_problem(flavor, context["machine_gpus"])
-        return problems[flavor.pk]
+        """machine_fit's sentence, the machine's GPUs read once per answer (a list's rows share
+        this serializer)."""
+        if self._gpus is None:
+            self._gpus = (machine_gpus(),)
+        if flavor.pk not in self._problems:
+            self._problems[flavor.pk] = flavor_problem(flavor, self._gpus[0])
+        return self._problems[flavor.pk]
 
 
 def contract_field(spec: contract.Field) -> serializers.Field:
@@ -297,9 +301,9 @@ class WorkloadViewSet(viewsets.ViewSet):
     def _create(self, request: Request, service: Callable[..., Model]) -> Response:
         access = api_project(request)
         data = request.data if isinstance(request.data, dict) else {}
+        # The new row as stored (workload_create gives its runs and events): no read back (#27).
         workload = service(access=access, user=request.user, data=data)
-        fresh = self._row(access.project, workload.pk)
-        return self._answer(fresh, status=status.HTTP_201_CREATED)
+        return self._answer(workload, status=status.HTTP_201_CREATED)
 
     def retrieve(self, request: Request, pk: str) -> Response:
         return self._answer(self._workload(request, pk)[1])
