@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import logging
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from datetime import datetime
 
-from controlpanel.engine.backend import ensure_project, job_ref
+from controlpanel.engine.backend import ensure_project, get_backend, job_ref
 from controlpanel.engine.lifecycle import end_runs, record_launch
 from controlpanel.engine.models import DELETING, Workload
 from controlpanel.engine.orphans import unknown
@@ -70,11 +71,27 @@ class Driver(ABC):
 
 class OneNameDriver(Driver):
     """A kind whose objects keep one name across its runs (the same address, the same
-    workspace): started and stopped in place, and deleted before its row (DELETING)."""
+    workspace): started and stopped in place, and deleted before its row (DELETING).
+    `backend_kind` names the backend's methods (`observe_<it>`, `delete_<it>`); `states` is
+    the kind's states of an observation (`targets`)."""
+
+    backend_kind: str
+    states: Callable[[Workload, ObservedWorkload], list[tuple[str, str]]]
 
     @abstractmethod
     def apply(self, workload: Workload) -> ObservedWorkload:
         """Create or update its objects, running or stopped as the row says."""
+
+    def observe(self, workload: Workload) -> ObservedWorkload:
+        read: Callable[..., ObservedWorkload]
+        read = getattr(get_backend(), f"observe_{self.backend_kind}")
+        return read(ref=job_ref(workload))
+
+    def targets(self, workload: Workload, observed: ObservedWorkload) -> list[tuple[str, str]]:
+        return self.states(workload, observed)
+
+    def delete_objects(self, ref: WorkloadRef) -> None:
+        getattr(get_backend(), f"delete_{self.backend_kind}")(ref=ref)
 
     def drive(self, workload: Workload) -> ObservedWorkload | None:
         if workload.state == DELETING:

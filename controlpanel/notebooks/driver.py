@@ -7,7 +7,7 @@ from __future__ import annotations
 from django.conf import settings
 
 from controlpanel.accounts.local_guard import notebook_start_refusal
-from controlpanel.engine.backend import get_backend, job_ref, request_fields
+from controlpanel.engine.backend import get_backend, request_fields
 from controlpanel.engine.driver import OneNameDriver
 from controlpanel.engine.models import Workload
 from controlpanel.notebooks.auth import notebook_path, notebook_token
@@ -15,7 +15,7 @@ from controlpanel.notebooks.states import NotebookState as N
 from controlpanel.notebooks.usercontent import SERVED
 from controlpanel.queues.selectors import interactive_queue
 from controlpanel.usercontent.hosts import content_host
-from deploy.types import DeployError, Editor, NotebookRequest, ObservedWorkload, Phase, WorkloadRef
+from deploy.types import DeployError, Editor, NotebookRequest, ObservedWorkload, Phase
 
 _PHASES = {
     Phase.QUEUED: N.STARTING,
@@ -76,20 +76,14 @@ def notebook_states(notebook: Workload, observed: ObservedWorkload) -> list[tupl
 
 
 class NotebookDriver(OneNameDriver):
+    backend_kind = "notebook"
+    states = staticmethod(notebook_states)
+
     def apply(self, notebook: Workload) -> ObservedWorkload:
         refusal = None if notebook.stop_requested else notebook_start_refusal()
         if refusal:  # an account added since the start was asked for (issue 25)
             raise DeployError(refusal)
         return get_backend().apply_notebook(notebook=notebook_request(notebook))
-
-    def observe(self, notebook: Workload) -> ObservedWorkload:
-        return get_backend().observe_notebook(ref=job_ref(notebook))
-
-    def targets(self, notebook: Workload, observed: ObservedWorkload) -> list[tuple[str, str]]:
-        return notebook_states(notebook, observed)
-
-    def delete_objects(self, ref: WorkloadRef) -> None:
-        get_backend().delete_notebook(ref=ref)
 
 
 DRIVER = NotebookDriver()

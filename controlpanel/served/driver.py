@@ -10,7 +10,7 @@ from dataclasses import replace
 
 from django.conf import settings
 
-from controlpanel.engine.backend import get_backend, job_ref, request_fields
+from controlpanel.engine.backend import get_backend, request_fields
 from controlpanel.engine.driver import OneNameDriver
 from controlpanel.engine.models import FINAL_STATES, Workload
 from controlpanel.engine.sweep import grace_start
@@ -18,7 +18,7 @@ from controlpanel.queues.selectors import interactive_queue
 from controlpanel.served.config import Serving, app_path
 from controlpanel.served.states import AppState as A
 from controlpanel.usercontent.hosts import content_host
-from deploy.types import AppRequest, ObservedWorkload, Phase, WorkloadRef
+from deploy.types import AppRequest, ObservedWorkload, Phase
 
 log = logging.getLogger(__name__)
 _PHASES = {
@@ -88,17 +88,11 @@ def app_states(app: Workload, observed: ObservedWorkload) -> list[tuple[str, str
 
 
 class AppDriver(OneNameDriver):
+    backend_kind = "app"
+    states = staticmethod(app_states)
+
     def apply(self, app: Workload) -> ObservedWorkload:
         return get_backend().apply_app(app=app_request(app))
-
-    def observe(self, app: Workload) -> ObservedWorkload:
-        return get_backend().observe_app(ref=job_ref(app))
-
-    def targets(self, app: Workload, observed: ObservedWorkload) -> list[tuple[str, str]]:
-        return app_states(app, observed)
-
-    def delete_objects(self, ref: WorkloadRef) -> None:
-        get_backend().delete_app(ref=ref)
 
     def left_running(self, row: Workload, observed: ObservedWorkload) -> bool:
         """An ended app (FAILED, ERROR) whose backend still runs (or restarts) its replicas:
