@@ -63,6 +63,16 @@ SHARED: dict[str, Field] = {
 }
 
 
+def name_field(default: str) -> Field:
+    """A kind's `name` field, which defaults to `default`."""
+    return Field("name", "text", f"Defaults to `{default}`.", maximum=100)
+
+
+def image_field(help: str, maximum: int) -> Field:
+    """A kind's `image` field: what it names, in `help`."""
+    return Field("image", "text", help, maximum=maximum)
+
+
 class SpecError(ValidationError):
     """Every problem of a submission, as `{key: [messages]}` (keys above). A Django
     ValidationError, so pages and the API (`controlpanel.api.errors`) answer it as such."""

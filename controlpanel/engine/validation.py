@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from typing import Any
+from dataclasses import fields
+from typing import Any, TypeVar
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
@@ -20,6 +21,7 @@ from controlpanel.engine.contract import (
     MAX_ENV_VARS,
     MAX_LABELS,
     MAX_VOLUMES,
+    SpecError,
     field_of,
 )
 from controlpanel.engine.datastores import check_volume_access
@@ -39,12 +41,16 @@ RESERVED_ENV_PREFIXES = ("AJUSTE_DATASTORE_", "AWS_")
 SECRET_PREFIX = "secret:"  # noqa: S105 (a prefix)
 VOLUME_EXAMPLE = "bucket@ALIAS/prefix:/workspace/data:ro"
 
+Spec = TypeVar("Spec")
+
 
 class Errors:
-    """Problems found so far, by error key."""
+    """Problems found so far, by error key, and each checked value by its field (the first
+    check of a field keeps it), so `spec` builds the kind's spec from them."""
 
     def __init__(self) -> None:
         self.by_key: dict[str, list[str]] = {}
+        self.values: dict[str, Any] = {}
 
     def add(self, key: str, message: str) -> None:
         self.by_key.setdefault(key, []).append(message)
@@ -52,11 +58,26 @@ class Errors:
     def check(self, key: str, call: Callable[..., Any], *args: Any) -> Any:
         """`call(*args)`, its ValidationError's messages filed under `key` (then None)."""
         try:
-            return call(*args)
+            value = call(*args)
         except ValidationError as exc:
             for message in exc.messages:
                 self.add(key, message)
-        return None
+            return None
+        self.values.setdefault(key, value)
+        return value
+
+    def raise_any(self) -> None:
+        """SpecError with every problem, if there is one."""
+        if self.by_key:
+            raise SpecError(self.by_key)
+
+    def spec(self, cls: type[Spec], **given: Any) -> Spec:
+        """The dataclass `cls` from the checked values (`given` for the rest), once there is
+        no problem (else SpecError)."""
+        self.raise_any()
+        names = [f.name for f in fields(cls)]  # type: ignore[arg-type]
+        kept = {n: self.values[n] for n in names if n in self.values and n not in given}
+        return cls(**kept, **given)
 
     def merge(self, error: ValidationError) -> None:
         for key, messages in error.message_dict.items():
@@ -153,6 +174,7 @@ def check_volumes(errors: Errors, raw: Any, project: Project) -> list[VolumeSpec
             continue
         if errors.check(key, check_access, project, spec):
             specs.append(spec)
+    errors.values["volumes"] = tuple(specs)
     return specs
 
 
@@ -205,7 +227,8 @@ def check_env(errors: Errors, value: Any, project: Project) -> dict[str, str]:
     size = size_of(texts) - len(texts)
     if size > MAX_ENV_BYTES:
         errors.add("env", too_big("The environment (names and values)", size, MAX_ENV_BYTES))
-    return dict(value)
+    errors.values["env"] = dict(value)
+    return errors.values["env"]
 
 
 def _env_problem(key: Any, val: Any) -> str | None:
@@ -250,7 +273,8 @@ def check_labels(errors: Errors, value: Any) -> dict[str, str]:
                 f"Label {key!r}={val!r}: keys and values are up to 63 letters, digits, - _ . "
                 "starting and ending with a letter or digit.",
             )
-    return dict(value)
+    errors.values["labels"] = dict(value)
+    return errors.values["labels"]
 
 
 def _label_text(text: Any) -> bool:

@@ -10,27 +10,15 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import ValidationError
 
+from controlpanel.engine import validation as shared
 from controlpanel.engine.contract import (
     MAX_ARG_CHARS,
     MAX_ARGS,
     MAX_COMMAND_BYTES,
     MAX_TIMEOUT_S,
-    SpecError,
 )
 from controlpanel.engine.models import DEFAULT_TIMEOUT_S, Preset
-from controlpanel.engine.validation import (
-    Errors,
-    check_env,
-    check_flavor,
-    check_gpu,
-    check_image,
-    check_labels,
-    check_name,
-    check_volumes,
-    size_of,
-    too_big,
-    whole_number,
-)
+from controlpanel.engine.validation import Errors, size_of, too_big, whole_number
 from controlpanel.flavors.models import Flavor
 from controlpanel.jobs.contract import JobSpec
 from controlpanel.jobs.datasets import dataset_problem
@@ -49,44 +37,28 @@ def validate_job(*, project: Project, data: Mapping[str, Any]) -> JobSpec:
     if preset not in Preset.values:
         errors.add("preset", f"Unknown preset {preset!r}; use 'finetune' or leave it empty.")
     finetune = preset == Preset.FINETUNE
-    flavor = errors.check("flavor", check_flavor, data.get("flavor"))
+    flavor = errors.check("flavor", shared.check_flavor, data.get("flavor"))
     if finetune and flavor is not None:
         errors.check("flavor", _runs_the_finetune_image, flavor)
-    gpu = errors.check("gpu", check_gpu, data.get("gpu", 1), flavor, project)
-    nodes = errors.check("nodes", check_nodes, data.get("nodes"), gpu, flavor, project)
-    volumes = check_volumes(errors, data.get("volumes") or [], project)
+    gpu = errors.check("gpu", shared.check_gpu, data.get("gpu", 1), flavor, project)
+    errors.check("nodes", check_nodes, data.get("nodes"), gpu, flavor, project)
+    volumes = shared.check_volumes(errors, data.get("volumes") or [], project)
     image = settings.AJUSTE_FINETUNE_IMAGE if finetune else data.get("image")
-    name = errors.check("name", check_name, data.get("name"), image)
-    image = errors.check("image", check_image, image)
+    errors.check("name", shared.check_name, data.get("name"), image)
+    image = errors.check("image", shared.check_image, image)
     command = _command(errors, data.get("command") or [], finetune)
-    env = check_env(errors, data.get("env") or {}, project)
-    labels = check_labels(errors, data.get("labels") or {})
-    timeout = errors.check("timeout", _timeout, data.get("timeout"))
+    env = shared.check_env(errors, data.get("env") or {}, project)
+    shared.check_labels(errors, data.get("labels") or {})
+    errors.check("timeout", _timeout, data.get("timeout"))
     params = _params(errors, preset, data.get("params"), volumes)
-    preemptible = errors.check("preemptible", _preemptible, data.get("preemptible"), finetune)
+    errors.check("preemptible", _preemptible, data.get("preemptible"), finetune)
     if image is not None and runs_only_the_finetune_image():
         _local_checks(errors, image, preset, params, env)
     if finetune and not errors.by_key:
         problem = dataset_problem(volumes)  # lists the bucket: only for an otherwise good one
         if problem:
             errors.add(*problem)
-    if errors.by_key:
-        raise SpecError(errors.by_key)
-    return JobSpec(
-        name=name,
-        image=image,
-        command=command,
-        flavor=flavor,
-        gpu=gpu,
-        volumes=tuple(volumes),
-        env=env,
-        labels=labels,
-        timeout=timeout,
-        preset=preset,
-        params=params,
-        nodes=nodes,
-        preemptible=preemptible,
-    )
+    return errors.spec(JobSpec, command=command, preset=preset, params=params)
 
 
 def _preemptible(value: Any, finetune: bool) -> bool:

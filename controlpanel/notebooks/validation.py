@@ -12,7 +12,6 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 
 from controlpanel.engine import contract
-from controlpanel.engine.contract import SpecError
 from controlpanel.engine.validation import (
     Errors,
     check_env,
@@ -37,12 +36,9 @@ EDITOR_ENV = ("JUPYTER_TOKEN", "JUPYTER_TOKEN_FILE")
 # What a create request may say (the API's request serializer, so its schema, is built from
 # this); validate_notebook checks it, with its errors under the same keys.
 FIELDS: tuple[contract.Field, ...] = (
-    contract.Field("name", "text", "Defaults to `notebook`.", maximum=100),
-    contract.Field(
-        "image",
-        "text",
-        "A notebook image's name (default `python`); the panel's admins keep the list.",
-        maximum=50,
+    contract.name_field("notebook"),
+    contract.image_field(
+        "A notebook image's name (default `python`); the panel's admins keep the list.", 50
     ),
     contract.Field(
         "editor",
@@ -80,28 +76,17 @@ def validate_notebook(*, project: Project, data: Mapping[str, Any]) -> NotebookS
     """Check a create request (the API's JSON, or a form's values) for `project`."""
     errors = Errors()
     image = errors.check("image", _image, data.get("image") or "python")
-    editor = errors.check("editor", _editor, data.get("editor") or Editor.JUPYTERLAB, image)
+    errors.check("editor", _editor, data.get("editor") or Editor.JUPYTERLAB, image)
     flavor = errors.check("flavor", check_flavor, data.get("flavor"))
-    gpu = errors.check("gpu", check_gpu, data.get("gpu", 1), flavor, project)
-    volumes = check_volumes(errors, data.get("volumes") or [], project)
-    name = errors.check("name", check_name, data.get("name"), "notebook")
+    errors.check("gpu", check_gpu, data.get("gpu", 1), flavor, project)
+    check_volumes(errors, data.get("volumes") or [], project)
+    errors.check("name", check_name, data.get("name"), "notebook")
     env = check_env(errors, data.get("env") or {}, project)
     for key in EDITOR_ENV:
         if key in env:
             errors.add(f"env.{key}", f"{key} is reserved: the panel sets the editor's token.")
-    labels = check_labels(errors, data.get("labels") or {})
-    if errors.by_key:
-        raise SpecError(errors.by_key)
-    return NotebookSpec(
-        name=name,
-        image=image,
-        editor=editor,
-        flavor=flavor,
-        gpu=gpu,
-        volumes=tuple(volumes),
-        env=env,
-        labels=labels,
-    )
+    check_labels(errors, data.get("labels") or {})
+    return errors.spec(NotebookSpec)
 
 
 def _image(value: Any) -> NotebookImage:

@@ -17,19 +17,8 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 
 from controlpanel.engine import contract
-from controlpanel.engine.contract import SpecError
-from controlpanel.engine.validation import (
-    Errors,
-    check_access,
-    check_env,
-    check_flavor,
-    check_gpu,
-    check_image,
-    check_labels,
-    check_name,
-    check_volumes,
-    whole_number,
-)
+from controlpanel.engine import validation as shared
+from controlpanel.engine.validation import Errors, whole_number
 from controlpanel.projects.models import Project
 from controlpanel.served.config import WEIGHT_PATHS
 from controlpanel.served.models import AppImage
@@ -54,12 +43,9 @@ BUCKET_PATH = "<bucket>@<ALIAS>[/<prefix>]"
 
 
 FIELDS: tuple[contract.Field, ...] = (
-    contract.Field("name", "text", "Defaults to `app`.", maximum=100),
-    contract.Field(
-        "image",
-        "text",
-        "The server's image (default: Ajuste's serving image, vLLM with LoRA adapters).",
-        maximum=300,
+    contract.name_field("app"),
+    contract.image_field(
+        "The server's image (default: Ajuste's serving image, vLLM with LoRA adapters).", 300
     ),
     contract.Field(
         "model",
@@ -123,19 +109,19 @@ class AppSpec:
 def validate_app(*, project: Project, data: Mapping[str, Any]) -> AppSpec:
     """Check a create request (the API's JSON, or a form's values) for `project`."""
     errors = Errors()
-    name = errors.check("name", check_name, data.get("name"), "app")
-    image = errors.check("image", _app_image, data.get("image") or images.SERVING_IMAGE)
-    flavor = errors.check("flavor", check_flavor, data.get("flavor"))
-    gpu = errors.check("gpu", check_gpu, data.get("gpu", 1), flavor, project)
+    name = errors.check("name", shared.check_name, data.get("name"), "app")
+    errors.check("image", _app_image, data.get("image") or images.SERVING_IMAGE)
+    flavor = errors.check("flavor", shared.check_flavor, data.get("flavor"))
+    errors.check("gpu", shared.check_gpu, data.get("gpu", 1), flavor, project)
     weights = _weights(errors, data, project)
-    volumes = check_volumes(errors, data.get("volumes") or [], project)
+    volumes = shared.check_volumes(errors, data.get("volumes") or [], project)
     for index, spec in enumerate(volumes):
         if spec.mode != Mode.RO:
             errors.add(f"volumes.{index}", "An app's volumes are read-only (:ro).")
         if any(spec.mount_path.startswith(path) for path in WEIGHT_PATHS):
             errors.add(f"volumes.{index}", f"{spec.mount_path} is where the weights go.")
-    env = check_env(errors, data.get("env") or {}, project)
-    labels = check_labels(errors, data.get("labels") or {})
+    shared.check_env(errors, data.get("env") or {}, project)
+    shared.check_labels(errors, data.get("labels") or {})
     model_name = errors.check("model_name", _model_name, data.get("model_name"), name)
     probe = errors.check("probe_path", _probe_path, data.get("probe_path") or "/health")
     port = errors.check("port", _port, data.get("port") or 8000)
@@ -146,8 +132,7 @@ def validate_app(*, project: Project, data: Mapping[str, Any]) -> AppSpec:
         problem = weights_problem(model=model, adapter=adapter)  # lists the bucket: last
         if problem:
             errors.add(*problem)
-    if errors.by_key:
-        raise SpecError(errors.by_key)
+    errors.raise_any()
     assert model is not None
     params = {
         "model": _bucket_path(model),
@@ -163,20 +148,12 @@ def validate_app(*, project: Project, data: Mapping[str, Any]) -> AppSpec:
         },
         "public": public,
     }
-    return AppSpec(
-        name=name,
-        image=image,
-        flavor=flavor,
-        gpu=gpu,
-        volumes=(model, *([adapter] if adapter else []), *volumes),
-        env=env,
-        labels=labels,
-        params=params,
-    )
+    weights_first = (model, *([adapter] if adapter else []), *volumes)
+    return errors.spec(AppSpec, volumes=weights_first, params=params)
 
 
 def _app_image(value: Any) -> str:
-    image = check_image(value)
+    image = shared.check_image(value)
     if not AppImage.objects.filter(image=image, enabled=True).exists():
         listed = ", ".join(AppImage.objects.filter(enabled=True).values_list("image", flat=True))
         raise ValidationError(
@@ -213,7 +190,7 @@ def _weight(value: Any, path: str, project: Project, required: bool) -> VolumeSp
         spec = parse_volume_spec(f"{value.strip().rstrip('/')}:{path}:ro")
     except VolumeSpecError as exc:
         raise ValidationError(f"{value!r}: {exc.message}") from None
-    check_access(project, spec)
+    shared.check_access(project, spec)
     return spec
 
 
