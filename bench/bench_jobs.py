@@ -10,12 +10,15 @@
 
     .venv/bin/python bench/bench_jobs.py [--jobs 50] [--burst 50] [--skip-browser] [--sweep-only]
 
-Uses PostgreSQL (database `ajuste_bench`, recreated) and Redis database 14 on loopback.
+Uses PostgreSQL (database `ajuste_bench`, recreated) and Redis database 14 on loopback;
+BENCH_DB and BENCH_REDIS_DB pick others (so two runs can share the machine). `--sweep-sizes ""`
+skips the sweep.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import subprocess
 import sys
@@ -39,11 +42,11 @@ from _panel import (
 )
 from _panel import start as start_processes
 
-DB_NAME = "ajuste_bench"
+DB_NAME = os.environ.get("BENCH_DB", "ajuste_bench")
 NS = "ajuste-alpha"
 configure(
     DB_NAME,
-    14,
+    int(os.environ.get("BENCH_REDIS_DB", "14")),
     COMPUTE_BACKEND="kubernetes",
     DJANGO_ALLOW_ASYNC_UNSAFE="true",
     JOB_SWEEP_SECONDS="5",
@@ -355,7 +358,7 @@ def main() -> None:
     finally:
         clock.stop.set()
         stop(procs)
-    bench_sweep(cluster, project, [int(s) for s in args.sweep_sizes.split(",")])
+    bench_sweep(cluster, project, [int(s) for s in args.sweep_sizes.split(",") if s])
     cluster.close()
     print(f"(process logs in {logs})")
 

@@ -37,23 +37,38 @@ def workload_locked(*, access: ProjectAccess | None, user: Any, workload: W) -> 
     return locked
 
 
-@transaction.atomic
+# savepoint=False: every caller's own transaction rolls the whole submission back on an error
+# (no SAVEPOINT/RELEASE round trips per submit, #27).
+@transaction.atomic(savepoint=False)
 def workload_create(
     *, access: ProjectAccess, user: Any, model: type[W], fields: Mapping[str, Any], reason: str
 ) -> W:
     """Store a new workload of a kind (`model`, its proxy) from a valid request's `fields`
-    (its volumes rendered as stored), waiting for admission."""
+    (its volumes rendered as stored), waiting for admission. The row comes back with its
+    relations as a read would find them (no runs, its one event), so the API answers from it."""
     volumes = [render_volume_spec(spec) for spec in fields.get("volumes", ())]
     workload = model(project=access.project, owner=user, **{**fields, "volumes": volumes})
     workload.state, workload.state_reason = kind_of(workload).waiting, reason
     workload.save(force_insert=True)
-    JobEvent.objects.create(job=workload, run=workload.run, state=workload.state, reason=reason)
+    event = JobEvent.objects.create(
+        job=workload, run=workload.run, state=workload.state, reason=reason
+    )
+    _known(workload, runs=[], events=[event])
     channels.workload_changed(project_id=access.project.pk, workload_id=workload.pk, what="new")
     audit.record(
         "workload.start", actor=user, project=access.project, target=workload, name=workload.name
     )
     tasks.admit_soon(access.project.pk)
     return workload
+
+
+def _known(workload: Workload, **related: list[Any]) -> None:
+    """`workload.<name>.all()` answers these rows with no query, as after prefetch_related."""
+    cache = workload.__dict__.setdefault("_prefetched_objects_cache", {})
+    for name, rows in related.items():
+        rows_qs = getattr(workload, name).all()
+        rows_qs._result_cache, rows_qs._prefetch_done = rows, True
+        cache[name] = rows_qs
 
 
 def _new_run(workload: Workload) -> None:
