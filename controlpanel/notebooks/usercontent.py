@@ -6,7 +6,6 @@ browser."""
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
 from django.conf import settings
@@ -15,23 +14,13 @@ from controlpanel.engine.backend import job_ref
 from controlpanel.notebooks.auth import SERVING, notebook_path, notebook_token
 from controlpanel.notebooks.models import Notebook
 from controlpanel.notebooks.sharing import notebook_opener
-from controlpanel.usercontent.served import Target, cluster_address, loopback_address
+from controlpanel.usercontent.served import Content, Target, cluster_address, loopback_address
 from deploy import names
 from deploy.manifests.notebooks import SERVICE_PORT
 from deploy.types import Editor
 
 
-class NotebookContent:
-    kind = "notebook"
-    prefix = "nb"
-    noun = "notebook"
-    browser = True
-    cacheable = True
-
-    def find(self, workload_id: uuid.UUID) -> Notebook | None:
-        rows = Notebook.objects.select_related("project")
-        return rows.filter(pk=workload_id).first()
-
+class NotebookContent(Content, model=Notebook, kind="notebook", prefix="nb", browser=True):
     def admits(self, notebook: Notebook, *, user: Any, authorization: str) -> tuple[int, str]:
         """The panel's rule for a notebook's pages (sharing.py): its owner, or a member of
         its project when the owner shared it, signed in; an API token opens no notebook."""

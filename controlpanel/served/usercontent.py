@@ -21,22 +21,12 @@ from controlpanel.served.auth import app_caller
 from controlpanel.served.config import SERVING
 from controlpanel.served.config import Serving as AppConfig
 from controlpanel.served.models import App
-from controlpanel.usercontent.served import Target, cluster_address, loopback_address
+from controlpanel.usercontent.served import Content, Target, cluster_address, loopback_address
 from deploy import names
 from deploy.manifests.apps import SERVICE_PORT
 
 
-class AppContent:
-    kind = "app"
-    prefix = "app"
-    noun = "app"
-    browser = False
-    cacheable = True
-
-    def find(self, workload_id: uuid.UUID) -> App | None:
-        rows = App.objects.select_related("project")
-        return rows.filter(pk=workload_id).first()
-
+class AppContent(Content, model=App, kind="app", prefix="app", browser=False):
     def admits(self, app: App, *, user: Any, authorization: str) -> tuple[int, str]:
         if AppConfig.of(app).public or (user is None and authorization):
             status, why = app_caller(app, authorization)

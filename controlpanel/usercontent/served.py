@@ -64,6 +64,31 @@ class Served(Protocol):
 #   def record(self, workload_id: uuid.UUID, *, status: int, seconds: float) -> None
 
 
+class Content:
+    """What every kind's `Served` shares, declared in its class line
+    (`class NotebookContent(Content, model=Notebook, kind="notebook", prefix="nb",
+    browser=True)`): `find` reads the kind's `model` (with its project), the gateway may
+    cache a yes, and `noun` is the kind unless a kind says otherwise."""
+
+    model: Any
+    kind: str
+    prefix: str
+    noun: str
+    browser: bool
+    cacheable = True
+
+    def __init_subclass__(
+        cls, *, model: Any, kind: str, prefix: str, browser: bool, noun: str = "", **kwargs: Any
+    ) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.model, cls.kind, cls.prefix, cls.browser = model, kind, prefix, browser
+        cls.noun = noun or kind
+
+    def find(self, workload_id: uuid.UUID) -> Any | None:
+        rows = self.model.objects.select_related("project")
+        return rows.filter(pk=workload_id).first()
+
+
 @functools.cache
 def _all() -> dict[str, Served]:
     found: dict[str, Served] = {}
