@@ -203,27 +203,50 @@ def project_lines(*, month: date, project: Project) -> QuerySet[Line]:
 
 
 def project_months(
-    *, month: date, project: Project, user: str | None = None, workload: str | None = None
+    *, month: date, project: Project, workload: str | None = None
 ) -> QuerySet[WorkloadMonth]:
     """The project's workloads' months (billing/rollup.py: a row per workload and flavor,
-    equal to the lines summed), of one user's workloads or one workload."""
+    equal to the lines summed), or one workload's."""
     rows = WorkloadMonth.objects.filter(period=month, project=project)
-    if user:
-        rows = rows.filter(workload__owner__username=user)
     if workload:
         rows = rows.filter(workload_id=uuid.UUID(workload))
     return rows
 
 
+def deleted_lines(*, month: date, project: Project) -> QuerySet[Line]:
+    """The project's lines of `month` whose workload was deleted (their runs lost it)."""
+    return project_lines(month=month, project=project).filter(run__job__isnull=True)
+
+
 def project_users(*, month: date, project: Project) -> list[dict[str, Any]]:
-    """The project's month by user (the workload's owner; none when it was deleted)."""
-    rows: Any = (
+    """The project's month by user: a live workload's owner, or the owner its deletion kept
+    (KeptRun), its lines added to that person's row. Only deletions from before KeptRun
+    (none kept) stay a row of no one."""
+    live: Any = (
         project_months(month=month, project=project)
+        .filter(workload__isnull=False)
         .values(user=F("workload__owner__username"))
         .annotate(**MONTH_SUMS, workloads=Count("workload", distinct=True), runs=Sum("runs"))
-        .order_by(F("p").desc(), "user")
     )
-    return [dict(row, usage=usage_of(row)) for row in rows]
+    gone: Any = (
+        deleted_lines(month=month, project=project)
+        .values(user=F("run__kept__owner__username"))
+        .annotate(
+            **SUMS,
+            workloads=Count("run__kept__workload", distinct=True),
+            runs=Count("run", distinct=True),
+        )
+    )
+    users: dict[str | None, dict[str, Any]] = {}
+    for row in [*live, *gone]:
+        if (had := users.get(row["user"])) is None:
+            users[row["user"]] = dict(row)
+            continue
+        for name in (*MONTH_SUMS, "workloads", "runs"):
+            had[name] = (had[name] or 0) + (row[name] or 0)
+    rows = [dict(row, usage=usage_of(row)) for row in users.values()]
+    rows.sort(key=lambda row: (-row["usage"].price_minutes, row["user"] is None, row["user"] or ""))
+    return rows
 
 
 class Paged:
@@ -267,8 +290,11 @@ def _filtered(
     lines = project_lines(month=month, project=project)
     if user or workload:  # naming the project on the runs too: PostgreSQL then reads just its
         lines = lines.filter(run__project_id=project.pk)  # runs (by index) where it joins them
-    if user:
-        lines = lines.filter(run__job__owner__username=user)
+    if user:  # a deleted workload's runs too, by the owner its deletion kept
+        lines = lines.filter(
+            Q(run__job__owner__username=user)
+            | Q(run__job__isnull=True, run__kept__owner__username=user)
+        )
     if workload:  # a deleted workload's runs too, by the id its deletion kept
         key = uuid.UUID(workload)
         lines = lines.filter(Q(run__job_id=key) | Q(run__kept__workload=key))
@@ -278,23 +304,30 @@ def _filtered(
 def project_workloads(*, month: date, project: Project, user: str | None = None) -> Paged:
     """The project's month by workload, largest amount first (read from the rollup: a row per
     workload and flavor, not the lines)."""
+    rows = project_months(month=month, project=project)
+    if user:  # the deleted workloads' row too where one of them was the user's (KeptRun)
+        mine = Q(workload__owner__username=user)
+        gone = deleted_lines(month=month, project=project)
+        if gone.filter(run__kept__owner__username=user).exists():
+            mine |= Q(workload__isnull=True)
+        rows = rows.filter(mine)
     sums: Any = (
-        project_months(month=month, project=project, user=user)
-        .values("workload")
+        rows.values("workload")
         .annotate(**MONTH_SUMS, runs=Sum("runs"))
         .order_by(F("p").desc(), "workload")
     )
     fields = {"name": "name", "kind": "kind", "user": "owner__username"}
-    return WorkloadsPaged(sums, "workload", Workload.objects.all(), fields, month, project)
+    return WorkloadsPaged(sums, "workload", Workload.objects.all(), fields, month, project, user)
 
 
 class WorkloadsPaged(Paged):
     """The workloads' rows, where the rollup's one row of the deleted workloads (None: their
     rows join at deletion) becomes a row per deleted workload, named from what the deletion
-    kept (KeptRun: its name, kind and owner), summed from its lines, `deleted` set."""
+    kept (KeptRun: its name, kind and owner), summed from its lines, `deleted` set; under a
+    user filter, only those the user owned."""
 
     def __init__(self, *args: Any) -> None:
-        *paged, self.month, self.project = args
+        *paged, self.month, self.project, self.user = args
         super().__init__(*paged)
 
     def __getitem__(self, which: slice) -> list[dict[str, Any]]:
@@ -304,10 +337,11 @@ class WorkloadsPaged(Paged):
         ]
 
     def _deleted(self) -> list[dict[str, Any]]:
+        lines = deleted_lines(month=self.month, project=self.project)
+        if self.user:
+            lines = lines.filter(run__kept__owner__username=self.user)
         found: Any = (
-            project_lines(month=self.month, project=self.project)
-            .filter(run__job__isnull=True)
-            .values(
+            lines.values(
                 workload=F("run__kept__workload"),
                 name=F("run__kept__name"),
                 kind=F("run__kept__kind"),

@@ -101,7 +101,8 @@ def test_a_deleted_workload_moves_to_the_deleted_row(
     assert rollup(JAN) == ledger(JAN)
     assert (project.pk, None, train.flavor_id) in rollup(JAN)
     page = admin_client.get("/billing/2025-01/p/alpha/").content.decode()
-    assert "(workload deleted)" in page  # the users table: its owner's other rows stay apart
+    # the users table: its lines go to the owner its deletion kept, no row of no one
+    assert "(workload deleted)" not in page and "owner 2 2 " in cells(page, "table-users")
     # its own row, by the name, kind and owner its deletion kept (KeptRun), marked deleted
     assert "train-a deleted job owner 1 " in cells(page, "table-workloads")
     # the invoice (from the lines) and the drill-down (from the rollup) still agree
