@@ -35,7 +35,6 @@ class KindSpec:
     ERROR its failures); a kind says only where it differs."""
 
     name: str
-    label: str
     states: type[TextChoices]
     final: frozenset[str]  # its runs end in these (no state name is live for another kind)
     waiting: str  # where it waits for admission (admitted_at None)
@@ -46,6 +45,7 @@ class KindSpec:
     stoppable: frozenset[str]  # a stop is taken in these (services.py)
     model_path: str  # its proxy model, by dotted path
     driver_path: str  # its Driver (driver.py), by dotted path
+    label: str = ""  # default: the name, capitalized
     plural: str = ""  # default: name + "s"
     running: str = "RUNNING"  # its process runs (serves)
     failed: str = "FAILED"  # a launch refused (a bucket or a secret gone) ends the run here
@@ -81,6 +81,7 @@ class KindSpec:
 
     def __post_init__(self) -> None:
         derived = {
+            "label": self.label or self.name.capitalize(),
             "plural": self.plural or f"{self.name}s",
             "failures": self.failures or frozenset({self.failed, self.error}),
             "startable": self.startable or self.final,
@@ -106,6 +107,15 @@ class KindSpec:
 
     def idle_deadline_of(self) -> Callable[[Any], Any] | None:
         return load(self.idle_deadline) if self.idle_deadline else None
+
+
+def server_kind(*, states: type[TextChoices], ranks: Mapping[str, int], **fields: Any) -> KindSpec:
+    """A kind that serves until it is stopped (notebooks, apps): its runs end STOPPED, FAILED
+    or ERROR, ranked after every live state, and its objects keep one name across runs."""
+    final = frozenset({states("STOPPED"), states("FAILED"), states("ERROR")})
+    ended = max(ranks.values()) + 1
+    ranked = {**ranks, **dict.fromkeys(final, ended)}
+    return KindSpec(states=states, final=final, ranks=ranked, one_name=True, **fields)
 
 
 @functools.cache

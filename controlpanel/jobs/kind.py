@@ -10,7 +10,6 @@ FINAL = frozenset({S.DONE, S.INTERRUPTED, S.FAILED, S.ERROR, S.SYNC_FAILED})
 
 KIND = KindSpec(
     name="job",
-    label="Job",
     states=S,
     final=FINAL,
     waiting=S.QUEUED,

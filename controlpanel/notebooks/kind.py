@@ -3,21 +3,16 @@
 
 from __future__ import annotations
 
-from controlpanel.engine.registry import KindSpec
+from controlpanel.engine.registry import server_kind
 from controlpanel.notebooks.states import NotebookState as N
 
-FINAL = frozenset({N.STOPPED, N.FAILED, N.ERROR})
-
-KIND = KindSpec(
+KIND = server_kind(
     name="notebook",
-    label="Notebook",
     states=N,
-    final=FINAL,
     waiting=N.STARTING,
-    ranks={N.STARTING: 0, N.RUNNING: 1, N.STOPPING: 2, N.DELETING: 3, **dict.fromkeys(FINAL, 4)},
+    ranks={N.STARTING: 0, N.RUNNING: 1, N.STOPPING: 2, N.DELETING: 3},
     printing=frozenset({N.RUNNING, N.STOPPING}),
     stoppable=frozenset({N.STARTING, N.RUNNING}),
-    one_name=True,
     idle_deadline="controlpanel.notebooks.services.idle_deadline",
     gpu_idle="stop",  # its workspace is kept
     # Its server's activity is read (on a cluster) before the idle stop looks at it.
