@@ -298,6 +298,59 @@ def add_actions(
         group.command(name, help=help_text)(command)
 
 
+def workload_commands(
+    group: click.Group,
+    collection: str,
+    resolve: Callable[[Api, str], str],
+    show: Callable[[dict[str, Any]], None],
+    *,
+    get: tuple[str, str],
+    logs: tuple[str, str, str],
+    actions: list[tuple[str, str, str, str]],
+) -> click.Command:
+    """A kind's commands on one workload, from its declarations: `get` (its name and help),
+    `logs` (help, the kind's noun, the state a run ends well in) and its actions; returns the
+    get command."""
+    name, get_help = get
+    command = group.command(name, help=get_help)(get_command(collection, resolve, show))
+    logs_text, noun, ended_well = logs
+    group.command("logs", help=logs_text)(logs_command(collection, resolve, noun, ended_well))
+    add_actions(group, collection, resolve, show, actions)
+    return command
+
+
+def add_list(
+    group: click.Group, collection: str, states: tuple[str, ...], columns: list[Any], doc: str
+) -> None:
+    """`<kind> list`, filtered by state, label and owner on the panel's side."""
+
+    @group.command("list", help=doc)
+    @list_options(states, group.name or "")
+    def command(wanted_state: str | None, label: str | None, owner: str | None) -> None:
+        api = state().api()
+        rows = api.paginate(f"{collection}/", state=wanted_state, label=label, owner=owner)
+        emit([short(r) for r in rows], columns)
+
+
+def read_command(
+    collection: str,
+    resolve: Callable[[Api, str], str],
+    path: str,
+    answer: Callable[[dict[str, Any]], tuple[Any, str]],
+) -> Callable[[str], None]:
+    """A `<kind> <what> REF` command that reads `<collection>/<id>/<path>` and emits what
+    `answer` makes of it (the data, the sentence)."""
+
+    @click.argument("ref")
+    @output_option
+    def command(ref: str) -> None:
+        api = state().api()
+        data, message = answer(api.get(f"{collection}/{resolve(api, ref)}/{path}"))
+        emit(data, message=message)
+
+    return command
+
+
 # The flag or argument each submission field comes from (engine/contract.py's keys): `job
 # run`'s, which the other kinds' commands share where they mean the same.
 FLAGS = {"volumes": "--volume", "env": "--env", "labels": "--label", "params": "--param"}

@@ -12,20 +12,18 @@ from typing import Any
 import click
 
 from controlpanel.cli.client import Api, state
-from controlpanel.cli.output import emit, output_option
+from controlpanel.cli.output import output_option
 from controlpanel.cli.workloads import (
-    add_actions,
+    add_list,
     emit_workload,
     flag_of,
-    get_command,
-    list_options,
-    logs_command,
     logs_help,
     pairs,
     resolve_id,
     run_body,
     run_options,
     short,
+    workload_commands,
 )
 
 JOB_COLUMNS = [
@@ -136,39 +134,24 @@ def run(
     show(state().api().post("jobs/", body, name=flag_of))
 
 
-@job.command("list")
-@list_options(JOB_STATES, "job")
-def list_jobs(wanted_state: str | None, label: str | None, owner: str | None) -> None:
-    """Jobs of the project, newest first."""
-    jobs = state().api().paginate("jobs/", state=wanted_state, label=label, owner=owner)
-    emit([short(j) for j in jobs], JOB_COLUMNS)
-
-
-job.command("get", help="One job, with its state history.")(get_command("jobs", job_id, show))
-job.command(
-    "logs",
-    help=logs_help(
-        "The job's log (the whole archived log once it has ended).",
-        "DONE",
-        "FAILED, ERROR, INTERRUPTED, SYNC_FAILED",
+add_list(job, "jobs", JOB_STATES, JOB_COLUMNS, "Jobs of the project, newest first.")
+JOB_LOGS = logs_help(
+    "The job's log (the whole archived log once it has ended).",
+    "DONE",
+    "FAILED, ERROR, INTERRUPTED, SYNC_FAILED",
+)
+ACTIONS = [
+    ("stop", "stop/", "Stop a job (INTERRUPTING, then INTERRUPTED).", "Stopping {key}."),
+    ("rerun", "rerun/", "Run a finished job again.", "Queued {key} again."),
+    (
+        "retry-push",
+        "retry-push/",
+        "Push the kept data again after SYNC_FAILED.",
+        "Pushing {key} again.",
     ),
-)(logs_command("jobs", job_id, "job", "DONE"))
-
-
-add_actions(
-    job,
-    "jobs",
-    job_id,
-    show,
-    [
-        ("stop", "stop/", "Stop a job (INTERRUPTING, then INTERRUPTED).", "Stopping {key}."),
-        ("rerun", "rerun/", "Run a finished job again.", "Queued {key} again."),
-        (
-            "retry-push",
-            "retry-push/",
-            "Push the kept data again after SYNC_FAILED.",
-            "Pushing {key} again.",
-        ),
-        ("delete", "", "Delete a finished job and its log.", "Deleted {key}."),
-    ],
+    ("delete", "", "Delete a finished job and its log.", "Deleted {key}."),
+]
+GET = ("get", "One job, with its state history.")
+workload_commands(
+    job, "jobs", job_id, show, get=GET, logs=(JOB_LOGS, "job", "DONE"), actions=ACTIONS
 )

@@ -14,17 +14,16 @@ import click
 from controlpanel.cli.client import Api, state
 from controlpanel.cli.output import emit, output_option
 from controlpanel.cli.workloads import (
-    add_actions,
+    add_list,
     emit_workload,
     flag_of,
-    get_command,
-    list_options,
-    logs_command,
     logs_help,
+    read_command,
     resolve_id,
     run_body,
     run_options,
     short,
+    workload_commands,
 )
 
 COLUMNS = [
@@ -78,45 +77,26 @@ def notebook() -> None:
 @run_options
 @click.option("--name", default=None)
 @output_option
-def run(
-    image: str | None,
-    editor: str | None,
-    gpu: int,
-    flavor: str,
-    volumes: tuple[str, ...],
-    env: tuple[str, ...],
-    labels: tuple[str, ...],
-    name: str | None,
-) -> None:
+def run(image: str | None, editor: str | None, **shared: Any) -> None:
     """Create a notebook and start it (STARTING, then RUNNING at its url)."""
-    body = run_body(gpu, flavor, volumes, env, labels, name)
+    body = run_body(**shared)  # run_options and --name
     body |= {"image": image or "", "editor": editor or ""}
     show(state().api().post("notebooks/", body, name=notebook_flag_of))
 
 
-@notebook.command("list")
-@list_options(NOTEBOOK_STATES, "notebook")
-def list_notebooks(wanted_state: str | None, label: str | None, owner: str | None) -> None:
-    """Notebooks of the project, newest first."""
-    rows = state().api().paginate("notebooks/", state=wanted_state, label=label, owner=owner)
-    emit([short(n) for n in rows], COLUMNS)
-
-
-notebook.command("get", help="One notebook: its address, idle deadline, cost and state history.")(
-    get_command("notebooks", notebook_id, show)
-)
-notebook.command(
-    "logs",
-    help=logs_help("The editor's log (the current run's).", "STOPPED", "FAILED, ERROR"),
-)(logs_command("notebooks", notebook_id, "notebook", "STOPPED"))
-
-
-add_actions(
+add_list(notebook, "notebooks", NOTEBOOK_STATES, COLUMNS, "Notebooks of the project, newest first.")
+workload_commands(
     notebook,
     "notebooks",
     notebook_id,
     show,
-    [
+    get=("get", "One notebook: its address, idle deadline, cost and state history."),
+    logs=(
+        logs_help("The editor's log (the current run's).", "STOPPED", "FAILED, ERROR"),
+        "notebook",
+        "STOPPED",
+    ),
+    actions=[
         (
             "start",
             "start/",
@@ -153,14 +133,11 @@ def shares_message(shares: dict[str, Any]) -> str:
     return f"{project}; members it is shared with: {members}."
 
 
-@notebook.command("shares")
-@click.argument("ref")
-@output_option
-def shares(ref: str) -> None:
-    """Who may open a notebook besides its owner."""
-    api = state().api()
-    answer = api.get(f"notebooks/{notebook_id(api, ref)}/shares/")
-    emit(answer, message=shares_message(answer))
+notebook.command("shares", help="Who may open a notebook besides its owner.")(
+    read_command(
+        "notebooks", notebook_id, "shares/", lambda answer: (answer, shares_message(answer))
+    )
+)
 
 
 def share_command(path: str, doc: str) -> Any:

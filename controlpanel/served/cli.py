@@ -17,19 +17,18 @@ import click
 from controlpanel.cli.client import Api, state
 from controlpanel.cli.output import emit, output_option, wants_json
 from controlpanel.cli.workloads import (
-    add_actions,
     emit_workload,
     env_option,
     flag_of,
     flavor_option,
-    get_command,
     label_option,
-    logs_command,
     pairs,
+    read_command,
     resolve_id,
     short,
     state_option,
     volume_option,
+    workload_commands,
 )
 
 COLUMNS = [
@@ -195,6 +194,11 @@ def scaling_body(options: dict[str, Any]) -> dict[str, Any]:
     return body | {"scaling": "rps", "target_rps": rps}
 
 
+APP_LOGS = """The server's log (the current run's).
+
+    With --follow, the exit status is 3 when the run ends otherwise than STOPPED."""
+
+
 @app.command("list")
 @state_option(APP_STATES, "app")
 @output_option
@@ -206,8 +210,18 @@ def list_apps(wanted_state: str | None) -> None:
     emit(rows if wants_json() else [row(a) for a in rows], COLUMNS)
 
 
-show_app = app.command("show", help="One app: its URL, model, scaling, cost and state history.")(
-    get_command("apps", app_id, show)
+show_app = workload_commands(
+    app,
+    "apps",
+    app_id,
+    show,
+    get=("show", "One app: its URL, model, scaling, cost and state history."),
+    logs=(APP_LOGS, "app", "STOPPED"),
+    actions=[
+        ("start", "start/", "Start a stopped app (a new run, the same URL).", "Starting {key}."),
+        ("stop", "stop/", "Stop an app: its replicas go, its URL stays.", "Stopping {key}."),
+        ("delete", "", "Delete an app and its URL (its billed runs stay).", "Deleting {key}."),
+    ],
 )
 
 
@@ -216,32 +230,10 @@ app.add_command(copy.copy(show_app), "get")
 app.commands["get"].hidden = True
 
 
-@app.command("url")
-@click.argument("ref")
-@output_option
-def url(ref: str) -> None:
-    """The app's OpenAI base URL (the same across stop and start)."""
-    api = state().api()
-    body = api.get(f"apps/{app_id(api, ref)}/")
-    emit({"id": body["id"], "url": body["url"]}, message=body["url"])
+def url_of(body: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    return {"id": body["id"], "url": body["url"]}, body["url"]
 
 
-app.command(
-    "logs",
-    help="""The server's log (the current run's).
-
-    With --follow, the exit status is 3 when the run ends otherwise than STOPPED.""",
-)(logs_command("apps", app_id, "app", "STOPPED"))
-
-
-add_actions(
-    app,
-    "apps",
-    app_id,
-    show,
-    [
-        ("start", "start/", "Start a stopped app (a new run, the same URL).", "Starting {key}."),
-        ("stop", "stop/", "Stop an app: its replicas go, its URL stays.", "Stopping {key}."),
-        ("delete", "", "Delete an app and its URL (its billed runs stay).", "Deleting {key}."),
-    ],
+app.command("url", help="The app's OpenAI base URL (the same across stop and start).")(
+    read_command("apps", app_id, "", url_of)
 )
