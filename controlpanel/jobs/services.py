@@ -13,15 +13,9 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
+from controlpanel.engine import services as writes
 from controlpanel.engine.datastores import launch_refusal
 from controlpanel.engine.lifecycle import record_state
-from controlpanel.engine.services import (
-    workload_create,
-    workload_delete,
-    workload_locked,
-    workload_start,
-    workload_stop,
-)
 from controlpanel.jobs import tasks
 from controlpanel.jobs.models import Job
 from controlpanel.jobs.observation import PUSH_RETRIED
@@ -37,24 +31,26 @@ SUBMITTED = "submitted"
 def job_submit(*, access: ProjectAccess, user: Any, data: Mapping[str, Any]) -> Job:
     """Validate and store a job (QUEUED), then admit it through the project's quota."""
     spec = validate_job(project=access.project, data=data)
-    return workload_create(access=access, user=user, model=Job, fields=vars(spec), reason=SUBMITTED)
+    return writes.workload_create(
+        access=access, user=user, model=Job, fields=vars(spec), reason=SUBMITTED
+    )
 
 
 def job_stop(*, access: ProjectAccess, user: Any, job: Job, reason: str = "") -> Job:
     """Stop a live job: INTERRUPTING, then INTERRUPTED once the run ended and rw pushed.
     `reason`: why, when the panel stops it (a budget reached), instead of who asked."""
-    return workload_stop(access=access, user=user, workload=job, reason=reason)
+    return writes.workload_stop(access=access, user=user, workload=job, reason=reason)
 
 
 def job_rerun(*, access: ProjectAccess, user: Any, job: Job) -> Job:
     """Run a finished job again: a new run with fresh objects, queued behind the others."""
-    return workload_start(access=access, user=user, workload=job)
+    return writes.workload_start(access=access, user=user, workload=job)
 
 
 @transaction.atomic
 def job_retry_push(*, access: ProjectAccess, user: Any, job: Job) -> Job:
     """After SYNC_FAILED the data was kept: push it again."""
-    job = workload_locked(access=access, user=user, workload=job)
+    job = writes.workload_locked(access=access, user=user, workload=job)
     if job.state != S.SYNC_FAILED:
         raise ValidationError("Only a job whose final push failed (SYNC_FAILED) can retry it.")
     if job.workspace_deleted_at is not None:
@@ -74,4 +70,4 @@ def job_retry_push(*, access: ProjectAccess, user: Any, job: Job) -> Job:
 
 def job_delete(*, access: ProjectAccess, user: Any, job: Job) -> None:
     """Delete a finished job, its objects and its log (billing usage is kept)."""
-    workload_delete(access=access, user=user, workload=job)
+    writes.workload_delete(access=access, user=user, workload=job)

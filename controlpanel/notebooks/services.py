@@ -18,13 +18,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from controlpanel.accounts.local_guard import refuse_notebook_start
-from controlpanel.engine.services import (
-    workload_create,
-    workload_delete,
-    workload_locked,
-    workload_start,
-    workload_stop,
-)
+from controlpanel.engine import services as writes
 from controlpanel.notebooks.models import Notebook
 from controlpanel.notebooks.states import NotebookState
 from controlpanel.notebooks.validation import validate_notebook
@@ -43,7 +37,7 @@ def notebook_create(*, access: ProjectAccess, user: Any, data: Mapping[str, Any]
     spec = validate_notebook(project=access.project, data=data)
     # The image's container reference runs; its name in the admin's list is remembered.
     fields = vars(spec) | {"image": spec.image.image, "params": {"image": spec.image.name}}
-    return workload_create(
+    return writes.workload_create(
         access=access, user=user, model=Notebook, fields=fields, reason="created"
     )
 
@@ -51,7 +45,7 @@ def notebook_create(*, access: ProjectAccess, user: Any, data: Mapping[str, Any]
 def notebook_start(*, access: ProjectAccess, user: Any, notebook: Notebook) -> Notebook:
     """Start a stopped notebook again: a new run, same address, same workspace."""
     refuse_notebook_start()
-    return workload_start(access=access, user=user, workload=notebook)
+    return writes.workload_start(access=access, user=user, workload=notebook)
 
 
 def notebook_stop(
@@ -59,13 +53,13 @@ def notebook_stop(
 ) -> Notebook:
     """Stop a notebook (its rw volumes are pushed, its workspace kept). `access` None: the
     panel itself stops it (idle), with `reason`."""
-    return workload_stop(access=access, user=user, workload=notebook, reason=reason)
+    return writes.workload_stop(access=access, user=user, workload=notebook, reason=reason)
 
 
 def notebook_delete(*, access: ProjectAccess, user: Any, notebook: Notebook) -> None:
     """Delete a notebook: its objects (workspace included), then its row. Its runs stay,
     for billing. A running notebook is stopped by the deletion (nothing is pushed)."""
-    workload_delete(access=access, user=user, workload=notebook)
+    writes.workload_delete(access=access, user=user, workload=notebook)
 
 
 def idle_deadline(notebook: Notebook) -> datetime | None:
@@ -80,7 +74,7 @@ def idle_deadline(notebook: Notebook) -> datetime | None:
 @transaction.atomic
 def notebook_keep_alive(*, access: ProjectAccess, user: Any, notebook: Notebook) -> Notebook:
     """ "Keep it running": counts as activity now, so the idle stop waits a full limit again."""
-    notebook = workload_locked(access=access, user=user, workload=notebook)
+    notebook = writes.workload_locked(access=access, user=user, workload=notebook)
     if notebook.state != N.RUNNING:
         raise ValidationError(f"The notebook is {notebook.state}, not running.")
     notebook.last_activity_at = timezone.now()

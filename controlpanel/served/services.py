@@ -14,13 +14,8 @@ from typing import Any
 
 from django.db import transaction
 
+from controlpanel.engine import services as writes
 from controlpanel.engine.contract import SpecError
-from controlpanel.engine.services import (
-    workload_create,
-    workload_delete,
-    workload_start,
-    workload_stop,
-)
 from controlpanel.projects.access import ProjectAccess
 from controlpanel.served.models import App
 from controlpanel.served.validation import validate_app
@@ -36,20 +31,22 @@ def app_create(*, access: ProjectAccess, user: Any, data: Mapping[str, Any]) -> 
         # A public app serves its image's pages and API to anyone, with no log-in: the
         # project's decision, not any member's (issue 25).
         raise SpecError({"public": [PUBLIC_REFUSAL]})
-    return workload_create(access=access, user=user, model=App, fields=vars(spec), reason="created")
+    return writes.workload_create(
+        access=access, user=user, model=App, fields=vars(spec), reason="created"
+    )
 
 
 def app_start(*, access: ProjectAccess, user: Any, app: App) -> App:
     """Start a stopped app again: a new run (billed apart), the same URL."""
-    return workload_start(access=access, user=user, workload=app)
+    return writes.workload_start(access=access, user=user, workload=app)
 
 
 def app_stop(*, access: ProjectAccess | None, user: Any, app: App, reason: str = "") -> App:
     """Stop an app: its replicas go, its URL stays (it answers 503 until started again).
     `reason`: why, when the panel stops it (a budget reached), instead of who asked."""
-    return workload_stop(access=access, user=user, workload=app, reason=reason)
+    return writes.workload_stop(access=access, user=user, workload=app, reason=reason)
 
 
 def app_delete(*, access: ProjectAccess, user: Any, app: App) -> None:
     """Delete an app: its objects, then its row. Its runs stay, for billing."""
-    workload_delete(access=access, user=user, workload=app)
+    writes.workload_delete(access=access, user=user, workload=app)
