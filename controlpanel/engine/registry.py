@@ -114,7 +114,7 @@ def server_kind(*, states: type[TextChoices], ranks: Mapping[str, int], **fields
     or ERROR, ranked after every live state, and its objects keep one name across runs."""
     final = frozenset({states("STOPPED"), states("FAILED"), states("ERROR")})
     ended = max(ranks.values()) + 1
-    ranked = {**ranks, **dict.fromkeys(final, ended)}
+    ranked: dict[str, int] = {**ranks, **dict.fromkeys(final, ended)}
     return KindSpec(states=states, final=final, ranks=ranked, one_name=True, **fields)
 
 

@@ -3,14 +3,11 @@ the engine reads them while its models load (registry.py)."""
 
 from django.db import models
 
+from controlpanel.engine.states import SERVER_STATES
+
 
 class NotebookState(models.TextChoices):
     """Notebook states, named exactly as in the product contract."""
 
     STARTING = "STARTING"
-    RUNNING = "RUNNING"
-    STOPPING = "STOPPING"
-    STOPPED = "STOPPED"
-    FAILED = "FAILED"
-    ERROR = "ERROR"
-    DELETING = "DELETING"
+    RUNNING, STOPPING, STOPPED, FAILED, ERROR, DELETING = SERVER_STATES

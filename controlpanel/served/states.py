@@ -3,6 +3,8 @@ engine reads them while its models load (registry.py)."""
 
 from django.db import models
 
+from controlpanel.engine.states import SERVER_STATES
+
 
 class AppState(models.TextChoices):
     """App states, named exactly as in the product contract. DELETING is the engine's, shared
@@ -11,9 +13,4 @@ class AppState(models.TextChoices):
     QUEUED = "QUEUED"
     INITIALIZING = "INITIALIZING"
     SCALING = "SCALING"
-    RUNNING = "RUNNING"
-    STOPPING = "STOPPING"
-    STOPPED = "STOPPED"
-    FAILED = "FAILED"
-    ERROR = "ERROR"
-    DELETING = "DELETING"
+    RUNNING, STOPPING, STOPPED, FAILED, ERROR, DELETING = SERVER_STATES
