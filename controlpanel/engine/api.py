@@ -270,16 +270,34 @@ def create_serializer(name: str, doc: str, fields: Iterable[contract.Field]) -> 
 
 
 class WorkloadViewSet(viewsets.ViewSet):
-    """A project's workloads of one kind. A subclass sets `serializer_class`, `queryset`, `noun`
-    (the kind's name, the services' keyword: `job`, `notebook`, `app`) and `get_row`
-    (`<noun>_get(project=, <noun>_id=)`), and declares its endpoints (`list`, and the members
-    made by `created_by`, `deleted_by`, `acted_by`, `log_lines_of`)."""
+    """A project's workloads of one kind. A subclass names its serializer and its row getter
+    in its class line (`class JobViewSet(WorkloadViewSet, serializer=JobSerializer,
+    row=jobs.job_get)`): `serializer_class`, `queryset` (its model's, none: it tells the schema
+    the id type), `noun` (the model's KIND, the services' keyword: `job`, `notebook`, `app`)
+    and `get_row` (`<noun>_get(project=, <noun>_id=)`) follow. It declares its endpoints
+    (`list`, and the members made by `created_by`, `deleted_by`, `acted_by`, `log_lines_of`)."""
 
     pagination_class = Pagination
     lookup_value_regex = "[0-9a-fA-F-]{1,36}"
     serializer_class: ClassVar[type[serializers.ModelSerializer]]
+    queryset: ClassVar[QuerySet[Any]]
     noun: ClassVar[str]
     get_row: ClassVar[Callable[..., Any]]
+
+    def __init_subclass__(
+        cls,
+        *,
+        serializer: type[serializers.ModelSerializer] | None = None,
+        row: Callable[..., Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init_subclass__(**kwargs)
+        if serializer is not None:
+            model = serializer.Meta.model
+            cls.serializer_class, cls.noun = serializer, model.KIND
+            cls.queryset = model.objects.none()
+        if row is not None:
+            cls.get_row = staticmethod(row)
 
     def _row(self, project: Project, pk: Any) -> Any:
         return type(self).get_row(project=project, **{f"{self.noun}_id": pk})

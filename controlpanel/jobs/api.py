@@ -103,13 +103,8 @@ JobCreateSerializer = create_serializer(
 
 
 @extend_schema(parameters=[PROJECT_PARAM])
-class JobViewSet(WorkloadViewSet):
+class JobViewSet(WorkloadViewSet, serializer=JobSerializer, row=jobs.job_get):
     """Training jobs of a project."""
-
-    serializer_class = JobSerializer
-    queryset = Job.objects.none()  # tells the schema the id type
-    noun = "job"
-    get_row = staticmethod(jobs.job_get)
 
     @extend_schema(
         parameters=list_parameters(

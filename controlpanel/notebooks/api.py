@@ -24,18 +24,9 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from controlpanel.api.scoping import api_project
+from controlpanel.engine import api as engine_api
 from controlpanel.engine import selectors
-from controlpanel.engine.api import (
-    PROJECT_PARAM,
-    SUBMISSION_ERRORS,
-    ServedSerializer,
-    acted_by,
-    create_serializer,
-    created_by,
-    deleted_by,
-    list_parameters,
-    log_lines_of,
-)
+from controlpanel.engine.api import PROJECT_PARAM, SUBMISSION_ERRORS, ServedSerializer
 from controlpanel.engine.api import EventSerializer as ServedEventSerializer
 from controlpanel.engine.api import WorkloadViewSet as ServedViewSet
 from controlpanel.notebooks import selectors as notebook_rows
@@ -108,7 +99,7 @@ class NotebookSerializer(ServedSerializer):
         return notebooks.idle_deadline(notebook)
 
 
-NotebookCreateSerializer = create_serializer(
+NotebookCreateSerializer = engine_api.create_serializer(
     "NotebookCreateSerializer", "A new notebook: the fields of notebooks.FIELDS.", FIELDS
 )
 
@@ -154,16 +145,11 @@ def notebooks_filtered(
 
 
 @extend_schema(parameters=[PROJECT_PARAM])
-class NotebookViewSet(ServedViewSet):
+class NotebookViewSet(ServedViewSet, serializer=NotebookSerializer, row=notebook_rows.notebook_get):
     """Notebooks of a project: an editor in the browser, stopped and started at will."""
 
-    serializer_class = NotebookSerializer
-    queryset = Notebook.objects.none()  # tells the schema the id type
-    noun = "notebook"
-    get_row = staticmethod(notebook_rows.notebook_get)
-
     @extend_schema(
-        parameters=list_parameters("notebook"),
+        parameters=engine_api.list_parameters("notebook"),
         responses=NotebookSerializer(many=True),
     )
     def list(self, request: Request) -> Response:
@@ -172,24 +158,26 @@ class NotebookViewSet(ServedViewSet):
         rows = notebooks_filtered(notebooks_=rows, query=request.query_params)
         return self._page(request, rows.prefetch_related("events"))
 
-    create = created_by(notebooks.notebook_create, NotebookCreateSerializer, NotebookSerializer)
-    destroy = deleted_by(
+    create = engine_api.created_by(
+        notebooks.notebook_create, NotebookCreateSerializer, NotebookSerializer
+    )
+    destroy = engine_api.deleted_by(
         notebooks.notebook_delete,
         "Delete: its objects and workspace go, then its row (its billed runs stay).",
     )
-    start = acted_by(
+    start = engine_api.acted_by(
         "start",
         notebooks.notebook_start,
         NotebookSerializer,
         "Start a stopped notebook: a new run at the same address, with the same workspace.",
     )
-    stop = acted_by(
+    stop = engine_api.acted_by(
         "stop",
         notebooks.notebook_stop,
         NotebookSerializer,
         "Stop: STOPPING while rw volumes are pushed, then STOPPED (the workspace is kept).",
     )
-    keep_alive = acted_by(
+    keep_alive = engine_api.acted_by(
         "keep-alive",
         notebooks.notebook_keep_alive,
         NotebookSerializer,
@@ -234,4 +222,6 @@ class NotebookViewSet(ServedViewSet):
             notebook = everyone(**kwargs)
         return Response(NotebookSharesSerializer(sharing.notebook_shares(notebook)).data)
 
-    logs = log_lines_of("The editor's log lines after `?after=` (0 = the start), up to `limit`.")
+    logs = engine_api.log_lines_of(
+        "The editor's log lines after `?after=` (0 = the start), up to `limit`."
+    )

@@ -95,13 +95,8 @@ AppCreateSerializer = create_serializer(
 
 
 @extend_schema(parameters=[PROJECT_PARAM])
-class AppViewSet(ServedViewSet):
+class AppViewSet(ServedViewSet, serializer=AppSerializer, row=apps.app_get):
     """Apps of a project: a model behind an OpenAI-compatible URL."""
-
-    serializer_class = AppSerializer
-    queryset = App.objects.none()
-    noun = "app"
-    get_row = staticmethod(apps.app_get)
 
     @extend_schema(responses=AppSerializer(many=True))
     def list(self, request: Request) -> Response:
