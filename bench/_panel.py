@@ -37,6 +37,8 @@ def configure(database: str, redis_db: int, **more: str) -> None:
             "ALLOWED_HOSTS": "127.0.0.1,localhost",
             "STATIC_MANIFEST": "0",
             "DJANGO_SETTINGS_MODULE": "controlpanel.settings",
+            # Notebooks and apps need their own origin (system check ajuste.E110 stops migrate).
+            "USER_CONTENT_DOMAIN": "usercontent.example.test",
         }
         | more
     )
