@@ -254,6 +254,12 @@ class ServedSerializer(serializers.ModelSerializer):
         return None if cost is None else str(cost)
 
 
+def served_fields(own: str, later: str) -> list[str]:
+    """A served kind's `Meta.fields`: HEAD, its `own` fields, STATE, then its `later` ones
+    (names apart by spaces); the order is the answer's and the schema's."""
+    return [*ServedSerializer.HEAD, *own.split(), *ServedSerializer.STATE, *later.split()]
+
+
 def create_serializer(name: str, doc: str, fields: Iterable[contract.Field]) -> type:
     """The request of a new workload: `project`, then one field per contract spec."""
     return type(

@@ -63,23 +63,11 @@ class NotebookSerializer(ServedSerializer):
 
     class Meta:
         model = Notebook
-        fields = [
-            *ServedSerializer.HEAD,
-            "container_image",
-            "editor",
-            "flavor",
-            "gpu",
-            *ServedSerializer.STATE,
-            "open_url",
-            "created_at",
-            "started_at",
-            "finished_at",
-            "state_changed_at",
-            "last_activity_at",
-            "idle_deadline",
-            "history",
-            "cost",
-        ]
+        fields = engine_api.served_fields(
+            "container_image editor flavor gpu",
+            "open_url created_at started_at finished_at state_changed_at last_activity_at"
+            " idle_deadline history cost",
+        )
 
     def get_image(self, notebook: Notebook) -> str:
         return str(notebook.params.get("image", ""))

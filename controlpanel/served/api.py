@@ -19,6 +19,7 @@ from controlpanel.engine.api import (
     created_by,
     deleted_by,
     log_lines_of,
+    served_fields,
 )
 from controlpanel.engine.api import EventSerializer as ServedEventSerializer
 from controlpanel.engine.api import WorkloadViewSet as ServedViewSet
@@ -47,19 +48,9 @@ class AppSerializer(ServedSerializer):
 
     class Meta:
         model = App
-        fields = [
-            *ServedSerializer.HEAD,
-            "flavor",
-            "gpu",
-            "config",
-            *ServedSerializer.STATE,
-            "replicas",
-            "created_at",
-            "started_at",
-            "state_changed_at",
-            "history",
-            "cost",
-        ]
+        fields = served_fields(
+            "flavor gpu config", "replicas created_at started_at state_changed_at history cost"
+        )
 
     def get_url(self, app: App) -> str:
         return app_url(app)
