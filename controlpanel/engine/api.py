@@ -299,7 +299,7 @@ class WorkloadViewSet(viewsets.ViewSet):
     ) -> None:
         super().__init_subclass__(**kwargs)
         if serializer is not None:
-            model = serializer.Meta.model
+            model: Any = serializer.Meta.model  # the kind's proxy model
             cls.serializer_class, cls.noun = serializer, model.KIND
             cls.queryset = model.objects.none()
         if row is not None:
