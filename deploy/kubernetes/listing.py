@@ -142,17 +142,25 @@ def _live(pods: list[Obj]) -> bool:
 
 def notebook_state(api: KubeApi, ref: WorkloadRef) -> ObservedWorkload:
     """One notebook, read afresh."""
+    statefulset = _read_owned(api, "StatefulSet", ref, names.notebook_name(ref))
+    pods, _ = api.list("Pod", ref.namespace, label_selector=_selector(ref))
+    return map_notebook(api, ref, statefulset, owned(pods, ref.install))
+
+
+def _read_owned(api: KubeApi, kind: str, ref: WorkloadRef, name: str) -> Obj | None:
+    """The one-name object of `kind`, or None when absent (404) or another install's object
+    of that name (nothing of ours)."""
     try:
-        statefulset: Obj | None = api.read("StatefulSet", ref.namespace, names.notebook_name(ref))
+        found: Obj = api.read(kind, ref.namespace, name)
     except ApiException as exc:
         if exc.status != 404:
             raise
-        statefulset = None
-    if statefulset is not None and not names.belongs(statefulset, ref.install):
-        statefulset = None  # another install's notebook of that name: nothing of ours
-    selector = names.selector(names.selector_labels(ref))
-    pods, _ = api.list("Pod", ref.namespace, label_selector=selector)
-    return map_notebook(api, ref, statefulset, owned(pods, ref.install))
+        return None
+    return found if names.belongs(found, ref.install) else None
+
+
+def _selector(ref: WorkloadRef) -> str:
+    return names.selector(names.selector_labels(ref))
 
 
 def map_notebook(
@@ -170,15 +178,8 @@ def map_notebook(
 
 def app_state(api: KubeApi, ref: WorkloadRef) -> ObservedWorkload:
     """One app, read afresh: its Deployment, ReplicaSets and pods."""
-    try:
-        deployment: Obj | None = api.read("Deployment", ref.namespace, names.app_name(ref))
-    except ApiException as exc:
-        if exc.status != 404:
-            raise
-        deployment = None
-    if deployment is not None and not names.belongs(deployment, ref.install):
-        deployment = None  # another install's app of that name: nothing of ours
-    selector = names.selector(names.selector_labels(ref))
+    deployment = _read_owned(api, "Deployment", ref, names.app_name(ref))
+    selector = _selector(ref)
     sets, _ = api.list("ReplicaSet", ref.namespace, label_selector=selector)
     pods, _ = api.list("Pod", ref.namespace, label_selector=selector)
     return map_app(api, ref, deployment, owned(sets, ref.install), owned(pods, ref.install))
