@@ -10,6 +10,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from deploy import images
 from deploy.local import runs
@@ -39,6 +40,9 @@ from deploy.types import (
 
 # The GPU indices for a run, or None after recording why it waits (`LocalBackend._gpus_for`).
 GpusFor = Callable[[WorkloadRef, Path, FlavorSpec, int], list[int] | None]
+
+# A kind that serves on a port: a notebook or an app (`Launcher._open_server`).
+_Server = TypeVar("_Server", NotebookRequest, AppRequest)
 
 
 @dataclass(frozen=True)
@@ -96,16 +100,11 @@ class Launcher:
         )
 
     def notebook(self, notebook: NotebookRequest, run: Path, previous: State) -> None:
-        env, missing = self._with_secrets(notebook)
-        missing = _missing_editor(notebook) or missing
-        if missing:
-            decide(notebook.ref, run, Phase.FAILED, missing)
-            return
-        gpus = self.gpus_for(notebook.ref, run, notebook.flavor, notebook.units)
-        if gpus is None:
+        opened = self._open_server(notebook, run, previous, _missing_editor)
+        if opened is None:
             return
         # The same port and token as the last run when the port is free: the same URL.
-        port = _port(previous.get("port"))
+        env, gpus, port = opened
         # The panel's token when it sends one (the request field is newer than this backend).
         token = str(getattr(notebook, "token", "") or previous.get("token") or uuid.uuid4().hex)
         argv = editor_argv(notebook, python=self.python, port=port)
@@ -131,15 +130,10 @@ class Launcher:
         runs.launch(run, plan, python=self.python, extra=extra)
 
     def app(self, app: AppRequest, run: Path, previous: State) -> None:
-        env, missing = self._with_secrets(app)
-        missing = app_problem(app) or missing
-        if missing:
-            decide(app.ref, run, Phase.FAILED, missing)
+        opened = self._open_server(app, run, previous, app_problem)
+        if opened is None:
             return
-        gpus = self.gpus_for(app.ref, run, app.flavor, app.units)
-        if gpus is None:
-            return
-        port = _port(previous.get("port"))
+        env, gpus, port = opened
         plan = make_plan(
             ref=app.ref,
             run=run,
@@ -156,6 +150,22 @@ class Launcher:
         )
         extra = {"port": port, "url": f"http://127.0.0.1:{port}"}
         runs.launch(run, plan, python=self.python, extra=extra)
+
+    def _open_server(
+        self, request: _Server, run: Path, previous: State, problem: Callable[[_Server], str]
+    ) -> tuple[dict[str, str], list[int], int] | None:
+        """A notebook's or app's env (its secrets set), GPUs and port (the last run's when
+        free), or None when it does not start now: refused (FAILED, its problem first) or
+        waiting for GPUs."""
+        env, missing = self._with_secrets(request)
+        missing = problem(request) or missing
+        if missing:
+            decide(request.ref, run, Phase.FAILED, missing)
+            return None
+        gpus = self.gpus_for(request.ref, run, request.flavor, request.units)
+        if gpus is None:
+            return None
+        return env, gpus, _port(previous.get("port"))
 
     def _with_secrets(
         self, job: JobRequest | NotebookRequest | AppRequest
