@@ -180,15 +180,26 @@ def _in_progress(
 
 def _pod_progress(pod: Obj, observed: ObservedWorkload, events: list[Obj]) -> ObservedWorkload:
     """Where a live pod is, from its conditions and container statuses."""
-    unscheduled = unscheduled_reason(pod, events)
-    if unscheduled:
-        return replace(observed, phase=Phase.PENDING, reason=unscheduled)
-    pull = container_run(container_status(pod, "pull", init=True))
-    if pull.state == "running":
-        return replace(observed, phase=Phase.INITIALIZING, reason="pulling volumes")
+    pull, early = _pull_progress(pod, observed, events)
+    if early is not None:
+        return early
     if pull.state == "waiting" or (pull.state == "" and _has_init(pod, "pull")):
         return replace(observed, phase=Phase.PENDING, reason=waiting_reason(pull, what="sync"))
     return _main_progress(pod, observed)
+
+
+def _pull_progress(
+    pod: Obj, observed: ObservedWorkload, events: list[Obj]
+) -> tuple[ContainerRun, ObservedWorkload | None]:
+    """A live pod's volume-pull container, and where the pod is when it is not yet past it:
+    unscheduled (PENDING, the scheduler's reason) or pulling (INITIALIZING)."""
+    pull = container_run(container_status(pod, "pull", init=True))
+    unscheduled = unscheduled_reason(pod, events)
+    if unscheduled:
+        return pull, replace(observed, phase=Phase.PENDING, reason=unscheduled)
+    if pull.state == "running":
+        return pull, replace(observed, phase=Phase.INITIALIZING, reason="pulling volumes")
+    return pull, None
 
 
 def _main_progress(pod: Obj, observed: ObservedWorkload) -> ObservedWorkload:
@@ -308,12 +319,9 @@ def observe_notebook(
 
 
 def _notebook_progress(pod: Obj, observed: ObservedWorkload, events: list[Obj]) -> ObservedWorkload:
-    unscheduled = unscheduled_reason(pod, events)
-    if unscheduled:
-        return replace(observed, phase=Phase.PENDING, reason=unscheduled)
-    pull = container_run(container_status(pod, "pull", init=True))
-    if pull.state == "running":
-        return replace(observed, phase=Phase.INITIALIZING, reason="pulling volumes")
+    pull, early = _pull_progress(pod, observed, events)
+    if early is not None:
+        return early
     if pull.state == "terminated" and pull.exit_code:
         detail = last_line(pull.message) or f"exit code {pull.exit_code}"
         return replace(observed, phase=Phase.FAILED, reason=clip(f"volume pull failed: {detail}"))
