@@ -11,10 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from kubernetes.client.exceptions import ApiException
-
 from deploy import names
 from deploy.kubernetes.api import KubeApi, Obj
+from deploy.kubernetes.driver import read_or_none
 from deploy.kubernetes.jobsets import child_job, earlier_pods, list_jobsets, run_jobset
 from deploy.kubernetes.kueue_reasons import job_workload
 from deploy.kubernetes.observe import JobObjects, observe_notebook
@@ -150,13 +149,8 @@ def notebook_state(api: KubeApi, ref: WorkloadRef) -> ObservedWorkload:
 def _read_owned(api: KubeApi, kind: str, ref: WorkloadRef, name: str) -> Obj | None:
     """The one-name object of `kind`, or None when absent (404) or another install's object
     of that name (nothing of ours)."""
-    try:
-        found: Obj = api.read(kind, ref.namespace, name)
-    except ApiException as exc:
-        if exc.status != 404:
-            raise
-        return None
-    return found if names.belongs(found, ref.install) else None
+    found = read_or_none(api, kind, ref.namespace, name)
+    return found if found is not None and names.belongs(found, ref.install) else None
 
 
 def _selector(ref: WorkloadRef) -> str:
