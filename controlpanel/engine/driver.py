@@ -78,6 +78,18 @@ class OneNameDriver(Driver):
     backend_kind: str
     states: Callable[[Workload, ObservedWorkload], list[tuple[str, str]]]
 
+    def __init_subclass__(
+        cls,
+        backend_kind: str = "",
+        states: Callable[[Workload, ObservedWorkload], list[tuple[str, str]]] | None = None,
+        **kwargs: object,
+    ) -> None:
+        super().__init_subclass__(**kwargs)
+        if backend_kind:
+            cls.backend_kind = backend_kind
+        if states is not None:
+            cls.states = staticmethod(states)  # type: ignore[assignment]
+
     @abstractmethod
     def apply(self, workload: Workload) -> ObservedWorkload:
         """Create or update its objects, running or stopped as the row says."""
@@ -129,3 +141,9 @@ class OneNameDriver(Driver):
         """Whether the objects of a row that is still there must be stopped (stopping them
         if so): none by default."""
         return False
+
+
+def settled_state(state: str, reason: str, stopped: str) -> list[tuple[str, str]]:
+    """A one-name kind's state of an observation: its `stopped` state reads "stopped" where
+    the backend gives no reason."""
+    return [(state, reason or "stopped" if state == stopped else reason)]

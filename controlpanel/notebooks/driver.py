@@ -8,7 +8,7 @@ from django.conf import settings
 
 from controlpanel.accounts.local_guard import notebook_start_refusal
 from controlpanel.engine.backend import get_backend, request_fields
-from controlpanel.engine.driver import OneNameDriver
+from controlpanel.engine.driver import OneNameDriver, settled_state
 from controlpanel.engine.models import Workload
 from controlpanel.notebooks.auth import notebook_path, notebook_token
 from controlpanel.notebooks.states import NotebookState as N
@@ -70,15 +70,10 @@ def notebook_states(notebook: Workload, observed: ObservedWorkload) -> list[tupl
         # Why it stops is what the stop said (the user, the idle limit, the GPU policy), not
         # what the backend shows of its objects meanwhile nor its word for any stop.
         reason = notebook.state_reason
-    if state == N.STOPPED:
-        reason = reason or "stopped"
-    return [(state, reason)]
+    return settled_state(state, reason, N.STOPPED)
 
 
-class NotebookDriver(OneNameDriver):
-    backend_kind = "notebook"
-    states = staticmethod(notebook_states)
-
+class NotebookDriver(OneNameDriver, backend_kind="notebook", states=notebook_states):
     def apply(self, notebook: Workload) -> ObservedWorkload:
         refusal = None if notebook.stop_requested else notebook_start_refusal()
         if refusal:  # an account added since the start was asked for (issue 25)

@@ -11,7 +11,7 @@ from dataclasses import replace
 from django.conf import settings
 
 from controlpanel.engine.backend import get_backend, request_fields
-from controlpanel.engine.driver import OneNameDriver
+from controlpanel.engine.driver import OneNameDriver, settled_state
 from controlpanel.engine.models import FINAL_STATES, Workload
 from controlpanel.engine.sweep import grace_start
 from controlpanel.queues.selectors import interactive_queue
@@ -82,15 +82,10 @@ def app_states(app: Workload, observed: ObservedWorkload) -> list[tuple[str, str
         if ready != wanted:
             return [(A.SCALING, f"{ready} of {wanted} replicas ready")]
         reason = f"{ready} replica{'s' if ready != 1 else ''} ready" if wanted else "scaled to zero"
-    if state == A.STOPPED:
-        reason = reason or "stopped"
-    return [(state, reason)]
+    return settled_state(state, reason, A.STOPPED)
 
 
-class AppDriver(OneNameDriver):
-    backend_kind = "app"
-    states = staticmethod(app_states)
-
+class AppDriver(OneNameDriver, backend_kind="app", states=app_states):
     def apply(self, app: Workload) -> ObservedWorkload:
         return get_backend().apply_app(app=app_request(app))
 
