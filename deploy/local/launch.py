@@ -152,7 +152,7 @@ class Launcher:
         runs.launch(run, plan, python=self.python, extra=extra)
 
     def _open_server(
-        self, request: _Server, run: Path, previous: State, problem: Callable[[_Server], str]
+        self, request: _Server, run: Path, previous: State, problem: Callable[[_Server], str | None]
     ) -> tuple[dict[str, str], list[int], int] | None:
         """A notebook's or app's env (its secrets set), GPUs and port (the last run's when
         free), or None when it does not start now: refused (FAILED, its problem first) or
