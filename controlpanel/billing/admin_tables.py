@@ -15,7 +15,7 @@ from urllib.parse import urlencode
 from django.http import StreamingHttpResponse
 from django.urls import reverse
 
-from controlpanel.billing.admin_selectors import ProjectMonth, Usage, hours, usage_of
+from controlpanel.billing.admin_months import ProjectMonth, Usage, hours, usage_of
 from controlpanel.billing.models import Line
 from controlpanel.billing.rules import MINUTE
 from controlpanel.billing.templatetags.money import exact_amount, money_text

@@ -23,8 +23,8 @@ from rest_framework.views import APIView
 from controlpanel.api.pagination import Pagination
 from controlpanel.api.scoping import api_project
 from controlpanel.billing.rules import month_of, month_start, next_month
-from controlpanel.billing.usage import (
-    DAY,
+from controlpanel.billing.usage import DAY
+from controlpanel.billing.usage_grouped import (
     UsageQuery,
     flavor_named,
     parse_day,

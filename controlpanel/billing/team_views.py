@@ -20,11 +20,10 @@ from django.views.decorators.http import require_POST
 from controlpanel.billing import budgets
 from controlpanel.billing.rules import month_of, month_start, next_month
 from controlpanel.billing.templatetags.money import exact_amount
-from controlpanel.billing.usage import (
-    DAY,
+from controlpanel.billing.usage import DAY, month_forecast
+from controlpanel.billing.usage_grouped import (
     Row,
     UsageQuery,
-    month_forecast,
     parse_month,
     rollup,
     total_of,
