@@ -37,166 +37,37 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
 import sys
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, TextIO
 
 from storage.datastore import DatastoreConfig
 from storage.sync import lineage
 from storage.sync.engine import DEFAULT_WORKERS, pull
 from storage.sync.manifest import ManifestError, manifest_path
 from storage.sync.pushing import push
+from storage.sync.reporting import Reporter, Volume
+from storage.sync.reporting import summary_text as summary_text  # tests import it here
 from storage.sync.stats import SyncStats
 from storage.volumes import (
     Mode,
-    VolumeSpec,
     VolumeSpecError,
     check_mount_paths,
     parse_volume_spec,
-    render_volume_spec,
 )
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_CONFLICTS = 0, 1, 2, 3
 DEFAULT_STATE_DIR = ".ajuste-sync"  # under --root
 MAX_NAMED = 20  # files named on stderr; the JSON lines have them all
-PROGRESS_LINE_INTERVAL_S = 1.0
-MAX_FAILURES_SHOWN = 100  # a result line stays readable even when thousands of files fail
-MAX_SUMMARY_BYTES = 4096  # what Kubernetes keeps of a termination message
 
 
 class UsageError(Exception):
     """Bad arguments, a bad spec or missing credentials: exit status 2."""
-
-
-@dataclass(frozen=True)
-class Volume:
-    """One spec to sync, with its datastore and its local directory."""
-
-    spec: VolumeSpec
-    config: DatastoreConfig
-    local_dir: Path
-    manifest: Path | None = None
-
-    @property
-    def text(self) -> str:
-        return render_volume_spec(self.spec)
-
-
-class Reporter:
-    """Writes the JSON lines and the progress file; thread-safe (workers report progress)."""
-
-    def __init__(
-        self,
-        direction: str,
-        progress_file: Path | None,
-        out: TextIO,
-        summary_file: Path | None = None,
-    ) -> None:
-        self.direction = direction
-        self.progress_file = progress_file
-        self.summary_file = summary_file
-        self.out = out
-        self._latest: dict[str, dict[str, Any]] = {}
-        self._last_line: dict[str, float] = {}
-        self._lock = threading.Lock()
-
-    def progress(self, volume: Volume, stats: SyncStats, started: float) -> None:
-        now = time.monotonic()
-        with self._lock:
-            if now - self._last_line.get(volume.text, 0.0) < PROGRESS_LINE_INTERVAL_S:
-                return
-            self._last_line[volume.text] = now
-        self.emit("progress", volume, stats, started)
-
-    def emit(
-        self, event: str, volume: Volume, stats: SyncStats | None, started: float, **extra: Any
-    ) -> None:
-        line: dict[str, Any] = {"event": event, "direction": self.direction, "spec": volume.text}
-        line["local_dir"] = str(volume.local_dir)
-        if stats is not None:
-            line.update(stats.to_dict())
-            del line["failures"]
-            del line["conflicts"]
-            if event == "result":
-                failures = stats.to_dict()["failures"]
-                line["failures"] = failures[:MAX_FAILURES_SHOWN]
-                line["failures_omitted"] = max(0, len(failures) - MAX_FAILURES_SHOWN)
-                line["conflicts"] = stats.conflicts[:MAX_FAILURES_SHOWN]
-                line["conflicts_omitted"] = max(0, len(stats.conflicts) - MAX_FAILURES_SHOWN)
-        line["elapsed_s"] = round(time.monotonic() - started, 3)
-        line.update(extra)
-        with self._lock:
-            self.out.write(json.dumps(line, ensure_ascii=False) + "\n")
-            self.out.flush()
-            self._latest[volume.text] = line
-            self._write_progress_file()
-
-    def results(self) -> list[dict[str, Any]]:
-        """The last round's result line of each volume."""
-        with self._lock:
-            return [line for line in self._latest.values() if line["event"] == "result"]
-
-    def summary(self, results: Sequence[SyncStats], *, final: bool) -> None:
-        """The push's summary line, and the summary file (a termination message)."""
-        conflicts = sorted(key for stats in results for key in stats.conflicts)
-        line: dict[str, Any] = {
-            "event": "push",
-            "uploaded": sum(stats.transferred for stats in results),
-            "deleted": sum(stats.deleted for stats in results),
-            "failed": sum(stats.failed for stats in results),
-            "conflicts": conflicts[:MAX_FAILURES_SHOWN],
-            "conflicts_total": len(conflicts),
-            "final": final,
-        }
-        with self._lock:
-            self.out.write(json.dumps(line, ensure_ascii=False) + "\n")
-            self.out.flush()
-        # Only a successful push writes the file: a failed one leaves it empty, so Kubernetes
-        # falls back to the log's last lines, which say why (FallbackToLogsOnError).
-        if self.summary_file is not None and all(stats.ok for stats in results):
-            _write_summary(self.summary_file, line)
-
-    def _write_progress_file(self) -> None:
-        if self.progress_file is None:
-            return
-        document = {
-            "direction": self.direction,
-            "updated": datetime.now(UTC).isoformat(),
-            "volumes": list(self._latest.values()),
-        }
-        temporary = self.progress_file.with_name(self.progress_file.name + ".tmp")
-        temporary.write_text(json.dumps(document, ensure_ascii=False), encoding="utf-8")
-        os.replace(temporary, self.progress_file)
-
-
-def summary_text(line: dict[str, Any], limit: int = MAX_SUMMARY_BYTES) -> str:
-    """The summary as JSON of at most `limit` bytes: conflict keys are dropped from the end
-    until it fits (`conflicts_total` still counts them all)."""
-    line = dict(line)
-    keys = list(line["conflicts"])
-    while True:
-        text = json.dumps({**line, "conflicts": keys}, ensure_ascii=False)
-        if len(text.encode()) <= limit or not keys:
-            return text
-        keys = keys[: len(keys) // 2] if len(keys) > 8 else keys[:-1]
-
-
-def _write_summary(path: Path, line: dict[str, Any]) -> None:
-    try:
-        # Rewritten in place: /dev/termination-log is a file the kubelet mounted, not ours
-        # to replace.
-        with open(path, "w", encoding="utf-8") as out:
-            out.write(summary_text(line))
-    except OSError as error:
-        print(f"python -m storage.sync: cannot write {path}: {error}", file=sys.stderr)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -217,13 +88,6 @@ def build_parser() -> argparse.ArgumentParser:
         required=True,
         help="directory that mount paths are under ('/' in a pod)",
     )
-    parser.add_argument(
-        "--every",
-        type=float,
-        default=None,
-        metavar="SECONDS",
-        help="push: repeat every SECONDS until SIGTERM, then push once more",
-    )
     parser.add_argument("--progress-file", type=Path, default=None, metavar="FILE")
     parser.add_argument(
         "--state-dir",
@@ -232,6 +96,20 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="where the pull records each volume's manifest (the base of later pushes); "
         f"default ROOT/{DEFAULT_STATE_DIR}",
+    )
+    parser.add_argument("--workers", type=int, default=DEFAULT_WORKERS, metavar="N")
+    _add_push_options(parser)
+    return parser
+
+
+def _add_push_options(parser: argparse.ArgumentParser) -> None:
+    """The options that only matter to a push."""
+    parser.add_argument(
+        "--every",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="push: repeat every SECONDS until SIGTERM, then push once more",
     )
     parser.add_argument(
         "--allow-conflicts",
@@ -245,7 +123,6 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="push: write the summary there too (Kubernetes: /dev/termination-log)",
     )
-    parser.add_argument("--workers", type=int, default=DEFAULT_WORKERS, metavar="N")
     parser.add_argument(
         "--only-index",
         type=int,
@@ -254,7 +131,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="push: only in the pod of JOB_COMPLETION_INDEX I (a multi-node job's node 0); "
         "elsewhere push nothing (an --every sidecar waits for its SIGTERM)",
     )
-    return parser
 
 
 def resolve_volumes(
