@@ -234,10 +234,40 @@ def invitation_sign_up(
         raise ValidationError(
             f"An account already uses {invitation.email}: log in with it to accept."
         )
+    user = _unsaved_user(
+        email=invitation.email,
+        username=username,
+        password=password,
+        first_name=first_name,
+        last_name=last_name,
+    )
+    refuse_another_active_user()
+    user.set_password(password)
+    try:
+        with transaction.atomic():
+            user.save()
+    except IntegrityError:
+        raise ValidationError({"username": f"The user name {user.username} is taken."}) from None
+    audit.record(
+        "user.create",
+        actor=user,
+        target=user,
+        username=user.username,
+        email=user.email,
+        via="invitation",
+    )
+    invitation_accept(raw=raw, user=user)
+    return user
+
+
+def _unsaved_user(
+    *, email: str, username: str, password: str, first_name: str, last_name: str
+) -> Any:
+    """The invited person's account, checked (names, then the password) but not saved."""
     User = get_user_model()
     user = User(
         username=(username or "").strip(),
-        email=invitation.email,
+        email=email,
         first_name=(first_name or "").strip()[:150],
         last_name=(last_name or "").strip()[:150],
     )
@@ -256,20 +286,4 @@ def invitation_sign_up(
         password_validation.validate_password(password, user)
     except ValidationError as exc:
         raise ValidationError({"password1": exc.messages}) from None
-    refuse_another_active_user()
-    user.set_password(password)
-    try:
-        with transaction.atomic():
-            user.save()
-    except IntegrityError:
-        raise ValidationError({"username": f"The user name {user.username} is taken."}) from None
-    audit.record(
-        "user.create",
-        actor=user,
-        target=user,
-        username=user.username,
-        email=user.email,
-        via="invitation",
-    )
-    invitation_accept(raw=raw, user=user)
     return user

@@ -89,19 +89,9 @@ def user_create(
     e-mailed). Refused with OIDC_ONLY=1: such an account could never sign in (single sign-on
     makes accounts at a first sign-in and never joins one to an existing account by address)."""
     _staff(by)
-    if settings.OIDC_ONLY:
-        raise ValidationError(
-            "Passwords are off (OIDC_ONLY=1): accounts are made at their first sign-in with "
-            "single sign-on. Invite the person to a project, or map their group to one."
-        )
-    refuse_another_active_user()
-    User = get_user_model()
     email = (email or "").strip()
-    if email and User.objects.filter(email__iexact=email).exists():
-        raise ValidationError({"email": f"An account already uses {email}."})
-    if role not in Role.values:
-        raise ValidationError({"role": f"Unknown role {role!r}; use member or manager."})
-    user = User(
+    _user_create_check(email=email, role=role)
+    user = get_user_model()(
         username=(username or "").strip(),
         email=email,
         first_name=(first_name or "").strip(),
@@ -126,6 +116,21 @@ def user_create(
     link = password_link(user)
     _send_password_link(user, link, new=True)
     return user, link
+
+
+def _user_create_check(*, email: str, role: str) -> None:
+    """What refuses a new account before it is built: passwords off, the local backend's one
+    active user, an address already in use, an unknown role."""
+    if settings.OIDC_ONLY:
+        raise ValidationError(
+            "Passwords are off (OIDC_ONLY=1): accounts are made at their first sign-in with "
+            "single sign-on. Invite the person to a project, or map their group to one."
+        )
+    refuse_another_active_user()
+    if email and get_user_model().objects.filter(email__iexact=email).exists():
+        raise ValidationError({"email": f"An account already uses {email}."})
+    if role not in Role.values:
+        raise ValidationError({"role": f"Unknown role {role!r}; use member or manager."})
 
 
 @transaction.atomic

@@ -136,20 +136,7 @@ def invitation_accept_view(request: HttpRequest, token: str) -> HttpResponse:
     context: dict[str, Any] = {"invitation": invitation, "here": here, **sso_context(here)}
     context.setdefault("passwords_off", False)
     if user.is_authenticated:
-        if not invitations.same_address(user.email or "", invitation.email):
-            context["wrong_address"] = True
-            return render(request, "accounts/invitation.html", context, status=403)
-        if request.method == "POST":
-            try:
-                membership = invitations.invitation_accept(raw=token, user=user)
-            except (ValidationError, PermissionDenied) as exc:
-                context["refusal"] = " ".join(getattr(exc, "messages", [str(exc)]))
-                return render(request, "accounts/invitation.html", context, status=409)
-            messages.success(
-                request, f"Welcome to {membership.project.name}: you are a {membership.role}."
-            )
-            return redirect("project-home", slug=membership.project.slug)
-        return render(request, "accounts/invitation.html", context)
+        return _invitation_join(request, token, invitation, context)
     has_account = get_user_model().objects.filter(email__iexact=invitation.email).exists()
     context["has_account"] = has_account
     context["login_url"] = reverse("login") + "?" + _query(next=here)
@@ -176,6 +163,27 @@ def invitation_accept_view(request: HttpRequest, token: str) -> HttpResponse:
             return redirect("project-home", slug=invitation.project.slug)
     status = 400 if request.method == "POST" else 200
     return render(request, "accounts/invitation.html", context, status=status)
+
+
+def _invitation_join(
+    request: HttpRequest, token: str, invitation: Any, context: dict[str, Any]
+) -> HttpResponse:
+    """The invitation page for someone signed in: join on POST if the address is theirs."""
+    user: Any = request.user
+    if not invitations.same_address(user.email or "", invitation.email):
+        context["wrong_address"] = True
+        return render(request, "accounts/invitation.html", context, status=403)
+    if request.method == "POST":
+        try:
+            membership = invitations.invitation_accept(raw=token, user=user)
+        except (ValidationError, PermissionDenied) as exc:
+            context["refusal"] = " ".join(getattr(exc, "messages", [str(exc)]))
+            return render(request, "accounts/invitation.html", context, status=409)
+        messages.success(
+            request, f"Welcome to {membership.project.name}: you are a {membership.role}."
+        )
+        return redirect("project-home", slug=membership.project.slug)
+    return render(request, "accounts/invitation.html", context)
 
 
 def _query(**params: str) -> str:

@@ -3,7 +3,7 @@
 from django.urls import path
 
 from controlpanel.api.routes import ApiRoutes
-from controlpanel.projects import api, views
+from controlpanel.projects import api, member_views, views
 
 PROJECT = "projects/(?P<project_slug>[a-z0-9-]+)"
 
@@ -13,12 +13,14 @@ urlpatterns = [
     path("p/<slug:slug>/settings/", views.project_settings, name="project-settings"),
     path("p/<slug:slug>/first-run/dismiss/", views.first_run_close, name="first-run-dismiss"),
     path("p/<slug:slug>/secrets/", views.project_secrets, name="project-secrets"),
-    path("p/<slug:slug>/members/", views.member_list, name="member-list"),
-    path("p/<slug:slug>/members/<int:member_id>/", views.member_update, name="member-update"),
-    path("p/<slug:slug>/members/invite/", views.member_invite, name="member-invite"),
+    path("p/<slug:slug>/members/", member_views.member_list, name="member-list"),
+    path(
+        "p/<slug:slug>/members/<int:member_id>/", member_views.member_update, name="member-update"
+    ),
+    path("p/<slug:slug>/members/invite/", member_views.member_invite, name="member-invite"),
     path(
         "p/<slug:slug>/invitations/<int:invitation_id>/revoke/",
-        views.invitation_revoke,
+        member_views.invitation_revoke,
         name="invitation-revoke",
     ),
 ]
