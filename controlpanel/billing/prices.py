@@ -37,25 +37,7 @@ def price_add(
     if price_per_hour < 0:
         raise ValidationError({"price_per_hour": "A price cannot be negative."})
     with transaction.atomic():
-        first = month_of(valid_from)
-        held = Period.objects.select_for_update().filter(month__gte=first).order_by("month")
-        for period in held:
-            if period.state == PeriodState.LOCKED:
-                raise ValidationError(
-                    {
-                        "valid_from": f"{period.month:%Y-%m} is locked: a price from "
-                        f"{valid_from:%Y-%m-%d %H:%M} UTC would change it. Date it after "
-                        "the last locked month."
-                    }
-                )
-            if period.state == PeriodState.CLOSED:
-                raise ValidationError(
-                    {
-                        "valid_from": f"{period.month:%Y-%m} is closed: a price from "
-                        f"{valid_from:%Y-%m-%d %H:%M} UTC would change its invoice. Reopen "
-                        "it first, or date the price later."
-                    }
-                )
+        _hold_open_months(valid_from)
         clash = FlavorPrice.objects.filter(flavor=flavor, valid_from=valid_from).first()
         if clash is not None:
             raise ValidationError(
@@ -84,3 +66,26 @@ def price_add(
         )
         repriced = sum(run_record(run_id=pk, now=now, force=True) for pk in runs)
     return version, repriced
+
+
+def _hold_open_months(valid_from: datetime) -> None:
+    """Lock the periods from `valid_from`'s month on (in the caller's transaction), refusing
+    when one of them is locked or closed."""
+    held = Period.objects.select_for_update().filter(month__gte=month_of(valid_from))
+    for period in held.order_by("month"):
+        if period.state == PeriodState.LOCKED:
+            raise ValidationError(
+                {
+                    "valid_from": f"{period.month:%Y-%m} is locked: a price from "
+                    f"{valid_from:%Y-%m-%d %H:%M} UTC would change it. Date it after "
+                    "the last locked month."
+                }
+            )
+        if period.state == PeriodState.CLOSED:
+            raise ValidationError(
+                {
+                    "valid_from": f"{period.month:%Y-%m} is closed: a price from "
+                    f"{valid_from:%Y-%m-%d %H:%M} UTC would change its invoice. Reopen "
+                    "it first, or date the price later."
+                }
+            )

@@ -102,14 +102,7 @@ def _record(run_id: int, now: datetime, force: bool, rebuilding: date | None) ->
     if end is None:  # open: up to now, never back (a late or reordered recording shrinks nothing)
         end = max(now, meter.billed_to) if meter and meter.started_at == run.started_at else now
     prices = list(FlavorPrice.objects.filter(flavor_id=run.flavor_id))
-    wanted: dict[Key, Wanted] = {
-        (seg.month, seg.price.pk if seg.price else None): Wanted(seg.first, seg.minutes, seg.price)
-        for seg in segments(
-            run.started_at,
-            billed_minutes(run.started_at, end),
-            [(p.valid_from, p) for p in prices],
-        )
-    }
+    wanted = _wanted(run.started_at, end, prices)
     lines = list(Line.objects.filter(run=run))
     states = _hold_periods_from(min([m for m, _ in wanted] + [ln.of_period for ln in lines]))
     locked = frozenset(m for m, state in states.items() if state == PeriodState.LOCKED)
@@ -138,6 +131,15 @@ def _record(run_id: int, now: datetime, force: bool, rebuilding: date | None) ->
         },
     )
     return changed
+
+
+def _wanted(start: datetime, end: datetime, prices: list[FlavorPrice]) -> dict[Key, Wanted]:
+    """A run's minutes from `start` up to `end` by (month, price version): what its usage
+    lines must say."""
+    return {
+        (seg.month, seg.price.pk if seg.price else None): Wanted(seg.first, seg.minutes, seg.price)
+        for seg in segments(start, billed_minutes(start, end), [(p.valid_from, p) for p in prices])
+    }
 
 
 def _meter(run: JobRun) -> Meter | None:
