@@ -103,13 +103,8 @@ def project_namespaces(api: KubeApi, projects: ProjectNamespaces | None = None) 
     return sorted(projects.projects)
 
 
-def _observe_listed(
-    api: KubeApi,
-    namespace: str | None,
-    projects: ProjectNamespaces,
-    cache: ObservationCache,
-    install: str,
-) -> tuple[list[ObservedWorkload], dict[tuple[object, ...], ObservedWorkload], str]:
+def _list_managed(api: KubeApi, namespace: str | None) -> tuple[dict[str, list[Obj]], str]:
+    """Every object we manage, by group key, and the pod list's resourceVersion."""
     # Pods first: the watch follows pods from this list's version, so whatever changes after
     # it (a run made while the other lists are read: its Job listed, its pod not) reaches the
     # watch as an event. Listed after the Jobs, such a run's pod showed without its Job (GONE)
@@ -122,25 +117,29 @@ def _observe_listed(
     replica_sets: list[Obj] = []
     if deployments:  # a cluster without apps pays no call for them
         replica_sets, _ = api.list("ReplicaSet", namespace, label_selector=MANAGED)
+    listed = {
+        "jobsets": jobsets,
+        "jobs": jobs,
+        "pods": pods,
+        "sets": sets,
+        "deployments": deployments,
+        "replica_sets": replica_sets,
+    }
+    return listed, pods_version
+
+
+def _observe_listed(
+    api: KubeApi,
+    namespace: str | None,
+    projects: ProjectNamespaces,
+    cache: ObservationCache,
+    install: str,
+) -> tuple[list[ObservedWorkload], dict[tuple[object, ...], ObservedWorkload], str]:
+    listed, pods_version = _list_managed(api, namespace)
     by_ref: dict[WorkloadRef, dict[str, list[Obj]]] = defaultdict(
-        lambda: {
-            "jobsets": [],
-            "jobs": [],
-            "pods": [],
-            "sets": [],
-            "deployments": [],
-            "replica_sets": [],
-        }
+        lambda: {key: [] for key in listed}
     )
-    listed = (
-        ("jobsets", jobsets),
-        ("jobs", jobs),
-        ("pods", pods),
-        ("sets", sets),
-        ("deployments", deployments),
-        ("replica_sets", replica_sets),
-    )
-    for key, objects in listed:
+    for key, objects in listed.items():
         for obj in owned(objects, install):
             ref = ref_of(obj)
             if ref is not None and projects.holds(ref, look_up=False):

@@ -185,50 +185,10 @@ def make_app(engine: Engine) -> Starlette:
         return JSONResponse({"object": "list", "data": [model | {"owned_by": "ajuste"}]})
 
     async def chat(request: Request) -> Response:
-        return await _complete(request, chat=True)
+        return await _complete(engine, request, chat=True)
 
     async def completions(request: Request) -> Response:
-        return await _complete(request, chat=False)
-
-    async def _complete(request: Request, *, chat: bool) -> Response:
-        try:
-            body = await request.json()
-        except ValueError:
-            return _error(400, "the body is not JSON")
-        try:
-            if not isinstance(body, dict):
-                raise BadRequest("the body must be a JSON object")
-            model = body.get("model")
-            if model != engine.name:
-                return _error(404, f"The model {model!r} does not exist", "not_found_error")
-            sampling = _sampling(body)
-            input_ids = _input(body, chat=chat)
-        except BadRequest as exc:
-            return _error(400, str(exc))
-        reply = _Reply(engine, chat=chat)
-        produced: list[int] = []
-        pieces = _until_stop(engine.generate(input_ids, sampling, produced), sampling.stop)
-        if body.get("stream"):
-            usage = bool((body.get("stream_options") or {}).get("include_usage"))
-            prompt = int(input_ids.shape[1])
-            events = reply.events(iterate_in_threadpool(pieces), prompt, produced, usage)
-            return StreamingResponse(events, media_type="text/event-stream")
-        text, finish = await run_in_threadpool(_collect, pieces)
-        return JSONResponse(reply.whole(text, finish, int(input_ids.shape[1]), len(produced)))
-
-    def _input(body: dict[str, Any], *, chat: bool) -> Any:
-        if chat:
-            messages = body.get("messages")
-            if not isinstance(messages, list) or not messages:
-                raise BadRequest("messages must be a non-empty list")
-            for m in messages:
-                if not isinstance(m, dict) or not isinstance(m.get("content"), str):
-                    raise BadRequest("each message needs a role and a string content")
-            return engine.prompt_ids(messages=messages, prompt=None)
-        prompt = body.get("prompt")
-        if not isinstance(prompt, str):
-            raise BadRequest("prompt must be a string")
-        return engine.prompt_ids(messages=None, prompt=prompt)
+        return await _complete(engine, request, chat=False)
 
     return Starlette(
         routes=[
@@ -238,6 +198,50 @@ def make_app(engine: Engine) -> Starlette:
             Route("/v1/completions", completions, methods=["POST"]),
         ]
     )
+
+
+async def _complete(engine: Engine, request: Request, *, chat: bool) -> Response:
+    """Answer one completion request (chat or plain), whole or streamed."""
+    try:
+        body = await request.json()
+    except ValueError:
+        return _error(400, "the body is not JSON")
+    try:
+        if not isinstance(body, dict):
+            raise BadRequest("the body must be a JSON object")
+        model = body.get("model")
+        if model != engine.name:
+            return _error(404, f"The model {model!r} does not exist", "not_found_error")
+        sampling = _sampling(body)
+        input_ids = _input(engine, body, chat=chat)
+    except BadRequest as exc:
+        return _error(400, str(exc))
+    reply = _Reply(engine, chat=chat)
+    produced: list[int] = []
+    pieces = _until_stop(engine.generate(input_ids, sampling, produced), sampling.stop)
+    if body.get("stream"):
+        usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        prompt = int(input_ids.shape[1])
+        events = reply.events(iterate_in_threadpool(pieces), prompt, produced, usage)
+        return StreamingResponse(events, media_type="text/event-stream")
+    text, finish = await run_in_threadpool(_collect, pieces)
+    return JSONResponse(reply.whole(text, finish, int(input_ids.shape[1]), len(produced)))
+
+
+def _input(engine: Engine, body: dict[str, Any], *, chat: bool) -> Any:
+    """The prompt's token ids, from `messages` (chat) or `prompt`; BadRequest if malformed."""
+    if chat:
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            raise BadRequest("messages must be a non-empty list")
+        for m in messages:
+            if not isinstance(m, dict) or not isinstance(m.get("content"), str):
+                raise BadRequest("each message needs a role and a string content")
+        return engine.prompt_ids(messages=messages, prompt=None)
+    prompt = body.get("prompt")
+    if not isinstance(prompt, str):
+        raise BadRequest("prompt must be a string")
+    return engine.prompt_ids(messages=None, prompt=prompt)
 
 
 def _collect(pieces: Iterator[tuple[str, str]]) -> tuple[str, str]:
