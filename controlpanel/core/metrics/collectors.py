@@ -69,6 +69,18 @@ class StoreCollector(Collector):
             tasks,
             store.TASK_BUCKETS,
         )
+        yield from self._celery_counts(failures, queues)
+        yield from self._last_run(
+            "ajuste_sweep",
+            "the reconcile sweep (workloads/sweep.py)",
+            sweep,
+        )
+        yield from self._log_collector(logs)
+        yield self._app_requests(apps)
+
+    @staticmethod
+    def _celery_counts(failures: dict[bytes, bytes], queues: dict[str, int]) -> Iterator[Metric]:
+        """Failed task runs by task name, and the messages waiting in each queue."""
         failed = CounterMetricFamily(
             "ajuste_celery_task_failures", "Celery task runs that raised.", labels=["task"]
         )
@@ -81,12 +93,9 @@ class StoreCollector(Collector):
         for queue, length in queues.items():
             queued.add_metric([queue], length)
         yield queued
-        yield from self._last_run(
-            "ajuste_sweep",
-            "the reconcile sweep (workloads/sweep.py)",
-            sweep,
-        )
-        yield from self._log_collector(logs)
+
+    @staticmethod
+    def _app_requests(apps: dict[bytes, bytes]) -> Metric:
         served = CounterMetricFamily(
             "ajuste_app_requests",
             "Requests the user-content gateway let through to an app (its autoscalers' rate).",
@@ -94,7 +103,7 @@ class StoreCollector(Collector):
         )
         for labels, count in sorted(apps.items()):
             served.add_metric(labels.decode().split(store.SEP, 1), int(count))
-        yield served
+        return served
 
     def _read_store(self) -> list[dict[bytes, bytes]]:
         pipe = store.client(settings.REDIS_URL).pipeline(transaction=False)

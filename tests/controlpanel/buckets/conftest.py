@@ -65,10 +65,10 @@ def grant(project: Any, admin_user: Any) -> Callable[..., BucketGrant]:
 def eager_tasks(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Celery tasks run in the calling thread, with a private cache for the usage-refresh
     debounce (so no key of an earlier test or run holds a refresh back)."""
-    from controlpanel.buckets import services
+    from controlpanel.buckets import usage
     from controlpanel.celery import app
 
-    monkeypatch.setattr(services, "cache", LocMemCache(f"buckets-{uuid.uuid4()}", {}))
+    monkeypatch.setattr(usage, "cache", LocMemCache(f"buckets-{uuid.uuid4()}", {}))
     previous = app.conf.task_always_eager
     app.conf.task_always_eager = True
     yield
