@@ -26,7 +26,8 @@ from controlpanel.engine.models import JobEvent, JobLogLine, LogArchive, Workloa
 from controlpanel.engine.replicas import OBSERVED_PROGRESS
 from controlpanel.streams import channels
 from deploy.types import LogChunk
-from training.protocol import Snapshot, clean_text, curve_point, read_event
+from training.protocol import clean_text, read_event
+from training.snapshot import Snapshot, curve_point
 
 COLLECT_LIMIT = 5000
 # Lines Ajuste itself adds to a log (skipped bytes, a truncated archive) start with this.

@@ -34,7 +34,7 @@ from controlpanel.jobs import contract, services
 from controlpanel.jobs import selectors as jobs
 from controlpanel.jobs.models import Job
 from controlpanel.jobs.states import JobState
-from training.protocol import Snapshot
+from training.snapshot import Snapshot
 
 
 class JobEventSerializer(serializers.ModelSerializer):
@@ -56,7 +56,7 @@ class JobSerializer(serializers.ModelSerializer):
     cost = serializers.SerializerMethodField()
     queue_position = serializers.SerializerMethodField(help_text=QUEUE_POSITION_HELP)
     progress = serializers.SerializerMethodField(
-        help_text="The fine-tune run's newest progress (training/protocol.py's Snapshot); "
+        help_text="The fine-tune run's newest progress (training/snapshot.py's Snapshot); "
         "paths are the workload's own (/workspace/...)."
     )
 

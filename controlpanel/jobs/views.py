@@ -39,7 +39,7 @@ from controlpanel.jobs.validation import (
 )
 from controlpanel.projects.access import ProjectRequest, project_view
 from controlpanel.queues.positions import QueuePosition, mark_places
-from training.protocol import Snapshot
+from training.snapshot import Snapshot
 
 log = logging.getLogger(__name__)
 

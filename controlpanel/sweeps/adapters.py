@@ -23,7 +23,8 @@ from storage.errors import StorageError
 from storage.objects import read_object
 from storage.sync.lineage import LINEAGE_PATH, LineageError, changed_keys, read_lineage
 from storage.volumes import VolumeSpec, parse_volume_spec, render_volume_spec
-from training.protocol import Snapshot, read_event
+from training.protocol import read_event
+from training.snapshot import Snapshot
 
 MAX_LINEAGE_BYTES = 64 << 20
 MAX_METRICS_BYTES = 16 << 20

@@ -19,7 +19,7 @@ from controlpanel.jobs.models import Job
 from controlpanel.projects.models import Project
 from controlpanel.sweeps.models import Adapter, Sweep, Trial, TrialState
 from controlpanel.sweeps.study import Point
-from training.protocol import Snapshot
+from training.snapshot import Snapshot
 
 
 def sweeps_for_project(*, project: Project) -> QuerySet[Sweep]:

@@ -17,8 +17,6 @@ from tests.fixtures.llm import REPO
 from training.protocol import (
     EVENTS,
     FIELDS,
-    SNAPSHOT_EVENTS,
-    Snapshot,
     format_event,
     format_log,
     is_event,
@@ -27,6 +25,7 @@ from training.protocol import (
     parse_line,
     read_event,
 )
+from training.snapshot import SNAPSHOT_EVENTS, Snapshot
 
 
 @pytest.mark.parametrize("event", EVENTS)

@@ -18,7 +18,7 @@ from django.utils import timezone
 from controlpanel.engine.registry import kind_of, kinds
 from controlpanel.engine.selectors import job_cost_estimate
 from storage.volumes import VolumeSpecError, parse_volume_spec
-from training.protocol import Snapshot
+from training.snapshot import Snapshot
 
 register = template.Library()
 
