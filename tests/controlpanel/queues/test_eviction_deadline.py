@@ -29,7 +29,7 @@ from tests.controlpanel.queues.test_eviction_metering import (
     running,  # noqa: F401 (a fixture)
 )
 from tests.fixtures.jobs import submit
-from tests.fixtures.k8s_emulator import crds
+from tests.fixtures.k8s import kueue_on
 
 BEHIND = timedelta(minutes=30)
 
@@ -83,11 +83,7 @@ def test_an_evicted_pod_killed_after_its_grace_is_billed_to_its_deletion_deadlin
 ) -> None:
     """Beta's borrowing job is preempted by alpha's; it ignores SIGTERM (saving), the sweep
     sees it terminating, then it is killed at its grace's end and gone before the next sweep."""
-    missing = crds.missing(crds.KUEUE)
-    if missing:
-        pytest.skip(missing)
-    settings.QUEUE_ENGINE = "kueue"
-    k8s_cluster.install_kueue()
+    kueue_on(k8s_cluster, settings)
     k8s_cluster.advance(-BEHIND.total_seconds())
     Project.objects.filter(pk__in=[project.pk, other_project.pk]).update(gpu_quota=1)
     queues_reconcile()

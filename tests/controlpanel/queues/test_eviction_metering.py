@@ -26,7 +26,7 @@ from deploy import names
 from deploy.kubernetes.observe import JobObjects, observe_job
 from deploy.types import ObservedWorkload, Phase, WorkloadKind, WorkloadRef
 from tests.fixtures.jobs import submit
-from tests.fixtures.k8s_emulator import crds
+from tests.fixtures.k8s import kueue_on
 
 REASON = "preempted: project alpha reclaimed its quota; back in Kueue queue ajuste, it resumes"
 
@@ -194,11 +194,7 @@ def test_a_pod_terminating_after_its_eviction_shows_kueues_reason_and_is_metered
 ) -> None:
     """Through the emulator's Kueue: the evicted pod saves its checkpoint (it ignores SIGTERM
     for its grace period), and meanwhile the job says why it waits and is still metered."""
-    missing = crds.missing(crds.KUEUE)
-    if missing:
-        pytest.skip(missing)
-    settings.QUEUE_ENGINE = "kueue"
-    k8s_cluster.install_kueue()
+    kueue_on(k8s_cluster, settings)
     Project.objects.filter(pk__in=[project.pk, other_project.pk]).update(gpu_quota=1)
     queues_reconcile()
     theirs = [submit(other_project, owner, name=f"beta-{i}", preemptible=True) for i in range(2)]

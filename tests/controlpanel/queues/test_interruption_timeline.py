@@ -26,7 +26,7 @@ from deploy import names
 from deploy.types import ObservedWorkload, Phase, WorkloadKind
 from tests.fixtures.cli import cli_as
 from tests.fixtures.jobs import access_for, submit
-from tests.fixtures.k8s_emulator import crds
+from tests.fixtures.k8s import kueue_on
 
 INTERRUPTED = (
     '{"event": "interrupted", "v": 1, "time": 1733130000.0, "step": 412, "signal": "SIGTERM", '
@@ -134,11 +134,7 @@ def test_the_requeue_the_sweep_sees_names_kueues_reason_for_that_job_only(
     """Through the emulator's Kueue: both of beta's fine-tunes printed `interrupted` before
     anything was seen (the collector is ahead); alpha reclaims its GPU, the sweep sees one of
     them requeued, and only that one's entry names Kueue's reason."""
-    missing = crds.missing(crds.KUEUE)
-    if missing:
-        pytest.skip(missing)
-    settings.QUEUE_ENGINE = "kueue"
-    k8s_cluster.install_kueue()
+    kueue_on(k8s_cluster, settings)
     Project.objects.filter(pk__in=[project.pk, other_project.pk]).update(gpu_quota=1)
     queues_reconcile()
     theirs = [submit(other_project, owner, name=f"beta-{i}", preemptible=True) for i in range(2)]

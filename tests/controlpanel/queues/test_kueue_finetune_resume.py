@@ -34,7 +34,7 @@ from controlpanel.projects.models import Project
 from controlpanel.queues.services import queues_reconcile
 from deploy import names
 from tests.fixtures.jobs import access_for, project_bucket, put_dataset, submit
-from tests.fixtures.k8s_emulator import crds
+from tests.fixtures.k8s import kueue_on
 from tests.fixtures.llm import REPO, TinyLLM, finetune_env, parse_output
 from tests.training.ranks import Hold, losses, read_until
 
@@ -56,11 +56,7 @@ PARAMS = {
 def cohort(
     k8s_cluster: Any, k8s_jobs: Any, settings: Any, project: Project, other_project: Project
 ) -> Any:
-    missing = crds.missing(crds.KUEUE)
-    if missing:
-        pytest.skip(missing)
-    settings.QUEUE_ENGINE = "kueue"
-    kueue = k8s_cluster.install_kueue()
+    kueue = kueue_on(k8s_cluster, settings)
     Project.objects.filter(pk__in=[project.pk, other_project.pk]).update(gpu_quota=1)
     assert queues_reconcile() == ["ajuste-alpha", "ajuste-beta"]
     return kueue

@@ -16,7 +16,7 @@ from controlpanel.queues.selectors import namespace_cpu_memory_quotas
 from controlpanel.queues.services import queues_reconcile
 from deploy.manifests.projects import QUOTA_NAME
 from tests.controlpanel.queues.test_kueue_positions import launch
-from tests.fixtures.k8s_emulator import crds
+from tests.fixtures.k8s import kueue_on
 
 pytestmark = [pytest.mark.k8s, pytest.mark.django_db(transaction=True)]
 
@@ -33,11 +33,7 @@ def test_a_borrowing_project_gets_the_cpu_and_memory_of_what_it_borrows(
     other_project: Project,
     owner: Any,
 ) -> None:
-    missing = crds.missing(crds.KUEUE)
-    if missing:
-        pytest.skip(missing)
-    settings.QUEUE_ENGINE = "kueue"
-    k8s_cluster.install_kueue()
+    kueue_on(k8s_cluster, settings)
     # Each project: 4 GPUs, and CPU and memory for four 1-GPU jobs (h100-1-gpu's 30 vCPU and
     # 200 GiB a unit, and the sidecars' share), so six need what beta borrows of alpha's.
     Project.objects.filter(pk__in=[project.pk, other_project.pk]).update(

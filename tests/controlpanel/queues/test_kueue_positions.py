@@ -22,7 +22,7 @@ from controlpanel.queues.services import queues_observe, queues_reconcile
 from deploy import names
 from tests.fixtures.cli import cli_as, ok_json
 from tests.fixtures.jobs import submit
-from tests.fixtures.k8s_emulator import crds
+from tests.fixtures.k8s import kueue_on
 
 pytestmark = [pytest.mark.k8s, pytest.mark.django_db(transaction=True)]
 
@@ -31,11 +31,7 @@ pytestmark = [pytest.mark.k8s, pytest.mark.django_db(transaction=True)]
 def kueue(
     k8s_cluster: Any, k8s_jobs: Any, settings: Any, project: Project, other_project: Project
 ) -> Any:
-    missing = crds.missing(crds.KUEUE)
-    if missing:
-        pytest.skip(missing)
-    settings.QUEUE_ENGINE = "kueue"
-    handle = k8s_cluster.install_kueue()
+    handle = kueue_on(k8s_cluster, settings)
     Project.objects.filter(pk__in=[project.pk, other_project.pk]).update(gpu_quota=2)
     ProjectQueue.objects.create(project=project, borrowing_limit=0)  # alpha waits for its own
     assert queues_reconcile() == ["ajuste-alpha", "ajuste-beta"]

@@ -17,7 +17,7 @@ from controlpanel.queues.services import queues_observe, queues_reconcile
 from controlpanel.queues.sharing import CACHE_KEY
 from deploy.kubernetes.kueue_visibility import sharing
 from tests.controlpanel.queues.test_kueue_positions import launch
-from tests.fixtures.k8s_emulator import crds
+from tests.fixtures.k8s import kueue_on
 from tests.fixtures.panel import api_client_for, logged_in
 
 GPU = "nvidia.com/gpu"
@@ -90,12 +90,8 @@ def test_the_capacity_view_shows_each_projects_nominal_used_borrowed_and_lent_gp
     owner: Any,
     admin_user: Any,
 ) -> None:
-    missing = crds.missing(crds.KUEUE)
-    if missing:
-        pytest.skip(missing)
     cache.delete(CACHE_KEY)
-    settings.QUEUE_ENGINE = "kueue"
-    k8s_cluster.install_kueue()
+    kueue_on(k8s_cluster, settings)
     Project.objects.filter(pk__in=[project.pk, other_project.pk]).update(gpu_quota=4)
     ProjectQueue.objects.create(project=project, lending_limit=3, borrowing_limit=2)
     queues_reconcile()
