@@ -83,13 +83,16 @@ def gone_at(run: JobRun, now: datetime, *, evicted_at: datetime | None = None) -
     """When a run whose pod went without its end seen really ended (one rule for every path:
     a group restart's or a scale-down's replica here, an evicted pod in evictions.py):
     - by the deletion's deadline seen while it terminated (`ends_by`: its own end at the
-      latest, billed to it rather than to when the panel noticed it gone);
+      latest, billed to it rather than to when the panel noticed it gone), once that deadline
+      has passed;
     - else, evicted by Kueue, at the eviction (`evicted_at`, when its deletion began), unless
-      that is older than the pod (a stale condition: not its own eviction);
+      that is older than the pod (a stale condition: not its own eviction): a pod gone before
+      its deadline ended by itself, and no minute is billed after it ended (Kueue re-admits
+      the job once it is gone, and the next pod may start within the same second);
     - else the panel's now.
     Never past the panel's now (a cluster clock ahead), never before its start."""
     started = run.started_at
-    if run.ends_by is not None:
+    if run.ends_by is not None and (run.ends_by <= now or evicted_at is None):
         end = run.ends_by
     elif evicted_at is not None and (started is None or evicted_at >= started):
         end = evicted_at

@@ -17,6 +17,7 @@ from controlpanel.engine.backend import job_ref
 from controlpanel.engine.lifecycle import apply_observation
 from controlpanel.engine.models import JobRun
 from controlpanel.engine.reconcile import reconcile
+from controlpanel.engine.replicas import gone_at
 from controlpanel.engine.tasks import sweep_now
 from controlpanel.jobs.models import Job
 from controlpanel.projects.models import Project
@@ -54,10 +55,12 @@ def test_a_pod_seen_terminating_then_gone_is_billed_to_its_deadline_not_the_evic
 
 
 @pytest.mark.django_db
-def test_a_deadline_in_the_panels_future_ends_at_now(
+def test_a_pod_gone_before_its_deadline_ends_at_the_eviction(
     running: tuple[Job, JobRun],  # noqa: F811
 ) -> None:
-    """A cluster clock ahead of the panel's: the deadline is past the panel's now, so now."""
+    """Gone while its deadline is still ahead: it ended by itself, some time after Kueue
+    evicted it, so it is billed to the eviction (no minute after its end, and none over the
+    next pod Kueue may start in the same second), not to its deadline nor to now."""
     job, run = running
     evicted = run.started_at + timedelta(minutes=5)
     ahead = timezone.now() + timedelta(hours=1)
@@ -65,10 +68,24 @@ def test_a_deadline_in_the_panels_future_ends_at_now(
         job, evicted_at=evicted, run_uid="pod-1", started_at=run.started_at, ends_by=ahead
     )
     apply_observation(job, seen, fresh=True)
-    before = timezone.now()
     apply_observation(job, requeued(job, evicted_at=evicted), fresh=True)
     run.refresh_from_db()
-    assert run.finished_at is not None and before <= run.finished_at <= timezone.now()
+    assert run.finished_at == evicted
+
+
+@pytest.mark.django_db
+def test_a_deadline_ahead_with_no_eviction_known_ends_at_now(
+    running: tuple[Job, JobRun],  # noqa: F811
+) -> None:
+    """No eviction time to bound it (a replica gone unseen): the panel's now, never the
+    deadline ahead of it."""
+    _, run = running
+    ahead = timezone.now() + timedelta(hours=1)
+    run.ends_by = ahead
+    run.save(update_fields=["ends_by"])
+    before = timezone.now()
+    end = gone_at(run, timezone.now())
+    assert before <= end <= timezone.now()
 
 
 @pytest.mark.k8s
