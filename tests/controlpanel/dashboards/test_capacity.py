@@ -250,14 +250,16 @@ def test_mig_slices_by_model_and_profile_and_the_flavors_that_ask_for_them(
 def test_the_figures_refresh_through_htmx_and_stay_escaped(
     cluster: EmulatedCluster, work: None, admin_user: Any
 ) -> None:
-    """The page polls its figures every 30 s (paused while the tab is hidden, by app.js, since
-    the strict CSP allows no hx-trigger filter); a poll gets the figures alone, and they move
-    when the reading or the queue does."""
+    """The page follows the site admins' stream (a `changed` notice re-fetches the figures) and
+    falls back to a poll every 30 s (held while the stream is open; paused while the tab is
+    hidden, by app.js, since the strict CSP allows no hx-trigger filter); a poll gets the
+    figures alone, and they move when the reading or the queue does."""
     client = logged_in(admin_user)
     page = client.get("/dashboard/capacity/").content.decode()
     assert (
         '<div id="capacity-figures" hx-get="/dashboard/capacity/" hx-trigger="every 30s, '
-        'visibilitychange from:document" data-poll hx-swap="outerHTML"'
+        'ajuste:changed from:body, visibilitychange from:document" data-poll '
+        'data-pushed="/dashboard/events/" data-clock hx-swap="outerHTML"'
     ) in page
     before = client.get("/dashboard/capacity/", HTTP_HX_REQUEST="true").content.decode()
     assert before.lstrip().startswith('<div id="capacity-figures"') and "<html" not in before
