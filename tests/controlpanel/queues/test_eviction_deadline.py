@@ -21,10 +21,10 @@ from controlpanel.engine.replicas import gone_at
 from controlpanel.engine.tasks import sweep_now
 from controlpanel.jobs.models import Job
 from controlpanel.projects.models import Project
-from controlpanel.queues.services import queues_reconcile
 from deploy import names
 from deploy.kubernetes.pods import parse_time
 from tests.controlpanel.queues.test_eviction_metering import (
+    beta_borrows,
     billed_minutes,
     requeued,
     running,  # noqa: F401 (a fixture)
@@ -102,15 +102,7 @@ def test_an_evicted_pod_killed_after_its_grace_is_billed_to_its_deletion_deadlin
     sees it terminating, then it is killed at its grace's end and gone before the next sweep."""
     kueue_on(k8s_cluster, settings)
     k8s_cluster.advance(-BEHIND.total_seconds())
-    Project.objects.filter(pk__in=[project.pk, other_project.pk]).update(gpu_quota=1)
-    queues_reconcile()
-    theirs = [submit(other_project, owner, name=f"beta-{i}", preemptible=True) for i in range(2)]
-    admit_jobs(project_id=other_project.pk)
-    for job in theirs:  # the second borrows alpha's idle GPU
-        reconcile(str(job.pk))
-        pod = k8s_cluster.pod_of(other_project.namespace, names.job_name(job_ref(job)))
-        k8s_cluster.kubelet.run(other_project.namespace, pod)
-    sweep_now()
+    theirs = beta_borrows(k8s_cluster, project, other_project, owner)
     k8s_cluster.advance(5 * 60)
     k8s_cluster.kubelet.ignore_sigterm = True
     ours = submit(project, owner, name="alpha-0")

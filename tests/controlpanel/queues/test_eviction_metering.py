@@ -195,15 +195,7 @@ def test_a_pod_terminating_after_its_eviction_shows_kueues_reason_and_is_metered
     """Through the emulator's Kueue: the evicted pod saves its checkpoint (it ignores SIGTERM
     for its grace period), and meanwhile the job says why it waits and is still metered."""
     kueue_on(k8s_cluster, settings)
-    Project.objects.filter(pk__in=[project.pk, other_project.pk]).update(gpu_quota=1)
-    queues_reconcile()
-    theirs = [submit(other_project, owner, name=f"beta-{i}", preemptible=True) for i in range(2)]
-    admit_jobs(project_id=other_project.pk)
-    for job in theirs:  # the second borrows alpha's idle GPU
-        reconcile(str(job.pk))
-        pod = k8s_cluster.pod_of(other_project.namespace, names.job_name(job_ref(job)))
-        k8s_cluster.kubelet.run(other_project.namespace, pod)
-    sweep_now()
+    theirs = beta_borrows(k8s_cluster, project, other_project, owner)
     k8s_cluster.kubelet.ignore_sigterm = True
     ours = submit(project, owner, name="alpha-0")
     admit_jobs(project_id=project.pk)
@@ -232,3 +224,18 @@ def test_an_eviction_older_than_the_pod_is_not_its_end(running: tuple[Job, JobRu
     run.refresh_from_db()
     assert run.finished_at is not None and before <= run.finished_at <= timezone.now()
     assert billed_minutes(run) >= 10
+
+
+def beta_borrows(cluster: Any, project: Project, other_project: Project, owner: Any) -> list[Job]:
+    """One GPU each; beta's two preemptible jobs run, the second on alpha's idle GPU (borrowed
+    through the cohort), and the sweep has seen them running."""
+    Project.objects.filter(pk__in=[project.pk, other_project.pk]).update(gpu_quota=1)
+    queues_reconcile()
+    theirs = [submit(other_project, owner, name=f"beta-{i}", preemptible=True) for i in range(2)]
+    admit_jobs(project_id=other_project.pk)
+    for job in theirs:
+        reconcile(str(job.pk))
+        pod = cluster.pod_of(other_project.namespace, names.job_name(job_ref(job)))
+        cluster.kubelet.run(other_project.namespace, pod)
+    sweep_now()
+    return theirs

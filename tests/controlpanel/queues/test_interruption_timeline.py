@@ -12,7 +12,6 @@ import pytest
 from django.utils import timezone
 
 from controlpanel.engine.admission import admit_jobs
-from controlpanel.engine.backend import job_ref
 from controlpanel.engine.lifecycle import apply_observation, record_launch, record_state
 from controlpanel.engine.logs import _store
 from controlpanel.engine.models import JobEvent, JobRun
@@ -21,9 +20,8 @@ from controlpanel.engine.services import workload_stop
 from controlpanel.engine.tasks import sweep_now
 from controlpanel.jobs.models import Job
 from controlpanel.projects.models import Project
-from controlpanel.queues.services import queues_reconcile
-from deploy import names
 from deploy.types import ObservedWorkload, Phase, WorkloadKind
+from tests.controlpanel.queues.test_eviction_metering import beta_borrows
 from tests.fixtures.cli import cli_as
 from tests.fixtures.jobs import access_for, submit
 from tests.fixtures.k8s import kueue_on
@@ -135,15 +133,7 @@ def test_the_requeue_the_sweep_sees_names_kueues_reason_for_that_job_only(
     anything was seen (the collector is ahead); alpha reclaims its GPU, the sweep sees one of
     them requeued, and only that one's entry names Kueue's reason."""
     kueue_on(k8s_cluster, settings)
-    Project.objects.filter(pk__in=[project.pk, other_project.pk]).update(gpu_quota=1)
-    queues_reconcile()
-    theirs = [submit(other_project, owner, name=f"beta-{i}", preemptible=True) for i in range(2)]
-    admit_jobs(project_id=other_project.pk)
-    for job in theirs:  # the second borrows alpha's idle GPU
-        reconcile(str(job.pk))
-        pod = k8s_cluster.pod_of(other_project.namespace, names.job_name(job_ref(job)))
-        k8s_cluster.kubelet.run(other_project.namespace, pod)
-    sweep_now()
+    theirs = beta_borrows(k8s_cluster, project, other_project, owner)
     for job in Job.objects.filter(pk__in=[j.pk for j in theirs]):
         _store(job, [INTERRUPTED])
     ours = submit(project, owner, name="alpha-0")
