@@ -16,7 +16,7 @@ from deploy import images
 from deploy.local import runs
 from deploy.local.apps import app_argv, app_probe, app_problem
 from deploy.local.editors import editor_problem
-from deploy.local.group import node_envs
+from deploy.local.group import free_port, node_envs
 from deploy.local.paths import secret_file
 from deploy.local.plan import (
     editor_argv,
@@ -215,9 +215,7 @@ def _port(previous: object) -> int:
     """The notebook's previous port when still free (same URL after a restart), else a new one."""
     if isinstance(previous, int) and _free(previous):
         return previous
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+    return free_port()
 
 
 def _free(port: int) -> bool:

@@ -12,9 +12,14 @@ from storage.sync.stats import conflict_note
 
 
 def last_words(log: Path, workspace: Path) -> str:
-    """The last non-empty line of a log (what a failing process said last), its paths the
-    workload's own: written so before it is clipped, since a cut path no longer reads as one."""
-    lines = _tail_lines(log, max(0, size(log) - 8192))
+    """The last line of a log that says something (what a failing process said last; not a
+    rule of `=====` as torchrun's failure report ends with), its paths the workload's own:
+    written so before it is clipped, since a cut path no longer reads as one."""
+    lines = [
+        line
+        for line in _tail_lines(log, max(0, size(log) - 8192))
+        if any(c.isalnum() for c in line)
+    ]
     return _clip(as_workload(lines[-1], workspace)) if lines else ""
 
 

@@ -182,6 +182,8 @@ class Supervisor:
             failed = self.group.failed_node
             last = last_words(node_log(self.run, failed), workspace_dir(self.run))
             reason = f"node {failed}: exit code {code}"
+            if restarts := self.group.restarts:
+                reason += f" (after {restarts} group restart{'s' if restarts != 1 else ''})"
             return {"phase": Phase.FAILED.value, "reason": f"{reason}: {last}" if last else reason}
         if notebook:
             what = f"the {server} exited"
