@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -160,3 +161,37 @@ def wait_http(url: str, seconds: float = 60) -> None:
             pass
         time.sleep(0.2)
     raise SystemExit(f"{url} did not answer")
+
+
+def cpu_seconds(procs: dict[str, Any]) -> dict[str, float]:
+    """CPU seconds (user + system) of each named process (psutil.Process) and its children so
+    far; this process's own without its children (the panel's processes it started, counted
+    under their own names: counting them here too made the emulator look 4 times busier)."""
+    import psutil
+
+    result = {}
+    for name, proc in procs.items():
+        total = 0.0
+        try:
+            mine = proc.pid == os.getpid()
+            for one in [proc, *([] if mine else proc.children(recursive=True))]:
+                times = one.cpu_times()
+                total += times.user + times.system
+        except psutil.NoSuchProcess:
+            pass
+        result[name] = total
+    return result
+
+
+def pin_apart(panel: dict[str, Any], cpus: str) -> str:
+    """The panel's processes (psutil.Process; the forks they make later inherit it) on `cpus`
+    ("0" or "0,1"), this process (the emulator standing in for a Kubernetes API server that
+    runs elsewhere, and the clients) and what it starts later on the others. Returns what
+    to print. PostgreSQL and Redis are not pinned."""
+    mine = sorted({int(cpu) for cpu in cpus.split(",")})
+    for proc in panel.values():
+        for one in [proc, *proc.children(recursive=True)]:
+            one.cpu_affinity(mine)
+    rest = set(range(os.cpu_count() or 1)) - set(mine)
+    os.sched_setaffinity(0, rest)
+    return f"pinned: the panel on CPU {mine}, the emulator and the clients on CPU {sorted(rest)}"

@@ -9,6 +9,7 @@
    steady-state sweep (nothing changed), and how it grows.
 
     .venv/bin/python bench/bench_jobs.py [--jobs 50] [--burst 50] [--skip-browser] [--sweep-only]
+        [--pin 0]   (the panel on CPU 0, the emulator and the clients on the others)
 
 Uses PostgreSQL (database `ajuste_bench`, recreated) and Redis database 14 on loopback;
 BENCH_DB and BENCH_REDIS_DB pick others (so two runs can share the machine). `--sweep-sizes ""`
@@ -18,12 +19,12 @@ skips the sweep.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -34,8 +35,10 @@ import _panel
 from _panel import (
     WATCHER,
     configure,
+    cpu_seconds,
     free_port,
     gunicorn,
+    pin_apart,
     stop,
     thread_worker,
     wait_http,
@@ -43,6 +46,7 @@ from _panel import (
 from _panel import start as start_processes
 
 DB_NAME = os.environ.get("BENCH_DB", "ajuste_bench")
+PANEL = ("web", "worker", "watcher")
 NS = "ajuste-alpha"
 configure(
     DB_NAME,
@@ -88,32 +92,25 @@ def setup_panel() -> tuple[Any, str]:
 def start_panel(
     kubeconfig: str, port: int, logs: Path, extra: dict[str, list[str]] | None = None, **env: str
 ) -> list[subprocess.Popen[bytes]]:
-    commands = {"web": gunicorn(port, 2), "worker": thread_worker(8), "watcher": WATCHER}
+    commands = dict(zip(PANEL, (gunicorn(port, 2), thread_worker(8), WATCHER), strict=True))
     # KUBECONFIG: the emulator's token
     return start_processes(commands | (extra or {}), logs, KUBECONFIG=kubeconfig, **env)
 
 
 class PodClock:
-    """Notes when each job's pod first appears, scanning the emulator's store every 5 ms
-    (reading labels in place: copying every pod would slow the emulator in this process)."""
+    """Notes when each job's pod is created: a hook among the emulator's admission steps, so
+    it costs nothing between creations (a thread scanning the store took CPU, and the GIL,
+    from the emulator and the clients in this process)."""
 
     def __init__(self, cluster: Any) -> None:
-        self.cluster = cluster
         self.seen: dict[str, float] = {}
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
+        cluster.store.admission.append(self._admit)
 
-    def _run(self) -> None:
-        store = self.cluster.store
-        while not self.stop.wait(0.005):
-            now = time.perf_counter()
-            with store.lock:
-                pods = [o.raw for (kind, _, _), o in store.objects.items() if kind.plural == "pods"]
-            for pod in pods:
-                job_id = (pod["metadata"].get("labels") or {}).get("ajuste.io/id")
-                if job_id and job_id not in self.seen:
-                    self.seen[job_id] = now
+    def _admit(self, store: Any, plural: str, body: dict[str, Any]) -> None:
+        if plural == "pods":
+            job_id = (body["metadata"].get("labels") or {}).get("ajuste.io/id")
+            if job_id:
+                self.seen.setdefault(job_id, time.perf_counter())
 
 
 def submit(http: Any, index: int) -> tuple[str, float]:
@@ -160,19 +157,58 @@ def bench_latency(http: Any, clock: PodClock, count: int) -> None:
     )
 
 
-def bench_burst(http_factory: Any, clock: PodClock, count: int) -> None:
-    started = time.perf_counter()
+def burst_clients(base: str, token: str, count: int) -> tuple[list[str], float, float]:
+    """`count` submissions from 8 client threads (run in a process of its own: in this one
+    the clients would share the GIL with the emulator): the jobs' ids, when the first was
+    sent and when the last was answered (time.perf_counter: the same clock in every process
+    on Linux)."""
+    import httpx
+
+    headers = {"Authorization": f"Bearer {token}", "X-Ajuste-Project": "alpha"}
+    clients = [httpx.Client(base_url=base, timeout=30, headers=headers) for _ in range(8)]
+    for http in clients:
+        http.get("/api/v1/jobs/?page_size=1").raise_for_status()  # connected before the clock
+    began = time.perf_counter()
     with ThreadPoolExecutor(8) as pool:
-        clients = [http_factory() for _ in range(8)]
-        results = list(pool.map(lambda i: submit(clients[i % 8], 10_000 + i), range(count)))
-    submitted = time.perf_counter()
-    wait_pods(clock, [job_id for job_id, _ in results], 600)
-    created = max(clock.seen[job_id] for job_id, _ in results)
+        done = list(pool.map(lambda i: submit(clients[i % 8], 10_000 + i), range(count)))
+    return [job_id for job_id, _ in done], began, time.perf_counter()
+
+
+def bench_burst(
+    base: str, token: str, clock: PodClock, count: int, panel: dict[str, Any] | None = None
+) -> None:
+    """`count` submissions from 8 client threads in their own process; with `panel` (name:
+    psutil.Process), the CPU each process spent per job until every pod existed (the web's,
+    the worker's... and this process's: the emulator)."""
+    import multiprocessing
+
+    import psutil
+
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        pool.apply(time.sleep, (0,))  # the client process is up before the clock
+        named = {**(panel or {}), "bench (emulator)": psutil.Process()}
+        named |= {"clients": psutil.Process(pool._pool[0].pid)}
+        before = cpu_seconds(named)
+        ids, began, ended = pool.apply(burst_clients, (base, token, count))
+        wait_pods(clock, ids, 600)
+        spent = {name: used - before[name] for name, used in cpu_seconds(named).items()}
+    created = max(clock.seen[job_id] for job_id in ids)
     print(
-        f"sustained submissions through the API: {count / (submitted - started):.1f} jobs/s "
-        f"({count} jobs, 8 client threads); every pod created after "
-        f"{created - started:.1f} s ({count / (created - started):.1f} pods/s end to end)"
+        f"sustained submissions through the API: {count / (ended - began):.1f} jobs/s "
+        f"({count} jobs, 8 client threads in their own process); every pod created after "
+        f"{created - began:.1f} s ({count / (created - began):.1f} pods/s end to end)"
     )
+    if panel:
+        per_job = {name: used * 1000 / count for name, used in spent.items()}
+        print(
+            "CPU per job, submit to pod: "
+            + ", ".join(f"{n} {ms:.1f} ms" for n, ms in per_job.items())
+        )
+        ours = sum(ms for name, ms in per_job.items() if name in panel)
+        print(
+            f"the panel's processes: {ours:.1f} ms of CPU a job (PostgreSQL and Redis not "
+            f"counted): at most {1000 / ours:.0f} jobs/s per core they have to themselves"
+        )
 
 
 def bench_log_latency(base: str, http: Any, cluster: Any, clock: PodClock, lines: int) -> None:
@@ -319,14 +355,23 @@ def main() -> None:
     parser.add_argument("--sweep-sizes", default="1000,10000")
     parser.add_argument("--skip-browser", action="store_true")
     parser.add_argument("--sweep-only", action="store_true", help="Only the sweep figures.")
+    parser.add_argument(
+        "--pin",
+        default="",
+        help="CPUs for the panel's processes, e.g. 0 (web, worker, watcher); this process (the "
+        "emulator and the clients) gets the others: the emulator stands in for a server "
+        "that runs elsewhere",
+    )
     args = parser.parse_args()
     import httpx
+    import psutil
 
     from tests.fixtures.k8s_emulator import EmulatedCluster
 
     # SIGTERM must stop the worker, web and watcher too: a worker left behind would take the
     # next run's tasks (same broker database) and drive a cluster that no longer exists.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
+    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)  # the emulator's request log
     fresh_database()
     project, token = setup_panel()
     cluster = EmulatedCluster()
@@ -337,26 +382,25 @@ def main() -> None:
         bench_sweep(cluster, project, [int(s) for s in args.sweep_sizes.split(",")])
         return cluster.close()
     procs = start_panel(cluster.kubeconfig, port, logs)
-    clock = PodClock(cluster)  # stopped before the sweep: it scans the whole store
+    panel = {name: psutil.Process(proc.pid) for name, proc in zip(PANEL, procs, strict=True)}
+    if args.pin:
+        print(pin_apart(panel, args.pin))
+    clock = PodClock(cluster)
     try:
         wait_http(f"{base}/healthz")
 
-        def client() -> httpx.Client:
-            return httpx.Client(
-                base_url=base,
-                timeout=30,
-                headers={"Authorization": f"Bearer {token}", "X-Ajuste-Project": "alpha"},
-            )
-
-        http = client()
+        http = httpx.Client(
+            base_url=base,
+            timeout=30,
+            headers={"Authorization": f"Bearer {token}", "X-Ajuste-Project": "alpha"},
+        )
         submit(http, -1)  # warm up every process
         time.sleep(2)
         bench_latency(http, clock, args.jobs)
-        bench_burst(client, clock, args.burst)
+        bench_burst(base, token, clock, args.burst, panel)
         if not args.skip_browser:
             bench_log_latency(base, http, cluster, clock, args.log_lines)
     finally:
-        clock.stop.set()
         stop(procs)
     bench_sweep(cluster, project, [int(s) for s in args.sweep_sizes.split(",") if s])
     cluster.close()
