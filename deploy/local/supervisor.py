@@ -33,6 +33,9 @@ from deploy.local.runlog import last_words, push_note, size, sync_failure, sync_
 from deploy.local.state import now_iso, process_start_ticks, read_json, read_state, update_state
 from deploy.types import Phase
 
+# A local job's niceness (`_yield_to_the_panel`): the panel's processes first, under load.
+JOB_NICE = 10
+
 
 class Supervisor:
     """Executes `plan.json` of one run directory."""
@@ -122,6 +125,8 @@ class Supervisor:
         return "waiting for the editor to answer"
 
     def _spawn(self, cwd: Path) -> Child:
+        if not kinds.spec(self.plan["ref"]["kind"]).server:
+            _yield_to_the_panel()  # the run's processes inherit it, every node's included
         if self.plan.get("nodes"):
             self.group = NodeGroup(self.run, self.plan, cwd)
             return self.group
@@ -296,6 +301,16 @@ def exit_code(returncode: int) -> int:
 
 
 Child = subprocess.Popen[bytes] | NodeGroup
+
+
+def _yield_to_the_panel() -> None:
+    """A job shares `make run`'s machine with the panel: it runs at JOB_NICE, so a training
+    that takes every core leaves the pages, the API and the streams answering at once (they
+    get the CPU first, the job the rest). Editors and model servers (someone waits on them)
+    keep the panel's priority."""
+    current = os.getpriority(os.PRIO_PROCESS, 0)
+    with contextlib.suppress(OSError):
+        os.setpriority(os.PRIO_PROCESS, 0, max(current, JOB_NICE))
 
 
 def _signal(child: Child, sig: signal.Signals) -> None:

@@ -18,6 +18,7 @@ from deploy.local import LocalBackend
 from deploy.local.gpus import Gpu
 from deploy.local.paths import run_dir
 from deploy.local.state import read_state
+from deploy.local.supervisor import JOB_NICE
 from deploy.types import JobRequest, ObservedWorkload, Phase, ProjectRequest, WorkloadRef
 from tests.deploy.conftest import CPU, H100
 
@@ -223,6 +224,14 @@ def test_a_last_line_without_newline_ends_the_log(local: LocalBackend) -> None:
     assert chunk.eof and lines == ["epoch 1", "10%\r50%\r100%", "final words"]
     again = local.read_logs(ref=job.ref, cursor=cursor)
     assert (again.lines, again.cursor, again.eof) == ((), cursor, True)
+
+
+def test_a_job_runs_below_the_panels_priority(local: LocalBackend) -> None:
+    """A training that takes every core of `make run`'s machine leaves the panel the CPU first."""
+    job = py_job("import os; print(os.nice(0))", id="nice")
+    local.apply_job(job=job)
+    assert wait_until(local, job.ref, lambda o: o.phase.is_final).phase is Phase.SUCCEEDED
+    assert all_lines(local, job.ref) == [str(JOB_NICE)]
 
 
 def test_stop_sends_sigterm_then_sigkill(local: LocalBackend) -> None:

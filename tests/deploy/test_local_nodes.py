@@ -20,6 +20,7 @@ from deploy.local import LocalBackend
 from deploy.local.group import NodeGroup, node_log
 from deploy.local.paths import run_dir
 from deploy.local.state import is_alive, read_state
+from deploy.local.supervisor import JOB_NICE
 from deploy.manifests.jobset import MAX_GROUP_RESTARTS
 from deploy.types import JobRequest, ObservedWorkload, Phase, WorkloadRef
 from tests.deploy.test_local_backend import all_lines, py_job
@@ -182,3 +183,14 @@ def test_a_group_stopped_from_outside_does_not_restart(tmp_path: Path) -> None:
     assert group.wait(timeout=30) == -signal.SIGTERM
     assert group.restarts == 0
     assert len((read_state(tmp_path) or {})["node_runs"]) == 2
+
+
+def test_a_jobs_nodes_run_below_the_panels_priority(local: LocalBackend) -> None:
+    """A job of several nodes shares the machine with the panel: every node at JOB_NICE."""
+    job = py_job("import os; print('nice', os.nice(0))", id="nice", nodes=2)
+    local.apply_job(job=job)
+    done = wait_until(local, job.ref, lambda o: o.phase.is_final)
+    assert done.phase is Phase.SUCCEEDED, done
+    run = run_dir(local.base, job.ref)
+    said = [node_log(run, i).read_text().split() for i in (0, 1)]
+    assert [words[words.index("nice") + 1] for words in said] == [str(JOB_NICE)] * 2
