@@ -82,7 +82,10 @@ def pod_datastore_configs(*, project: Project) -> list[DatastoreConfig]:
     issue narrowed keys (the caller fails the launch with that reason: never falls back to
     the shared keys)."""
     with transaction.atomic():
-        Project.objects.select_for_update().filter(pk=project.pk).first()  # one issuer at once
+        # One issuer at once. NO KEY: a plain FOR UPDATE also blocks the FOR KEY SHARE that
+        # every new row referring to the project takes at COMMIT, so each submission of the
+        # project waited for the launches in flight (their cluster calls included).
+        Project.objects.select_for_update(no_key=True).filter(pk=project.pk).first()
         buckets = _buckets_by_datastore(project)
         _revoke_others(project, keep=set(buckets))
         return [_pod_config(project, alias, names) for alias, names in sorted(buckets.items())]
