@@ -102,7 +102,47 @@ def setup(env: dict[str, str], people: int) -> dict[str, Any]:
     return dict(json.loads(line.removeprefix("PROBE ")))
 
 
-def phase(base: str, probe: dict[str, Any], seconds: float, readers: int, submit: bool) -> None:
+def label(cmdline: list[str]) -> str:
+    """What a process under `make run` is, from its command line."""
+    text = " ".join(cmdline)
+    for mark, name in (
+        ("gunicorn", "web"),
+        ("uvicorn", "events"),
+        ("celery", "celery (worker, notifier, beat)"),
+        ("watch_workloads", "watcher"),
+        ("deploy.local.supervisor", "local runs (supervisors, sync)"),
+        ("training.", "local runs (training)"),
+        ("redis", "redis"),
+        ("s3rver", "object store"),
+    ):
+        if mark in text:
+            return name
+    return "other"
+
+
+def cpu_by_label(root: Any) -> dict[str, float]:
+    """CPU seconds so far of `make run`'s processes and the local runs (detached: they are
+    found by command line), grouped by `label`."""
+    import psutil
+
+    found: dict[str, float] = {}
+    mine = {p.pid for p in root.children(recursive=True)}
+    for proc in psutil.process_iter(["cmdline"]):
+        cmd = proc.info["cmdline"] or []
+        name = label(cmd)
+        if proc.pid not in mine and not name.startswith("local runs"):
+            continue
+        try:
+            times = proc.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        found[name] = found.get(name, 0.0) + times.user + times.system
+    return found
+
+
+def phase(
+    base: str, probe: dict[str, Any], seconds: float, readers: int, submit: bool, root: Any
+) -> None:
     import httpx
 
     def headers(n: int) -> dict[str, str]:
@@ -110,6 +150,7 @@ def phase(base: str, probe: dict[str, Any], seconds: float, readers: int, submit
 
     stop = threading.Event()
     times: list[float] = []
+    by_path: dict[str, list[float]] = {}
     errors: list[str] = []
     submitted: list[float] = []
     job_ids: list[str] = []
@@ -121,7 +162,9 @@ def phase(base: str, probe: dict[str, Any], seconds: float, readers: int, submit
                 for path in paths:
                     started = time.perf_counter()
                     answer = http.get(path)
-                    times.append(time.perf_counter() - started)
+                    took = time.perf_counter() - started
+                    times.append(took)
+                    by_path.setdefault("one job" if path.count("/") > 4 else path, []).append(took)
                     if answer.status_code != 200:
                         errors.append(f"GET {path}: {answer.status_code}")
                 stop.wait(1.0)
@@ -145,9 +188,11 @@ def phase(base: str, probe: dict[str, Any], seconds: float, readers: int, submit
     threads = [threading.Thread(target=read, args=(n,)) for n in range(readers)]
     threads += [threading.Thread(target=write)] if submit else []
     load = os.getloadavg()[0]
+    before, wall = cpu_by_label(root), time.monotonic()
     for thread in threads:
         thread.start()
     time.sleep(seconds)
+    after, wall = cpu_by_label(root), time.monotonic() - wall
     stop.set()
     for thread in threads:
         thread.join()
@@ -162,8 +207,15 @@ def phase(base: str, probe: dict[str, Any], seconds: float, readers: int, submit
             f"    {len(submitted)} submissions: p50 {percentile(submitted, 0.5) * 1000:.0f} ms, "
             f"p95 {percentile(submitted, 0.95) * 1000:.0f} ms"
         )
+    for path, took in sorted(by_path.items()):
+        print(
+            f"    {path}: {len(took)}, p50 {percentile(took, 0.5) * 1000:.0f} ms, "
+            f"p95 {percentile(took, 0.95) * 1000:.0f} ms"
+        )
     for error in sorted(set(errors))[:5]:
         print(f"    {error}")
+    used = {name: (cpu - before.get(name, 0.0)) / wall for name, cpu in after.items()}
+    print("    CPU cores: " + ", ".join(f"{n} {c:.2f}" for n, c in sorted(used.items()) if c))
 
 
 def main() -> None:
@@ -171,14 +223,17 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=60)
     parser.add_argument("--readers", type=int, default=30)
     args = parser.parse_args()
+    import psutil
+
     with tempfile.TemporaryDirectory(prefix="bench-make-run-api-") as tmp:
         var = Path(tmp) / "var"
         proc, base, env = start_make_run(var)
         try:
             probe = setup(env, args.readers + 1)
             time.sleep(10)  # the first start's background work (the demo fill) settles
-            phase(base, probe, args.seconds, args.readers, submit=False)
-            phase(base, probe, args.seconds, args.readers, submit=True)
+            root = psutil.Process(proc.pid)
+            phase(base, probe, args.seconds, args.readers, submit=False, root=root)
+            phase(base, probe, args.seconds, args.readers, submit=True, root=root)
         finally:
             os.killpg(proc.pid, signal.SIGINT)
             proc.wait(180)

@@ -81,3 +81,53 @@ def test_without_an_events_server_the_page_polls(
     errors = console_errors(page)
     assert len(errors) == 1 and "/events/?run=1&after=1" in errors[0], errors
     errors.clear()
+
+
+@pytest.mark.browser
+@pytest.mark.django_db(transaction=True)
+def test_the_stream_survives_a_restart_of_the_events_server(
+    page: Any,
+    live_server: Any,
+    settings: Any,
+    processes: Callable[[dict[str, str]], Processes],
+    owner: Any,
+    project: Project,
+) -> None:
+    """An events pod killed mid-stream (a restart, a rollout): the browser reconnects by itself
+    with Last-Event-ID to the one that replaces it and gets the lines stored meanwhile, each
+    once, in order, without the page polling."""
+    port = free_port()
+    events = start_events(processes, port, STREAMS_ALLOWED_ORIGINS=live_server.url)
+    settings.STREAMS_URL = events.url.replace("127.0.0.1", urlsplit(live_server.url).hostname)
+    csp = copy.deepcopy(settings.CONTENT_SECURITY_POLICY)
+    csp["DIRECTIVES"]["connect-src"].append(settings.STREAMS_URL)
+    settings.CONTENT_SECURITY_POLICY = csp
+    job = running_job(project, owner)
+    store(job, "first line")
+    browser_login(page, live_server.url, "owner", PASSWORD)
+    page.goto(f"{live_server.url}/p/alpha/jobs/{job.pk}/")
+    expect(page.locator("#log-poller")).to_have_attribute("data-stream", "open")
+    asked: list[str] = []
+    page.on("request", lambda request: asked.append(request.url))
+    store(job, "before the restart")
+    expect(page.locator("#log-lines .ln", has_text="before the restart")).to_be_visible()
+    events.procs.kill("events")
+    store(job, "while it was down")
+    store(job, "also while it was down")
+    start_events(processes, port, STREAMS_ALLOWED_ORIGINS=live_server.url)
+    expect(page.locator("#log-lines .ln", has_text="also while it was down")).to_be_visible()
+    store(job, "after the restart")
+    expect(page.locator("#log-lines .ln", has_text="after the restart")).to_be_visible()
+    lines = page.locator("#log-lines .ln")
+    assert [lines.nth(i).get_attribute("data-seq") for i in range(lines.count())] == [
+        "1", "2", "3", "4", "5"
+    ]  # fmt: skip
+    assert page.locator("#log-poller").get_attribute("data-stream") == "open"
+    assert [url for url in asked if "/logs/" in url] == []
+    # Back, the stream says the state again: the status block asks once (a state may have
+    # changed while it was down), then nothing.
+    assert len([url for url in asked if "/status/" in url]) <= 1, asked
+    # The refused reconnections while it was down are the console's only errors.
+    errors = console_errors(page)
+    assert all("/events/" in error for error in errors), errors
+    errors.clear()
