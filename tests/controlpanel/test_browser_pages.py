@@ -5,6 +5,7 @@ Screenshots of each page land in var/screenshots/pages/ for a look."""
 
 from __future__ import annotations
 
+import re
 import uuid
 from datetime import timedelta
 from pathlib import Path
@@ -146,8 +147,12 @@ def test_every_page_without_a_console_error(
         visit.check("bucket-upload")
         page.click("[data-testid=folder] >> text=corpus/")
         page.wait_for_url("**prefix=corpus%2F")
-        # htmx pushes the URL before it swaps: type into the folder's own filter, not the root's.
-        page.locator("#listing[data-prefix='corpus/'] #filter-q").type("tra")
+        # htmx pushes the URL before it swaps: type into the folder's own filter, not the root's,
+        # once htmx has taken the new listing in (it keeps `htmx-added` until its settle step
+        # attaches the filter's triggers: keys typed before that send nothing).
+        listing = page.locator("#listing[data-prefix='corpus/']")
+        expect(listing).not_to_have_class(re.compile(r"\bhtmx-added\b"))
+        listing.locator("#filter-q").type("tra")
         page.locator("[data-testid=folder]", has_text="sub/").wait_for(state="detached")
         expect(page.locator("[data-testid=object]")).to_have_text(["train.jsonl"])
         visit.check("bucket-browse-filtered")
