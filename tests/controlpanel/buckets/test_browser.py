@@ -5,10 +5,12 @@ download one."""
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
+from playwright.sync_api import expect
 
 from storage import objects
 from storage.datastore import DatastoreConfig
@@ -60,8 +62,11 @@ def test_create_upload_folder_browse_and_download(
     # htmx pushes the URL before it swaps: wait for the folder's own listing.
     page.locator("#listing[data-prefix='corpus/']").wait_for()
     assert page.locator("[data-testid=object]").all_inner_texts() == ["big.bin", "small <b>.txt"]
-    # Filtering as one types: an htmx swap of the listing.
-    page.locator("#listing[data-prefix='corpus/'] #filter-q").type("sm")
+    # Filtering as one types: an htmx swap of the listing, once htmx has taken the new listing
+    # in (keys typed before its settle step attaches the triggers send nothing).
+    listing = page.locator("#listing[data-prefix='corpus/']")
+    expect(listing).not_to_have_class(re.compile(r"\bhtmx-added\b"))
+    listing.locator("#filter-q").type("sm")
     page.locator("[data-testid=object]", has_text="big.bin").wait_for(state="detached")
     assert page.locator("[data-testid=object]").all_inner_texts() == ["small <b>.txt"]
     with page.expect_download() as download:
