@@ -65,6 +65,7 @@ body = {
 print("PROBE " + json.dumps({"tokens": tokens, "body": body}))
 """
 READS = ("/api/v1/jobs/", "/api/v1/buckets/")
+CLIENT_PROCESSES = 3
 
 
 def percentile(values: list[float], share: float) -> float:
@@ -140,37 +141,64 @@ def cpu_by_label(root: Any) -> dict[str, float]:
     return found
 
 
+def read_for(
+    base: str, tokens: list[str], seconds: float
+) -> tuple[list[tuple[str, float]], list[str]]:
+    """One reader thread per token for `seconds` (run in a process of the probe's pool): each
+    asks for the job list, the bucket list and the newest job on the list, then waits a
+    second. (kind, seconds) for each answer, and the errors."""
+    import httpx
+
+    times: list[tuple[str, float]] = []
+    errors: list[str] = []
+    stop = threading.Event()
+
+    def read(token: str) -> None:
+        headers = {"Authorization": f"Bearer {token}", "X-Ajuste-Project": "demo"}
+        with httpx.Client(base_url=base, headers=headers, timeout=60) as http:
+            while not stop.is_set():
+                newest: list[str] = []
+                for path in [*READS, None]:
+                    if path is None and not newest:
+                        break
+                    path = path or f"/api/v1/jobs/{newest[0]}/"
+                    started = time.perf_counter()
+                    answer = http.get(path)
+                    kind = "one job" if path.count("/") > 4 else path
+                    times.append((kind, time.perf_counter() - started))
+                    if answer.status_code != 200:
+                        errors.append(f"GET {path}: {answer.status_code}")
+                    elif path == READS[0]:
+                        newest = [str(job["id"]) for job in answer.json()["results"][:1]]
+                stop.wait(1.0)
+
+    threads = [threading.Thread(target=read, args=(token,)) for token in tokens]
+    for thread in threads:
+        thread.start()
+    time.sleep(seconds)
+    stop.set()
+    for thread in threads:
+        thread.join()
+    return times, errors
+
+
 def phase(
     base: str, probe: dict[str, Any], seconds: float, readers: int, submit: bool, root: Any
 ) -> None:
+    """`readers` readers in CLIENT_PROCESSES processes of their own (31 client threads on one
+    GIL measured the probe's own queueing), the submitter in this one."""
+    import multiprocessing
+
     import httpx
 
-    def headers(n: int) -> dict[str, str]:
-        return {"Authorization": f"Bearer {probe['tokens'][n]}", "X-Ajuste-Project": "demo"}
-
     stop = threading.Event()
-    times: list[float] = []
-    by_path: dict[str, list[float]] = {}
     errors: list[str] = []
     submitted: list[float] = []
-    job_ids: list[str] = []
-
-    def read(n: int) -> None:
-        with httpx.Client(base_url=base, headers=headers(n), timeout=60) as http:
-            while not stop.is_set():
-                paths = [*READS, *(f"/api/v1/jobs/{job_ids[-1]}/" for _ in job_ids[-1:])]
-                for path in paths:
-                    started = time.perf_counter()
-                    answer = http.get(path)
-                    took = time.perf_counter() - started
-                    times.append(took)
-                    by_path.setdefault("one job" if path.count("/") > 4 else path, []).append(took)
-                    if answer.status_code != 200:
-                        errors.append(f"GET {path}: {answer.status_code}")
-                stop.wait(1.0)
 
     def write() -> None:
-        with httpx.Client(base_url=base, headers=headers(readers), timeout=60) as http:
+        token = probe["tokens"][readers]
+        headers = {"Authorization": f"Bearer {token}", "X-Ajuste-Project": "demo"}
+        with httpx.Client(base_url=base, headers=headers, timeout=60) as http:
             n = 0
             while not stop.is_set():
                 n += 1
@@ -181,21 +209,30 @@ def phase(
                 submitted.append(time.perf_counter() - started)
                 if answer.status_code != 201:
                     errors.append(f"POST: {answer.status_code} {answer.text[:200]}")
-                else:
-                    job_ids.append(str(answer.json()["id"]))
                 stop.wait(max(0.0, 1.0 - (time.perf_counter() - started)))
 
-    threads = [threading.Thread(target=read, args=(n,)) for n in range(readers)]
-    threads += [threading.Thread(target=write)] if submit else []
+    tokens = probe["tokens"][:readers]
+    shares = [tokens[i::CLIENT_PROCESSES] for i in range(CLIENT_PROCESSES)]
+    threads = [threading.Thread(target=write)] if submit else []
     load = os.getloadavg()[0]
-    before, wall = cpu_by_label(root), time.monotonic()
-    for thread in threads:
-        thread.start()
-    time.sleep(seconds)
-    after, wall = cpu_by_label(root), time.monotonic() - wall
+    with multiprocessing.get_context("spawn").Pool(CLIENT_PROCESSES) as pool:
+        pool.map(time.sleep, [0] * CLIENT_PROCESSES)  # every client process is up first
+        before, wall = cpu_by_label(root), time.monotonic()
+        pending = [pool.apply_async(read_for, (base, share, seconds)) for share in shares]
+        for thread in threads:
+            thread.start()
+        done = [result.get() for result in pending]
+        after, wall = cpu_by_label(root), time.monotonic() - wall
     stop.set()
     for thread in threads:
         thread.join()
+    times: list[float] = []
+    by_path: dict[str, list[float]] = {}
+    for answers, failed in done:
+        errors.extend(failed)
+        for kind, took in answers:
+            times.append(took)
+            by_path.setdefault(kind, []).append(took)
     kind = "with 1 fine-tune submission a second" if submit else "readers alone"
     print(
         f"{kind}: {len(times)} API reads in {seconds:.0f} s ({len(times) / seconds:.1f}/s), "
