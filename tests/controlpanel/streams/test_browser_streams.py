@@ -21,6 +21,31 @@ from tests.fixtures.panel import PASSWORD
 from tests.fixtures.processes import Processes
 
 
+def allow_streams(settings: Any, url: str) -> None:
+    """Pages stream from `url`, which their content security policy lets them reach."""
+    settings.STREAMS_URL = url
+    csp = copy.deepcopy(settings.CONTENT_SECURITY_POLICY)
+    csp["DIRECTIVES"]["connect-src"].append(url)
+    settings.CONTENT_SECURITY_POLICY = csp
+
+
+def streamed_job_page(
+    page: Any, live_server: Any, settings: Any, events: str, project: Project, owner: Any
+) -> tuple[Any, list[str]]:
+    """A running job with one stored line, its page open on the stream from `events`; the
+    URLs the page asks for from then on."""
+    # The page's host (cookies are per host, whatever the port), the events server's port.
+    allow_streams(settings, events.replace("127.0.0.1", urlsplit(live_server.url).hostname))
+    job = running_job(project, owner)
+    store(job, "first line")
+    browser_login(page, live_server.url, "owner", PASSWORD)
+    page.goto(f"{live_server.url}/p/alpha/jobs/{job.pk}/")
+    expect(page.locator("#log-poller")).to_have_attribute("data-stream", "open")
+    asked: list[str] = []
+    page.on("request", lambda request: asked.append(request.url))
+    return job, asked
+
+
 @pytest.mark.browser
 @pytest.mark.django_db(transaction=True)
 def test_a_printed_line_shows_without_polling(
@@ -32,18 +57,7 @@ def test_a_printed_line_shows_without_polling(
     project: Project,
 ) -> None:
     events = start_events(processes, STREAMS_ALLOWED_ORIGINS=live_server.url)
-    # The page's host (cookies are per host, whatever the port), the events server's port.
-    settings.STREAMS_URL = events.url.replace("127.0.0.1", urlsplit(live_server.url).hostname)
-    csp = copy.deepcopy(settings.CONTENT_SECURITY_POLICY)
-    csp["DIRECTIVES"]["connect-src"].append(settings.STREAMS_URL)
-    settings.CONTENT_SECURITY_POLICY = csp
-    job = running_job(project, owner)
-    store(job, "first line")
-    browser_login(page, live_server.url, "owner", PASSWORD)
-    page.goto(f"{live_server.url}/p/alpha/jobs/{job.pk}/")
-    expect(page.locator("#log-poller")).to_have_attribute("data-stream", "open")
-    asked: list[str] = []
-    page.on("request", lambda request: asked.append(request.url))
+    job, asked = streamed_job_page(page, live_server, settings, events.url, project, owner)
     store(job, "pushed \x1b[32m<ok>\x1b[0m")
     pushed = page.locator("#log-lines .ln", has_text="pushed <ok>")
     expect(pushed).to_be_visible()
@@ -64,10 +78,7 @@ def test_without_an_events_server_the_page_polls(
     page: Any, live_server: Any, settings: Any, owner: Any, project: Project
 ) -> None:
     """A stream that cannot be opened (nothing listens there) leaves the poll in charge."""
-    settings.STREAMS_URL = f"http://127.0.0.1:{free_port()}"  # nothing listens: refused
-    csp = copy.deepcopy(settings.CONTENT_SECURITY_POLICY)
-    csp["DIRECTIVES"]["connect-src"].append(settings.STREAMS_URL)
-    settings.CONTENT_SECURITY_POLICY = csp
+    allow_streams(settings, f"http://127.0.0.1:{free_port()}")  # nothing listens: refused
     job = running_job(project, owner)
     store(job, "first line")
     browser_login(page, live_server.url, "owner", PASSWORD)
@@ -98,17 +109,7 @@ def test_the_stream_survives_a_restart_of_the_events_server(
     once, in order, without the page polling."""
     port = free_port()
     events = start_events(processes, port, STREAMS_ALLOWED_ORIGINS=live_server.url)
-    settings.STREAMS_URL = events.url.replace("127.0.0.1", urlsplit(live_server.url).hostname)
-    csp = copy.deepcopy(settings.CONTENT_SECURITY_POLICY)
-    csp["DIRECTIVES"]["connect-src"].append(settings.STREAMS_URL)
-    settings.CONTENT_SECURITY_POLICY = csp
-    job = running_job(project, owner)
-    store(job, "first line")
-    browser_login(page, live_server.url, "owner", PASSWORD)
-    page.goto(f"{live_server.url}/p/alpha/jobs/{job.pk}/")
-    expect(page.locator("#log-poller")).to_have_attribute("data-stream", "open")
-    asked: list[str] = []
-    page.on("request", lambda request: asked.append(request.url))
+    job, asked = streamed_job_page(page, live_server, settings, events.url, project, owner)
     store(job, "before the restart")
     expect(page.locator("#log-lines .ln", has_text="before the restart")).to_be_visible()
     events.procs.kill("events")
