@@ -198,12 +198,22 @@ def log_answer(request: Request, workload: Workload) -> Response:
     return answer
 
 
+class HistoryList(serializers.ListSerializer):
+    """A workload's `history`: the page's events where a list read them at once (`history`
+    in the context: selectors.page_reads), else the workload's own."""
+
+    def get_attribute(self, instance: Any) -> Any:
+        read = self.context.get("history", {}).get(instance.pk)
+        return super().get_attribute(instance) if read is None else read
+
+
 # A change of state; each kind sets `state`'s choices. (No docstring: the schema would show
 # it as each kind's description.)
 class EventSerializer(serializers.ModelSerializer):
     class Meta:
         model = JobEvent
         fields = ["run", "state", "reason", "at"]
+        list_serializer_class = HistoryList
 
 
 class QueuePositionSerializer(serializers.Serializer):
@@ -250,7 +260,8 @@ class ServedSerializer(serializers.ModelSerializer):
         return queue_position_of(workload, self.context)
 
     def get_cost(self, workload: Any) -> str | None:
-        cost = selectors.workload_cost_estimate(workload=workload)
+        runs = self.context.get("runs", {}).get(workload.pk)
+        cost = selectors.workload_cost_estimate(workload=workload, runs=runs)
         return None if cost is None else str(cost)
 
 
@@ -317,9 +328,10 @@ class WorkloadViewSet(viewsets.ViewSet):
 
     def _page(self, request: Request, rows: QuerySet[Any]) -> Response:
         paginator = self.pagination_class()
-        page = paginator.paginate_queryset(rows, request, view=self) or []
-        context = {"queue_places": selectors.queue_places(page)}  # one read for the page
-        answer = self.serializer_class(page, many=True, context=context)
+        # The page's runs, events, flavors and places: a few reads (page_reads), not a prefetch.
+        page = paginator.paginate_queryset(rows.prefetch_related(None), request, view=self)
+        context = selectors.page_reads(page or [])
+        answer = self.serializer_class(page or [], many=True, context=context)
         return paginator.get_paginated_response(answer.data)
 
     def _create(self, request: Request, service: Callable[..., Model]) -> Response:

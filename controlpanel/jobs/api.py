@@ -19,6 +19,7 @@ from controlpanel.engine import selectors
 from controlpanel.engine.api import (
     PROJECT_PARAM,
     QUEUE_POSITION_HELP,
+    HistoryList,
     QueuePositionSerializer,
     WorkloadViewSet,
     acted_by,
@@ -43,6 +44,7 @@ class JobEventSerializer(serializers.ModelSerializer):
     class Meta:
         model = JobEvent
         fields = ["run", "state", "reason", "at"]
+        list_serializer_class = HistoryList
 
 
 class JobSerializer(serializers.ModelSerializer):
@@ -91,7 +93,8 @@ class JobSerializer(serializers.ModelSerializer):
         return queue_position_of(job, self.context)
 
     def get_cost(self, job: Job) -> str | None:
-        cost = selectors.job_cost_estimate(job=job)
+        runs = self.context.get("runs", {}).get(job.pk)
+        cost = selectors.job_cost_estimate(job=job, runs=runs)
         return None if cost is None else str(cost)
 
 
@@ -119,7 +122,7 @@ class JobViewSet(WorkloadViewSet, serializer=JobSerializer, row=jobs.job_get):
         access = api_project(request)
         filters = selectors.ListFilters.from_query(request.query_params)
         rows = jobs.jobs_for_project(project=access.project, filters=filters, whole=True)
-        return self._page(request, rows.prefetch_related("events"))
+        return self._page(request, rows)
 
     create = created_by(services.job_submit, JobCreateSerializer, JobSerializer)
     destroy = deleted_by(services.job_delete)

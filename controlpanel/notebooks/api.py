@@ -144,7 +144,7 @@ class NotebookViewSet(ServedViewSet, serializer=NotebookSerializer, row=notebook
         access = api_project(request)
         rows = notebook_rows.notebooks_for_project(project=access.project).defer(None)
         rows = notebooks_filtered(notebooks_=rows, query=request.query_params)
-        return self._page(request, rows.prefetch_related("events"))
+        return self._page(request, rows)
 
     create = engine_api.created_by(
         notebooks.notebook_create, NotebookCreateSerializer, NotebookSerializer
