@@ -182,6 +182,22 @@ def read_for(
     return times, errors
 
 
+def _pid(_: int) -> int:
+    time.sleep(0.2)  # so that each of the pool's processes answers one
+    return os.getpid()
+
+
+def probe_cpu(pids: list[int]) -> float:
+    """CPU seconds so far of this process (the submitter) and the readers' processes."""
+    import psutil
+
+    total = 0.0
+    for pid in {os.getpid(), *pids}:
+        times = psutil.Process(pid).cpu_times()
+        total += times.user + times.system
+    return total
+
+
 def phase(
     base: str, probe: dict[str, Any], seconds: float, readers: int, submit: bool, root: Any
 ) -> None:
@@ -190,6 +206,7 @@ def phase(
     import multiprocessing
 
     import httpx
+    import psutil
 
     stop = threading.Event()
     errors: list[str] = []
@@ -216,13 +233,17 @@ def phase(
     threads = [threading.Thread(target=write)] if submit else []
     load = os.getloadavg()[0]
     with multiprocessing.get_context("spawn").Pool(CLIENT_PROCESSES) as pool:
-        pool.map(time.sleep, [0] * CLIENT_PROCESSES)  # every client process is up first
+        pool_pids = pool.map(_pid, [0] * CLIENT_PROCESSES)  # every client process is up first
         before, wall = cpu_by_label(root), time.monotonic()
+        machine, clients = psutil.cpu_times(), probe_cpu(pool_pids)
         pending = [pool.apply_async(read_for, (base, share, seconds)) for share in shares]
         for thread in threads:
             thread.start()
         done = [result.get() for result in pending]
         after, wall = cpu_by_label(root), time.monotonic() - wall
+        idle = psutil.cpu_times().idle - machine.idle
+        niced = psutil.cpu_times().nice - machine.nice
+        clients = probe_cpu(pool_pids) - clients
     stop.set()
     for thread in threads:
         thread.join()
@@ -253,6 +274,11 @@ def phase(
         print(f"    {error}")
     used = {name: (cpu - before.get(name, 0.0)) / wall for name, cpu in after.items()}
     print("    CPU cores: " + ", ".join(f"{n} {c:.2f}" for n, c in sorted(used.items()) if c))
+    print(
+        f"    the machine: {psutil.cpu_count() - idle / wall:.2f} of {psutil.cpu_count()} cores "
+        f"busy, of which niced (the local runs, JOB_NICE) {niced / wall:.2f}; the probe's own "
+        f"processes {clients / wall:.2f}"
+    )
 
 
 def main() -> None:

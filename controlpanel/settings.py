@@ -116,11 +116,14 @@ def _database() -> dict[str, Any]:
     url = env_str("DATABASE_URL")
     if not url:
         # Embedded default for `make run`: SQLite in WAL mode with a busy timeout, since web,
-        # worker and beat write at once. Tests and production use PostgreSQL.
+        # worker and beat write at once. Tests and production use PostgreSQL. Connections are
+        # kept as PostgreSQL's are: a new one per request, with its pragmas and functions, was
+        # a tenth of a web thread's time under make run's probe (#27).
         VAR_DIR.mkdir(parents=True, exist_ok=True)
         return {
             "ENGINE": "django.db.backends.sqlite3",
             "NAME": VAR_DIR / "ajuste.sqlite3",
+            "CONN_MAX_AGE": env_int("DATABASE_CONN_MAX_AGE", 60),
             "OPTIONS": {
                 "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
                 "transaction_mode": "IMMEDIATE",

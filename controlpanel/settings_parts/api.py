@@ -23,10 +23,7 @@ REST_FRAMEWORK = {
     "PAGE_SIZE": 50,
     "EXCEPTION_HANDLER": "controlpanel.api.errors.exception_handler",
     # API_THROTTLE_TOKEN / API_THROTTLE_USER below; a 429 with Retry-After past them.
-    "DEFAULT_THROTTLE_CLASSES": [
-        "controlpanel.api.throttling.TokenRateThrottle",
-        "controlpanel.api.throttling.UserRateThrottle",
-    ],
+    "DEFAULT_THROTTLE_CLASSES": ["controlpanel.api.throttling.ApiRateThrottle"],
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
 }
 # API requests per API token and per user (all their tokens and their session together), in
