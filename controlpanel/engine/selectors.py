@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from decimal import ROUND_HALF_UP, Decimal
@@ -123,23 +123,38 @@ def hourly_price(*, flavor: Flavor, units: int) -> Decimal | None:
 def page_reads(rows: Sequence[Workload]) -> dict[str, Any]:
     """What an API list page's serializer reads of its rows, in four queries whatever their
     number, without Django's prefetch (which cost ~10 ms of CPU a page of 50 jobs, #27):
-    `queue_places`, `runs` (each row's runs with their billing, by row pk, as `billed_runs`)
-    and `history` (each row's events, by row pk). The rows' and the runs' flavors become one
-    instance per flavor, its prices read once."""
+    `queue_places`, `runs` (`page_runs`) and `history` (each row's events, by row pk)."""
+    pks = [row.pk for row in rows]
+    history: dict[Any, list[JobEvent]] = {pk: [] for pk in pks}
+    for event in JobEvent.objects.filter(job__in=pks) if pks else []:
+        history[event.job_id].append(event)
+    return {"queue_places": queue_places(rows), "runs": page_runs(rows), "history": history}
+
+
+def page_runs(rows: Sequence[Workload]) -> dict[Any, list[Any]]:
+    """Each row's runs with what the ledger bills each (as `billed_runs`), by row pk, in one
+    query; the rows' and the runs' flavors become one instance per flavor, its prices read
+    once (one more query), so their costs need no other read."""
     pks = [row.pk for row in rows]
     runs: dict[Any, list[Any]] = {pk: [] for pk in pks}
-    history: dict[Any, list[JobEvent]] = {pk: [] for pk in pks}
     found = list(runs_with_billing().prefetch_related(None).filter(job__in=pks)) if pks else []
     for run in found:
         runs[run.job_id].append(run)
-    for event in JobEvent.objects.filter(job__in=pks) if pks else []:
-        history[event.job_id].append(event)
     flavor_ids = {row.flavor_id for row in rows} | {run.flavor_id for run in found}
     flavors = Flavor.objects.filter(pk__in=flavor_ids).prefetch_related("prices")
     shared = {flavor.pk: flavor for flavor in flavors} if flavor_ids else {}
     for one in [*rows, *found]:
         one.flavor = shared[one.flavor_id]  # type: ignore[attr-defined]
-    return {"queue_places": queue_places(rows), "runs": runs, "history": history}
+    return runs
+
+
+def mark_costs(rows: Iterable[Workload]) -> None:
+    """Give each row of a list page its current run's cost so far as `list_cost`
+    (`job_cost_estimate`), from `page_runs`: the list templates show it."""
+    rows = list(rows)
+    runs = page_runs(rows)
+    for row in rows:
+        row.list_cost = job_cost_estimate(job=row, runs=runs[row.pk])  # type: ignore[attr-defined]
 
 
 def job_cost_estimate(*, job: Workload, runs: Sequence[Any] | None = None) -> Decimal | None:

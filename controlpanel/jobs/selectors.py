@@ -39,14 +39,14 @@ def jobs_for_project(
 ) -> QuerySet[Job]:
     """The project's jobs, filtered and sorted; ValidationError (by filter name) on bad filters.
     The list page leaves the big fields unread; `whole` reads every field in the one query
-    (the API shows them all: deferred, each would cost a query per job)."""
+    (the API shows them all: deferred, each would cost a query per job). A page's runs and
+    prices are read for the page alone (engine.selectors.page_runs, mark_costs)."""
     filters, problems = list_filters_check(filters=filters or ListFilters(), states=JobState.values)
     if problems:
         raise ValidationError(problems)
     jobs = (
         Job.objects.filter(project=project)
         .select_related("project", "owner", "flavor")
-        .prefetch_related("flavor__prices", billed_runs())
         .annotate(
             gpus_total=F("gpu") * F("flavor__gpus_per_unit"),
             duration=Coalesce(F("finished_at"), Now()) - F("started_at"),

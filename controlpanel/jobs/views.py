@@ -61,10 +61,10 @@ def job_list(request: ProjectRequest) -> HttpResponse:
     query = request.GET.copy()
     for name in problems:
         query.pop(name, None)  # pager links and polling use only the valid filters
-    page = Paginator(jobs.jobs_for_project(project=project, filters=filters), PAGE_SIZE).get_page(
-        request.GET.get("page")
-    )
+    rows = jobs.jobs_for_project(project=project, filters=filters)
+    page = Paginator(rows, PAGE_SIZE).get_page(request.GET.get("page"))
     mark_places(page)
+    selectors.mark_costs(page)  # runs and prices in two reads, not a prefetch (#27)
     context = {
         "project": project,
         "kind": KIND,

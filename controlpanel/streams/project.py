@@ -6,8 +6,10 @@ what changed of each) when a workload of the project is created, changes state o
 reports activity or is deleted. The page then asks for its fragment again, as its poll did,
 through the same views and the same access checks. Notices are coalesced: at most one event
 per COALESCE_S per stream, the first one at once and the last one never dropped, so a burst of
-submissions costs each page a request a second at most. The stream ends with an `end` event
-when the viewer loses the project, logs out or is deactivated (streams/viewer.py).
+submissions costs each page a request every 2 s at most, as its poll did (at 1 s a busy
+project's lists were re-rendered twice as often as they had been polled, #27). The stream
+ends with an `end` event when the viewer loses the project, logs out or is deactivated
+(streams/viewer.py).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from controlpanel.streams.channels import project_channel, user_channel
 from controlpanel.streams.feed import Guard, _read, event
 from controlpanel.streams.viewer import Viewer
 
-COALESCE_S = 1.0
+COALESCE_S = 2.0
 MAX_IDS = 50  # more changed at once: the page refreshes all it shows anyway
 
 

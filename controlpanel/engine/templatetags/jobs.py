@@ -16,7 +16,6 @@ from django.urls import reverse
 from django.utils import timezone
 
 from controlpanel.engine.registry import kind_of, kinds
-from controlpanel.engine.selectors import job_cost_estimate
 from storage.volumes import VolumeSpecError, parse_volume_spec
 from training.snapshot import Snapshot
 
@@ -125,8 +124,9 @@ def action_url(project_slug: str, workload: Any, action: str) -> str:
 
 
 @register.filter
-def job_cost(job: Any) -> str:
-    cost = job_cost_estimate(job=job)
+def cost_short(cost: Any) -> str:
+    """A cost in a list's column (`list_cost`: selectors.mark_costs): cents from 1 up, four
+    decimals below, a dash while there is none."""
     return "—" if cost is None else f"{cost:.2f}" if cost >= 1 else f"{cost:.4f}"
 
 
