@@ -56,7 +56,7 @@ def _limits(request: Request) -> list[tuple[str, object, Rate]]:
     token = request.auth.pk if isinstance(request.auth, ApiToken) else None
     user = request.user
     who = user.pk if user is not None and user.is_authenticated else None
-    found = []
+    found: list[tuple[str, object, Rate]] = []
     for scope, ident, setting in (
         ("token", token, "API_THROTTLE_TOKEN"),
         ("user", who, "API_THROTTLE_USER"),
