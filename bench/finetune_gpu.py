@@ -249,13 +249,17 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
 
     ranks = distributed.init(distributed.ranks_from_env())
     try:
-        run, trainable, total = make_run(args, ranks)
-        seconds, tokens = timed_steps(run, args)
-        result = report(run, args, seconds, tokens, (trainable, total))
-        result["nproc"] = ranks.world_size
-        return result
+        return _measured(args, ranks)
     finally:
-        distributed.shutdown(ranks)
+        distributed.shutdown(ranks)  # the run is out of reach by now: shutdown collects it
+
+
+def _measured(args: argparse.Namespace, ranks: Any) -> dict[str, Any]:
+    run, trainable, total = make_run(args, ranks)
+    seconds, tokens = timed_steps(run, args)
+    result = report(run, args, seconds, tokens, (trainable, total))
+    result["nproc"] = ranks.world_size
+    return result
 
 
 def _without_nproc(argv: list[str]) -> list[str]:
