@@ -11,6 +11,7 @@ the adapter.
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import sys
@@ -18,7 +19,7 @@ import traceback
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from training.data.jsonl import DatasetError, load_records
 from training.options import Options, OptionsError, parse_options
@@ -276,5 +277,19 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(reporter, "runtime", f"{type(exc).__name__}: {exc}", 1)
 
 
+def _exit_rank(code: int) -> NoReturn:
+    """A torchrun rank leaves without the interpreter's finalization, its output flushed (the
+    reporter writes and flushes each event; checkpoints and adapters are closed by then):
+    there gloo's threads could still free work that references Python objects and abort a
+    finished rank (SIGABRT, "terminate called without an active exception")."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    logging.shutdown()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    code = main()
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        _exit_rank(code)
+    raise SystemExit(code)
