@@ -133,3 +133,22 @@ def test_the_count_is_shared_with_every_process_through_the_cache(owner: User) -
     _assert_throttled(client.get(ME))
     cache.delete(window_key("token", token.pk, DAY, time.time()))
     assert client.get(ME).status_code == 200
+
+
+@pytest.mark.django_db
+@override_settings(API_THROTTLE_TOKEN="5/day", API_THROTTLE_USER="3/day")
+def test_with_both_limits_on_the_users_window_refuses_though_each_token_is_under_its_own(
+    owner: User,
+) -> None:
+    """Both windows are counted at every request (one round trip, #27): the user's, filled by
+    another process or by the user's other tokens, refuses a token still under its own limit,
+    and the refused request still counts against that token."""
+    first, first_token = _client(owner)
+    second, _ = _client(owner, "second")
+    cache.set(window_key("user", owner.pk, DAY, time.time()), 1, timeout=86400)
+    assert first.get(ME).status_code == 200
+    assert second.get(ME).status_code == 200
+    _assert_throttled(first.get(ME))
+    assert cache.get(window_key("token", first_token.pk, DAY, time.time())) == 2
+    cache.delete(window_key("user", owner.pk, DAY, time.time()))
+    assert first.get(ME).status_code == 200
