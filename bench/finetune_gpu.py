@@ -249,17 +249,13 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
 
     ranks = distributed.init(distributed.ranks_from_env())
     try:
-        return _measured(args, ranks)
+        run, trainable, total = make_run(args, ranks)
+        seconds, tokens = timed_steps(run, args)
+        result = report(run, args, seconds, tokens, (trainable, total))
+        result["nproc"] = ranks.world_size
+        return result
     finally:
-        distributed.shutdown(ranks)  # the run is out of reach by now: shutdown collects it
-
-
-def _measured(args: argparse.Namespace, ranks: Any) -> dict[str, Any]:
-    run, trainable, total = make_run(args, ranks)
-    seconds, tokens = timed_steps(run, args)
-    result = report(run, args, seconds, tokens, (trainable, total))
-    result["nproc"] = ranks.world_size
-    return result
+        distributed.shutdown(ranks)
 
 
 def _without_nproc(argv: list[str]) -> list[str]:
@@ -302,12 +298,9 @@ def main() -> int:
     if args.worker_result is not None:  # one rank of measure_group's torchrun
         if int(os.environ.get("RANK", "0")) == 0:
             Path(args.worker_result).write_text(json.dumps(result))
-        # A rank's work is done and written: it skips the interpreter's finalization, where
-        # gloo's threads could still free work that references Python objects and abort the
-        # rank (SIGABRT, "terminate called without an active exception", ~1 run in 10 here).
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(0)
+        from training import distributed
+
+        distributed.exit_rank(0)  # its result written: no finalization to abort it in
     print_summary(result, args)
     if args.nproc > 1:
         result = scaling(result, measure_group(args))

@@ -11,7 +11,6 @@ the adapter.
 
 from __future__ import annotations
 
-import logging
 import os
 import signal
 import sys
@@ -19,7 +18,7 @@ import traceback
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 from training.data.jsonl import DatasetError, load_records
 from training.options import Options, OptionsError, parse_options
@@ -277,19 +276,10 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(reporter, "runtime", f"{type(exc).__name__}: {exc}", 1)
 
 
-def _exit_rank(code: int) -> NoReturn:
-    """A torchrun rank leaves without the interpreter's finalization, its output flushed (the
-    reporter writes and flushes each event; checkpoints and adapters are closed by then):
-    there gloo's threads could still free work that references Python objects and abort a
-    finished rank (SIGABRT, "terminate called without an active exception")."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    logging.shutdown()
-    os._exit(code)
-
-
 if __name__ == "__main__":
     code = main()
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        _exit_rank(code)
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # a torchrun rank: torch is loaded already
+        from training import distributed
+
+        distributed.exit_rank(code)  # the reporter flushed each event; checkpoints are closed
     raise SystemExit(code)

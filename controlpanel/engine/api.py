@@ -203,8 +203,14 @@ class HistoryList(serializers.ListSerializer):
     in the context: selectors.page_reads), else the workload's own."""
 
     def get_attribute(self, instance: Any) -> Any:
-        read = self.context.get("history", {}).get(instance.pk)
+        read = page_read(self.context, "history", instance)
         return super().get_attribute(instance) if read is None else read
+
+
+def page_read(context: Mapping[str, Any], name: str, workload: Any) -> Any:
+    """What a list read at once for this row (`name` of selectors.page_reads, in the
+    serializer's context); None for a row read alone."""
+    return context.get(name, {}).get(workload.pk)
 
 
 # A change of state; each kind sets `state`'s choices. (No docstring: the schema would show
@@ -260,7 +266,7 @@ class ServedSerializer(serializers.ModelSerializer):
         return queue_position_of(workload, self.context)
 
     def get_cost(self, workload: Any) -> str | None:
-        runs = self.context.get("runs", {}).get(workload.pk)
+        runs = page_read(self.context, "runs", workload)
         cost = selectors.workload_cost_estimate(workload=workload, runs=runs)
         return None if cost is None else str(cost)
 
@@ -329,9 +335,8 @@ class WorkloadViewSet(viewsets.ViewSet):
     def _page(self, request: Request, rows: QuerySet[Any]) -> Response:
         paginator = self.pagination_class()
         # The page's runs, events, flavors and places: a few reads (page_reads), not a prefetch.
-        page = paginator.paginate_queryset(rows.prefetch_related(None), request, view=self)
-        context = selectors.page_reads(page or [])
-        answer = self.serializer_class(page or [], many=True, context=context)
+        page = paginator.paginate_queryset(rows.prefetch_related(None), request, view=self) or []
+        answer = self.serializer_class(page, many=True, context=selectors.page_reads(page))
         return paginator.get_paginated_response(answer.data)
 
     def _create(self, request: Request, service: Callable[..., Model]) -> Response:

@@ -126,7 +126,7 @@ def page_reads(rows: Sequence[Workload]) -> dict[str, Any]:
     `queue_places`, `runs` (`page_runs`) and `history` (each row's events, by row pk)."""
     pks = [row.pk for row in rows]
     history: dict[Any, list[JobEvent]] = {pk: [] for pk in pks}
-    for event in JobEvent.objects.filter(job__in=pks) if pks else []:
+    for event in JobEvent.objects.filter(job__in=pks):  # no query for an empty page
         history[event.job_id].append(event)
     return {"queue_places": queue_places(rows), "runs": page_runs(rows), "history": history}
 
@@ -137,12 +137,12 @@ def page_runs(rows: Sequence[Workload]) -> dict[Any, list[Any]]:
     once (one more query), so their costs need no other read."""
     pks = [row.pk for row in rows]
     runs: dict[Any, list[Any]] = {pk: [] for pk in pks}
-    found = list(runs_with_billing().prefetch_related(None).filter(job__in=pks)) if pks else []
+    found = list(runs_with_billing().prefetch_related(None).filter(job__in=pks))
     for run in found:
         runs[run.job_id].append(run)
     flavor_ids = {row.flavor_id for row in rows} | {run.flavor_id for run in found}
     flavors = Flavor.objects.filter(pk__in=flavor_ids).prefetch_related("prices")
-    shared = {flavor.pk: flavor for flavor in flavors} if flavor_ids else {}
+    shared = {flavor.pk: flavor for flavor in flavors}
     for one in [*rows, *found]:
         one.flavor = shared[one.flavor_id]  # type: ignore[attr-defined]
     return runs

@@ -28,6 +28,7 @@ from controlpanel.engine.api import (
     deleted_by,
     list_parameters,
     log_lines_of,
+    page_read,
     queue_position_of,
 )
 from controlpanel.engine.models import JobEvent
@@ -93,7 +94,7 @@ class JobSerializer(serializers.ModelSerializer):
         return queue_position_of(job, self.context)
 
     def get_cost(self, job: Job) -> str | None:
-        runs = self.context.get("runs", {}).get(job.pk)
+        runs = page_read(self.context, "runs", job)
         cost = selectors.job_cost_estimate(job=job, runs=runs)
         return None if cost is None else str(cost)
 
